@@ -1,0 +1,29 @@
+# lockmw: the commands the README documents.
+GO ?= go
+SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
+
+.PHONY: test bench lint demo redis-server
+
+# redis-server: install Debian's redis-server when it is not on PATH. Tests
+# start their own servers on free loopback ports; none needs to be running.
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server not found: installing it with apt-get"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+	}
+	@redis-server --version
+
+test: redis-server
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+bench: redis-server
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
+
+demo:
+	$(GO) run ./examples/quickstart

@@ -1,0 +1,56 @@
+//go:build unix
+
+package redistest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// This example is compiled but not run: it needs the *testing.T of a real
+// test, here a placeholder.
+func ExampleStart() {
+	var t *testing.T // in a real test: func TestX(t *testing.T) { ... }
+	ctx := context.Background()
+
+	srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "10mb"))
+	rdb := srv.Client(t, func(o *redis.Options) {
+		o.ReadTimeout = 200 * time.Millisecond
+		o.MaxRetries = -1
+	})
+	if err := rdb.Set(ctx, "lock", "owner-1", time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A paused server keeps its sockets but answers nothing: the client
+	// sees a read timeout, not a connection error.
+	srv.Pause(t)
+	if err := rdb.Get(ctx, "lock").Err(); err == nil {
+		t.Fatal("GET on a paused server succeeded")
+	}
+	srv.Resume(t)
+
+	// A killed server loses everything; after Restart it is empty again,
+	// on the same address.
+	srv.Kill(t)
+	srv.Restart(t)
+	if n := rdb.DBSize(ctx).Val(); n != 0 {
+		t.Fatalf("DBSIZE after restart = %d", n)
+	}
+	t.Log(srv.Info(t, "stats")["total_commands_processed"])
+}
+
+// StartN gives independent servers, e.g. for a Redlock-style quorum.
+func ExampleStartN() {
+	var t *testing.T // in a real test: func TestX(t *testing.T) { ... }
+	servers := redistest.StartN(t, 3)
+	clients := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		clients[i] = s.Client(t)
+	}
+	_ = clients
+}

@@ -1,0 +1,411 @@
+//go:build unix
+
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fastFail makes a client fail after a single attempt with a short timeout,
+// instead of go-redis' default of retrying for seconds.
+func fastFail(o *redis.Options) {
+	o.DialTimeout = 200 * time.Millisecond
+	o.DialerRetries = 1
+	o.ReadTimeout = 200 * time.Millisecond
+	o.WriteTimeout = 200 * time.Millisecond
+	o.MaxRetries = -1
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func infoInt(t *testing.T, s *Server, section, key string) int64 {
+	t.Helper()
+	v, ok := s.Info(t, section)[key]
+	if !ok {
+		t.Fatalf("INFO %s has no %q", section, key)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("INFO %s %s = %q: %v", section, key, v, err)
+	}
+	return n
+}
+
+// waitGone polls until pid no longer exists.
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := syscall.Kill(pid, 0)
+		if errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still exists after cleanup (kill(pid, 0) = %v)", pid, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestStartAnswersSetGet(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	if !strings.HasPrefix(s.Addr(), "127.0.0.1:") {
+		t.Errorf("Addr() = %q, want 127.0.0.1:PORT", s.Addr())
+	}
+	ctx := context.Background()
+	c := s.Client(t)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET = %q, %v; want \"v\", nil", got, err)
+	}
+}
+
+func TestStartNServersAreIndependent(t *testing.T) {
+	t.Parallel()
+	ss := StartN(t, 2)
+	if len(ss) != 2 {
+		t.Fatalf("StartN(2) returned %d servers", len(ss))
+	}
+	if ss[0].Addr() == ss[1].Addr() {
+		t.Fatalf("both servers have address %s", ss[0].Addr())
+	}
+	ctx := context.Background()
+	a, b := ss[0].Client(t), ss[1].Client(t)
+	if err := a.Set(ctx, "only-on-a", "1", 0).Err(); err != nil {
+		t.Fatalf("SET on a: %v", err)
+	}
+	if n, err := a.Exists(ctx, "only-on-a").Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS on a = %d, %v; want 1", n, err)
+	}
+	if n, err := b.Exists(ctx, "only-on-a").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS on b = %d, %v; want 0 (servers share data)", n, err)
+	}
+}
+
+func TestPauseTimesOutAndResumeRecovers(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	ctx := context.Background()
+	c := s.Client(t, func(o *redis.Options) {
+		o.ReadTimeout = 200 * time.Millisecond
+		o.MaxRetries = -1 // one attempt, so one timeout
+	})
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+
+	s.Pause(t)
+	start := time.Now()
+	err := c.Get(ctx, "k").Err()
+	took := time.Since(start)
+	if !isTimeout(err) {
+		t.Fatalf("GET on paused server: err = %v, want a timeout", err)
+	}
+	if took < 150*time.Millisecond || took > 2*time.Second {
+		t.Errorf("GET on paused server failed after %v, want about the 200ms ReadTimeout", took)
+	}
+
+	s.Resume(t)
+	if got, err := c.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET after Resume = %q, %v; want \"v\", nil", got, err)
+	}
+}
+
+func TestKillFailsCommandsAndRestartComesBackEmpty(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	addr := s.Addr()
+	ctx := context.Background()
+	c := s.Client(t) // default options, kept across the restart
+	fast := s.Client(t, fastFail)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	oldPID := s.Info(t, "server")["process_id"]
+
+	s.Kill(t)
+	if err := fast.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING after Kill succeeded, want an error")
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("%s still accepts connections after Kill", addr)
+	}
+
+	s.Restart(t)
+	if s.Addr() != addr {
+		t.Fatalf("Addr() after Restart = %s, want %s", s.Addr(), addr)
+	}
+	if pid := s.Info(t, "server")["process_id"]; pid == oldPID {
+		t.Fatalf("process_id after Restart = %s, same as before", pid)
+	}
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("DBSIZE after Restart = %d, %v; want 0, nil", n, err)
+	}
+	if err := c.Get(ctx, "k").Err(); err != redis.Nil {
+		t.Fatalf("GET k after Restart: err = %v, want redis.Nil", err)
+	}
+	if err := fast.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+}
+
+func TestRestartWhileRunningOrPaused(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	ctx := context.Background()
+	c := s.Client(t, fastFail)
+	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	s.Restart(t) // running: killed first
+	if n, err := c.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("DBSIZE after Restart = %d, %v; want 0, nil", n, err)
+	}
+	s.Pause(t)
+	s.Restart(t) // paused: SIGKILL works on stopped processes
+	if err := c.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restart of a paused server: %v", err)
+	}
+}
+
+func TestInfoStatsCountsCommands(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	ctx := context.Background()
+	c := s.Client(t)
+	before := infoInt(t, s, "stats", "total_commands_processed")
+	const n = 10
+	for i := range n {
+		if err := c.Set(ctx, fmt.Sprint("k", i), i, 0).Err(); err != nil {
+			t.Fatalf("SET: %v", err)
+		}
+	}
+	after := infoInt(t, s, "stats", "total_commands_processed")
+	if after < before+n {
+		t.Fatalf("total_commands_processed went from %d to %d after %d SETs, want at least %d",
+			before, after, n, before+n)
+	}
+	if got := s.Info(t, "server")["tcp_port"]; !strings.HasSuffix(s.Addr(), ":"+got) {
+		t.Errorf("INFO server tcp_port = %q, Addr() = %s", got, s.Addr())
+	}
+}
+
+func pidOf(t *testing.T, s *Server) int {
+	t.Helper()
+	pid, err := strconv.Atoi(s.Info(t, "server")["process_id"])
+	if err != nil {
+		t.Fatalf("INFO server process_id: %v", err)
+	}
+	return pid
+}
+
+func TestCleanupStopsServer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// prepare puts s in the state to clean up from and returns the pid
+		// that cleanup must get rid of.
+		prepare func(t *testing.T, s *Server) int
+	}{
+		{"running", func(t *testing.T, s *Server) int { return pidOf(t, s) }},
+		{"paused", func(t *testing.T, s *Server) int {
+			pid := pidOf(t, s)
+			s.Pause(t)
+			return pid
+		}},
+		{"restarted", func(t *testing.T, s *Server) int {
+			s.Restart(t)
+			return pidOf(t, s)
+		}},
+		{"killed", func(t *testing.T, s *Server) int {
+			pid := pidOf(t, s)
+			s.Kill(t)
+			return pid
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var pid int
+			var dir string
+			t.Run("inner", func(t *testing.T) {
+				s := Start(t)
+				cfg, err := s.Client(t).ConfigGet(context.Background(), "dir").Result()
+				if err != nil {
+					t.Fatalf("CONFIG GET dir: %v", err)
+				}
+				dir = cfg["dir"]
+				pid = tc.prepare(t, s)
+				if err := syscall.Kill(pid, 0); tc.name != "killed" && err != nil {
+					t.Fatalf("pid %d: kill(pid, 0) = %v before cleanup, want it to exist", pid, err)
+				}
+			})
+			if pid == 0 || dir == "" {
+				t.Fatal("inner test did not record the server's pid and dir")
+			}
+			waitGone(t, pid)
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("server dir %s still there after cleanup (stat: %v)", dir, err)
+			}
+		})
+	}
+}
+
+func TestStartRetriesWhenPortIsTaken(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	taken := l.Addr().(*net.TCPAddr).Port
+
+	var mu sync.Mutex
+	var picked []int
+	pick := func() (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(picked) == 0 {
+			picked = append(picked, taken)
+			return taken, nil
+		}
+		p, err := freePort()
+		picked = append(picked, p)
+		return p, err
+	}
+	s := Start(t, func(c *config) { c.pickPort = pick })
+	if s.Addr() == l.Addr().String() {
+		t.Fatalf("server claims the taken port %s", s.Addr())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(picked) != 2 {
+		t.Fatalf("picked ports %v, want the taken one then one more", picked)
+	}
+	if err := s.Client(t).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING: %v", err)
+	}
+}
+
+func TestWithArgsArePassed(t *testing.T) {
+	t.Parallel()
+	s := Start(t, WithArgs("--maxmemory", "10mb"))
+	cfg, err := s.Client(t).ConfigGet(context.Background(), "maxmemory").Result()
+	if err != nil {
+		t.Fatalf("CONFIG GET maxmemory: %v", err)
+	}
+	if got := cfg["maxmemory"]; got != strconv.Itoa(10<<20) {
+		t.Fatalf("maxmemory = %q, want %d", got, 10<<20)
+	}
+}
+
+// fatalTB records Fatalf instead of failing the real test. Everything else
+// (Cleanup, Helper, Logf...) goes to the real test.
+type fatalTB struct {
+	testing.TB
+	mu  sync.Mutex
+	msg string
+}
+
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.mu.Lock()
+	f.msg = fmt.Sprintf(format, args...)
+	f.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (f *fatalTB) Fatal(args ...any) { f.Fatalf("%s", fmt.Sprint(args...)) }
+
+// fatalMessage runs fn with a fatalTB in its own goroutine (Fatalf ends that
+// goroutine) and returns the Fatalf message, or "" if fn returned normally.
+func fatalMessage(t *testing.T, fn func(tb testing.TB)) string {
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(f)
+	}()
+	<-done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.msg
+}
+
+func TestStartFailureQuotesServerOutput(t *testing.T) {
+	t.Parallel()
+	msg := fatalMessage(t, func(tb testing.TB) {
+		Start(tb, WithArgs("--no-such-directive", "x"))
+	})
+	if msg == "" {
+		t.Fatal("Start with a bad directive did not fail")
+	}
+	if !strings.Contains(msg, "Bad directive") || !strings.Contains(msg, "no-such-directive") {
+		t.Fatalf("failure message does not quote redis-server's output:\n%s", msg)
+	}
+}
+
+func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
+	// Not parallel: t.Setenv.
+	t.Setenv("REDIS_SERVER", "")
+	t.Setenv("PATH", t.TempDir())
+	msg := fatalMessage(t, func(tb testing.TB) { Start(tb) })
+	want := "redis-server not found on PATH: install it with `apt-get install redis-server` " +
+		"(or run `make test`, which installs it), or set REDIS_SERVER to its path"
+	if !strings.Contains(msg, want) {
+		t.Fatalf("Start without redis-server: Fatalf(%q), want it to contain %q", msg, want)
+	}
+
+	t.Setenv("REDIS_SERVER", "/nonexistent/redis-server")
+	msg = fatalMessage(t, func(tb testing.TB) { Start(tb) })
+	if !strings.Contains(msg, "REDIS_SERVER") || !strings.Contains(msg, "apt-get install redis-server") {
+		t.Fatalf("Start with a bad REDIS_SERVER: Fatalf(%q), want it to name REDIS_SERVER and the install hint", msg)
+	}
+}
+
+func TestConcurrentControl(t *testing.T) {
+	t.Parallel()
+	s := Start(t)
+	// Restart replaces the process while Pause, Resume and Addr use it; with
+	// -race this fails if the methods do not synchronize.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				s.Restart(t)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				s.Pause(t)
+				s.Resume(t)
+				_ = s.Addr()
+			}
+		}()
+	}
+	wg.Wait()
+	if err := s.Client(t, fastFail).Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING after concurrent Restart/Pause/Resume: %v", err)
+	}
+}

@@ -1,0 +1,129 @@
+package lockmw
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors returned by lockmw. Match them with errors.Is: the returned errors
+// wrap these sentinels and add the key and the reason.
+var (
+	// ErrNotAcquired means the lock is held by another owner: TryAcquire found
+	// it busy, or Acquire's WithWait ran out. It never stands for a Redis
+	// failure or a cancelled context. RetryAfter reports the holder's
+	// remaining TTL when it is known.
+	ErrNotAcquired = errors.New("lockmw: lock not acquired: held by another owner")
+
+	// ErrLost is the cause of a lease context that ended because the lock was
+	// lost: its key expired or was deleted, another owner took it, or the
+	// validity deadline passed without a confirmed renewal (Redis slow or
+	// unreachable). Release returns it for a lost lease. The error also wraps
+	// the reason (see LostError), and for failed renewals the Redis error.
+	ErrLost = errors.New("lockmw: lock lost")
+
+	// ErrClosed is returned by every call on a Locker after Close, and is the
+	// context cause of leases that were still held when it closed.
+	ErrClosed = errors.New("lockmw: locker closed")
+
+	// ErrInvalidKey means the key is empty or longer than MaxKeyLen bytes.
+	// Nothing was sent to Redis.
+	ErrInvalidKey = errors.New("lockmw: invalid key")
+
+	// ErrInvalidOption means an option holds a value lockmw cannot use (a TTL
+	// under MinTTL, a negative wait, a drift factor outside [0, 0.5), ...).
+	// Nothing was sent to Redis.
+	ErrInvalidOption = errors.New("lockmw: invalid option")
+
+	// ErrNilClient means New or NewRedlock was given a nil Redis client.
+	ErrNilClient = errors.New("lockmw: nil redis client")
+
+	// ErrUnavailable means Redis could not be reached, answered with an
+	// error, or answered too slowly for the lease to be valid. The lock state
+	// is unknown to the caller but safe: an acquisition that may have landed
+	// expires after its TTL. The underlying error is wrapped too.
+	ErrUnavailable = errors.New("lockmw: redis unavailable")
+)
+
+// LostReason says why a lease was lost.
+type LostReason string
+
+// The reasons a lease can be lost.
+const (
+	// LostExpired: the lock key was gone when lockmw renewed or released it
+	// (it expired, or something deleted it).
+	LostExpired LostReason = "expired"
+	// LostTaken: the lock key holds another owner's token.
+	LostTaken LostReason = "taken"
+	// LostDeadline: the validity deadline (last confirmed renewal + TTL −
+	// drift, on the monotonic clock) passed without a confirmed renewal.
+	LostDeadline LostReason = "deadline"
+)
+
+// LostError is the cause of a lost lease's context and the error Release
+// returns for it. errors.Is(err, ErrLost) is true for it; for LostDeadline it
+// also wraps the last renewal error, if any.
+type LostError struct {
+	Key    string
+	Reason LostReason
+	Err    error // last renewal error for LostDeadline; nil otherwise
+}
+
+// Error describes the lost lock and why it was lost.
+func (e *LostError) Error() string {
+	msg := fmt.Sprintf("lockmw: lock %q lost: %s", e.Key, e.reasonText())
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+func (e *LostError) reasonText() string {
+	switch e.Reason {
+	case LostExpired:
+		return "its key expired or was deleted"
+	case LostTaken:
+		return "another owner holds its key"
+	case LostDeadline:
+		return "validity deadline passed without a confirmed renewal"
+	}
+	return string(e.Reason)
+}
+
+// Is reports whether target is ErrLost.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
+
+// Unwrap returns the renewal error behind a LostDeadline loss.
+func (e *LostError) Unwrap() error { return e.Err }
+
+// NotAcquiredError is returned when the lock is held by another owner.
+// errors.Is(err, ErrNotAcquired) is true for it.
+type NotAcquiredError struct {
+	Key string
+	// RetryAfter is the holder's remaining TTL as Redis reported it on the
+	// last attempt; zero when unknown.
+	RetryAfter time.Duration
+}
+
+// Error names the busy key.
+func (e *NotAcquiredError) Error() string {
+	return fmt.Sprintf("lockmw: lock %q not acquired: held by another owner", e.Key)
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *NotAcquiredError) Is(target error) bool { return target == ErrNotAcquired }
+
+// RetryAfter returns how long the current holder's lock has left, as seen by
+// the failed attempt behind err, and whether err carries that information.
+// Adapters use it for HTTP Retry-After and gRPC RetryInfo.
+func RetryAfter(err error) (time.Duration, bool) {
+	var na *NotAcquiredError
+	if errors.As(err, &na) && na.RetryAfter > 0 {
+		return na.RetryAfter, true
+	}
+	return 0, false
+}
+
+func unavailable(op, key string, err error) error {
+	return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, key, err)
+}

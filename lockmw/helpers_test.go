@@ -1,0 +1,139 @@
+package lockmw_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// holderEnv makes the test binary act as a lock-holding process (see
+// TestMain): the value is "addr key ttl".
+const holderEnv = "LOCKMW_TEST_HOLDER"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(holderEnv); spec != "" {
+		os.Exit(runHolder(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// runHolder acquires a lock with the watchdog on, prints "held FENCE", and
+// holds it until the process is killed.
+func runHolder(spec string) int {
+	var addr, key, ttlText string
+	if _, err := fmt.Sscan(spec, &addr, &key, &ttlText); err != nil {
+		fmt.Fprintln(os.Stderr, "bad holder spec:", err)
+		return 2
+	}
+	ttl, err := time.ParseDuration(ttlText)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bad holder TTL:", err)
+		return 2
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	l, err := lockmw.New(client, lockmw.WithTTL(ttl))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	lease, err := l.Acquire(context.Background(), key)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Printf("held %d\n", lease.Fence())
+	<-lease.Context().Done()
+	fmt.Fprintln(os.Stderr, "lease ended:", context.Cause(lease.Context()))
+	return 3
+}
+
+// startHolderProcess runs a separate process that takes key on srv and
+// returns it (still holding) with the fence it got.
+func startHolderProcess(t *testing.T, srv *redistest.Server, key string, ttl time.Duration) (*exec.Cmd, uint64) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", holderEnv, srv.Addr(), key, ttl))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("holder process did not report holding the lock: %v", err)
+	}
+	fence, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(line), "held "), 10, 64)
+	if err != nil {
+		t.Fatalf("holder process said %q", line)
+	}
+	return cmd, fence
+}
+
+// newLocker returns a Locker on its own client to srv, closed at cleanup.
+func newLocker(t testing.TB, srv *redistest.Server, opts ...lockmw.Option) *lockmw.Locker {
+	t.Helper()
+	return newLockerOn(t, srv.Client(t), opts...)
+}
+
+func newLockerOn(t testing.TB, client redis.UniversalClient, opts ...lockmw.Option) *lockmw.Locker {
+	t.Helper()
+	l, err := lockmw.New(client, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// waitDone waits for ctx to end, failing the test after limit.
+func waitDone(t testing.TB, ctx context.Context, limit time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(limit):
+		t.Fatalf("%s: context still live after %v", what, limit)
+	}
+}
+
+// lostReason returns the reason a lease context ended with ErrLost.
+func lostReason(t testing.TB, ctx context.Context) lockmw.LostReason {
+	t.Helper()
+	cause := context.Cause(ctx)
+	var lost *lockmw.LostError
+	if !errors.Is(cause, lockmw.ErrLost) || !errors.As(cause, &lost) {
+		t.Fatalf("context cause = %v, want a *LostError matching ErrLost", cause)
+	}
+	return lost.Reason
+}
+
+// mustBusy asserts that key is held by someone else, seen from l.
+func mustBusy(t testing.TB, l *lockmw.Locker, key string) {
+	t.Helper()
+	lease, err := l.TryAcquire(context.Background(), key)
+	if err == nil {
+		_ = lease.Release(context.Background())
+		t.Fatalf("TryAcquire(%q) succeeded; the lock should be held", key)
+	}
+	if !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("TryAcquire(%q) = %v, want ErrNotAcquired", key, err)
+	}
+}
+
+// lockKey is where lockmw stores the owner token of key with the default prefix.
+func lockKey(key string) string { return lockmw.DefaultPrefix + "{" + key + "}" }

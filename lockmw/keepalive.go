@@ -1,0 +1,325 @@
+package lockmw
+
+import (
+	"container/heap"
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// This file is how a lock is kept alive: one renewScheduler per Locker
+// renews every watchdog lease at a third of its TTL, in one pipelined round
+// trip per tick, and cancels a lease's context with ErrLost when its key is
+// gone or taken, or when its validity deadline passes without a confirmed
+// renewal. Acquiring a lock is elsewhere (locker.go).
+//
+// Validity: a renewal (or the acquisition) sent at monotonic time t and
+// confirmed by Redis means the key lives at least until t+TTL on Redis'
+// clock, so the lease is valid until t + TTL − drift on ours. The scheduler
+// enforces that deadline itself, so a lease is cancelled in time even while
+// Redis does not answer at all.
+
+// leaseState is where a lease is in its life.
+type leaseState uint8
+
+const (
+	stateHeld leaseState = iota
+	stateLost
+	stateReleased
+	stateClosed // released by Locker.Close
+)
+
+// keepState is the scheduler's bookkeeping for one lease, guarded by
+// renewScheduler.mu.
+type keepState struct {
+	state    leaseState
+	lost     *LostError
+	deadline time.Time     // validity ends: last confirmed send + TTL − drift
+	fireAt   time.Time     // next event: renewal due, retry, or deadline
+	slack    time.Duration // a renewal may run this much before fireAt, to share a round trip
+	inflight bool          // a renewal is on the wire
+	lastErr  error         // last renewal error since the last success
+	index    int           // position in the queue; -1 when not queued
+}
+
+// renewScheduler keeps a Locker's leases alive with one goroutine and one
+// timer, however many leases there are.
+type renewScheduler struct {
+	backend backend
+	tel     *telemetry
+	logger  *slog.Logger
+	drift   func(ttl time.Duration) time.Duration
+
+	mu     sync.Mutex
+	queue  leaseQueue
+	closed bool
+
+	wake    chan struct{}
+	done    chan struct{}
+	stopped chan struct{}
+}
+
+func newRenewScheduler(b backend, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
+	s := &renewScheduler{
+		backend: b,
+		tel:     tel,
+		logger:  logger,
+		drift:   drift,
+		wake:    make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go s.run()
+	return s
+}
+
+// add starts keeping l, acquired by a request sent at sentAt. It reports
+// false when the scheduler is closed.
+func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	k := &l.keep
+	k.state = stateHeld
+	k.deadline = sentAt.Add(l.ttl - s.drift(l.ttl))
+	s.scheduleRenewal(l, sentAt)
+	heap.Push(&s.queue, l)
+	if k.index == 0 {
+		s.poke()
+	}
+	return true
+}
+
+// scheduleRenewal sets l's next event after a confirmed acquisition or
+// renewal sent at sentAt. Caller holds s.mu.
+func (s *renewScheduler) scheduleRenewal(l *Lease, sentAt time.Time) {
+	k := &l.keep
+	if l.watchdog {
+		k.fireAt = sentAt.Add(l.ttl / 3)
+		k.slack = l.ttl / 6
+	} else {
+		k.fireAt, k.slack = k.deadline, 0
+	}
+}
+
+// remove stops keeping l because its owner releases it. It returns the
+// state l was in: a lost lease stays lost, with its cause.
+func (s *renewScheduler) remove(l *Lease) (leaseState, *LostError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := &l.keep
+	if k.state != stateHeld {
+		return k.state, k.lost
+	}
+	k.state = stateReleased
+	if k.index >= 0 {
+		heap.Remove(&s.queue, k.index)
+	}
+	return stateHeld, nil
+}
+
+// close stops the scheduler and returns the leases it was keeping, now
+// marked closed. Their owners' Release returns ErrClosed.
+func (s *renewScheduler) close() []*Lease {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	held := make([]*Lease, 0, len(s.queue))
+	for _, l := range s.queue {
+		l.keep.state = stateClosed
+		l.keep.index = -1
+		held = append(held, l)
+	}
+	s.queue = nil
+	s.mu.Unlock()
+	close(s.done)
+	<-s.stopped
+	return held
+}
+
+// poke wakes the scheduler loop to look at the queue again.
+func (s *renewScheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *renewScheduler) run() {
+	defer close(s.stopped)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		s.mu.Lock()
+		batch, lost := s.collect(now)
+		next := time.Hour
+		if len(s.queue) > 0 {
+			next = s.queue[0].keep.fireAt.Sub(now)
+		}
+		s.mu.Unlock()
+
+		s.finishLost(lost)
+		if len(batch) > 0 {
+			// The round trip runs beside the loop, so a Redis that does not
+			// answer cannot delay any lease's deadline.
+			go s.renew(batch, now)
+		}
+		timer.Reset(next)
+		select {
+		case <-timer.C:
+		case <-s.wake:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// collect takes from the queue every lease whose renewal is due (or due
+// soon enough to share this round trip) and every lease whose deadline has
+// passed. Caller holds s.mu.
+func (s *renewScheduler) collect(now time.Time) (batch, lost []*Lease) {
+	for len(s.queue) > 0 {
+		l := s.queue[0]
+		k := &l.keep
+		if k.fireAt.Add(-k.slack).After(now) {
+			break
+		}
+		if !now.Before(k.deadline) {
+			heap.Pop(&s.queue)
+			k.state = stateLost
+			reason := LostDeadline
+			if !l.watchdog {
+				reason = LostExpired // it was meant to expire: no renewal was due
+			}
+			k.lost = &LostError{Key: l.key, Reason: reason, Err: k.lastErr}
+			lost = append(lost, l)
+			continue
+		}
+		if l.watchdog && !k.inflight {
+			k.inflight = true
+			batch = append(batch, l)
+		}
+		// Until the renewal is answered, the next event is the deadline.
+		k.fireAt, k.slack = k.deadline, 0
+		heap.Fix(&s.queue, 0)
+	}
+	return batch, lost
+}
+
+// renew sends one round trip renewing batch, sent at sentAt (taken before
+// the request left, so validity computed from it is never too long).
+func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
+	reqs := make([]renewRequest, len(batch))
+	var longest time.Duration
+	for i, l := range batch {
+		reqs[i] = renewRequest{keys: l.keys, token: l.token, ttl: l.ttl}
+		longest = max(longest, l.ttl)
+	}
+	// A reply later than the longest TTL cannot save any lease in the batch.
+	ctx, cancel := context.WithTimeout(context.Background(), longest)
+	results := s.backend.renew(ctx, reqs)
+	cancel()
+
+	now := time.Now()
+	var ok, failed int
+	var failure error
+	var lost []*Lease
+	s.mu.Lock()
+	for i, l := range batch {
+		k := &l.keep
+		k.inflight = false
+		if k.state != stateHeld {
+			continue // released, lost or closed meanwhile
+		}
+		r := results[i]
+		switch {
+		case r.err != nil:
+			failed++
+			failure = r.err
+			k.lastErr = r.err
+			// Retry soon, but the deadline still stands.
+			k.fireAt, k.slack = now.Add(retryDelay(l.ttl)), 0
+			if k.fireAt.After(k.deadline) {
+				k.fireAt = k.deadline
+			}
+			heap.Fix(&s.queue, k.index)
+		case r.ownership == owned:
+			ok++
+			k.lastErr = nil
+			if d := sentAt.Add(l.ttl - s.drift(l.ttl)); d.After(k.deadline) {
+				k.deadline = d
+			}
+			s.scheduleRenewal(l, sentAt)
+			heap.Fix(&s.queue, k.index)
+		default:
+			heap.Remove(&s.queue, k.index)
+			k.state = stateLost
+			k.lost = &LostError{Key: l.key, Reason: r.ownership.lostReason()}
+			lost = append(lost, l)
+		}
+	}
+	s.mu.Unlock()
+	s.poke()
+
+	s.tel.renewed(context.Background(), ok, failed, failure)
+	if failed > 0 {
+		s.logger.Warn("lockmw: lease renewal failed; retrying until the validity deadline",
+			slog.Int("leases", failed), slog.Any("error", failure))
+	}
+	s.finishLost(lost)
+}
+
+// finishLost tells the owners of lost leases: their contexts are cancelled
+// with the LostError as cause.
+func (s *renewScheduler) finishLost(lost []*Lease) {
+	for _, l := range lost {
+		cause := l.keep.lost // written under s.mu before l was handed here; never changed after
+		l.lost.Store(cause)
+		l.cancel(cause)
+		s.tel.leaseLost(context.Background(), l, cause)
+		attrs := []any{slog.String("key", l.key), slog.String("reason", string(cause.Reason)), slog.Uint64("fence", l.fence)}
+		if cause.Err != nil {
+			attrs = append(attrs, slog.Any("error", cause.Err))
+		}
+		s.logger.Warn("lockmw: lock lost; its lease context is cancelled", attrs...)
+	}
+}
+
+// retryDelay is how long the watchdog waits after a failed renewal.
+func retryDelay(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, 5*time.Millisecond), time.Second)
+}
+
+// leaseQueue is a min-heap of leases by their next event.
+type leaseQueue []*Lease
+
+func (q leaseQueue) Len() int           { return len(q) }
+func (q leaseQueue) Less(i, j int) bool { return q[i].keep.fireAt.Before(q[j].keep.fireAt) }
+func (q leaseQueue) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].keep.index = i
+	q[j].keep.index = j
+}
+
+func (q *leaseQueue) Push(x any) {
+	l := x.(*Lease)
+	l.keep.index = len(*q)
+	*q = append(*q, l)
+}
+
+func (q *leaseQueue) Pop() any {
+	old := *q
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.keep.index = -1
+	*q = old[:n-1]
+	return l
+}

@@ -1,0 +1,389 @@
+package lockmw
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A Locker hands out leases on named locks kept in Redis. Create one per
+// process (or per Redis deployment) and share it: it is safe for concurrent
+// use, and it runs a single watchdog for all of its leases.
+//
+// Lockers exclude each other when they use the same Redis and the same key
+// prefix; leases of one Locker exclude each other too, except a nested lease
+// acquired through a lease's context (see Lease.Context).
+type Locker struct {
+	cfg     config
+	backend backend
+	keeper  *renewScheduler
+	tel     *telemetry
+	logger  *slog.Logger
+
+	closed    atomic.Bool
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// New returns a Locker keeping its locks on one Redis deployment: a
+// *redis.Client (standalone, or Sentinel failover from
+// redis.NewFailoverClient) or a *redis.ClusterClient. All keys of one lock
+// share a hash tag, so they live in one Cluster slot.
+//
+// The Locker does not own the client: close the client after the Locker.
+// Redis I/O is bounded by the client's ReadTimeout/WriteTimeout (and by
+// context deadlines when the client sets ContextTimeoutEnabled).
+func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if isNil(client) {
+		return nil, fmt.Errorf("%w: New needs a connected client such as redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})", ErrNilClient)
+	}
+	return newLocker(&redisBackend{client: client}, opts)
+}
+
+func newLocker(b backend, opts []Option) (*Locker, error) {
+	cfg := config{ttl: DefaultTTL, prefix: DefaultPrefix, driftFactor: DefaultDriftFactor, logger: slog.Default()}
+	for _, o := range opts {
+		if o != nil {
+			o.applyLocker(&cfg)
+		}
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, err
+	}
+	tel, err := newTelemetry(cfg.tp, cfg.mp)
+	if err != nil {
+		return nil, fmt.Errorf("lockmw: creating metric instruments: %w", err)
+	}
+	l := &Locker{
+		cfg:     cfg,
+		backend: b,
+		tel:     tel,
+		logger:  cfg.logger,
+		closing: make(chan struct{}),
+	}
+	l.keeper = newRenewScheduler(b, tel, cfg.logger, cfg.drift)
+	return l, nil
+}
+
+// Acquire takes the lock named key, waiting while another owner holds it:
+// until ctx ends (the context's error is returned) or until WithWait runs out
+// (ErrNotAcquired). A Redis failure ends the wait at once with an error
+// matching ErrUnavailable.
+//
+// If ctx descends from the Context of a lease this Locker holds on key,
+// Acquire returns a nested lease at once (see Lease.Release).
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return l.acquire(ctx, key, true, opts)
+}
+
+// TryAcquire makes one attempt to take the lock named key. If another owner
+// holds it, the error matches ErrNotAcquired and RetryAfter tells how long
+// the holder's lease has left. Reentrancy works as for Acquire.
+func (l *Locker) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return l.acquire(ctx, key, false, opts)
+}
+
+// Do runs fn while holding the lock named key, acquired as by Acquire. fn
+// gets the lease context: it is cancelled if the lock is lost, and fn should
+// stop then. The lock is released when fn returns or panics, even if ctx has
+// ended. Do returns fn's error; if the lock was lost while fn ran, the error
+// also matches ErrLost, even when fn returned nil.
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context) error, opts ...AcquireOption) (err error) {
+	if fn == nil {
+		return fmt.Errorf("%w: Do needs a non-nil function", ErrInvalidOption)
+	}
+	lease, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease.ttl)
+		rerr := lease.Release(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			err = rerr
+		case errors.Is(rerr, ErrLost):
+			err = errors.Join(err, rerr)
+		}
+	}()
+	return fn(lease.Context())
+}
+
+// Close releases every lease the Locker holds (their contexts end with cause
+// ErrClosed), stops its watchdog, and makes every later call return
+// ErrClosed. Waiting Acquire calls return ErrClosed. It does not close the
+// Redis client. Close returns the errors of releases that could not reach
+// Redis (those locks expire after their TTL); calling it again returns nil.
+func (l *Locker) Close() error {
+	var err error
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.closing)
+		err = l.releaseAll(l.keeper.close())
+	})
+	return err
+}
+
+// releaseAll releases leases that Close took from the watchdog.
+func (l *Locker) releaseAll(held []*Lease) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 16)
+	)
+	for _, s := range held {
+		s.cancel(ErrClosed)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
+			defer cancel()
+			if _, err := l.backend.release(ctx, s.keys, s.token); err != nil {
+				mu.Lock()
+				errs = append(errs, unavailable("release", s.key, err))
+				mu.Unlock()
+			}
+			l.tel.leaseEnded(ctx, s, outcomeOK)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Lease, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	ac := acquireConfig{watchdog: true}
+	for _, o := range opts {
+		if o != nil {
+			o.applyAcquire(&ac)
+		}
+	}
+	if err := errors.Join(ac.errs...); err != nil {
+		return nil, err
+	}
+	if ac.ttl == 0 {
+		ac.ttl = l.cfg.ttl
+	}
+	if ac.name == "" {
+		ac.name = key
+	}
+	if ctx.Err() != nil {
+		return nil, ctxErr(ctx, key)
+	}
+	if outer := heldIn(ctx, l, key); outer != nil {
+		return l.nest(ctx, outer), nil
+	}
+
+	start := time.Now()
+	opCtx, span := l.tel.startSpan(ctx, spanAcquire, ac.name)
+	lease, err := l.wait(opCtx, ctx, key, &ac, wait, start)
+
+	outcome := outcomeAcquired
+	var fence uint64
+	switch {
+	case lease != nil:
+		fence = lease.fence
+	case errors.Is(err, ErrNotAcquired) && !wait:
+		outcome = outcomeBusy
+	case errors.Is(err, ErrNotAcquired), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		outcome = outcomeTimeout
+	default:
+		outcome = outcomeError
+	}
+	l.tel.acquireDone(opCtx, span, ac.name, outcome, time.Since(start), fence, err)
+	return lease, err
+}
+
+// Waiting for a busy lock (until release notifications replace it) retries
+// with a jittered, capped exponential backoff, never sleeping past the
+// holder's remaining TTL, so a released lock is taken within a few ms.
+const (
+	minBackoff = 500 * time.Microsecond
+	maxBackoff = 8 * time.Millisecond
+)
+
+// wait runs attempts until one succeeds, fails, or the wait ends. opCtx
+// carries the acquire span; leaseParent is the caller's context the lease
+// context derives from.
+func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
+	keys := newLockKeys(l.cfg.prefix, key)
+	var (
+		giveUp  time.Time
+		timer   *time.Timer
+		backoff = minBackoff
+	)
+	if ac.hasWait {
+		giveUp = start.Add(ac.wait)
+	}
+	for {
+		lease, holderTTL, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		busy := &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+		if !wait {
+			return nil, busy
+		}
+		sleep := backoff/2 + mathrand.N(backoff/2+1)
+		backoff = min(backoff*2, maxBackoff)
+		if holderTTL > 0 {
+			sleep = min(sleep, holderTTL)
+		}
+		if ac.hasWait {
+			left := time.Until(giveUp)
+			if left <= 0 {
+				return nil, busy
+			}
+			sleep = min(sleep, left)
+		}
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+			defer timer.Stop()
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-timer.C:
+		case <-opCtx.Done():
+			return nil, ctxErr(opCtx, key)
+		case <-l.closing:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// attempt makes one acquisition. It returns the lease, or the holder's
+// remaining TTL when the lock is busy, or an error.
+func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig) (*Lease, time.Duration, error) {
+	token := newToken()
+	sentAt := time.Now()
+	reply, err := l.backend.acquire(opCtx, keys, token, ac.ttl)
+	if err != nil {
+		if opCtx.Err() != nil {
+			return nil, 0, ctxErr(opCtx, key)
+		}
+		return nil, 0, unavailable("acquire", key, err)
+	}
+	if !reply.acquired {
+		return nil, reply.holderTTL, nil
+	}
+	validity := ac.ttl - l.cfg.drift(ac.ttl)
+	if elapsed := time.Since(sentAt); elapsed >= validity {
+		// The answer came too late for the lease to be worth anything.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
+		defer cancel()
+		_, _ = l.backend.release(ctx, keys, token)
+		return nil, 0, unavailable("acquire", key,
+			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity))
+	}
+
+	s := &Lease{
+		locker:     l,
+		key:        key,
+		name:       ac.name,
+		keys:       keys,
+		token:      token,
+		fence:      reply.fence,
+		ttl:        ac.ttl,
+		watchdog:   ac.watchdog,
+		acquiredAt: sentAt,
+	}
+	s.keep.index = -1
+	s.bindContext(leaseParent)
+	if !l.keeper.add(s, sentAt) {
+		s.cancel(ErrClosed)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
+		defer cancel()
+		_, _ = l.backend.release(ctx, keys, token)
+		return nil, 0, ErrClosed
+	}
+	return s, 0, nil
+}
+
+// nest returns a lease nested in outer's lock, for a reentrant acquisition.
+func (l *Locker) nest(ctx context.Context, outer *Lease) *Lease {
+	if outer.outer != nil {
+		outer = outer.outer
+	}
+	s := &Lease{
+		locker:     l,
+		key:        outer.key,
+		name:       outer.name,
+		keys:       outer.keys,
+		token:      outer.token,
+		fence:      outer.fence,
+		ttl:        outer.ttl,
+		watchdog:   outer.watchdog,
+		acquiredAt: time.Now(),
+		outer:      outer,
+	}
+	s.keep.index = -1
+	s.bindContext(ctx)
+	return s
+}
+
+// leaseContextKey marks a lease's context: its value is the innermost lease
+// on the context chain.
+type leaseContextKey struct{}
+
+// bindContext creates s's context under parent, linked to the leases
+// already on parent's chain.
+func (s *Lease) bindContext(parent context.Context) {
+	s.enclosing, _ = parent.Value(leaseContextKey{}).(*Lease)
+	s.ctx, s.cancel = context.WithCancelCause(context.WithValue(parent, leaseContextKey{}, s))
+}
+
+// heldIn returns the lease on ctx's chain that l holds on key, or nil.
+func heldIn(ctx context.Context, l *Locker, key string) *Lease {
+	s, _ := ctx.Value(leaseContextKey{}).(*Lease)
+	for ; s != nil; s = s.enclosing {
+		if s.locker == l && s.key == key {
+			return s
+		}
+	}
+	return nil
+}
+
+// ctxErr is the error for an acquisition stopped by ctx: it matches
+// ctx.Err() and, when different, the context's cause.
+func ctxErr(ctx context.Context, key string) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause != nil && cause != err {
+		return fmt.Errorf("lockmw: acquire %q: %w: %w", key, err, cause)
+	}
+	return fmt.Errorf("lockmw: acquire %q: %w", key, err)
+}
+
+// newToken returns a random 128-bit owner token.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails: crypto/rand panics instead
+	return hex.EncodeToString(b[:])
+}
+
+// isNil reports whether v is nil or a typed nil pointer.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}

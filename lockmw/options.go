@@ -1,0 +1,178 @@
+package lockmw
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Limits and defaults.
+const (
+	// DefaultTTL is the lease TTL when neither WithTTL nor WithLeaseTTL is given.
+	DefaultTTL = 10 * time.Second
+	// MinTTL is the shortest lease TTL accepted: the validity left after
+	// drift must stay positive.
+	MinTTL = 10 * time.Millisecond
+	// DefaultPrefix is prepended to every Redis key lockmw writes.
+	DefaultPrefix = "lockmw:"
+	// DefaultDriftFactor is the share of the TTL assumed lost to clock drift
+	// between this process and Redis; 2ms more are always subtracted.
+	DefaultDriftFactor = 0.01
+	// MaxKeyLen is the longest lock key accepted, in bytes.
+	MaxKeyLen = 512
+	// MaxPrefixLen is the longest key prefix accepted, in bytes.
+	MaxPrefixLen = 128
+)
+
+// driftFloor is always subtracted from a lease's validity, on top of the
+// drift factor: timer slack and the Redis expiry granularity.
+const driftFloor = 2 * time.Millisecond
+
+// config is the Locker configuration built from Options.
+type config struct {
+	ttl         time.Duration
+	prefix      string
+	driftFactor float64
+	tp          trace.TracerProvider
+	mp          metric.MeterProvider
+	logger      *slog.Logger
+	errs        []error
+}
+
+// Option configures a Locker in New.
+type Option interface{ applyLocker(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) applyLocker(c *config) { f(c) }
+
+// WithTTL sets the default lease TTL (default 10s, at least MinTTL). The
+// watchdog renews a lease at a third of its TTL; a lease without watchdog
+// expires after it.
+func WithTTL(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if err := checkTTL("WithTTL", d); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.ttl = d
+	})
+}
+
+// WithPrefix sets the prefix of every Redis key lockmw writes (default
+// "lockmw:"). Lockers that must exclude each other need the same prefix.
+func WithPrefix(p string) Option {
+	return optionFunc(func(c *config) {
+		if len(p) > MaxPrefixLen {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithPrefix: prefix is %d bytes, the limit is %d", ErrInvalidOption, len(p), MaxPrefixLen))
+			return
+		}
+		c.prefix = p
+	})
+}
+
+// WithDriftFactor sets the share of the TTL assumed lost to clock drift
+// (default 0.01, in [0, 0.5)). A lease's validity is TTL − TTL×f − 2ms
+// from the moment its last confirmed acquisition or renewal was sent.
+func WithDriftFactor(f float64) Option {
+	return optionFunc(func(c *config) {
+		if !(f >= 0 && f < 0.5) {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithDriftFactor(%v): must be in [0, 0.5)", ErrInvalidOption, f))
+			return
+		}
+		c.driftFactor = f
+	})
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider. Without it the
+// global provider is used; while that is not set, tracing costs nothing.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tp = tp })
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider. Without it the
+// global provider is used; while that is not set, metrics cost nothing.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// WithLogger sets the logger for lost leases and failed renewals (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
+
+// acquireConfig is one acquisition's configuration.
+type acquireConfig struct {
+	ttl      time.Duration // 0: the Locker's TTL
+	wait     time.Duration
+	hasWait  bool
+	watchdog bool
+	name     string
+	errs     []error
+}
+
+// AcquireOption configures one Acquire, TryAcquire or Do call.
+type AcquireOption interface{ applyAcquire(*acquireConfig) }
+
+type acquireOptionFunc func(*acquireConfig)
+
+func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
+
+// WithWait bounds how long Acquire waits for a busy lock: after d it gives
+// up with ErrNotAcquired. The default is to wait until ctx ends. WithWait(0)
+// makes a single attempt, like TryAcquire.
+func WithWait(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithWait(%v): wait must not be negative", ErrInvalidOption, d))
+			return
+		}
+		c.wait, c.hasWait = d, true
+	})
+}
+
+// WithLeaseTTL sets this lease's TTL (at least MinTTL), overriding the
+// Locker's WithTTL.
+func WithLeaseTTL(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) {
+		if err := checkTTL("WithLeaseTTL", d); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.ttl = d
+	})
+}
+
+// WithoutWatchdog turns renewal off for this lease: the lock simply expires
+// after its TTL, and the lease context is cancelled with ErrLost just before.
+func WithoutWatchdog() AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.watchdog = false })
+}
+
+// WithName sets the low-cardinality name this lock is reported under in
+// spans and metrics (attribute lock.name), such as the template "order:{id}"
+// for the key "order:42". The default is the key itself, which suits fixed
+// keys ("nightly-report") but not keys that embed ids.
+func WithName(name string) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.name = name })
+}
+
+func checkTTL(opt string, d time.Duration) error {
+	if d < MinTTL {
+		return fmt.Errorf("%w: %s(%v): TTL must be at least %v", ErrInvalidOption, opt, d, MinTTL)
+	}
+	return nil
+}
+
+// drift is the part of ttl that a lease's validity gives up for clock drift.
+func (c *config) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.driftFactor) + driftFloor
+}

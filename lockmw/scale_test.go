@@ -1,0 +1,111 @@
+package lockmw_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// pipelineCounter is a go-redis hook counting pipelined round trips and the
+// commands in them.
+type pipelineCounter struct {
+	pipelines, commands atomic.Int64
+}
+
+func (p *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (p *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+
+func (p *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.pipelines.Add(1)
+		p.commands.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+var _ redis.Hook = (*pipelineCounter)(nil)
+
+// Holding 10,000 leases costs no goroutine or timer per lease: the goroutine
+// count stays flat, and the watchdog renews them all in batched round trips
+// for several TTLs.
+func TestWatchdogScalesTo10kLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t, func(o *redis.Options) { o.PoolSize = 16 })
+	hook := &pipelineCounter{}
+	client.AddHook(hook)
+	l := newLockerOn(t, client)
+	ctx := context.Background()
+	const n, ttl = 10000, 1500 * time.Millisecond
+
+	runtime.GC()
+	base := runtime.NumGoroutine()
+
+	leases := make([]*lockmw.Lease, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 8 {
+				lease, err := l.TryAcquire(ctx, fmt.Sprintf("many:%d", i), lockmw.WithLeaseTTL(ttl))
+				if err != nil {
+					errs <- err
+					return
+				}
+				leases[i] = lease
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	// Hold them for several TTLs, sampling the goroutine count.
+	maxExtra := 0
+	end := time.Now().Add(3 * ttl)
+	for time.Now().Before(end) {
+		maxExtra = max(maxExtra, runtime.NumGoroutine()-base)
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i, lease := range leases {
+		if err := lease.Context().Err(); err != nil {
+			t.Fatalf("lease %d ended: %v", i, context.Cause(lease.Context()))
+		}
+	}
+	if keys, err := client.DBSize(ctx).Result(); err != nil || keys < n {
+		t.Fatalf("DBSIZE = %d (%v); want all %d locks still in Redis", keys, err, n)
+	}
+	// The pool's connections and a few in-flight renewal round trips: not
+	// one per lease.
+	if maxExtra > 64 {
+		t.Errorf("holding %d leases added up to %d goroutines", n, maxExtra)
+	}
+	pipes, renewals := hook.pipelines.Load(), hook.commands.Load()
+	if renewals < 2*n {
+		t.Errorf("%d renewals sent over 3 TTLs for %d leases; want at least %d", renewals, n, 2*n)
+	}
+	if perTrip := renewals / max(pipes, 1); perTrip < 100 {
+		t.Errorf("%d renewals in %d round trips (%d each): renewals are not batched", renewals, pipes, perTrip)
+	}
+	t.Logf("%d leases: %d renewals in %d round trips, at most %d extra goroutines", n, renewals, pipes, maxExtra)
+
+	for _, lease := range leases {
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

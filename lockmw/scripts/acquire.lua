@@ -1,0 +1,13 @@
+-- acquire.lua: take the lock if it is free and hand out the next fencing token.
+--
+-- KEYS[1]  lock key            (value: the owner's random token)
+-- KEYS[2]  fence counter key   (same hash tag as KEYS[1]; never expires)
+-- ARGV[1]  owner token
+-- ARGV[2]  lease TTL in milliseconds
+--
+-- Returns {1, fence} when the lock was taken, {0, pttl} when another owner
+-- holds it (pttl: the holder's remaining milliseconds, -1 if it has no expiry).
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('INCR', KEYS[2])}
+end
+return {0, redis.call('PTTL', KEYS[1])}

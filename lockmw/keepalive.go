@@ -3,6 +3,7 @@ package lockmw
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -198,7 +199,11 @@ func (s *renewScheduler) collect(now time.Time) (batch, lost []*Lease) {
 			if !l.watchdog {
 				reason = LostExpired // it was meant to expire: no renewal was due
 			}
-			k.lost = &LostError{Key: l.key, Reason: reason, Err: k.lastErr}
+			why := k.lastErr
+			if why == nil && k.inflight {
+				why = errRenewalUnanswered
+			}
+			k.lost = &LostError{Key: l.key, Reason: reason, Err: why}
 			lost = append(lost, l)
 			continue
 		}
@@ -291,6 +296,10 @@ func (s *renewScheduler) finishLost(lost []*Lease) {
 		s.logger.Warn("lockmw: lock lost; its lease context is cancelled", attrs...)
 	}
 }
+
+// errRenewalUnanswered explains a deadline that passed while a renewal was
+// still waiting for Redis' answer.
+var errRenewalUnanswered = errors.New("redis has not answered the last renewal")
 
 // retryDelay is how long the watchdog waits after a failed renewal.
 func retryDelay(ttl time.Duration) time.Duration {

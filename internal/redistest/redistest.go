@@ -181,7 +181,7 @@ func (s *Server) Pause(t testing.TB) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.signalLocked(syscall.SIGSTOP); err != nil {
-		t.Fatalf("redistest: Pause %s: %v", s.addr, err)
+		t.Fatalf("redistest: Pause %s: %v\n%s", s.addr, err, s.out.tail())
 	}
 }
 
@@ -193,7 +193,7 @@ func (s *Server) Resume(t testing.TB) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.signalLocked(syscall.SIGCONT); err != nil {
-		t.Fatalf("redistest: Resume %s: %v", s.addr, err)
+		t.Fatalf("redistest: Resume %s: %v\n%s", s.addr, err, s.out.tail())
 	}
 }
 
@@ -236,7 +236,8 @@ func (s *Server) Restart(t testing.TB) {
 
 // Info runs INFO section on the server over a fresh connection and returns
 // its "key:value" lines as a map, for example
-// Info(t, "stats")["total_commands_processed"]. Section headers and blank
+// Info(t, "stats")["total_commands_processed"]. An empty section means plain
+// INFO (the default sections); "all" and "everything" work too. Section headers and blank
 // lines are dropped; values are returned as the server wrote them. Info fails
 // the test if the server does not answer within 5 seconds (e.g. it is paused
 // or killed).
@@ -256,7 +257,11 @@ func (s *Server) Info(t testing.TB, section string) map[string]string {
 		},
 	})
 	defer c.Close()
-	raw, err := c.Info(context.Background(), section).Result()
+	var sections []string
+	if section != "" {
+		sections = []string{section}
+	}
+	raw, err := c.Info(context.Background(), sections...).Result()
 	if err != nil {
 		t.Fatalf("redistest: INFO %s on %s: %v\n%s", section, s.addr, err, s.out.tail())
 	}

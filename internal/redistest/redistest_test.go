@@ -306,15 +306,35 @@ func TestStartRetriesWhenPortIsTaken(t *testing.T) {
 	}
 }
 
-func TestWithArgsArePassed(t *testing.T) {
+func TestWithArgsArePassedAndKeptByRestart(t *testing.T) {
 	t.Parallel()
-	s := Start(t, WithArgs("--maxmemory", "10mb"))
-	cfg, err := s.Client(t).ConfigGet(context.Background(), "maxmemory").Result()
-	if err != nil {
-		t.Fatalf("CONFIG GET maxmemory: %v", err)
+	// --loglevel is also set by the defaults: the extra args must win.
+	s := Start(t, WithArgs("--maxmemory", "10mb", "--loglevel", "notice"))
+	check := func(when string) {
+		t.Helper()
+		cfg, err := s.Client(t).ConfigGet(context.Background(), "*").Result()
+		if err != nil {
+			t.Fatalf("CONFIG GET * %s: %v", when, err)
+		}
+		if got := cfg["maxmemory"]; got != strconv.Itoa(10<<20) {
+			t.Errorf("maxmemory %s = %q, want %d", when, got, 10<<20)
+		}
+		if got := cfg["loglevel"]; got != "notice" {
+			t.Errorf("loglevel %s = %q, want notice", when, got)
+		}
 	}
-	if got := cfg["maxmemory"]; got != strconv.Itoa(10<<20) {
-		t.Fatalf("maxmemory = %q, want %d", got, 10<<20)
+	check("after Start")
+	s.Restart(t)
+	check("after Restart")
+}
+
+func TestInfoWithoutSection(t *testing.T) {
+	t.Parallel()
+	info := Start(t).Info(t, "")
+	for _, key := range []string{"redis_version", "total_commands_processed", "used_memory"} {
+		if _, ok := info[key]; !ok {
+			t.Errorf("Info(\"\") has no %q", key)
+		}
 	}
 }
 

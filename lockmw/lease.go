@@ -32,7 +32,7 @@ type Lease struct {
 	// context was made from, of any key or Locker: the chain heldIn walks.
 	enclosing *Lease
 
-	keep keepState                // owned by the Locker's renewScheduler
+	keep keepState                 // owned by the Locker's renewScheduler
 	lost atomic.Pointer[LostError] // set once the lock is known lost
 
 	releaseOnce sync.Once

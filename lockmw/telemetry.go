@@ -212,8 +212,9 @@ func (t *telemetry) leaseLost(ctx context.Context, s *Lease, lost *LostError) {
 		span.SetStatus(codes.Error, lost.Error())
 		span.End()
 	}
+	t.leaseEnded(ctx, s, outcomeLost)
+	// Counted last: once lockmw.lost shows the loss, everything above is recorded.
 	if t.lost.Enabled(ctx) {
 		t.lost.Add(ctx, 1, metric.WithAttributes(attrName.String(s.name), attrReason.String(string(lost.Reason))))
 	}
-	t.leaseEnded(ctx, s, outcomeLost)
 }

@@ -69,6 +69,14 @@ func TestTelemetry(t *testing.T) {
 	}
 	waitDone(t, lost.Context(), 2*time.Second, "lease with deleted key")
 	_ = lost.Release(ctx)
+	// The watchdog cancels the context first and records the loss right
+	// after: wait for the record.
+	for deadline := time.Now().Add(5 * time.Second); sumInt(collect(t, reader), "lockmw.lost", attribute.String("lock.lost_reason", "expired")) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("lockmw.lost never counted the lost lease")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 
 	// Spans.
 	var outcomes []string

@@ -35,7 +35,7 @@ var (
 	// Nothing was sent to Redis.
 	ErrInvalidOption = errors.New("lockmw: invalid option")
 
-	// ErrNilClient means New or NewRedlock was given a nil Redis client.
+	// ErrNilClient means New was given a nil Redis client.
 	ErrNilClient = errors.New("lockmw: nil redis client")
 
 	// ErrUnavailable means Redis could not be reached, answered with an

@@ -54,3 +54,27 @@ func ExampleStartN() {
 	}
 	_ = clients
 }
+
+// A master, a replica in sync with it, and three Sentinels that know each
+// other: killing the master makes them promote the replica.
+func ExampleStartSentinels() {
+	var t *testing.T // in a real test: func TestX(t *testing.T) { ... }
+	master := redistest.Start(t)
+	replica := redistest.Start(t, redistest.WithReplicaOf(master))
+	sentinels := redistest.StartSentinels(t, 3, "mymaster", master, 2)
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "mymaster",
+		SentinelAddrs: []string{sentinels[0].Addr(), sentinels[1].Addr(), sentinels[2].Addr()},
+	})
+	defer rdb.Close()
+
+	master.Kill(t)
+	deadline := time.Now().Add(15 * time.Second)
+	for sentinels[0].MasterAddr(t) != replica.Addr() {
+		if time.Now().After(deadline) {
+			t.Fatal("no failover")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// rdb now reaches the promoted replica (after go-redis switches).
+}

@@ -48,6 +48,13 @@ type config struct {
 	// pickPort returns the port for the next start attempt. Tests replace it
 	// to provoke bind failures; by default it is freePort.
 	pickPort func() (int, error)
+	// replica is set by WithReplicaOf, master is its argument (which may be
+	// nil, an error reported by StartN).
+	replica bool
+	master  *Server
+	// linkTimeout bounds how long a replica's start waits for
+	// master_link_status:up. Tests shorten it; by default it is readyTimeout.
+	linkTimeout time.Duration
 }
 
 // WithArgs appends extra command-line arguments to redis-server, for example
@@ -56,6 +63,29 @@ type config struct {
 // take precedence. The same arguments are used again by Restart.
 func WithArgs(args ...string) Option {
 	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// WithReplicaOf makes the server a replica of master: it is started with
+// --replicaof 127.0.0.1 PORT (master's address), and Start or StartN returns
+// only once INFO replication on it shows role:slave and
+// master_link_status:up, that is once the initial sync has completed and the
+// replica holds a copy of master's data. Start fails the test, quoting the
+// output of both servers, if the link is not up within 10 seconds (for
+// example because master is killed or paused).
+//
+// Restart of the replica starts it again as a replica of the same address
+// and waits for the link in the same way, so master must be running then.
+// Kill or Restart of master does not touch its replicas: as with real Redis,
+// they reconnect by themselves (about once a second) and, after a master
+// Restart, resync to its empty dataset. A replica promoted by a Sentinel
+// failover becomes a replica of master again if it is restarted.
+//
+// So that the sync starts at once, master is switched to
+// repl-diskless-sync-delay 0 (Redis 7 otherwise waits 5 seconds for more
+// replicas before every full sync), with CONFIG SET now and on its command
+// line in later Restarts, unless master's own WithArgs set that directive.
+func WithReplicaOf(master *Server) Option {
+	return func(c *config) { c.replica, c.master = true, master }
 }
 
 // Server is one redis-server process owned by a test. Its address stays the
@@ -68,6 +98,18 @@ type Server struct {
 	addr  string
 	dir   string
 	out   *logBuffer
+	// kind names the process in messages: "redis-server", or "sentinel"
+	// for the process behind a Sentinel.
+	kind string
+	// master is the server this one replicates (WithReplicaOf), or nil.
+	master      *Server
+	linkTimeout time.Duration
+	// sentinel, when set, makes this process a Sentinel (see StartSentinel)
+	// instead of a plain server.
+	sentinel *sentinelSpec
+	// feedsReplicas is set once a replica of this server has been started:
+	// later launches then pass --repl-diskless-sync-delay 0.
+	feedsReplicas atomic.Bool
 
 	mu      sync.Mutex
 	proc    *process // nil when not running
@@ -96,7 +138,8 @@ func (p *process) exited() bool {
 // waited for (whether it is running, paused or already dead) and the
 // temporary directory is removed. Start calls t.Fatalf, with the tail of the
 // server's output, if the server cannot be started or does not answer PING
-// within 10 seconds; it never skips the test.
+// within 10 seconds; it never skips the test. A replica (WithReplicaOf) is
+// only returned once its link to its master is up.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	return StartN(t, 1, opts...)[0]
@@ -110,9 +153,12 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 	if n < 1 {
 		t.Fatalf("redistest.StartN: n = %d, want at least 1", n)
 	}
-	cfg := config{pickPort: freePort}
+	cfg := config{pickPort: freePort, linkTimeout: readyTimeout}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.replica && cfg.master == nil {
+		t.Fatalf("redistest.StartN: WithReplicaOf(nil): a replica needs a started master")
 	}
 	bin, err := findBinary()
 	if err != nil {
@@ -121,20 +167,11 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 
 	servers := make([]*Server, n)
 	for i := range servers {
-		dir, err := os.MkdirTemp("", "redistest-")
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s := &Server{
-			bin:   bin,
-			extra: append([]string(nil), cfg.args...),
-			dir:   dir,
-			out:   &logBuffer{},
-		}
+		s := newServer(t, bin)
+		s.extra = append([]string(nil), cfg.args...)
+		s.master = cfg.master
+		s.linkTimeout = cfg.linkTimeout
 		servers[i] = s
-		// Registered before the process exists, so that every exit path,
-		// including a failed start, stops it and removes dir.
-		t.Cleanup(func() { s.cleanup(t) })
 	}
 
 	errs := make([]error, n)
@@ -151,6 +188,21 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 		t.Fatalf("redistest: %v", err)
 	}
 	return servers
+}
+
+// newServer returns a Server with its own temporary directory, not yet
+// started. Its cleanup is registered with t before the process exists, so
+// that every exit path, including a failed start, stops it and removes the
+// directory.
+func newServer(t testing.TB, bin string) *Server {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	s := &Server{bin: bin, dir: dir, out: &logBuffer{}, kind: "redis-server"}
+	t.Cleanup(func() { s.cleanup(t) })
+	return s
 }
 
 // Addr returns the server's address, "127.0.0.1:PORT". It is fixed when the
@@ -214,8 +266,10 @@ func (s *Server) Kill(t testing.TB) {
 }
 
 // Restart starts the server again, on the same address and with the same
-// arguments, and returns once it answers PING. If the server is running (or
-// paused) it is killed first. The new server starts with an empty keyspace.
+// arguments, and returns once it answers PING (a replica: once its link to
+// its master is up again, see WithReplicaOf). If the server is running (or
+// paused) it is killed first. The new server starts with an empty keyspace
+// (a replica: with a fresh copy of its master's).
 // Restart fails the test, with the tail of the server's output, if the server
 // cannot be started again on its port within 10 seconds.
 func (s *Server) Restart(t testing.TB) {
@@ -306,21 +360,15 @@ func (s *Server) firstStart(pickPort func() (int, error)) error {
 	return fmt.Errorf("giving up after %d ports: %w", bindAttempts, err)
 }
 
-// launchLocked starts redis-server on port and waits until it answers PING.
-// On failure the process is killed and reaped, and portTaken reports whether
-// it failed because the port was in use.
+// launchLocked starts redis-server on port and waits until it answers PING
+// and, for a replica or a Sentinel, until it is in the state its starter
+// promises (see waitRole). On failure the process is killed and reaped, and
+// portTaken reports whether it failed because the port was in use.
 func (s *Server) launchLocked(port int) (portTaken bool, err error) {
-	args := []string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--protected-mode", "no",
-		"--daemonize", "no",
-		"--loglevel", "warning",
+	args, err := s.commandLine(port)
+	if err != nil {
+		return false, fmt.Errorf("%s on %s: %v", s.kind, s.addr, err)
 	}
-	args = append(args, s.extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	cmd.Stdout = s.out
@@ -340,13 +388,134 @@ func (s *Server) launchLocked(port int) (portTaken bool, err error) {
 
 	err = s.waitReady(p)
 	if err == nil {
-		return false, nil
+		if err = s.waitRole(p); err == nil {
+			return false, nil
+		}
+		// It answered PING, so it holds its port: not a bind failure.
+		_ = s.killLocked()
+		return false, fmt.Errorf("%s on %s: %v\n%s", s.kind, s.addr, err, s.out.tail())
 	}
 	_ = s.killLocked()
 	out := s.out.String()
 	portTaken = strings.Contains(out, "Address already in use") ||
 		strings.Contains(out, "Failed listening on port")
-	return portTaken, fmt.Errorf("redis-server on %s: %v\n%s", s.addr, err, s.out.tail())
+	return portTaken, fmt.Errorf("%s on %s: %v\n%s", s.kind, s.addr, err, s.out.tail())
+}
+
+// commandLine returns redis-server's arguments for a run on port. For a
+// Sentinel it (re)writes the configuration file first.
+func (s *Server) commandLine(port int) ([]string, error) {
+	if s.sentinel != nil {
+		return s.sentinel.commandLine(s.dir, port)
+	}
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--protected-mode", "no",
+		"--daemonize", "no",
+		"--loglevel", "warning",
+	}
+	if s.feedsReplicas.Load() {
+		args = append(args, "--repl-diskless-sync-delay", "0")
+	}
+	if m := s.master; m != nil {
+		host, mport, err := net.SplitHostPort(m.addr)
+		if err != nil {
+			return nil, fmt.Errorf("master address %q: %v", m.addr, err)
+		}
+		m.prepareForReplicas()
+		args = append(args, "--replicaof", host, mport)
+	}
+	return append(args, s.extra...), nil
+}
+
+// prepareForReplicas makes s start full syncs at once, now and after its
+// Restarts, unless its own arguments say otherwise (see WithReplicaOf).
+func (s *Server) prepareForReplicas() {
+	if hasArg(s.extra, "--repl-diskless-sync-delay") {
+		return
+	}
+	s.feedsReplicas.Store(true)
+	// Best effort: a master that is down or paused makes the replica's link
+	// wait fail, with both servers' output, which says more than this would.
+	_ = oneShot(s.addr, time.Second, func(ctx context.Context, c *redis.Client) error {
+		return c.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err()
+	})
+}
+
+func hasArg(args []string, name string) bool {
+	for _, a := range args {
+		if strings.EqualFold(a, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitRole waits, after the first PONG from p, until a replica's link to its
+// master is up, or until a Sentinel is watching its master. It does nothing
+// for other servers.
+func (s *Server) waitRole(p *process) error {
+	switch {
+	case s.sentinel != nil:
+		return s.sentinel.waitWatching(s, p)
+	case s.master != nil:
+		err := s.waitUntil(p, s.linkTimeout, "master_link_status:up",
+			func(ctx context.Context, c *redis.Client) (bool, string, error) {
+				raw, err := c.Info(ctx, "replication").Result()
+				if err != nil {
+					return false, "", err
+				}
+				info := parseInfo(raw)
+				state := fmt.Sprintf("role:%s master_link_status:%s", info["role"], info["master_link_status"])
+				return info["role"] == "slave" && info["master_link_status"] == "up", state, nil
+			})
+		if err != nil {
+			return fmt.Errorf("replica of %s: %v\nmaster %s %s", s.master.addr, err, s.master.addr, s.master.out.tail())
+		}
+	}
+	return nil
+}
+
+// waitUntil polls check on s over fresh connections, every 20ms, until it
+// reports done, p exits, or timeout passes. want describes the awaited state
+// and state the last one seen, for the error.
+func (s *Server) waitUntil(p *process, timeout time.Duration, want string,
+	check func(ctx context.Context, c *redis.Client) (done bool, state string, err error),
+) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		if p.exited() {
+			return fmt.Errorf("exited while waiting for %s (%v)", want, p.err)
+		}
+		var done bool
+		err := oneShot(s.addr, time.Second, func(ctx context.Context, c *redis.Client) error {
+			var err error
+			var state string
+			done, state, err = check(ctx, c)
+			if state != "" {
+				last = state
+			}
+			return err
+		})
+		if err == nil && done {
+			return nil
+		}
+		if err != nil {
+			last = "error: " + err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no %s within %v (last seen: %s)", want, timeout, last)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // waitReady polls the server with PING until it answers PONG, p exits, or
@@ -406,26 +575,44 @@ func (s *Server) waitReady(p *process) error {
 }
 
 // probe sends PING and, if it gets PONG, returns the answering server's
-// process_id. It connects with net.Dial first and hands that connection to a
-// one-off go-redis client, because go-redis logs every failed dial to stderr
-// and keeps a pool-wide dial failure state (after PoolSize failed dials it
-// stops dialing and re-probes once a second).
+// process_id.
 func (s *Server) probe() (pid string, err error) {
-	conn, err := net.DialTimeout("tcp", s.addr, 250*time.Millisecond)
+	err = oneShot(s.addr, time.Second, func(ctx context.Context, c *redis.Client) error {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return err
+		}
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return err
+		}
+		pid = parseInfo(info)["process_id"]
+		return nil
+	})
+	return pid, err
+}
+
+// oneShot runs fn with a go-redis client over a single new connection to
+// addr, with timeout as read and write timeout and no retries. It connects
+// with net.Dial first and hands that connection to the client, because
+// go-redis logs every failed dial to stderr and keeps a pool-wide dial
+// failure state (after PoolSize failed dials it stops dialing and re-probes
+// once a second).
+func oneShot(addr string, timeout time.Duration, fn func(ctx context.Context, c *redis.Client) error) error {
+	conn, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
 	if err != nil {
-		return "", err
+		return err
 	}
 	var dialed atomic.Bool
 	c := redis.NewClient(&redis.Options{
-		Addr: s.addr,
+		Addr: addr,
 		Dialer: func(context.Context, string, string) (net.Conn, error) {
 			if dialed.Swap(true) {
 				return nil, errors.New("redistest: probe connection already used")
 			}
 			return conn, nil
 		},
-		ReadTimeout:     time.Second,
-		WriteTimeout:    time.Second,
+		ReadTimeout:     timeout,
+		WriteTimeout:    timeout,
 		MaxRetries:      -1,
 		PoolSize:        1,
 		Protocol:        2,
@@ -436,15 +623,7 @@ func (s *Server) probe() (pid string, err error) {
 	})
 	defer c.Close()
 	defer conn.Close() // in case go-redis never used it
-	ctx := context.Background()
-	if err := c.Ping(ctx).Err(); err != nil {
-		return "", err
-	}
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return "", err
-	}
-	return parseInfo(info)["process_id"], nil
+	return fn(context.Background(), c)
 }
 
 // signalLocked sends sig to the running server's process group.
@@ -490,7 +669,7 @@ func (s *Server) cleanup(t testing.TB) {
 	if p := s.proc; p != nil && p.exited() {
 		// It died on its own (crash, SHUTDOWN, DEBUG SEGFAULT...). Not
 		// necessarily a failure, but worth a look.
-		t.Logf("redistest: redis-server on %s had exited before cleanup (%v)\n%s", s.addr, p.err, s.out.tail())
+		t.Logf("redistest: %s on %s had exited before cleanup (%v)\n%s", s.kind, s.addr, p.err, s.out.tail())
 	}
 	if err := s.killLocked(); err != nil {
 		t.Errorf("redistest: stopping %s: %v\n%s", s.addr, err, s.out.tail())

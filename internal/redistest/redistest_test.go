@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -427,5 +428,273 @@ func TestConcurrentControl(t *testing.T) {
 	wg.Wait()
 	if err := s.Client(t, fastFail).Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("PING after concurrent Restart/Pause/Resume: %v", err)
+	}
+}
+
+// withLinkTimeout shortens how long a replica's start waits for its link.
+func withLinkTimeout(d time.Duration) Option {
+	return func(c *config) { c.linkTimeout = d }
+}
+
+func replicaLink(t *testing.T, r *Server) string {
+	t.Helper()
+	info := r.Info(t, "replication")
+	return fmt.Sprintf("role:%s master_link_status:%s", info["role"], info["master_link_status"])
+}
+
+func TestReplicaStartsInSync(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := Start(t)
+	mc := m.Client(t)
+	// Enough data for the initial sync to take a while.
+	big := strings.Repeat("x", 64<<20)
+	if err := mc.Set(ctx, "before", big, 0).Err(); err != nil {
+		t.Fatalf("SET on master: %v", err)
+	}
+
+	start := time.Now()
+	r := Start(t, WithReplicaOf(m))
+	took := time.Since(start)
+	// Redis 7 waits repl-diskless-sync-delay (5s by default) before a full
+	// sync; WithReplicaOf must not.
+	if took > 3*time.Second {
+		t.Errorf("Start(WithReplicaOf) took %v, want well under Redis' 5s repl-diskless-sync-delay", took)
+	}
+	// No polling: Start promises the link is up when it returns.
+	if got := replicaLink(t, r); got != "role:slave master_link_status:up" {
+		t.Fatalf("replica right after Start: %s, want role:slave master_link_status:up", got)
+	}
+	info := r.Info(t, "replication")
+	if want := strings.TrimPrefix(m.Addr(), "127.0.0.1:"); info["master_host"] != "127.0.0.1" || info["master_port"] != want {
+		t.Errorf("replica's master = %s:%s, want %s", info["master_host"], info["master_port"], m.Addr())
+	}
+	rc := r.Client(t)
+	if n, err := rc.StrLen(ctx, "before").Result(); err != nil || n != int64(len(big)) {
+		t.Fatalf("STRLEN before on replica = %d, %v; want the master's %d (initial sync)", n, err, len(big))
+	}
+	if err := mc.Set(ctx, "after", "2", 0).Err(); err != nil {
+		t.Fatalf("SET on master: %v", err)
+	}
+	if n, err := mc.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 on master = %d, %v; want 1", n, err)
+	}
+	if got, err := rc.Get(ctx, "after").Result(); err != nil || got != "2" {
+		t.Fatalf("GET after on replica = %q, %v; want \"2\"", got, err)
+	}
+	if err := rc.Set(ctx, "x", "y", 0).Err(); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Errorf("SET on replica: err = %v, want READONLY", err)
+	}
+}
+
+func TestReplicaSurvivesRestarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := Start(t)
+	r := Start(t, WithReplicaOf(m))
+	mc, rc := m.Client(t, fastFail), r.Client(t, fastFail)
+	if err := mc.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET on master: %v", err)
+	}
+
+	// A restarted replica is a replica of the same master again, in sync
+	// when Restart returns.
+	r.Restart(t)
+	if got := replicaLink(t, r); got != "role:slave master_link_status:up" {
+		t.Fatalf("replica right after its Restart: %s", got)
+	}
+	if got, err := rc.Get(ctx, "k").Result(); err != nil || got != "v" {
+		t.Fatalf("GET k on restarted replica = %q, %v; want \"v\"", got, err)
+	}
+
+	// A restarted master comes back empty; its replica reconnects by itself
+	// and resyncs, without the 5s diskless sync delay.
+	m.Restart(t)
+	cfg, err := mc.ConfigGet(ctx, "repl-diskless-sync-delay").Result()
+	if err != nil || cfg["repl-diskless-sync-delay"] != "0" {
+		t.Fatalf("master's repl-diskless-sync-delay after Restart = %v, %v; want 0", cfg, err)
+	}
+	start := time.Now()
+	for {
+		n, err := rc.Exists(ctx, "k").Result()
+		if err == nil && n == 0 && replicaLink(t, r) == "role:slave master_link_status:up" {
+			break
+		}
+		if time.Since(start) > 4*time.Second {
+			t.Fatalf("replica not resynced with the restarted (empty) master after %v: EXISTS k = %d, %v; %s",
+				time.Since(start), n, err, replicaLink(t, r))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("replica resynced %v after the master's Restart", time.Since(start))
+}
+
+func TestReplicaStartFailsWithoutMaster(t *testing.T) {
+	t.Parallel()
+	m := Start(t)
+	m.Kill(t)
+	msg := fatalMessage(t, func(tb testing.TB) {
+		Start(tb, WithReplicaOf(m), withLinkTimeout(500*time.Millisecond))
+	})
+	if msg == "" {
+		t.Fatal("Start of a replica of a killed master did not fail")
+	}
+	for _, want := range []string{"master_link_status", "replica of " + m.Addr(), "redis-server output"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("failure message does not contain %q:\n%s", want, msg)
+		}
+	}
+
+	msg = fatalMessage(t, func(tb testing.TB) { Start(tb, WithReplicaOf(nil)) })
+	if !strings.Contains(msg, "WithReplicaOf(nil)") {
+		t.Errorf("Start(WithReplicaOf(nil)): Fatalf(%q), want it to name WithReplicaOf(nil)", msg)
+	}
+}
+
+func TestSentinelStartWatchesMaster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := Start(t)
+	r := Start(t, WithReplicaOf(m))
+	s := StartSentinel(t, "mymaster", m, 1)
+	if !strings.HasPrefix(s.Addr(), "127.0.0.1:") || s.Addr() == m.Addr() || s.Addr() == r.Addr() {
+		t.Errorf("Addr() = %q, want its own 127.0.0.1:PORT", s.Addr())
+	}
+	if got := s.MasterAddr(t); got != m.Addr() {
+		t.Fatalf("MasterAddr() = %s, want %s", got, m.Addr())
+	}
+
+	// No polling: StartSentinel promises the Sentinel is connected and
+	// knows the replica when it returns.
+	c := s.Client(t)
+	master, err := c.Master(ctx, "mymaster").Result()
+	if err != nil {
+		t.Fatalf("SENTINEL master: %v", err)
+	}
+	for k, want := range map[string]string{
+		"flags":                   "master",
+		"quorum":                  "1",
+		"down-after-milliseconds": "1000",
+		"failover-timeout":        "5000",
+		"parallel-syncs":          "1",
+		"num-slaves":              "1",
+	} {
+		if master[k] != want {
+			t.Errorf("SENTINEL master mymaster: %s = %q, want %q", k, master[k], want)
+		}
+	}
+	replicas, err := c.Replicas(ctx, "mymaster").Result()
+	if err != nil || len(replicas) != 1 || net.JoinHostPort(replicas[0]["ip"], replicas[0]["port"]) != r.Addr() {
+		t.Fatalf("SENTINEL replicas = %v, %v; want just %s", replicas, err, r.Addr())
+	}
+}
+
+func TestSentinelFailoverPromotesReplica(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := Start(t)
+	r := Start(t, WithReplicaOf(m))
+	ss := StartSentinels(t, 3, "mymaster", m, 2)
+	addrs := map[string]bool{}
+	for _, s := range ss {
+		addrs[s.Addr()] = true
+		// No polling: StartSentinels promises they know each other.
+		peers, err := s.Client(t).Sentinels(ctx, "mymaster").Result()
+		if err != nil || len(peers) != 2 {
+			t.Fatalf("SENTINEL sentinels on %s = %v, %v; want the 2 others", s.Addr(), peers, err)
+		}
+	}
+	if len(addrs) != 3 {
+		t.Fatalf("sentinel addresses %v, want 3 distinct", addrs)
+	}
+
+	m.Kill(t)
+	killed := time.Now()
+	for _, s := range ss {
+		for s.MasterAddr(t) != r.Addr() {
+			if time.Since(killed) > 15*time.Second {
+				t.Fatalf("sentinel %s still says master %s %v after the master was killed", s.Addr(), s.MasterAddr(t), time.Since(killed))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("all 3 sentinels report the promoted replica %v after the master was killed", time.Since(killed))
+	if role := r.Info(t, "replication")["role"]; role != "master" {
+		t.Fatalf("promoted replica's role = %q, want master", role)
+	}
+	if err := r.Client(t).Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET on the promoted replica: %v", err)
+	}
+}
+
+func TestSentinelKillAndCleanup(t *testing.T) {
+	t.Parallel()
+	m := Start(t)
+	for _, kill := range []bool{false, true} {
+		t.Run(fmt.Sprintf("killed=%v", kill), func(t *testing.T) {
+			var pid int
+			var dir, addr string
+			t.Run("inner", func(t *testing.T) {
+				s := StartSentinel(t, "mymaster", m, 1)
+				addr, dir = s.Addr(), s.srv.dir
+				if _, err := os.Stat(filepath.Join(dir, "sentinel.conf")); err != nil {
+					t.Fatalf("sentinel config: %v", err)
+				}
+				var info string
+				err := oneShot(addr, time.Second, func(ctx context.Context, c *redis.Client) (err error) {
+					info, err = c.Info(ctx, "server").Result()
+					return err
+				})
+				if err != nil {
+					t.Fatalf("INFO server on sentinel: %v", err)
+				}
+				if pid, err = strconv.Atoi(parseInfo(info)["process_id"]); err != nil {
+					t.Fatalf("INFO server process_id: %v", err)
+				}
+				if mode := parseInfo(info)["redis_mode"]; mode != "sentinel" {
+					t.Fatalf("redis_mode = %q, want sentinel", mode)
+				}
+				if kill {
+					s.Kill(t)
+					if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+						conn.Close()
+						t.Fatalf("sentinel %s still accepts connections after Kill", addr)
+					}
+					s.Kill(t) // killing a dead Sentinel does nothing
+				}
+			})
+			if pid == 0 || dir == "" {
+				t.Fatal("inner test did not record the sentinel's pid and dir")
+			}
+			waitGone(t, pid)
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("sentinel dir %s still there after cleanup (stat: %v)", dir, err)
+			}
+		})
+	}
+}
+
+func TestSentinelStartFailureQuotesOutput(t *testing.T) {
+	t.Parallel()
+	m := Start(t)
+	// Sentinel itself rejects quorum 0 when it loads its configuration.
+	msg := fatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "mymaster", m, 0) })
+	if msg == "" {
+		t.Fatal("StartSentinel with quorum 0 did not fail")
+	}
+	if !strings.Contains(msg, "sentinel on 127.0.0.1:") || !strings.Contains(msg, "Quorum must be 1 or greater") {
+		t.Errorf("failure message does not quote the sentinel's output:\n%s", msg)
+	}
+
+	msg = fatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "my master", m, 1) })
+	if !strings.Contains(msg, `"my master"`) {
+		t.Errorf("StartSentinel with a space in the name: Fatalf(%q), want it to quote the name", msg)
+	}
+
+	dead := Start(t)
+	dead.Kill(t)
+	msg = fatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "mymaster", dead, 1) })
+	if !strings.Contains(msg, dead.Addr()) {
+		t.Errorf("StartSentinel on a killed master: Fatalf(%q), want it to name %s", msg, dead.Addr())
 	}
 }

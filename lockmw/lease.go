@@ -63,6 +63,9 @@ func (s *Lease) Context() context.Context { return s.ctx }
 // context. A nested lease only ends its own context: the lock stays held
 // until the outermost lease is released.
 //
+// Release still reaches Redis when ctx has already ended (a finished
+// request's context, say), bounded by the lease TTL.
+//
 // Release is idempotent: later calls return the first call's result. It
 // returns an error matching ErrLost if the lock had been lost (a new owner's
 // lock is never touched), ErrClosed if the Locker was closed first, and
@@ -90,6 +93,13 @@ func (s *Lease) release(ctx context.Context) error {
 	// Work under the lease stops before anyone else can take the lock.
 	s.cancel(nil)
 
+	if ctx.Err() != nil {
+		// A request context that ended is the usual reason to release:
+		// still free the lock now rather than make others wait out its TTL.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.ttl)
+		defer cancel()
+	}
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
 	found, err := l.backend.release(ctx, s.keys, s.token)
 

@@ -107,9 +107,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease.ttl)
-		rerr := lease.Release(rctx)
-		cancel()
+		rerr := lease.Release(ctx) // reaches Redis even if ctx has ended
 		switch {
 		case err == nil:
 			err = rerr

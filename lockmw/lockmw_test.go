@@ -503,3 +503,24 @@ func TestClose(t *testing.T) {
 	}
 	_ = busy.Release(ctx)
 }
+
+// Release with a context that has already ended still frees the lock at
+// once, instead of leaving it to expire.
+func TestReleaseWithEndedContext(t *testing.T) {
+	srv := redistest.Start(t)
+	l, rival := newLocker(t, srv), newLocker(t, srv)
+	reqCtx, cancel := context.WithCancel(context.Background())
+	lease, err := l.Acquire(reqCtx, "req", lockmw.WithLeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the request is over
+	if err := lease.Release(reqCtx); err != nil {
+		t.Fatalf("Release with an ended context = %v", err)
+	}
+	next, err := rival.TryAcquire(context.Background(), "req")
+	if err != nil {
+		t.Fatalf("lock still held after Release: %v", err)
+	}
+	_ = next.Release(context.Background())
+}

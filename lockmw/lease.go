@@ -83,11 +83,8 @@ func (s *Lease) release(ctx context.Context) error {
 	}
 	l := s.locker
 	prev, lost := l.keeper.remove(s)
-	switch prev {
-	case stateClosed:
+	if prev == stateClosed {
 		return ErrClosed
-	case stateReleased:
-		return nil // unreachable: releaseOnce guards the only remover
 	}
 
 	// Work under the lease stops before anyone else can take the lock.

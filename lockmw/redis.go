@@ -126,9 +126,9 @@ type fairReply struct {
 }
 
 // fairAcquire makes one fair attempt for the waiter with queue entry entry.
-func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode, queueTTL time.Duration) (fairReply, error) {
+func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
 	vals, err := fairScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
-		token, millis(ttl), entry, string(mode), millis(queueTTL), k.grants, b.publish).Int64Slice()
+		token, millis(ttl), entry, string(mode), k.grants, b.publish).Int64Slice()
 	if err != nil {
 		return fairReply{}, err
 	}

@@ -3,6 +3,7 @@ package lockmw
 import (
 	"context"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ type room struct {
 // release notifications and fair queues. The Redis backend has it.
 type waitBackend interface {
 	releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error)
-	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode, queueTTL time.Duration) (fairReply, error)
+	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
 	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
 	leave(ctx context.Context, k lockKeys, entry, token string) (bool, error)
 	subscriber() *subscriber
@@ -60,14 +61,18 @@ type grantInfo struct {
 	validFrom time.Time
 }
 
-// fairPoll is how often a queued fair waiter checks the queue and the lock
-// itself: a third of its TTL, within [10ms, 1s].
-func fairPoll(ttl time.Duration) time.Duration {
-	return min(max(ttl/3, 10*time.Millisecond), time.Second)
+// pollAfter is when a queued fair waiter checks the queue and the lock
+// itself, in case a grant message was lost: when the holder's TTL (or, not
+// knowing it, the waiter's own) runs out, plus up to 1/8 of jitter so that
+// waiters behind a crashed holder do not all come at once.
+func pollAfter(holderTTL, ttl time.Duration) time.Duration {
+	d := holderTTL
+	if d <= 0 {
+		d = ttl
+	}
+	d = max(d, 10*time.Millisecond)
+	return d + mathrand.N(d/8+1)
 }
-
-// queueTTL is how long a fair queue outlives its last waiter's poll.
-func queueTTL(ttl time.Duration) time.Duration { return 3*fairPoll(ttl) + time.Second }
 
 // join returns the room for keys with one more reference. Caller holds
 // l.roomsMu.
@@ -276,10 +281,9 @@ func (l *Locker) hasDefaultWaiters(keys lockKeys) bool {
 func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
 	token := newToken()
 	entry := l.id + " " + token + " " + strconv.FormatInt(millis(ac.ttl), 10)
-	qttl := queueTTL(ac.ttl)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.waits.fairAcquire(opCtx, keys, token, ac.ttl, entry, modeTry, qttl)
+		reply, err := l.waits.fairAcquire(opCtx, keys, token, ac.ttl, entry, modeTry)
 		if err != nil {
 			return nil, l.attemptErr(opCtx, key, err)
 		}
@@ -297,14 +301,14 @@ func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, key
 	r.fairBusy++
 	l.roomsMu.Unlock()
 
-	lease, err := l.waitFair(opCtx, leaseParent, key, keys, ac, w, entry, qttl, known, giveUp)
+	lease, err := l.waitFair(opCtx, leaseParent, key, keys, ac, w, entry, known, giveUp)
 	if lease == nil {
 		l.abandonFair(keys, w, entry, err)
 	}
 	return lease, err
 }
 
-func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, entry string, qttl time.Duration, known bool, giveUp time.Time) (*Lease, error) {
+func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, entry string, known bool, giveUp time.Time) (*Lease, error) {
 	channel := keys.grants + l.id
 	if err := l.waits.subscriber().watch(opCtx, channel); err != nil {
 		if opCtx.Err() != nil {
@@ -331,7 +335,7 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 	}
 	holderTTL := time.Duration(0)
 	if !queued {
-		reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modeWait, qttl)
+		reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modeWait)
 		if err != nil {
 			return nil, l.attemptErr(opCtx, key, err)
 		}
@@ -341,7 +345,7 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 		holderTTL = reply.pttl
 	}
 
-	poll := time.NewTimer(fairPoll(ac.ttl))
+	poll := time.NewTimer(pollAfter(holderTTL, ac.ttl))
 	defer poll.Stop()
 	var giveUpC <-chan time.Time
 	if !giveUp.IsZero() {
@@ -352,10 +356,26 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 	for {
 		select {
 		case g := <-w.grant:
+			if time.Since(g.validFrom) > ac.ttl/3 {
+				// Queued long ago: the grant's start is only known to be
+				// after w's last attempt. Renew to learn a fresh one.
+				sentAt := time.Now()
+				res := l.backend.renew(opCtx, []renewRequest{{keys: keys, token: w.token, ttl: ac.ttl}})[0]
+				if res.err != nil {
+					return nil, l.attemptErr(opCtx, key, res.err)
+				}
+				if res.ownership != owned {
+					// The grant expired before it was seen: wait again.
+					l.reopen(w)
+					poll.Reset(0)
+					continue
+				}
+				g.validFrom = sentAt
+			}
 			return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, true)
 		case <-poll.C:
 			sentAt := time.Now()
-			reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modePoll, qttl)
+			reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modePoll)
 			if err != nil {
 				return nil, l.attemptErr(opCtx, key, err)
 			}
@@ -363,7 +383,7 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 				return lease, err
 			}
 			holderTTL = reply.pttl
-			poll.Reset(fairPoll(ac.ttl))
+			poll.Reset(pollAfter(holderTTL, ac.ttl))
 		case <-giveUpC:
 			return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
 		case <-opCtx.Done():
@@ -389,6 +409,13 @@ func (l *Locker) fairReplyLease(opCtx, leaseParent context.Context, key string, 
 	}
 	l.setBusySent(w, sentAt)
 	return nil, nil
+}
+
+// reopen lets w receive a grant again, after one it got had expired.
+func (l *Locker) reopen(w *waiter) {
+	l.roomsMu.Lock()
+	w.delivered = false
+	l.roomsMu.Unlock()
 }
 
 // claim marks w as holding the lock, so a late grant message is ignored.

@@ -8,9 +8,12 @@
 -- ARGV[3]  this waiter's queue entry
 -- ARGV[4]  "try" (never queue), "wait" (first attempt) or "poll" (a waiter's
 --          periodic check: it may have been granted the lock, or dropped)
--- ARGV[5]  queue TTL in milliseconds: the queue outlives its waiters by this
--- ARGV[6]  grant channel prefix
--- ARGV[7]  PUBLISH, or SPUBLISH on Redis Cluster
+-- ARGV[5]  grant channel prefix
+-- ARGV[6]  PUBLISH, or SPUBLISH on Redis Cluster
+--
+-- The queue has no TTL: entries leave when granted (those of Lockers that
+-- stopped listening are skipped then) or when their waiter gives up
+-- (leave.lua), and an empty list does not exist.
 --
 -- Returns {1, fence} when the lock was taken, {2, fence, pttl} when it had
 -- been granted to this waiter already, {0, pttl} when another owner holds it
@@ -28,7 +31,7 @@ if owner == false then
   elseif head then
     -- Free while others wait (a grant expired unclaimed, or the holder's
     -- release did not hand over): the first live waiter ahead goes first.
-    local g = grant(KEYS[1], KEYS[2], KEYS[3], ARGV[6], ARGV[7], '', entry)
+    local g = grant(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], '', entry)
     mine = g == nil or g[1] == 4
   end
   if mine then
@@ -49,5 +52,4 @@ if ARGV[4] == 'wait' or not redis.call('LPOS', KEYS[3], entry) then
     end
   end
 end
-redis.call('PEXPIRE', KEYS[3], ARGV[5])
 return {0, pttl}

@@ -144,7 +144,7 @@ func (l *Locker) Close() error {
 		close(l.closing)
 		err = l.releaseAll(l.keeper.close())
 		if l.waits != nil {
-			l.waits.subscriber().close()
+			l.waits.close()
 		}
 	})
 	return err

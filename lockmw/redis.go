@@ -25,12 +25,15 @@ var (
 	fairSource string
 	//go:embed scripts/leave.lua
 	leaveSource string
+	//go:embed scripts/transfer.lua
+	transferSource string
 
-	acquireScript = redis.NewScript(acquireSource)
-	releaseScript = redis.NewScript(grantSource + releaseSource)
-	renewScript   = redis.NewScript(renewSource)
-	fairScript    = redis.NewScript(grantSource + fairSource)
-	leaveScript   = redis.NewScript(leaveSource)
+	acquireScript  = redis.NewScript(acquireSource)
+	releaseScript  = redis.NewScript(grantSource + releaseSource)
+	renewScript    = redis.NewScript(renewSource)
+	fairScript     = redis.NewScript(grantSource + fairSource)
+	leaveScript    = redis.NewScript(leaveSource)
+	transferScript = redis.NewScript(transferSource)
 )
 
 // redisBackend keeps locks on one Redis deployment: a standalone server, a
@@ -41,22 +44,34 @@ type redisBackend struct {
 	client  redis.UniversalClient
 	self    string // the Locker's id: names its grant channel
 	publish string // PUBLISH, or SPUBLISH on Cluster
+	numsub  string // NUMSUB, or SHARDNUMSUB on Cluster
 	subs    *subscriber
+	batch   *batcher // acquisitions and releases of concurrent callers share round trips
 }
 
 func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
-	b := &redisBackend{client: client, self: self, publish: "PUBLISH"}
+	b := &redisBackend{client: client, self: self, publish: "PUBLISH", numsub: "NUMSUB"}
 	if _, ok := client.(*redis.ClusterClient); ok {
-		b.publish = "SPUBLISH"
+		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
 	}
 	b.subs = newSubscriber(client)
+	b.batch = newBatcher(client)
 	return b
+}
+
+// close stops the backend's goroutines.
+func (b *redisBackend) close() {
+	b.subs.close()
 }
 
 func (b *redisBackend) subscriber() *subscriber { return b.subs }
 
 func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
-	vals, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, token, millis(ttl)).Int64Slice()
+	reply, err := b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl))
+	if err != nil {
+		return acquireReply{}, err
+	}
+	vals, err := int64s(reply)
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -89,10 +104,14 @@ type handoff struct {
 // releaseHandoff releases the lock held by token: it hands it to the first
 // live fair waiter, or deletes it and notifies waiting Lockers.
 func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error) {
-	vals, err := releaseScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue, k.notify},
-		token, k.grants, b.self, b.publish).Slice()
+	reply, err := b.batch.run(ctx, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
+		token, k.grants, b.self, b.publish)
 	if err != nil {
 		return handoff{}, err
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) == 0 {
+		return handoff{}, fmt.Errorf("release script returned %T, want a list", reply)
 	}
 	code, _ := vals[0].(int64)
 	switch code {
@@ -105,6 +124,38 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token str
 		return handoff{ownership: owned, to: to, fence: uint64(f), local: code == 2}, nil
 	}
 	return handoff{ownership: ownershipOf(code)}, nil
+}
+
+// transferReply is what a transfer did.
+type transferReply struct {
+	done      bool   // the lock now belongs to the waiter
+	fence     uint64 // when done: the waiter's fence
+	fairQueue bool   // not done: fair waiters are queued, release normally
+	ownership ownership
+}
+
+// transfer hands the lock held by token to the waiting token to (of the same
+// Locker) in one round trip, unless other Lockers wait for it too.
+func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration) (transferReply, error) {
+	reply, err := b.batch.run(ctx, transferScript, []string{k.lock, k.fence, k.notify},
+		token, to, millis(ttl), b.numsub, b.publish)
+	if err != nil {
+		return transferReply{}, err
+	}
+	vals, err := int64s(reply)
+	if err != nil || len(vals) == 0 {
+		return transferReply{}, fmt.Errorf("transfer script: %v", err)
+	}
+	switch vals[0] {
+	case 2:
+		if len(vals) != 2 {
+			return transferReply{}, fmt.Errorf("transfer script returned %d values, want 2", len(vals))
+		}
+		return transferReply{done: true, fence: uint64(vals[1]), ownership: owned}, nil
+	case 3:
+		return transferReply{fairQueue: true}, nil
+	}
+	return transferReply{ownership: ownershipOf(vals[0])}, nil
 }
 
 // fairMode is what a fair attempt may do: "try" never queues, "wait" joins
@@ -196,6 +247,23 @@ func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewRe
 		results[i].ownership = ownershipOf(v)
 	}
 	return results
+}
+
+// int64s reads a script's list of integers.
+func int64s(reply any) ([]int64, error) {
+	list, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("script returned %T, want a list", reply)
+	}
+	vals := make([]int64, len(list))
+	for i, v := range list {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("script returned %T at %d, want an integer", v, i)
+		}
+		vals[i] = n
+	}
+	return vals, nil
 }
 
 func ownershipOf(v int64) ownership {

@@ -31,7 +31,7 @@ type room struct {
 	keys     lockKeys
 	refs     int                // waiters and fair holders in the room
 	defaults []*waiter          // default-mode waiters; defaults[0] retries on a release
-	fair     map[string]*waiter // fair waiters and holders, by token
+	fair     map[string]*waiter // fair waiters and holders, and default waiters, by token
 	fairBusy int                // fair waiters queued or holding: the lock is busy
 }
 
@@ -39,15 +39,18 @@ type room struct {
 // release notifications and fair queues. The Redis backend has it.
 type waitBackend interface {
 	releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error)
+	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration) (transferReply, error)
 	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
 	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
 	leave(ctx context.Context, k lockKeys, entry, token string) (bool, error)
 	subscriber() *subscriber
+	close()
 }
 
 // waiter is one Acquire call waiting in a room.
 type waiter struct {
 	token     string
+	ttl       time.Duration
 	wake      chan struct{}  // default mode: a release was heard, or you lead now
 	grant     chan grantInfo // fair mode: the lock was handed over
 	delivered bool           // fair mode: a grant was sent on grant (or claimed)
@@ -160,12 +163,37 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) 
 	if l.waits == nil {
 		return l.backend.release(ctx, keys, token)
 	}
+	if to, ttl := l.defaultHead(keys); to != "" {
+		sentAt := time.Now()
+		t, err := l.waits.transfer(ctx, keys, token, to, ttl)
+		switch {
+		case err != nil:
+			return 0, err
+		case t.done:
+			l.handTo(keys, to, t.fence, sentAt)
+			return owned, nil
+		case !t.fairQueue:
+			return t.ownership, nil
+		}
+	}
 	sentAt := time.Now()
 	h, err := l.waits.releaseHandoff(ctx, keys, token)
 	if err == nil && h.local {
 		l.handTo(keys, h.to, h.fence, sentAt)
 	}
 	return h.ownership, err
+}
+
+// defaultHead returns the token and TTL of the first default-mode waiter for
+// keys in this Locker, if any: a release hands the lock straight to it.
+func (l *Locker) defaultHead(keys lockKeys) (string, time.Duration) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if r := l.rooms[keys.lock]; r != nil && len(r.defaults) > 0 {
+		w := r.defaults[0]
+		return w.token, w.ttl
+	}
+	return "", 0
 }
 
 // forgetFair drops a released fair lease from its room.
@@ -183,10 +211,11 @@ func (l *Locker) forgetFair(keys lockKeys, token string) {
 // first waiter, until it gets the lock. holderTTL is what the failed first
 // attempt reported (0 when the call skipped it to queue behind others).
 func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, giveUp time.Time, holderTTL time.Duration) (*Lease, error) {
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{token: newToken(), ttl: ac.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1)}
 	l.roomsMu.Lock()
 	r := l.join(keys)
 	r.defaults = append(r.defaults, w)
+	r.fair[w.token] = w
 	l.roomsMu.Unlock()
 	defer l.leaveDefault(r, w)
 
@@ -224,6 +253,9 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 		}
 		timer.Reset(sleep)
 		select {
+		case g := <-w.grant:
+			// A release in this Locker handed the lock over.
+			return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, false)
 		case <-w.wake:
 			retry = true
 		case <-timer.C:
@@ -251,10 +283,16 @@ func (l *Locker) leads(r *room, w *waiter) bool {
 
 // leaveDefault takes w out of r. If w led the room, the next waiter leads
 // now; it is woken to retry unless w took the lock (then the next release
-// will wake it).
+// will wake it). A lock handed to w that it did not take is passed on.
 func (l *Locker) leaveDefault(r *room, w *waiter) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
+	delete(r.fair, w.token)
+	select {
+	case <-w.grant:
+		go l.releaseStray(r.keys, w.token)
+	default:
+	}
 	for i, x := range r.defaults {
 		if x == w {
 			r.defaults = append(r.defaults[:i], r.defaults[i+1:]...)

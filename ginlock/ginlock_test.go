@@ -502,3 +502,25 @@ func TestNewPanicsOnBadConfiguration(t *testing.T) {
 		})
 	}
 }
+
+// WithAcquireOptions reaches the core: the lease gets the TTL given there, not
+// the Locker's default.
+func TestWithAcquireOptionsSetsTheLeaseTTL(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	l := newLocker(t, srv) // default TTL 10s
+	var pttl time.Duration
+	e := newEngine(http.MethodPost, "/orders/:id",
+		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
+			ginlock.WithAcquireOptions(lockmw.WithLeaseTTL(2*time.Second))),
+		func(c *gin.Context) {
+			pttl = rdb.PTTL(c, lockKey("order:12")).Val()
+			c.Status(http.StatusOK)
+		})
+	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/12", nil)); rec.Code != http.StatusOK {
+		t.Fatalf("status %d", rec.Code)
+	}
+	if pttl <= 0 || pttl > 2*time.Second {
+		t.Errorf("PTTL of the held lock = %v, want at most the 2s lease TTL", pttl)
+	}
+}

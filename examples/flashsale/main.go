@@ -47,80 +47,119 @@ var (
 )
 
 func main() {
-	noLock := flag.Bool("nolock", false, "serve the sale without ginlock (it oversells)")
-	buyers := flag.Int("buyers", 200, "simulated buyers, all arriving at once")
-	stock := flag.Int("stock", 50, "units for sale")
-	instances := flag.Int("instances", 3, "server instances sharing the Redis")
-	charge := flag.Duration("charge", 2*time.Millisecond, "time the handler spends between reading and writing the stock")
+	var cfg config
+	flag.BoolVar(&cfg.noLock, "nolock", false, "serve the sale without ginlock (it oversells)")
+	flag.IntVar(&cfg.buyers, "buyers", 200, "simulated buyers, all arriving at once")
+	flag.IntVar(&cfg.stock, "stock", 50, "units for sale")
+	flag.IntVar(&cfg.instances, "instances", 3, "server instances sharing the Redis")
+	flag.DurationVar(&cfg.charge, "charge", 2*time.Millisecond, "time the handler spends between reading and writing the stock")
 	flag.Parse()
-	if *buyers < 1 || *stock < 0 || *instances < 1 || *charge < 0 {
+	if cfg.buyers < 1 || cfg.stock < 0 || cfg.instances < 1 || cfg.charge < 0 {
 		log.Fatal("flashsale: -buyers and -instances must be positive, -stock and -charge not negative")
 	}
 
 	addr, stop := redisAddr()
 	defer stop()
 	gin.SetMode(gin.ReleaseMode)
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-
-	admin := redis.NewClient(&redis.Options{Addr: addr})
-	defer admin.Close()
-	ctx := context.Background()
-	if err := admin.Set(ctx, stockKey, *stock, 0).Err(); err != nil {
-		log.Fatalf("flashsale: cannot reach Redis at %s: %v", addr, err)
-	}
-	if err := admin.Del(ctx, ordersKey).Err(); err != nil {
-		log.Fatal(err)
-	}
-
-	servers := make([]*server, *instances)
-	for i := range servers {
-		servers[i] = newServer(fmt.Sprintf("instance-%c", 'a'+i), addr, !*noLock, *charge, logger)
-		defer servers[i].close()
-	}
 
 	mode := "with ginlock: item:{sku} is held from reading the stock to writing it"
-	if *noLock {
+	if cfg.noLock {
 		mode = "WITHOUT the lock (-nolock): reads and writes of the stock interleave"
 	}
 	fmt.Printf("flash sale: %d units of %s, %d buyers, %d server instances sharing one Redis\n",
-		*stock, sku, *buyers, *instances)
+		cfg.stock, sku, cfg.buyers, cfg.instances)
 	fmt.Println(mode)
 
-	start := time.Now()
-	tally := runSale(servers, *buyers)
-	elapsed := time.Since(start)
-
-	sold, err := admin.LLen(ctx, ordersKey).Result()
-	if err != nil {
-		log.Fatal(err)
-	}
-	left, err := admin.Get(ctx, stockKey).Int()
+	res, err := sale(context.Background(), addr, cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println()
-	for _, s := range servers {
-		fmt.Printf("  %-11s sold %d\n", s.name, s.sold.Load())
+	for _, in := range res.instances {
+		fmt.Printf("  %-11s sold %d\n", in.name, in.sold)
 	}
 	fmt.Printf("  buyers answered: %d sold, %d sold out (410), %d busy (409), %d failed, in %v\n",
-		tally.sold, tally.soldOut, tally.busy, tally.failed, elapsed.Round(time.Millisecond))
-	fmt.Printf("  stock available: %d\n", *stock)
-	fmt.Printf("  units sold:      %d (orders recorded in Redis); stock counter now %d\n", sold, left)
+		res.answers.sold, res.answers.soldOut, res.answers.busy, res.answers.failed, res.elapsed.Round(time.Millisecond))
+	fmt.Printf("  stock available: %d\n", cfg.stock)
+	fmt.Printf("  units sold:      %d (orders recorded in Redis); stock counter now %d\n", res.sold, res.left)
+	over := res.sold - cfg.stock
 	switch {
-	case sold > int64(*stock):
-		fmt.Printf("  OVERSOLD by %d units: %d buyers paid for a plush that does not exist\n", sold-int64(*stock), sold-int64(*stock))
-		if !*noLock {
+	case over > 0:
+		fmt.Printf("  OVERSOLD by %d units: %d buyers paid for a plush that does not exist\n", over, over)
+		if !cfg.noLock {
+			stop()
 			os.Exit(1) // the lock failed: say so through the exit status
 		}
-	case *noLock:
+	case cfg.noLock:
 		fmt.Println("  not oversold this time; raise -buyers or -charge to widen the race")
 	default:
 		fmt.Println("  never oversold: every read-check-write of the stock ran alone")
 		fmt.Println("run it again with -nolock to see the same sale without the lock")
 	}
-	if tally.failed > 0 {
+	if res.answers.failed > 0 {
+		stop()
 		os.Exit(1)
 	}
+}
+
+// config describes one sale.
+type config struct {
+	noLock                   bool
+	buyers, stock, instances int
+	charge                   time.Duration
+}
+
+// result is what a sale did.
+type result struct {
+	answers   tally // what the buyers were told
+	sold      int   // orders recorded in Redis
+	left      int   // the stock counter afterwards
+	instances []instanceSold
+	elapsed   time.Duration
+}
+
+type instanceSold struct {
+	name string
+	sold int64
+}
+
+// sale stocks the item in the Redis at addr, starts cfg.instances servers and
+// lets cfg.buyers buyers loose on them at once.
+func sale(ctx context.Context, addr string, cfg config) (result, error) {
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	if err := admin.Set(ctx, stockKey, cfg.stock, 0).Err(); err != nil {
+		return result{}, fmt.Errorf("flashsale: cannot reach Redis at %s: %w", addr, err)
+	}
+	if err := admin.Del(ctx, ordersKey).Err(); err != nil {
+		return result{}, err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	servers := make([]*server, cfg.instances)
+	for i := range servers {
+		s, err := newServer(fmt.Sprintf("instance-%c", 'a'+i), addr, !cfg.noLock, cfg.charge, logger)
+		if err != nil {
+			return result{}, err
+		}
+		defer s.close()
+		servers[i] = s
+	}
+
+	start := time.Now()
+	res := result{answers: runSale(servers, cfg.buyers)}
+	res.elapsed = time.Since(start)
+	sold, err := admin.LLen(ctx, ordersKey).Result()
+	if err != nil {
+		return result{}, err
+	}
+	res.sold = int(sold)
+	if res.left, err = admin.Get(ctx, stockKey).Int(); err != nil {
+		return result{}, err
+	}
+	for _, s := range servers {
+		res.instances = append(res.instances, instanceSold{s.name, s.sold.Load()})
+	}
+	return res, nil
 }
 
 // server is one instance of the shop: its own Redis client, Locker and gin
@@ -133,12 +172,13 @@ type server struct {
 	sold   atomic.Int64
 }
 
-func newServer(name, addr string, lock bool, charge time.Duration, logger *slog.Logger) *server {
+func newServer(name, addr string, lock bool, charge time.Duration, logger *slog.Logger) (*server, error) {
 	s := &server{name: name, client: redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})}
 	var err error
 	s.locker, err = lockmw.New(s.client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
-		log.Fatal(err)
+		_ = s.client.Close()
+		return nil, err
 	}
 	handlers := []gin.HandlerFunc{gin.Recovery()}
 	if lock {
@@ -151,7 +191,7 @@ func newServer(name, addr string, lock bool, charge time.Duration, logger *slog.
 	r := gin.New()
 	r.POST("/items/:sku/buy", handlers...)
 	s.http = httptest.NewServer(r)
-	return s
+	return s, nil
 }
 
 // buy sells one unit: read the stock, check it, charge the card, write the

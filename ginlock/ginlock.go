@@ -236,12 +236,15 @@ func (m *middleware) reject(c *gin.Context, h ErrorHandler, err error) {
 // Problem types of the default responses, RFC 9457 "type" URIs that lead to
 // this documentation.
 const (
-	ProblemBusy          = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBusy"
-	ProblemNoKey         = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemNoKey"
-	ProblemBodyTooLarge  = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBodyTooLarge"
-	ProblemUnavailable   = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemUnavailable"
+	ProblemBusy         = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBusy"
+	ProblemNoKey        = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemNoKey"
+	ProblemBodyTooLarge = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBodyTooLarge"
+	ProblemUnavailable  = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemUnavailable"
+)
+
+const (
 	problemContentType   = "application/problem+json"
-	defaultRetryAfterSec = 1
+	defaultRetryAfterSec = 1 // Retry-After when the holder's TTL is unknown
 )
 
 // Problem is an RFC 9457 problem details object.

@@ -361,36 +361,52 @@ func TestJSONBodyIsIntactForTheHandler(t *testing.T) {
 	mustFree(t, other, "order:17")
 }
 
-// When the lock is lost while the handler runs, the handler's request context
-// is cancelled with cause ErrLost.
+// When the lock is lost while the handler runs (its key deleted behind its
+// back, or Redis stalled past the lease TTL), the handler's request context is
+// cancelled with cause ErrLost.
 func TestLostLockCancelsTheHandler(t *testing.T) {
-	srv := redistest.Start(t)
-	l := newLocker(t, srv, lockmw.WithTTL(300*time.Millisecond))
-	started := make(chan struct{})
-	causes := make(chan error, 1)
-	e := newEngine(http.MethodPost, "/orders/:id",
-		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")),
-		func(c *gin.Context) {
-			close(started)
-			select {
-			case <-c.Request.Context().Done():
-				causes <- context.Cause(c.Request.Context())
-			case <-time.After(10 * time.Second):
-				causes <- errors.New("the handler's context was never cancelled")
+	for _, fault := range []string{"key deleted", "redis paused"} {
+		t.Run(fault, func(t *testing.T) {
+			srv := redistest.Start(t)
+			l := newLockerOn(t, srv.Client(t, func(o *redis.Options) {
+				o.ReadTimeout = 100 * time.Millisecond
+				o.MaxRetries = -1
+			}), lockmw.WithTTL(300*time.Millisecond))
+			started := make(chan struct{})
+			causes := make(chan error, 1)
+			e := newEngine(http.MethodPost, "/orders/:id",
+				ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")),
+				func(c *gin.Context) {
+					close(started)
+					select {
+					case <-c.Request.Context().Done():
+						causes <- context.Cause(c.Request.Context())
+					case <-time.After(10 * time.Second):
+						causes <- errors.New("the handler's context was never cancelled")
+					}
+					c.Status(http.StatusOK)
+				})
+			done := make(chan struct{})
+			go func() { defer close(done); serve(e, httptest.NewRequest(http.MethodPost, "/orders/5", nil)) }()
+			<-started
+			if fault == "key deleted" {
+				// The key disappears behind the holder's back (an operator, a flush).
+				if n, err := srv.Client(t).Del(context.Background(), lockKey("order:5")).Result(); err != nil || n != 1 {
+					t.Fatalf("DEL %s = %d, %v; want the held lock deleted", lockKey("order:5"), n, err)
+				}
+			} else {
+				srv.Pause(t)
+				defer srv.Resume(t)
 			}
-			c.Status(http.StatusOK)
+			if cause := <-causes; !errors.Is(cause, lockmw.ErrLost) {
+				t.Fatalf("handler context cause = %v, want ErrLost", cause)
+			}
+			if fault == "redis paused" {
+				srv.Resume(t) // let the release through (or time out)
+			}
+			<-done
 		})
-	done := make(chan struct{})
-	go func() { defer close(done); serve(e, httptest.NewRequest(http.MethodPost, "/orders/5", nil)) }()
-	<-started
-	// The key disappears behind the holder's back (an operator, a flush).
-	if n, err := srv.Client(t).Del(context.Background(), lockKey("order:5")).Result(); err != nil || n != 1 {
-		t.Fatalf("DEL %s = %d, %v; want the held lock deleted", lockKey("order:5"), n, err)
 	}
-	if cause := <-causes; !errors.Is(cause, lockmw.ErrLost) {
-		t.Fatalf("handler context cause = %v, want ErrLost", cause)
-	}
-	<-done
 }
 
 // A panicking handler still releases the lock, and the panic reaches

@@ -406,10 +406,10 @@ func TestNoOverlapAcrossInstances(t *testing.T) {
 	const calls, stock = 50, 30
 	srv := redistest.Start(t)
 	var (
-		mu             sync.Mutex
-		left           = stock // the "database": read and written in two steps
-		inside, maxIn  atomic.Int32
-		sold, soldOut  atomic.Int32
+		mu            sync.Mutex
+		left          = stock // the "database": read and written in two steps
+		inside, maxIn atomic.Int32
+		sold, soldOut atomic.Int32
 	)
 	buy := func(ctx context.Context, o *order) (*order, error) {
 		n := inside.Add(1)

@@ -26,11 +26,11 @@ func (f optionFunc) apply(c *config) { f(c) }
 type Selector func(fullMethod string) (template string, locked bool)
 
 type config struct {
-	selector      Selector
-	wait          time.Duration // 0: fail fast
-	newFirst      func(fullMethod string) any
-	tp            trace.TracerProvider
-	mp            metric.MeterProvider
+	selector Selector
+	wait     time.Duration // 0: fail fast
+	newFirst func(fullMethod string) any
+	tp       trace.TracerProvider
+	mp       metric.MeterProvider
 }
 
 func newConfig(opts []Option) *config {

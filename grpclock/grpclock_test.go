@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	otelcodes "go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -486,6 +489,8 @@ func TestLostLockCancelsHandler(t *testing.T) {
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	locker := newLocker(t, srv, lockmw.WithTTL(300*time.Millisecond))
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	for _, kind := range kinds {
 		t.Run(kind, func(t *testing.T) {
 			entered, cause := make(chan struct{}), make(chan error, 1)
@@ -499,7 +504,7 @@ func TestLostLockCancelsHandler(t *testing.T) {
 					cause <- nil
 					return o, nil
 				}
-			}, server{opts: []grpclock.Option{itemMethods}})
+			}, server{opts: []grpclock.Option{itemMethods, grpclock.WithTracerProvider(tp)}})
 			errc := make(chan error, 1)
 			go func() { _, err := call(t.Context(), conn, kind, &order{Item: "lost"}); errc <- err }()
 			waitFor(t, entered, 5*time.Second, "handler")
@@ -512,6 +517,12 @@ func TestLostLockCancelsHandler(t *testing.T) {
 			st := wantCode(t, waitFor(t, errc, 5*time.Second, "call"), codes.Aborted)
 			if !strings.Contains(st.Message(), "lost") {
 				t.Errorf("message %q does not say the lock was lost", st.Message())
+			}
+			spans := sr.Ended()
+			last := spans[len(spans)-1] // ended before the status was sent
+			if outcome := attrMap(last.Attributes())["lock.outcome"].AsString(); last.Name() != grpclock.SpanName ||
+				outcome != "lost" || last.Status().Code != otelcodes.Error {
+				t.Errorf("last span %s: lock.outcome %q, status %v; want %s, lost, Error", last.Name(), outcome, last.Status(), grpclock.SpanName)
 			}
 		})
 	}

@@ -76,6 +76,11 @@ func main() {
 		nolock    = flag.Bool("nolock", false, "serve without grpclock (oversells)")
 	)
 	flag.Parse()
+	if *buyers < 1 || *stock < 0 || *instances < 1 {
+		fmt.Fprintln(os.Stderr, "need -buyers >= 1, -stock >= 0 and -instances >= 1")
+		flag.Usage()
+		os.Exit(2)
+	}
 	addr, stop := redisAddr()
 	defer stop()
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -35,7 +36,8 @@ func newCacheOn(t testing.TB, cacheRDB, lockRDB redis.UniversalClient, opts ...c
 		t.Fatalf("lockmw.New: %v", err)
 	}
 	t.Cleanup(func() { _ = locker.Close() })
-	c, err := cachelock.New(cacheRDB, locker, opts...)
+	quiet := cachelock.WithLogger(slog.New(slog.DiscardHandler))
+	c, err := cachelock.New(cacheRDB, locker, append([]cachelock.Option{quiet}, opts...)...)
 	if err != nil {
 		t.Fatalf("cachelock.New: %v", err)
 	}

@@ -15,12 +15,12 @@ type Execer interface {
 
 // FencedExec runs a fenced conditional write, typically
 //
-//	UPDATE products SET price = ?2, fence = ?1 WHERE id = ?3 AND fence < ?1
+//	UPDATE products SET price = $2, fence = $1 WHERE id = $3 AND fence < $1
 //
 // where the row's fence column holds the token of the last writer. fence,
 // the token Update passes to its write function, is bound as the first
-// argument, followed by args; with numbered placeholders ($1 in PostgreSQL,
-// ?1 in SQLite) the query can refer to it twice. With drivers that only know
+// argument, followed by args; with numbered placeholders ($1 in PostgreSQL
+// and SQLite, ?1 in SQLite) the query can refer to it twice. With drivers that only know
 // "?" (MySQL), pass the fence again in args where the query needs it.
 //
 // The query must both check the fence (fence < token) and store it (fence =

@@ -115,7 +115,7 @@ func (c *Cache) Fetch(ctx context.Context, key string, ttl time.Duration, load f
 		return nil, fmt.Errorf("cachelock: Fetch %q: %w: ttl %v is shorter than 1ms", key, lockmw.ErrInvalidOption, ttl)
 	}
 	if load == nil {
-		return nil, fmt.Errorf("cachelock: Fetch %q: %w: load is nil", key, lockmw.ErrInvalidOption)
+		return nil, c.nilLoad(key)
 	}
 	ctx, span := c.tel.start(ctx, spanFetch)
 	res, err := c.flight.do(ctx, key, func(ctx context.Context) (fillResult, error) {
@@ -131,6 +131,10 @@ func (c *Cache) Fetch(ctx context.Context, key string, ttl time.Duration, load f
 		return nil, err
 	}
 	return res.value, nil
+}
+
+func (c *Cache) nilLoad(key string) error {
+	return fmt.Errorf("cachelock: Fetch %q: %w: load is nil", key, lockmw.ErrInvalidOption)
 }
 
 // fill is the shared part of Fetch: read the entry, and load on a miss.
@@ -270,12 +274,13 @@ func (c *Cache) Invalidate(ctx context.Context, keys ...string) error {
 // Its context is cancelled if the lock is lost; if that happens, Update
 // returns an error matching lockmw.ErrLost, also when write returned nil.
 //
-// The entry is invalidated after every write, successful or not, even if
-// ctx has ended by then. If invalidation fails after a successful write,
-// the hook set by WithInvalidateRetry is called; unless it returns nil,
-// Update returns an error matching ErrStale: the entry may then serve the
-// old value until it expires, at most the TTL it was filled with (plus the
-// WithStaleReads window).
+// The entry is invalidated after every write, successful or not (a write
+// that failed may still have committed), even if ctx has ended by then. If
+// invalidation fails, the hook set by WithInvalidateRetry is called; unless
+// it returns nil, Update returns an error matching ErrStale (joined with the
+// write's error, if any): the entry may then serve the old value until it
+// expires, at most the TTL it was filled with (plus the WithStaleReads
+// window).
 //
 // If the lock cannot be taken, Update returns the lockmw error (for example
 // matching lockmw.ErrNotAcquired or lockmw.ErrUnavailable) and write is not

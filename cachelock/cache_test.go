@@ -634,3 +634,31 @@ func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// FetchJSON round-trips a typed value through the cache.
+func TestFetchJSON(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newCache(t, srv)
+	type product struct {
+		ID    int
+		Price int64
+	}
+	ctx := context.Background()
+	var loads int
+	load := func(context.Context) (product, error) {
+		loads++
+		return product{ID: 1, Price: 250}, nil
+	}
+	for range 2 {
+		p, err := cachelock.FetchJSON(ctx, c, "product:1", time.Minute, load)
+		if err != nil || p != (product{ID: 1, Price: 250}) {
+			t.Fatalf("FetchJSON = %+v, %v", p, err)
+		}
+	}
+	if loads != 1 {
+		t.Fatalf("two FetchJSON calls loaded %d times, want 1", loads)
+	}
+	if _, err := cachelock.FetchJSON(ctx, c, "product:1", time.Minute, func(context.Context) (string, error) { return "", nil }); err == nil {
+		t.Fatal("FetchJSON into a different type succeeded, want a decoding error")
+	}
+}

@@ -93,12 +93,13 @@ func unavailable(ctx context.Context, op, key string, err error) error {
 //
 // On a miss, the caller that wins the key's fill lease calls load and
 // installs its value with TTL ttl, if, and only if, its lease is still valid
-// and no Invalidate revoked it in the meantime; the caller gets the loaded
-// value either way. Other callers wait for that fill (polling Redis with a
-// short backoff, bounded by ctx), or, with WithStaleReads, get the key's
-// invalidated value at once. If the lease expires before its holder
-// installs (it crashed, or load is slower than WithFillLease), the next
-// caller takes over.
+// and no Invalidate revoked it in the meantime. After a revocation the value
+// may predate a write, so the caller fills again (up to 3 times, then it
+// returns its last load uncached). Other callers wait for the fill (polling
+// Redis with a short backoff, bounded by ctx), or, with WithStaleReads, get
+// the key's invalidated value at once. If the lease expires before its
+// holder installs (it crashed, or load is slower than WithFillLease), the
+// next caller takes over; the late holder returns its value uncached.
 //
 // load gets a context that is cancelled only when every caller waiting for
 // it has given up. When load returns an error, nothing is cached (except
@@ -142,6 +143,7 @@ func (c *Cache) fill(ctx context.Context, key string, ttl time.Duration, load fu
 	entry := c.entryKey(key)
 	waited := false
 	backoff := pollMin
+	refills := 0
 	for {
 		token := newToken()
 		r, err := runFetch(ctx, c.rdb, entry, token, c.cfg.fillLease, c.cfg.staleFor > 0)
@@ -165,7 +167,15 @@ func (c *Cache) fill(ctx context.Context, key string, ttl time.Duration, load fu
 		case replyStale:
 			return fillResult{value: r.value, outcome: outcomeStale}, nil
 		case replyFill:
-			return c.loadAndInstall(ctx, key, entry, token, ttl, load)
+			res, outcome, err := c.loadAndInstall(ctx, key, entry, token, ttl, load)
+			if outcome == revoked && (err == nil || errors.Is(err, ErrNotFound)) && refills < maxRefills {
+				// An invalidation overtook the load: what it read may
+				// predate the write, and callers that joined this fill
+				// after the invalidation must not get it. Fill again.
+				refills++
+				continue
+			}
+			return res, err
 		case replyWait:
 			waited = true
 			d := min(backoff+mrand.N(backoff/2+1), r.wait+time.Millisecond)
@@ -196,8 +206,10 @@ func (c *Cache) callLoad(ctx context.Context, load func(ctx context.Context) ([]
 }
 
 // loadAndInstall runs load under the fill lease token holds, and installs
-// the value if the lease is still valid and unrevoked.
-func (c *Cache) loadAndInstall(ctx context.Context, key, entry, token string, ttl time.Duration, load func(ctx context.Context) ([]byte, error)) (fillResult, error) {
+// the value if the lease is still valid and unrevoked. It reports what
+// install.lua answered (installed, revoked or expired; installed also when
+// the install could not be attempted).
+func (c *Cache) loadAndInstall(ctx context.Context, key, entry, token string, ttl time.Duration, load func(ctx context.Context) ([]byte, error)) (fillResult, int, error) {
 	v, err := c.callLoad(ctx, load, outcomeLoaded)
 	state := stateValue
 	if err != nil {
@@ -209,21 +221,25 @@ func (c *Cache) loadAndInstall(ctx context.Context, key, entry, token string, tt
 			if aerr := runAbandon(actx, c.rdb, entry, token); aerr != nil {
 				c.cfg.logger.DebugContext(ctx, "cachelock: could not give up a fill lease; it expires by itself", "key", key, "err", aerr)
 			}
-			return fillResult{outcome: outcomeLoaded}, err
+			return fillResult{outcome: outcomeLoaded}, installed, err
 		}
 		state, ttl, v = stateNegative, c.cfg.negativeTTL, nil
 	}
-	installed, ierr := runInstall(ctx, c.rdb, entry, token, state, v, c.jittered(ttl))
+	result, ierr := runInstall(ctx, c.rdb, entry, token, state, v, c.jittered(ttl))
 	switch {
 	case ierr != nil:
 		// The caller still gets what it loaded; the entry stays empty and
 		// its lease expires.
 		c.cfg.logger.WarnContext(ctx, "cachelock: could not install a loaded value", "key", key, "err", ierr)
-	case !installed:
+		result = installed
+	case result == revoked:
 		c.tel.revokedFills.Add(ctx, 1)
-		c.cfg.logger.DebugContext(ctx, "cachelock: fill revoked by an invalidation or expired; value not cached", "key", key)
+		c.cfg.logger.DebugContext(ctx, "cachelock: fill revoked by an invalidation; value not cached", "key", key)
+	case result == expired:
+		c.tel.revokedFills.Add(ctx, 1)
+		c.cfg.logger.WarnContext(ctx, "cachelock: load outlasted its fill lease; value not cached (raise WithFillLease)", "key", key, "lease", c.cfg.fillLease)
 	}
-	return fillResult{value: v, outcome: outcomeLoaded}, err
+	return fillResult{value: v, outcome: outcomeLoaded}, result, err
 }
 
 func (c *Cache) jittered(ttl time.Duration) time.Duration {

@@ -31,8 +31,9 @@
 //
 // After Invalidate (or Update) returns nil, no value loaded before it is
 // installed, so the cache converges to the database as soon as the next
-// fill. A Fetch that runs concurrently with an Update may still return the
-// value from before the write: that read overlapped the write.
+// fill; a fill it revoked loads again rather than hand its callers what it
+// read before. A Fetch that runs concurrently with an Update may still
+// return the value from before the write: that read overlapped the write.
 //
 // If Redis cannot be reached after the database write, Update returns an
 // error matching ErrStale (unless the WithInvalidateRetry hook succeeds): the

@@ -32,6 +32,10 @@ const (
 	pollMax = 50 * time.Millisecond
 )
 
+// maxRefills is how many times a Fetch loads again after an invalidation
+// revoked its fill, before it returns what it loaded without caching it.
+const maxRefills = 3
+
 // invalidateTimeout bounds Update's invalidation after the write, which runs
 // even if the caller's context has ended: the write may have committed.
 const invalidateTimeout = 5 * time.Second

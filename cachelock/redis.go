@@ -88,9 +88,15 @@ func runFetch(ctx context.Context, rdb redis.Scripter, entry, token string, leas
 	return r, nil
 }
 
-func runInstall(ctx context.Context, rdb redis.Scripter, entry, token, state string, value []byte, ttl time.Duration) (bool, error) {
-	n, err := installScript.Run(ctx, rdb, []string{entry}, token, state, value, ms(ttl)).Int()
-	return n == 1, err
+// Results of install.lua.
+const (
+	installed = 1
+	revoked   = 0
+	expired   = -1
+)
+
+func runInstall(ctx context.Context, rdb redis.Scripter, entry, token, state string, value []byte, ttl time.Duration) (int, error) {
+	return installScript.Run(ctx, rdb, []string{entry}, token, state, value, ms(ttl)).Int()
 }
 
 func runAbandon(ctx context.Context, rdb redis.Scripter, entry, token string) error {

@@ -35,8 +35,9 @@ end
 
 local lease = tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'o', ARGV[1], 'lx', string.format('%d', now + lease))
--- The entry must outlive the lease, or the fill would be refused.
-if redis.call('PTTL', KEYS[1]) < lease then
-  redis.call('PEXPIRE', KEYS[1], lease)
+-- The entry outlives the lease, so that install can tell an expired lease
+-- from a revoked one.
+if redis.call('PTTL', KEYS[1]) < 2 * lease then
+  redis.call('PEXPIRE', KEYS[1], 2 * lease)
 end
 return {'fill'}

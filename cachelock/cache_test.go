@@ -667,3 +667,48 @@ func TestFetchJSON(t *testing.T) {
 		t.Fatal("FetchJSON into a different type succeeded, want a decoding error")
 	}
 }
+
+// A filler that stalls past its fill lease does not block the key: another
+// process takes the lease over and fills, and the late filler's value is not
+// installed over it.
+func TestExpiredFillLeaseTakenOver(t *testing.T) {
+	srv := redistest.Start(t)
+	stalled := newCache(t, srv, cachelock.WithFillLease(100*time.Millisecond))
+	other := newCache(t, srv, cachelock.WithFillLease(time.Minute))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	started := make(chan struct{})
+	resume := make(chan struct{})
+	done := make(chan string, 1)
+	go func() {
+		v, err := stalled.Fetch(ctx, "k", time.Minute, func(context.Context) ([]byte, error) {
+			select {
+			case <-started:
+			default:
+				close(started)
+				<-resume
+			}
+			return []byte("late"), nil
+		})
+		if err != nil {
+			v = []byte("error: " + err.Error())
+		}
+		done <- string(v)
+	}()
+	wait(t, started, 10*time.Second, "the stalled fill to start")
+	v, err := other.Fetch(ctx, "k", time.Minute, func(context.Context) ([]byte, error) { return []byte("fresh"), nil })
+	if err != nil || string(v) != "fresh" {
+		t.Fatalf("Fetch while the filler stalls past its lease = %q, %v; want its own fill, \"fresh\"", v, err)
+	}
+	close(resume)
+	if got := wait(t, done, 10*time.Second, "the stalled filler"); got != "fresh" {
+		t.Fatalf("the stalled filler returned %q; its lease was taken over, so it should read the new fill, \"fresh\"", got)
+	}
+	v, err = other.Fetch(ctx, "k", time.Minute, func(context.Context) ([]byte, error) {
+		return nil, errors.New("the fresh value should be cached")
+	})
+	if err != nil || string(v) != "fresh" {
+		t.Fatalf("cache holds %q, %v; want \"fresh\"", v, err)
+	}
+}

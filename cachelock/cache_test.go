@@ -39,31 +39,35 @@ func TestConcurrentFetchesLoadOnce(t *testing.T) {
 	ready.Add(callers)
 	allReady := make(chan struct{})
 	go func() { ready.Wait(); close(allReady) }()
-	load := func(ctx context.Context) ([]byte, error) {
-		loads.Add(1)
-		// Hold the fill until every caller has started and every Cache
-		// has asked Redis for the key at least twice (so it was told to
-		// wait), or until a second load shows the test has failed.
-		select {
-		case <-allReady:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		for loads.Load() == 1 {
-			contended := true
-			for _, s := range scripts {
-				contended = contended && s.n.Load() >= 2
-			}
-			if contended {
-				break
-			}
+	// loadVia returns the load function of the callers of caches[filler].
+	loadVia := func(filler int) func(ctx context.Context) ([]byte, error) {
+		return func(ctx context.Context) ([]byte, error) {
+			loads.Add(1)
+			// Hold the fill until every caller has started and every other
+			// Cache has run the fetch script at least twice (it was told to
+			// wait, and asked again), or until a second load shows that the
+			// test has failed.
 			select {
+			case <-allReady:
 			case <-ctx.Done():
 				return nil, ctx.Err()
-			case <-time.After(time.Millisecond):
 			}
+			for loads.Load() == 1 {
+				contended := true
+				for i, s := range scripts {
+					contended = contended && (i == filler || s.n.Load() >= 2)
+				}
+				if contended {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(time.Millisecond):
+				}
+			}
+			return []byte("v1"), nil
 		}
-		return []byte("v1"), nil
 	}
 
 	errs := make(chan error, callers)
@@ -73,7 +77,7 @@ func TestConcurrentFetchesLoadOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ready.Done()
-			v, err := caches[i%len(caches)].Fetch(ctx, "hot", time.Minute, load)
+			v, err := caches[i%len(caches)].Fetch(ctx, "hot", time.Minute, loadVia(i%len(caches)))
 			if err == nil && string(v) != "v1" {
 				err = fmt.Errorf("got %q, want v1", v)
 			}

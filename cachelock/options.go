@@ -97,7 +97,8 @@ func WithFillLease(d time.Duration) Option {
 // WithStaleReads lets Fetch serve stale values: Invalidate keeps an entry's
 // old value for window, marked stale, and while another caller is filling
 // the key, Fetch returns that old value at once instead of waiting. The
-// caller that wins the fill lease still loads and returns a fresh value.
+// caller that wins the fill lease still loads and returns a fresh value, and
+// so do the callers in its process, which share its fill.
 // Without this option (the default), Invalidate drops the value and callers
 // wait for the fill.
 func WithStaleReads(window time.Duration) Option {

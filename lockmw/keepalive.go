@@ -55,6 +55,7 @@ type renewScheduler struct {
 	mu     sync.Mutex
 	queue  leaseQueue
 	closed bool
+	wakeAt time.Time // when the loop's timer fires next
 
 	wake    chan struct{}
 	done    chan struct{}
@@ -68,6 +69,7 @@ func newRenewScheduler(b backend, tel *telemetry, logger *slog.Logger, drift fun
 		logger:  logger,
 		drift:   drift,
 		wake:    make(chan struct{}, 1),
+		wakeAt:  time.Now().Add(time.Hour), // run's first timer
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -88,8 +90,8 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	k.deadline = sentAt.Add(l.ttl - s.drift(l.ttl))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
-	if k.index == 0 {
-		s.poke()
+	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
+		s.poke() // the loop's timer is set for later than l needs
 	}
 	return true
 }
@@ -164,6 +166,7 @@ func (s *renewScheduler) run() {
 		if len(s.queue) > 0 {
 			next = s.queue[0].keep.fireAt.Sub(now)
 		}
+		s.wakeAt = now.Add(next)
 		s.mu.Unlock()
 
 		s.finishLost(lost)

@@ -135,7 +135,7 @@ func TestLostLockCancelsJob(t *testing.T) {
 		select {
 		case <-ctx.Done():
 			cause <- context.Cause(ctx)
-		case <-time.After(20 * time.Second):
+		case <-time.After(10 * time.Second):
 			cause <- nil
 		}
 		return nil
@@ -291,14 +291,19 @@ func TestMaxHold(t *testing.T) {
 	freed := make(chan struct{})
 	job := cronlock.Singleton(l, "stuck", cronlock.WithMaxHold(200*time.Millisecond), cronlock.WithLogger(logs))(
 		cronlock.Func(func(ctx context.Context) error {
-			<-ctx.Done()
-			cause <- context.Cause(ctx)
+			select {
+			case <-ctx.Done():
+				cause <- context.Cause(ctx)
+			case <-time.After(10 * time.Second):
+				cause <- nil
+			}
 			<-freed // still running while the test checks the lock
 			return nil
 		}))
 	done := make(chan struct{})
 	go func() { defer close(done); job.Run() }()
 	if err := <-cause; !errors.Is(err, cronlock.ErrMaxHold) {
+		close(freed)
 		t.Fatalf("job context cause = %v, want ErrMaxHold", err)
 	}
 	eventually(t, 5*time.Second, "the stuck job's lock released", func() bool {

@@ -18,7 +18,9 @@
 // fires up to MinHold later finds the lock busy and skips (ShedLock's
 // lockAtLeastFor). After the job returns, the lock is released in the
 // background once MinHold has passed: the cron goroutine is not held longer
-// than the job.
+// than the job. Closing the Locker during that time releases the lock
+// early, so a host shut down just after a run can let a late host run the
+// same fire again.
 //
 // MinHold is, in order of precedence: WithMinHold; half the time from the
 // run's start to the next fire of WithSchedule's schedule, at most

@@ -80,7 +80,10 @@ func TestLongJobKeepsLock(t *testing.T) {
 	finish := make(chan struct{})
 	job := cronlock.Func(func(ctx context.Context) error {
 		runs.Add(1)
-		jobCtx <- ctx
+		select {
+		case jobCtx <- ctx:
+		default:
+		}
 		select {
 		case <-finish:
 			return nil
@@ -98,6 +101,7 @@ func TestLongJobKeepsLock(t *testing.T) {
 		c.Start()
 	}
 	defer stopAll(scheds)
+	defer close(finish) // before stopAll, which waits for running jobs
 
 	var ctx context.Context
 	select {
@@ -114,7 +118,6 @@ func TestLongJobKeepsLock(t *testing.T) {
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the job started %d times while the first run held the lock, want 1", n)
 	}
-	close(finish)
 }
 
 // Killing Redis under a running job cancels the job's context with ErrLost,
@@ -142,7 +145,11 @@ func TestLostLockCancelsJob(t *testing.T) {
 	}))
 	done := make(chan struct{})
 	go func() { defer close(done); job.Run() }()
-	<-started
+	select {
+	case <-started:
+	case <-done:
+		t.Fatalf("the job did not run: %v", logs.find(true, ""))
+	}
 	srv.Kill(t)
 	<-done
 	if err := <-cause; !errors.Is(err, lockmw.ErrLost) {
@@ -302,9 +309,14 @@ func TestMaxHold(t *testing.T) {
 		}))
 	done := make(chan struct{})
 	go func() { defer close(done); job.Run() }()
-	if err := <-cause; !errors.Is(err, cronlock.ErrMaxHold) {
-		close(freed)
-		t.Fatalf("job context cause = %v, want ErrMaxHold", err)
+	select {
+	case err := <-cause:
+		if !errors.Is(err, cronlock.ErrMaxHold) {
+			close(freed)
+			t.Fatalf("job context cause = %v, want ErrMaxHold", err)
+		}
+	case <-done:
+		t.Fatalf("the job did not run: %v", logs.find(true, ""))
 	}
 	eventually(t, 5*time.Second, "the stuck job's lock released", func() bool {
 		lease, err := rival.TryAcquire(context.Background(), "stuck")

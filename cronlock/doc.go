@@ -58,7 +58,8 @@
 // Tracer and meter scope: ScopeName. Every fire is one span cronlock.run
 // (attributes cron.job, cron.instance, cron.outcome, cron.skip_reason,
 // lock.fence), parent of lockmw's acquire span and of the job's own spans
-// through the lease context; a busy skip is not a span error. Metrics:
+// through the lease context; a skipped fire has cron.outcome "skipped", and
+// a busy skip is not a span error. Metrics:
 // cronlock.runs (by cron.job and cron.outcome: ok, error, panic, lost,
 // max_hold), cronlock.skips (by cron.job and cron.skip_reason: busy,
 // unavailable) and cronlock.run.duration (seconds, by cron.job and

@@ -3,8 +3,8 @@ package lockmw_test
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,21 +24,15 @@ func BenchmarkLockUnlock(b *testing.B) {
 			l := newLockerOn(b, client)
 			ctx := context.Background()
 			var next atomic.Int64
-			b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
 			b.ResetTimer()
 			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					key := "bench:" + strconv.FormatInt(next.Add(1)%1024, 10)
-					lease, err := l.TryAcquire(ctx, key)
-					if err != nil {
-						continue // another goroutine holds this key right now
-					}
-					if err := lease.Release(ctx); err != nil {
-						b.Error(err)
-						return
-					}
+			runGoroutines(b, goroutines, func() error {
+				key := "bench:" + strconv.FormatInt(next.Add(1)%1024, 10)
+				lease, err := l.TryAcquire(ctx, key)
+				if err != nil {
+					return nil // another goroutine holds this key right now
 				}
+				return lease.Release(ctx)
 			})
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 		})
@@ -58,28 +52,38 @@ func BenchmarkRawFloor(b *testing.B) {
 			client := srv.Client(b, func(o *redis.Options) { o.PoolSize = goroutines })
 			ctx := context.Background()
 			var next atomic.Int64
-			b.SetParallelism(max(1, goroutines/runtime.GOMAXPROCS(0)))
 			b.ResetTimer()
 			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					key := "raw:" + strconv.FormatInt(next.Add(1)%1024, 10)
-					token := strconv.FormatInt(next.Load(), 16)
-					ok, err := client.SetNX(ctx, key, token, 10*time.Second).Result()
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if !ok {
-						continue
-					}
-					if err := rawRelease.Run(ctx, client, []string{key}, token).Err(); err != nil {
-						b.Error(err)
-						return
-					}
+			runGoroutines(b, goroutines, func() error {
+				key := "raw:" + strconv.FormatInt(next.Add(1)%1024, 10)
+				token := strconv.FormatInt(next.Load(), 16)
+				ok, err := client.SetNX(ctx, key, token, 10*time.Second).Result()
+				if err != nil || !ok {
+					return err
 				}
+				return rawRelease.Run(ctx, client, []string{key}, token).Err()
 			})
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
 		})
 	}
+}
+
+// runGoroutines runs op b.N times in all, from exactly n goroutines.
+func runGoroutines(b *testing.B, n int, op func() error) {
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
+				if err := op(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

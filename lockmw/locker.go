@@ -129,6 +129,9 @@ func (l *Locker) Close() error {
 		l.closed.Store(true)
 		close(l.closing)
 		err = l.releaseAll(l.keeper.close())
+		if c, ok := l.backend.(interface{ close() }); ok {
+			c.close() // a backend with goroutines of its own (Redlock) stops them
+		}
 	})
 	return err
 }

@@ -1,0 +1,304 @@
+package lockmw_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// redlockClients returns one new client per master, closed at cleanup.
+func redlockClients(t testing.TB, masters []*redistest.Server, opts ...func(*redis.Options)) []redis.UniversalClient {
+	t.Helper()
+	clients := make([]redis.UniversalClient, len(masters))
+	for i, m := range masters {
+		clients[i] = m.Client(t, opts...)
+	}
+	return clients
+}
+
+// newRedlock returns a Redlock Locker over masters, on clients of its own
+// that give up quickly on a dead or frozen master, closed at cleanup.
+func newRedlock(t testing.TB, masters []*redistest.Server, opts ...lockmw.Option) *lockmw.Locker {
+	t.Helper()
+	l, err := lockmw.NewRedlock(redlockClients(t, masters, fastFailing), opts...)
+	if err != nil {
+		t.Fatalf("NewRedlock: %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// occupy sets key's lock on srv to a foreign owner for ttl, as if another
+// client had won that master, so that acquisitions win only the others.
+func occupy(t testing.TB, srv *redistest.Server, key string, ttl time.Duration) {
+	t.Helper()
+	if err := srv.Client(t).Set(context.Background(), lockKey(key), "foreign-owner", ttl).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vacate deletes key's lock on srv, whoever holds it there.
+func vacate(t testing.TB, srv *redistest.Server, key string) {
+	t.Helper()
+	if err := srv.Client(t).Del(context.Background(), lockKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewRedlockRejectsBadMasters(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	c := redlockClients(t, masters)
+	var nilClient *redis.Client
+	for _, tc := range []struct {
+		name    string
+		clients []redis.UniversalClient
+		want    error
+		says    string
+	}{
+		{"none", nil, lockmw.ErrInvalidOption, "got 0 clients"},
+		{"one", c[:1], lockmw.ErrInvalidOption, "odd number, at least 3"},
+		{"even", append(append([]redis.UniversalClient{}, c...), masters[0].Client(t, func(o *redis.Options) { o.Addr = "127.0.0.1:1" })), lockmw.ErrInvalidOption, "got 4 clients"},
+		{"nil", []redis.UniversalClient{c[0], nil, c[2]}, lockmw.ErrNilClient, "client 1 of 3 is nil"},
+		{"typed nil", []redis.UniversalClient{c[0], c[1], nilClient}, lockmw.ErrNilClient, "client 2 of 3 is nil"},
+		{"same client", []redis.UniversalClient{c[0], c[1], c[0]}, lockmw.ErrInvalidOption, "clients 0 and 2 are the same client"},
+		{"same master", []redis.UniversalClient{c[0], c[1], masters[1].Client(t)}, lockmw.ErrInvalidOption, "clients 1 and 2 both reach " + masters[1].Addr()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := lockmw.NewRedlock(tc.clients)
+			if err == nil {
+				_ = l.Close()
+				t.Fatal("NewRedlock accepted it")
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("error = %v, want %v saying %q", err, tc.want, tc.says)
+			}
+		})
+	}
+	// Bad options are reported too, after the masters were accepted.
+	if _, err := lockmw.NewRedlock(c, lockmw.WithDriftFactor(2)); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Fatalf("WithDriftFactor(2): %v", err)
+	}
+}
+
+// A Redlock lease is held on every master, excludes other Lockers, and is
+// gone from every master after Release.
+func TestRedlockAcquireRelease(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	l, rival := newRedlock(t, masters), newRedlock(t, masters)
+	ctx := context.Background()
+	lease, err := l.TryAcquire(ctx, "k", lockmw.WithLeaseTTL(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range masters {
+		if n := m.Client(t).Exists(ctx, lockKey("k")).Val(); n != 1 {
+			t.Errorf("master %d: lock key missing", i)
+		}
+	}
+	_, err = rival.TryAcquire(ctx, "k")
+	if !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("rival TryAcquire = %v, want ErrNotAcquired", err)
+	}
+	if d, ok := lockmw.RetryAfter(err); !ok || d > 5*time.Second {
+		t.Errorf("RetryAfter = %v, %v; want the holder's remaining TTL (<= 5s)", d, ok)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if lease.Context().Err() == nil {
+		t.Error("lease context live after Release")
+	}
+	// Release returns once a majority deleted it; the rest follow.
+	for i, m := range masters {
+		eventually(t, 5*time.Second, func() error {
+			if m.Client(t).Exists(ctx, lockKey("k")).Val() != 0 {
+				return fmt.Errorf("master %d: lock key left after Release", i)
+			}
+			return nil
+		})
+	}
+	lease2, err := rival.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("rival after release: %v", err)
+	}
+	if lease2.Fence() <= lease.Fence() {
+		t.Errorf("fence %d after %d", lease2.Fence(), lease.Fence())
+	}
+	_ = lease2.Release(ctx)
+}
+
+// Lockers over the same masters exclude each other: a non-atomic counter
+// updated under the lock ends exact, and no two holders are ever inside.
+func TestRedlockMutualExclusion(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	const workers, rounds = 8, 15
+	var counter, inside, overlaps atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		l := newRedlock(t, masters)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				err := l.Do(context.Background(), "counter", func(ctx context.Context) error {
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					v := counter.Load()
+					runtime.Gosched()
+					counter.Store(v + 1)
+					inside.Add(-1)
+					return nil
+				}, lockmw.WithWait(30*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Do: %v", err)
+	}
+	if got := counter.Load(); got != workers*rounds {
+		t.Errorf("counter = %d, want %d", got, workers*rounds)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d critical sections overlapped", n)
+	}
+}
+
+// Fences strictly increase when successive holders win different
+// majorities, whose masters' own counters disagree: the second round
+// raises a quorum of counters to the fence handed out.
+func TestRedlockFenceAcrossDifferentMajorities(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	l := newRedlock(t, masters)
+	ctx := context.Background()
+	var last uint64
+	// Each holder finds one master taken by someone else, so it wins the
+	// other two: {1,2}, {0,2}, {0,1}, then round again.
+	for round := range 6 {
+		blocked := masters[round%3]
+		occupy(t, blocked, "fenced", time.Minute)
+		lease, err := l.TryAcquire(ctx, "fenced")
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if lease.Fence() <= last {
+			t.Fatalf("round %d: fence %d after %d", round, lease.Fence(), last)
+		}
+		last = lease.Fence()
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("round %d: release: %v", round, err)
+		}
+		vacate(t, blocked, "fenced")
+	}
+}
+
+// The watchdog keeps a Redlock lease past its TTL on every master.
+func TestRedlockWatchdogKeepsLease(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	l, rival := newRedlock(t, masters), newRedlock(t, masters)
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+	lease, err := l.Acquire(ctx, "kept", lockmw.WithLeaseTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(4 * ttl)
+	if err := lease.Context().Err(); err != nil {
+		t.Fatalf("lease ended: %v", context.Cause(lease.Context()))
+	}
+	if _, err := rival.TryAcquire(ctx, "kept"); !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("rival = %v, want ErrNotAcquired", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// When a majority of masters lose the lock behind the holder's back, the
+// next renewal cancels the lease with ErrLost; with only a minority losing
+// it, the lease stays held.
+func TestRedlockRenewalNeedsQuorum(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	l := newRedlock(t, masters)
+	ctx := context.Background()
+	const ttl = 300 * time.Millisecond
+
+	minority, err := l.Acquire(ctx, "minority", lockmw.WithLeaseTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vacate(t, masters[0], "minority")
+	time.Sleep(3 * ttl)
+	if err := minority.Context().Err(); err != nil {
+		t.Fatalf("lease lost with a majority still holding it: %v", context.Cause(minority.Context()))
+	}
+	if err := minority.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	majority, err := l.Acquire(ctx, "majority", lockmw.WithLeaseTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vacate(t, masters[0], "majority")
+	occupy(t, masters[1], "majority", time.Minute)
+	waitDone(t, majority.Context(), 10*ttl, "lease lost on a majority")
+	if r := lostReason(t, majority.Context()); r != lockmw.LostTaken {
+		t.Errorf("reason = %q, want %q (one master holds another owner's token)", r, lockmw.LostTaken)
+	}
+	if err := majority.Release(ctx); !errors.Is(err, lockmw.ErrLost) {
+		t.Errorf("Release of a lost lease = %v, want ErrLost", err)
+	}
+	// The third master's copy is still ours and untouched by others; the
+	// foreign one on master 1 was never deleted.
+	if v := masters[1].Client(t).Get(ctx, lockKey("majority")).Val(); v != "foreign-owner" {
+		t.Errorf("another owner's lock was touched: %q", v)
+	}
+}
+
+// Close stops the Locker: later calls fail with ErrClosed and held leases
+// end with ErrClosed.
+func TestRedlockClose(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	l := newRedlock(t, masters)
+	ctx := context.Background()
+	lease, err := l.Acquire(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(lease.Context()), lockmw.ErrClosed) {
+		t.Errorf("lease cause = %v, want ErrClosed", context.Cause(lease.Context()))
+	}
+	if _, err := l.TryAcquire(ctx, "c"); !errors.Is(err, lockmw.ErrClosed) {
+		t.Errorf("TryAcquire after Close = %v", err)
+	}
+	for i, m := range masters {
+		eventually(t, 5*time.Second, func() error {
+			if m.Client(t).Exists(ctx, lockKey("c")).Val() != 0 {
+				return fmt.Errorf("master %d: lock left after Close", i)
+			}
+			return nil
+		})
+	}
+}

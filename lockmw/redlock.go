@@ -144,6 +144,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 
 	var (
 		won, failed int
+		granted     = make([]bool, n)
 		fences      = make([]int64, 0, n) // fences of the masters that granted, in answer order
 		busyTTLs    []time.Duration
 		errs        []error
@@ -153,7 +154,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 		select {
 		case r = <-replies:
 		case <-ctx.Done():
-			b.rollback(k, token, won)
+			b.rollback(k, token, granted)
 			return acquireReply{}, ctx.Err()
 		}
 		vals, err := r.cmds[0].Int64Slice()
@@ -166,13 +167,14 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 			errs = append(errs, b.masterErr(r.master, err))
 		case vals[0] == 1:
 			won++
+			granted[r.master] = true
 			fences = append(fences, vals[1])
 		default:
 			busyTTLs = append(busyTTLs, time.Duration(max(vals[1], 0))*time.Millisecond)
 		}
 	}
 	if won < q {
-		b.rollback(k, token, won)
+		b.rollback(k, token, granted)
 		if failed > n-q {
 			return acquireReply{}, fmt.Errorf("only %d of %d masters answered, %d needed: %w", n-failed, n, q, errors.Join(errs...))
 		}
@@ -181,7 +183,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 
 	fence, err := b.settleFence(ctx, k, token, fences)
 	if err != nil {
-		b.rollback(k, token, n)
+		b.rollback(k, token, granted)
 		return acquireReply{}, err
 	}
 	return acquireReply{acquired: true, fence: uint64(fence)}, nil
@@ -242,22 +244,29 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 }
 
 // rollback releases a failed acquisition on every master, in parallel. It
-// waits (bounded) for the masters that granted it, won of them, so that a
-// failed attempt leaves nothing behind on the masters that answered; the
-// others get the release queued after the acquisition and run it whenever
-// they answer again.
-func (b *redlockBackend) rollback(k lockKeys, token string, won int) {
+// waits (a second at most) for the masters in granted, so that a failed
+// attempt leaves nothing behind on the masters that answered; the others
+// get the release queued after the acquisition and run it whenever they
+// answer again.
+func (b *redlockBackend) rollback(k lockKeys, token string, granted []bool) {
 	replies := b.fanOut([]scriptCall{{releaseScript, []string{k.lock}, []any{token}}})
-	if won == 0 {
+	waiting := 0
+	for _, g := range granted {
+		if g {
+			waiting++
+		}
+	}
+	if waiting == 0 {
 		return
 	}
-	// The masters that granted answered moments ago; wait for as many
-	// answers as there were grants, or a second at most.
 	timer := time.NewTimer(time.Second)
 	defer timer.Stop()
-	for range won {
+	for waiting > 0 {
 		select {
-		case <-replies:
+		case r := <-replies:
+			if granted[r.master] {
+				waiting--
+			}
 		case <-timer.C:
 			return
 		}

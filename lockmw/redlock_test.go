@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/redistest"
@@ -300,5 +302,123 @@ func TestRedlockClose(t *testing.T) {
 			}
 			return nil
 		})
+	}
+}
+
+// mutexOp is one operation on a lock in a linearizability history: a
+// client's successful acquisition, or the end of its holding (release, or
+// the moment its lease context ended, whichever came first).
+type mutexOp struct {
+	key     string
+	client  int
+	acquire bool
+}
+
+// mutexModel is the sequential specification of a lock for porcupine: the
+// state is the holding client, or -1 when free. An acquisition is legal only
+// on a free lock, a release only by the holder. Each key is a lock of its
+// own, checked on its own.
+var mutexModel = porcupine.Model{
+	Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		var keys []string
+		for _, op := range history {
+			k := op.Input.(mutexOp).key
+			if _, ok := byKey[k]; !ok {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], op)
+		}
+		parts := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			parts = append(parts, byKey[k])
+		}
+		return parts
+	},
+	Init: func() any { return -1 },
+	Step: func(state, input, _ any) (bool, any) {
+		holder, op := state.(int), input.(mutexOp)
+		switch {
+		case op.acquire && holder == -1:
+			return true, op.client
+		case !op.acquire && holder == op.client:
+			return true, -1
+		}
+		return false, holder
+	},
+	DescribeOperation: func(input, _ any) string {
+		if op := input.(mutexOp); op.acquire {
+			return fmt.Sprintf("acquire(%s, %d)", op.key, op.client)
+		}
+		return fmt.Sprintf("release(%s, %d)", input.(mutexOp).key, input.(mutexOp).client)
+	},
+}
+
+// lockHistory records lock operations with times on one monotonic clock.
+type lockHistory struct {
+	mu   sync.Mutex
+	base time.Time
+	ops  []porcupine.Operation
+}
+
+func newLockHistory() *lockHistory { return &lockHistory{base: time.Now()} }
+
+func (h *lockHistory) add(key string, client int, acquire bool, call, ret time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops = append(h.ops, porcupine.Operation{
+		ClientId: client,
+		Input:    mutexOp{key: key, client: client, acquire: acquire},
+		Call:     call.Sub(h.base).Nanoseconds(),
+		Return:   ret.Sub(h.base).Nanoseconds(),
+	})
+}
+
+// check reports whether the history is linearizable as a mutex; when it is
+// not, it writes porcupine's visualization to a file named in the error.
+func (h *lockHistory) check(t testing.TB) error {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	res, info := porcupine.CheckOperationsVerbose(mutexModel, h.ops, time.Minute)
+	switch res {
+	case porcupine.Ok:
+		return nil
+	case porcupine.Illegal:
+		path := "(not written)"
+		if f, err := os.CreateTemp("", "lockmw-history-*.html"); err == nil {
+			_ = porcupine.Visualize(mutexModel, info, f)
+			_ = f.Close()
+			path = f.Name()
+		}
+		return fmt.Errorf("%d operations are not linearizable as a mutex: two holders overlap (visualization: %s)", len(h.ops), path)
+	}
+	return fmt.Errorf("linearizability check of %d operations gave %q", len(h.ops), res)
+}
+
+// The checker itself catches overlapping holders, and accepts a release and
+// the next acquisition that run concurrently.
+func TestMutexModelCatchesOverlap(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	broken := &lockHistory{base: at(0)}
+	broken.add("k", 0, true, at(0), at(10))
+	broken.add("k", 1, true, at(20), at(30)) // client 1 acquires while 0 holds
+	broken.add("k", 0, false, at(40), at(50))
+	broken.add("k", 1, false, at(60), at(70))
+	if err := broken.check(t); err == nil {
+		t.Fatal("overlapping holders passed the check")
+	}
+
+	fine := &lockHistory{base: at(0)}
+	fine.add("k", 0, true, at(0), at(10))
+	fine.add("k", 0, false, at(20), at(30))
+	fine.add("k", 1, true, at(25), at(40)) // may take effect after 0's release
+	fine.add("k", 1, false, at(50), at(60))
+	fine.add("k", 0, true, at(55), at(80))
+	fine.add("k", 0, false, at(90), at(95))
+	fine.add("other", 1, true, at(0), at(10)) // another lock: no conflict with "k"
+	fine.add("other", 1, false, at(90), at(95))
+	if err := fine.check(t); err != nil {
+		t.Fatalf("a correct history failed the check: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"runtime"
 	"strings"
@@ -425,4 +426,31 @@ func TestMutexModelCatchesOverlap(t *testing.T) {
 	if err := fine.check(t); err != nil {
 		t.Fatalf("a correct history failed the check: %v", err)
 	}
+}
+
+// A lock kept on a majority of five independent masters: it survives the
+// loss of any two of them. Writes carry the fence, so a holder that lost
+// the lock (paused, partitioned) cannot overwrite a newer holder's work.
+func ExampleNewRedlock() {
+	var clients []redis.UniversalClient
+	for _, addr := range []string{"redis-a:6379", "redis-b:6379", "redis-c:6379", "redis-d:6379", "redis-e:6379"} {
+		c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 200 * time.Millisecond})
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	locker, err := lockmw.NewRedlock(clients, lockmw.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	ctx := context.Background()
+	lease, err := locker.Acquire(ctx, "invoice:7", lockmw.WithWait(5*time.Second))
+	if err != nil {
+		log.Fatal(err) // ErrNotAcquired: still busy; ErrUnavailable: no majority answered
+	}
+	defer lease.Release(ctx)
+	// Work under lease.Context(), and fence the write:
+	// UPDATE invoices SET ... WHERE id = 7 AND fence < $1, with lease.Fence().
+	fmt.Println("fence", lease.Fence())
 }

@@ -39,13 +39,16 @@ import (
 // On m, A owned the lock when its counter was raised to >= M_A; B was
 // granted the lock on m only after A's key there was gone (released or
 // expired), and the grant incremented the same counter, so B's value on m
-// is > M_A, and M_B, the maximum over B's masters, is > M_A too. The
-// argument needs m to have kept its counter: a master restarted without
+// is > M_A, and M_B, the maximum over B's masters, is > M_A too.
+//
+// The argument needs m to have kept its counter: a master restarted without
 // persistence forgets it. The second round raises every master that
-// answers, not only the winning ones, so while all masters are up every
-// counter reaches M_A, and up to N/2 masters may then lose their data
-// before B without breaking the order (B's quorum keeps at least one
-// master with its counter).
+// answers, not only the winning ones, and when all masters grant an
+// acquisition their counters advance together, so while every master is up
+// all of them usually hold M_A, and then up to N/2 may lose their data
+// before B without breaking the order (B's majority keeps one master with
+// its counter). That is not guaranteed when A's fence reached only a
+// majority: masters that must keep fences across data loss need AOF.
 
 var (
 	//go:embed scripts/raise.lua

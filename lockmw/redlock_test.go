@@ -30,11 +30,15 @@ func redlockClients(t testing.TB, masters []*redistest.Server, opts ...func(*red
 	return clients
 }
 
+// dialOnce makes a client report a refused connection after one dial, not
+// after five spaced 100ms apart.
+func dialOnce(o *redis.Options) { o.DialerRetries = 1 }
+
 // newRedlock returns a Redlock Locker over masters, on clients of its own
 // that give up quickly on a dead or frozen master, closed at cleanup.
 func newRedlock(t testing.TB, masters []*redistest.Server, opts ...lockmw.Option) *lockmw.Locker {
 	t.Helper()
-	l, err := lockmw.NewRedlock(redlockClients(t, masters, fastFailing), opts...)
+	l, err := lockmw.NewRedlock(redlockClients(t, masters, fastFailing, dialOnce), opts...)
 	if err != nil {
 		t.Fatalf("NewRedlock: %v", err)
 	}

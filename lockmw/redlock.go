@@ -133,8 +133,8 @@ func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error)
 	return b, nil
 }
 
-// close stops the masters' senders; requests still queued fail with
-// ErrClosed.
+// close stops the masters' senders once they have sent what is queued;
+// later requests fail with ErrClosed.
 func (b *redlockBackend) close() {
 	for _, m := range b.masters {
 		m.close()
@@ -179,7 +179,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 	if won < q {
 		b.rollback(k, token, granted)
 		if failed > n-q {
-			return acquireReply{}, fmt.Errorf("only %d of %d masters answered, %d needed: %w", n-failed, n, q, errors.Join(errs...))
+			return acquireReply{}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
 		return acquireReply{holderTTL: freeIn(busyTTLs, q-won)}, nil
 	}
@@ -235,9 +235,9 @@ func (b *redlockBackend) settleFence(ctx context.Context, k lockKeys, token stri
 	return m, nil
 }
 
-// freeIn estimates when enough busy masters free up for a quorum: need more
-// of them must expire, so it is the need-th smallest remaining TTL; 0 when
-// unknown.
+// freeIn estimates when enough busy masters free up for a quorum: need of
+// their keys must expire, so it is the need-th smallest remaining TTL (the
+// largest known one if fewer answered); 0 when unknown.
 func freeIn(busy []time.Duration, need int) time.Duration {
 	if need <= 0 || len(busy) == 0 {
 		return 0

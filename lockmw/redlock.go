@@ -50,10 +50,17 @@ import (
 // its counter). That is not guaranteed when A's fence reached only a
 // majority: masters that must keep fences across data loss need AOF.
 
+// Redlock's scripts. Acquisition and renewal are the single-deployment
+// ones (acquire.lua, renew.lua); release has no queue or notification to
+// serve, and the fence round is Redlock's own.
 var (
 	//go:embed scripts/raise.lua
 	raiseSource string
-	raiseScript = redis.NewScript(raiseSource)
+	//go:embed scripts/redlock_release.lua
+	redlockReleaseSource string
+
+	raiseScript          = redis.NewScript(raiseSource)
+	redlockReleaseScript = redis.NewScript(redlockReleaseSource)
 )
 
 // NewRedlock returns a Locker that keeps each lock on a majority of N
@@ -80,7 +87,8 @@ var (
 // persistence must stay down for at least the longest lease TTL before
 // rejoining, or two holders can overlap. Fence every write to shared state.
 //
-// Waiting (Acquire) retries with backoff; Fair is not supported. The Locker
+// Waiting (Acquire) retries with backoff: there are no release
+// notifications, and Fair gives ErrInvalidOption. The Locker
 // does not own the clients: close them after the Locker. Each client's
 // ReadTimeout bounds how long a paused master can delay its own queue, not
 // the decisions the other masters make.
@@ -143,7 +151,7 @@ func (b *redlockBackend) close() {
 
 func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
 	n, q := len(b.masters), b.quorum
-	replies := b.fanOut([]scriptCall{{acquireScript, []string{k.lock, k.fence}, []any{token, millis(ttl)}}})
+	replies := b.fanOut([]masterScript{{acquireScript, []string{k.lock, k.fence}, []any{token, millis(ttl)}}})
 
 	var (
 		won, failed int
@@ -208,7 +216,7 @@ func (b *redlockBackend) settleFence(ctx context.Context, k lockKeys, token stri
 		return m, nil // the grants themselves set a quorum's counters to M
 	}
 	n, q := len(b.masters), b.quorum
-	replies := b.fanOut([]scriptCall{{raiseScript, []string{k.lock, k.fence}, []any{token, m}}})
+	replies := b.fanOut([]masterScript{{raiseScript, []string{k.lock, k.fence}, []any{token, m}}})
 	var owned, other int
 	var errs []error
 	for owned < q && n-other >= q {
@@ -252,7 +260,7 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // get the release queued after the acquisition and run it whenever they
 // answer again.
 func (b *redlockBackend) rollback(k lockKeys, token string, granted []bool) {
-	replies := b.fanOut([]scriptCall{{releaseScript, []string{k.lock}, []any{token}}})
+	replies := b.fanOut([]masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}})
 	waiting := 0
 	for _, g := range granted {
 		if g {
@@ -278,7 +286,7 @@ func (b *redlockBackend) rollback(k lockKeys, token string, granted []bool) {
 
 func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
 	n, q := len(b.masters), b.quorum
-	replies := b.fanOut([]scriptCall{{releaseScript, []string{k.lock}, []any{token}}})
+	replies := b.fanOut([]masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}})
 	var t tally
 	for !t.decided(n, q) {
 		select {
@@ -294,9 +302,9 @@ func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) 
 
 func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
 	n, q := len(b.masters), b.quorum
-	calls := make([]scriptCall, len(reqs))
+	calls := make([]masterScript, len(reqs))
 	for i, r := range reqs {
-		calls[i] = scriptCall{renewScript, []string{r.keys.lock}, []any{r.token, millis(r.ttl)}}
+		calls[i] = masterScript{renewScript, []string{r.keys.lock}, []any{r.token, millis(r.ttl)}}
 	}
 	replies := b.fanOut(calls)
 	tallies := make([]tally, len(reqs))
@@ -386,7 +394,7 @@ func (b *redlockBackend) masterErr(i int, err error) error {
 // fanOut queues calls on every master and returns the channel their
 // answers arrive on, one masterReply per master, in answer order. The
 // channel is buffered, so answers nobody waits for are dropped with it.
-func (b *redlockBackend) fanOut(calls []scriptCall) <-chan masterReply {
+func (b *redlockBackend) fanOut(calls []masterScript) <-chan masterReply {
 	replies := make(chan masterReply, len(b.masters))
 	for i, m := range b.masters {
 		m.submit(&masterCall{master: i, calls: calls, reply: replies})
@@ -394,8 +402,8 @@ func (b *redlockBackend) fanOut(calls []scriptCall) <-chan masterReply {
 	return replies
 }
 
-// scriptCall is one script invocation, the same for every master.
-type scriptCall struct {
+// masterScript is one script invocation, the same for every master.
+type masterScript struct {
 	script *redis.Script
 	keys   []string
 	args   []any
@@ -405,13 +413,13 @@ type scriptCall struct {
 // one pipeline, answered on reply.
 type masterCall struct {
 	master int
-	calls  []scriptCall
+	calls  []masterScript
 	reply  chan<- masterReply
 	cmds   []*redis.Cmd
 }
 
 // masterReply carries one master's answers to a masterCall, one Cmd per
-// scriptCall, each holding its result or its error.
+// masterScript, each holding its result or its error.
 type masterReply struct {
 	master int
 	cmds   []*redis.Cmd

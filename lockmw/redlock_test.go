@@ -96,6 +96,16 @@ func TestNewRedlockRejectsBadMasters(t *testing.T) {
 	if _, err := lockmw.NewRedlock(c, lockmw.WithDriftFactor(2)); !errors.Is(err, lockmw.ErrInvalidOption) {
 		t.Fatalf("WithDriftFactor(2): %v", err)
 	}
+	// Fair hand-off needs a queue on one deployment: refused, nothing taken.
+	l := newRedlock(t, masters)
+	if _, err := l.TryAcquire(context.Background(), "fair", lockmw.Fair()); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Fatalf("TryAcquire with Fair on Redlock = %v, want ErrInvalidOption", err)
+	}
+	for i, m := range masters {
+		if keys := liveLockKeys(t, m); len(keys) > 0 {
+			t.Errorf("master %d holds %v after a refused Fair acquisition", i, keys)
+		}
+	}
 }
 
 // A Redlock lease is held on every master, excludes other Lockers, and is

@@ -468,3 +468,71 @@ func ExampleNewRedlock() {
 	// UPDATE invoices SET ... WHERE id = 7 AND fence < $1, with lease.Fence().
 	fmt.Println("fence", lease.Fence())
 }
+
+// The watchdog renews Redlock leases in one pipeline per master per tick,
+// not one round trip per lease and master, and keeps them all held.
+func TestRedlockRenewalsBatchedPerMaster(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	clients := redlockClients(t, masters)
+	hooks := make([]*pipelineCounter, len(clients))
+	for i, c := range clients {
+		hooks[i] = &pipelineCounter{}
+		c.AddHook(hooks[i])
+	}
+	l, err := lockmw.NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	const n, ttl = 1000, 1500 * time.Millisecond
+
+	leases := make([]*lockmw.Lease, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 8 {
+				lease, err := l.TryAcquire(ctx, fmt.Sprintf("many:%d", i), lockmw.WithLeaseTTL(ttl))
+				if err != nil {
+					errs <- err
+					return
+				}
+				leases[i] = lease
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	type count struct{ pipes, cmds int64 }
+	before := make([]count, len(hooks))
+	for i, h := range hooks {
+		before[i] = count{h.pipelines.Load(), h.commands.Load()}
+	}
+	time.Sleep(2 * ttl) // about six renewal ticks
+	for i, lease := range leases {
+		if err := lease.Context().Err(); err != nil {
+			t.Fatalf("lease %d ended: %v", i, context.Cause(lease.Context()))
+		}
+	}
+	for i, h := range hooks {
+		pipes, renewals := h.pipelines.Load()-before[i].pipes, h.commands.Load()-before[i].cmds
+		if renewals < 2*n {
+			t.Errorf("master %d: %d renewals over 2 TTLs for %d leases; want at least %d", i, renewals, n, 2*n)
+		}
+		if perTrip := renewals / max(pipes, 1); perTrip < 100 {
+			t.Errorf("master %d: %d renewals in %d round trips (%d each): renewals are not batched", i, renewals, pipes, perTrip)
+		}
+		t.Logf("master %d: %d renewals in %d round trips", i, renewals, pipes)
+	}
+	for _, lease := range leases {
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

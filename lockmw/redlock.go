@@ -81,17 +81,18 @@ var (
 // answer to decide.
 //
 // Lease.Fence still strictly increases per key across holders, also when
-// successive holders win different majorities, as long as a majority of the
-// masters keep their data. Redlock's mutual exclusion assumes bounded clock
+// successive holders win different majorities, as long as the masters keep
+// their data (a master restarted without persistence forgets its fence
+// counters; see the package README). Redlock's mutual exclusion assumes bounded clock
 // drift, process pauses and network delays; a master restarted without
 // persistence must stay down for at least the longest lease TTL before
 // rejoining, or two holders can overlap. Fence every write to shared state.
 //
 // Waiting (Acquire) retries with backoff: there are no release
-// notifications, and Fair gives ErrInvalidOption. The Locker
-// does not own the clients: close them after the Locker. Each client's
-// ReadTimeout bounds how long a paused master can delay its own queue, not
-// the decisions the other masters make.
+// notifications, and Fair gives ErrInvalidOption. The Locker does not own
+// the clients: close them after the Locker. Each client's ReadTimeout
+// bounds how long a paused master can delay its own queue, not the
+// decisions the other masters make.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
 	b, err := newRedlockBackend(clients)
 	if err != nil {
@@ -256,9 +257,9 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 
 // rollback releases a failed acquisition on every master, in parallel. It
 // waits (a second at most) for the masters in granted, so that a failed
-// attempt leaves nothing behind on the masters that answered; the others
-// get the release queued after the acquisition and run it whenever they
-// answer again.
+// attempt leaves nothing behind on the masters that granted it; the others
+// get the release queued after the acquisition and run it as soon as they
+// answer it.
 func (b *redlockBackend) rollback(k lockKeys, token string, granted []bool) {
 	replies := b.fanOut([]masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}})
 	waiting := 0
@@ -309,13 +310,13 @@ func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renew
 	replies := b.fanOut(calls)
 	tallies := make([]tally, len(reqs))
 	open := len(reqs)
+collect:
 	for answered := 0; open > 0 && answered < n; answered++ {
 		var r masterReply
 		select {
 		case r = <-replies:
 		case <-ctx.Done():
-			answered = n // stop: the undecided get an error below
-			continue
+			break collect // the undecided get an error below
 		}
 		for i, c := range r.cmds {
 			t := &tallies[i]

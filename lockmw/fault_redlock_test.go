@@ -119,6 +119,46 @@ func TestFaultRedlockQuorumTable(t *testing.T) {
 	}
 }
 
+// With masters down but a quorum still able to answer, a lock held by
+// another owner is reported busy (ErrNotAcquired, with RetryAfter), never
+// as a Redis failure; with too many down it is ErrUnavailable.
+func TestFaultRedlockBusyWithMastersDown(t *testing.T) {
+	masters := redistest.StartN(t, 5)
+	holder, rival := newRedlock(t, masters), newRedlock(t, masters)
+	ctx := context.Background()
+	lease, err := holder.TryAcquire(ctx, "busy", lockmw.WithLeaseTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every master granted it (a majority answered first; the rest follow).
+	for i, m := range masters {
+		eventually(t, 5*time.Second, func() error {
+			if len(liveLockKeys(t, m)) != 1 {
+				return fmt.Errorf("master %d does not hold the lock yet", i)
+			}
+			return nil
+		})
+	}
+	masters[0].Kill(t)
+	masters[1].Pause(t)
+	_, err = rival.TryAcquire(ctx, "busy")
+	if !errors.Is(err, lockmw.ErrNotAcquired) || errors.Is(err, lockmw.ErrUnavailable) {
+		t.Fatalf("2 of 5 masters down, lock held: %v, want ErrNotAcquired", err)
+	}
+	if d, ok := lockmw.RetryAfter(err); !ok || d > time.Minute {
+		t.Errorf("RetryAfter = %v, %v; want the holder's remaining TTL", d, ok)
+	}
+	masters[2].Kill(t)
+	_, err = rival.TryAcquire(ctx, "busy")
+	if !errors.Is(err, lockmw.ErrUnavailable) || errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("3 of 5 masters down: %v, want ErrUnavailable", err)
+	}
+	masters[1].Resume(t)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release with 3 of 5 masters up: %v", err)
+	}
+}
+
 // A master paused past the TTL while a lease is held on N=3. With one
 // paused the lease stays held on the other two. With two paused the holder's
 // context is cancelled while they are still paused, so before any rival can

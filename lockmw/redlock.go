@@ -76,9 +76,9 @@ var (
 // and releases fan out the same way: a lease stays held while a majority
 // confirms each renewal, and its context is cancelled with ErrLost when a
 // majority no longer holds it or when its validity runs out without a
-// majority confirming. TryAcquire reports ErrNotAcquired when other owners
-// hold the lock on enough masters, and ErrUnavailable when too few masters
-// answer to decide.
+// majority confirming. A failed attempt reports ErrUnavailable when more
+// than N/2 masters failed (so no majority could answer), else
+// ErrNotAcquired: other owners hold the lock on enough masters.
 //
 // Lease.Fence still strictly increases per key across holders, also when
 // successive holders win different majorities, as long as the masters keep
@@ -161,7 +161,16 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 		busyTTLs    []time.Duration
 		errs        []error
 	)
-	for won < q && n-failed-len(busyTTLs) >= q {
+	for won < q {
+		if pending := n - won - len(busyTTLs) - failed; won+pending < q {
+			// No quorum is left. Stop once it is settled whether the lock
+			// is busy (other owners block a quorum, or too few failures to
+			// blame) or Redis unavailable (failures alone block one).
+			busy := len(busyTTLs)
+			if busy > n-q || failed > n-q || failed+pending <= n-q {
+				break
+			}
+		}
 		var r masterReply
 		select {
 		case r = <-replies:

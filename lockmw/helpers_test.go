@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(holderEnv); spec != "" {
 		os.Exit(runHolder(spec))
 	}
+	if spec := os.Getenv(redlockHolderEnv); spec != "" {
+		os.Exit(runRedlockHolder(spec))
+	}
 	os.Exit(m.Run())
 }
 

@@ -145,6 +145,8 @@ func (l *Locker) Close() error {
 		err = l.releaseAll(l.keeper.close())
 		if l.waits != nil {
 			l.waits.close()
+		} else if c, ok := l.backend.(interface{ close() }); ok {
+			c.close() // a backend with goroutines of its own (Redlock) stops them
 		}
 	})
 	return err

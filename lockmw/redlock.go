@@ -1,0 +1,549 @@
+package lockmw
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is the Redlock backend: one lock kept on N independent Redis
+// masters, held by whoever holds it on a majority (N/2+1) of them.
+//
+// Every request fans out to all masters at once and is decided as soon as
+// the answers in hand settle it: a quorum agreeing, or so many disagreeing
+// or failing that no quorum is left. A master that is paused or slow never
+// holds up a decision the others can make. Requests to one master go
+// through one queue, are sent in order, and are pipelined with whatever else
+// is queued for that master, so concurrent leases share round trips and a
+// release always reaches a master after the acquisition it undoes.
+//
+// Validity: the Locker computes it from the moment the first round was sent
+// (TTL − elapsed − drift, see attempt and renewScheduler), so the time spent
+// in both rounds below counts against the lease.
+//
+// Fencing tokens. Each master keeps its own counter per lock, incremented
+// by the acquire script only when it grants the lock. A holder's fence is
+// M, the largest counter value its winning masters returned, and before
+// the lease is handed out a quorum of masters must have counter >= M
+// recorded while the holder owned the lock there (the second round, raise
+// script, skipped when a quorum of the winning masters already returned M
+// itself). Why fences strictly increase from one holder A to the next
+// holder B: A's quorum of raised masters and B's winning quorum are both
+// majorities of the same N masters, so they share at least one master m.
+// On m, A owned the lock when its counter was raised to >= M_A; B was
+// granted the lock on m only after A's key there was gone (released or
+// expired), and the grant incremented the same counter, so B's value on m
+// is > M_A, and M_B, the maximum over B's masters, is > M_A too.
+//
+// The argument needs m to have kept its counter: a master restarted without
+// persistence forgets it. The second round raises every master that
+// answers, not only the winning ones, and when all masters grant an
+// acquisition their counters advance together, so while every master is up
+// all of them usually hold M_A, and then up to N/2 may lose their data
+// before B without breaking the order (B's majority keeps one master with
+// its counter). That is not guaranteed when A's fence reached only a
+// majority: masters that must keep fences across data loss need AOF.
+
+// Redlock's scripts. Acquisition and renewal are the single-deployment
+// ones (acquire.lua, renew.lua); release has no queue or notification to
+// serve, and the fence round is Redlock's own.
+var (
+	//go:embed scripts/raise.lua
+	raiseSource string
+	//go:embed scripts/redlock_release.lua
+	redlockReleaseSource string
+
+	raiseScript          = redis.NewScript(raiseSource)
+	redlockReleaseScript = redis.NewScript(redlockReleaseSource)
+)
+
+// NewRedlock returns a Locker that keeps each lock on a majority of N
+// independent Redis masters (the Redlock algorithm), so that the lock
+// survives the loss of up to N/2 of them. N must be odd and at least 3, and
+// every client must reach a different master: not replicas of each other,
+// not Cluster nodes, nothing shared.
+//
+// An acquisition is sent to all masters in parallel and succeeds once
+// N/2+1 grant it; its validity is TTL − elapsed − drift, counted from
+// when the request was sent (see WithDriftFactor). A failed acquisition
+// releases whatever it got at once, on all masters in parallel. Renewals
+// and releases fan out the same way: a lease stays held while a majority
+// confirms each renewal, and its context is cancelled with ErrLost when a
+// majority no longer holds it or when its validity runs out without a
+// majority confirming. A failed attempt reports ErrUnavailable when more
+// than N/2 masters failed (so no majority could answer), else
+// ErrNotAcquired: other owners hold the lock on enough masters.
+//
+// Lease.Fence still strictly increases per key across holders, also when
+// successive holders win different majorities, as long as the masters keep
+// their data (a master restarted without persistence forgets its fence
+// counters; see the package README). Redlock's mutual exclusion assumes bounded clock
+// drift, process pauses and network delays; a master restarted without
+// persistence must stay down for at least the longest lease TTL before
+// rejoining, or two holders can overlap. Fence every write to shared state.
+//
+// Waiting (Acquire) retries with backoff: there are no release
+// notifications, and Fair gives ErrInvalidOption. The Locker does not own
+// the clients: close them after the Locker. Each client's ReadTimeout
+// bounds how long a paused master can delay its own queue, not the
+// decisions the other masters make.
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
+	b, err := newRedlockBackend(clients)
+	if err != nil {
+		return nil, err
+	}
+	l, err := newLocker(b, opts)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// redlockBackend keeps each lock on a quorum of independent masters.
+type redlockBackend struct {
+	masters []*master
+	quorum  int
+}
+
+func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error) {
+	n := len(clients)
+	if n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("%w: NewRedlock got %d clients: give an odd number, at least 3, of clients to independent masters (3 tolerates 1 lost master, 5 tolerates 2)", ErrInvalidOption, n)
+	}
+	seen := make(map[redis.UniversalClient]int, n)
+	addrs := make(map[string]int, n)
+	for i, c := range clients {
+		if isNil(c) {
+			return nil, fmt.Errorf("%w: NewRedlock: client %d of %d is nil: pass one connected client per master", ErrNilClient, i, n)
+		}
+		if j, dup := seen[c]; dup {
+			return nil, fmt.Errorf("%w: NewRedlock: clients %d and %d are the same client: each must reach a different master", ErrInvalidOption, j, i)
+		}
+		seen[c] = i
+		if rc, ok := c.(*redis.Client); ok {
+			addr := rc.Options().Addr
+			if j, dup := addrs[addr]; dup {
+				return nil, fmt.Errorf("%w: NewRedlock: clients %d and %d both reach %s: each must reach a different master", ErrInvalidOption, j, i, addr)
+			}
+			addrs[addr] = i
+		}
+	}
+	b := &redlockBackend{quorum: n/2 + 1}
+	for _, c := range clients {
+		b.masters = append(b.masters, newMaster(c))
+	}
+	return b, nil
+}
+
+// close stops the masters' senders once they have sent what is queued;
+// later requests fail with ErrClosed.
+func (b *redlockBackend) close() {
+	for _, m := range b.masters {
+		m.close()
+	}
+}
+
+func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
+	n, q := len(b.masters), b.quorum
+	replies := b.fanOut([]masterScript{{acquireScript, []string{k.lock, k.fence}, []any{token, millis(ttl)}}})
+
+	var (
+		won, failed int
+		granted     = make([]bool, n)
+		fences      = make([]int64, 0, n) // fences of the masters that granted, in answer order
+		busyTTLs    []time.Duration
+		errs        []error
+	)
+	for won < q {
+		if pending := n - won - len(busyTTLs) - failed; won+pending < q {
+			// No quorum is left. Stop once it is settled whether the lock
+			// is busy (other owners block a quorum, or too few failures to
+			// blame) or Redis unavailable (failures alone block one).
+			busy := len(busyTTLs)
+			if busy > n-q || failed > n-q || failed+pending <= n-q {
+				break
+			}
+		}
+		var r masterReply
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			b.rollback(k, token, granted)
+			return acquireReply{}, ctx.Err()
+		}
+		vals, err := r.cmds[0].Int64Slice()
+		if err == nil && len(vals) != 2 {
+			err = fmt.Errorf("acquire script returned %d values, want 2", len(vals))
+		}
+		switch {
+		case err != nil:
+			failed++
+			errs = append(errs, b.masterErr(r.master, err))
+		case vals[0] == 1:
+			won++
+			granted[r.master] = true
+			fences = append(fences, vals[1])
+		default:
+			busyTTLs = append(busyTTLs, time.Duration(max(vals[1], 0))*time.Millisecond)
+		}
+	}
+	if won < q {
+		b.rollback(k, token, granted)
+		if failed > n-q {
+			return acquireReply{}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
+		}
+		return acquireReply{holderTTL: freeIn(busyTTLs, q-won)}, nil
+	}
+
+	fence, err := b.settleFence(ctx, k, token, fences)
+	if err != nil {
+		b.rollback(k, token, granted)
+		return acquireReply{}, err
+	}
+	return acquireReply{acquired: true, fence: uint64(fence)}, nil
+}
+
+// settleFence returns the holder's fence, M, the largest counter its
+// winning masters returned, once a quorum of masters has counter >= M
+// recorded while the holder owned the lock there (see the top of this file
+// for why that makes fences increase).
+func (b *redlockBackend) settleFence(ctx context.Context, k lockKeys, token string, fences []int64) (int64, error) {
+	m := slices.Max(fences)
+	atMax := 0
+	for _, f := range fences {
+		if f == m {
+			atMax++
+		}
+	}
+	if atMax >= b.quorum {
+		return m, nil // the grants themselves set a quorum's counters to M
+	}
+	n, q := len(b.masters), b.quorum
+	replies := b.fanOut([]masterScript{{raiseScript, []string{k.lock, k.fence}, []any{token, m}}})
+	var owned, other int
+	var errs []error
+	for owned < q && n-other >= q {
+		var r masterReply
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		v, err := r.cmds[0].Int64()
+		switch {
+		case err != nil:
+			other++
+			errs = append(errs, b.masterErr(r.master, err))
+		case v == 1:
+			owned++
+		default:
+			other++
+		}
+	}
+	if owned < q {
+		return 0, fmt.Errorf("fencing round confirmed by %d of %d masters, %d needed: %w", owned, n, q, errors.Join(errs...))
+	}
+	return m, nil
+}
+
+// freeIn estimates when enough busy masters free up for a quorum: need of
+// their keys must expire, so it is the need-th smallest remaining TTL (the
+// largest known one if fewer answered); 0 when unknown.
+func freeIn(busy []time.Duration, need int) time.Duration {
+	if need <= 0 || len(busy) == 0 {
+		return 0
+	}
+	slices.Sort(busy)
+	return busy[min(need, len(busy))-1]
+}
+
+// rollback releases a failed acquisition on every master, in parallel. It
+// waits (a second at most) for the masters in granted, so that a failed
+// attempt leaves nothing behind on the masters that granted it; the others
+// get the release queued after the acquisition and run it as soon as they
+// answer it.
+func (b *redlockBackend) rollback(k lockKeys, token string, granted []bool) {
+	replies := b.fanOut([]masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}})
+	waiting := 0
+	for _, g := range granted {
+		if g {
+			waiting++
+		}
+	}
+	if waiting == 0 {
+		return
+	}
+	timer := time.NewTimer(time.Second)
+	defer timer.Stop()
+	for waiting > 0 {
+		select {
+		case r := <-replies:
+			if granted[r.master] {
+				waiting--
+			}
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
+	n, q := len(b.masters), b.quorum
+	replies := b.fanOut([]masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}})
+	var t tally
+	for !t.decided(n, q) {
+		select {
+		case r := <-replies:
+			v, err := r.cmds[0].Int64()
+			t.add(ownershipOf(v), b.masterErr(r.master, err))
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return t.result(n, q)
+}
+
+func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
+	n, q := len(b.masters), b.quorum
+	calls := make([]masterScript, len(reqs))
+	for i, r := range reqs {
+		calls[i] = masterScript{renewScript, []string{r.keys.lock}, []any{r.token, millis(r.ttl)}}
+	}
+	replies := b.fanOut(calls)
+	tallies := make([]tally, len(reqs))
+	open := len(reqs)
+collect:
+	for answered := 0; open > 0 && answered < n; answered++ {
+		var r masterReply
+		select {
+		case r = <-replies:
+		case <-ctx.Done():
+			break collect // the undecided get an error below
+		}
+		for i, c := range r.cmds {
+			t := &tallies[i]
+			if t.decided(n, q) {
+				continue
+			}
+			v, err := c.Int64()
+			t.add(ownershipOf(v), b.masterErr(r.master, err))
+			if t.decided(n, q) {
+				open--
+			}
+		}
+	}
+	results := make([]renewResult, len(reqs))
+	for i := range tallies {
+		results[i].ownership, results[i].err = tallies[i].result(n, q)
+	}
+	return results
+}
+
+// tally counts the masters' answers to one compare-and-act request.
+type tally struct {
+	owned, missing, taken int
+	errs                  []error
+}
+
+func (t *tally) add(o ownership, err error) {
+	switch {
+	case err != nil:
+		t.errs = append(t.errs, err)
+	case o == owned:
+		t.owned++
+	case o == taken:
+		t.taken++
+	default:
+		t.missing++
+	}
+}
+
+// decided reports whether the answers so far settle the request: a quorum
+// owns it, or so many masters do not that no quorum is left, or every
+// master has answered.
+func (t *tally) decided(n, q int) bool {
+	return t.owned >= q || t.missing+t.taken > n-q || t.owned+t.missing+t.taken+len(t.errs) == n
+}
+
+// result is the request's outcome. The lock is owned while a quorum says
+// so, and lost when a quorum says it is not (taken if any master holds
+// another owner's token, else expired). Anything else (masters failing or
+// not answering) is an error: the caller retries until the validity
+// deadline, as with one Redis that does not answer.
+func (t *tally) result(n, q int) (ownership, error) {
+	switch {
+	case t.owned >= q:
+		return owned, nil
+	case t.missing+t.taken > n-q && t.taken > 0:
+		return taken, nil
+	case t.missing+t.taken > n-q:
+		return missing, nil
+	}
+	answered := t.owned + t.missing + t.taken
+	err := fmt.Errorf("owned on %d of %d masters, %d needed; %d answered", t.owned, n, q, answered)
+	if len(t.errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, errors.Join(t.errs...))
+	}
+	return 0, err
+}
+
+func (b *redlockBackend) masterErr(i int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("master %d: %w", i, err)
+}
+
+// fanOut queues calls on every master and returns the channel their
+// answers arrive on, one masterReply per master, in answer order. The
+// channel is buffered, so answers nobody waits for are dropped with it.
+func (b *redlockBackend) fanOut(calls []masterScript) <-chan masterReply {
+	replies := make(chan masterReply, len(b.masters))
+	for i, m := range b.masters {
+		m.submit(&masterCall{master: i, calls: calls, reply: replies})
+	}
+	return replies
+}
+
+// masterScript is one script invocation, the same for every master.
+type masterScript struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+}
+
+// masterCall is a request queued for one master: scripts sent together in
+// one pipeline, answered on reply.
+type masterCall struct {
+	master int
+	calls  []masterScript
+	reply  chan<- masterReply
+	cmds   []*redis.Cmd
+}
+
+// masterReply carries one master's answers to a masterCall, one Cmd per
+// masterScript, each holding its result or its error.
+type masterReply struct {
+	master int
+	cmds   []*redis.Cmd
+}
+
+// master sends the requests queued for one Redis master, in order,
+// pipelining everything queued when a round trip starts.
+type master struct {
+	client  redis.UniversalClient
+	signal  chan struct{} // a call was queued
+	stop    chan struct{}
+	stopped chan struct{}
+
+	mu      sync.Mutex
+	pending []*masterCall
+	closed  bool
+}
+
+func newMaster(client redis.UniversalClient) *master {
+	m := &master{client: client, signal: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go m.run()
+	return m
+}
+
+func (m *master) submit(c *masterCall) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.fail(c, ErrClosed)
+		return
+	}
+	m.pending = append(m.pending, c)
+	m.mu.Unlock()
+	select {
+	case m.signal <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the sender once it has sent what is already queued (the
+// last releases of a closing Locker); later calls fail with ErrClosed.
+func (m *master) close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	<-m.stopped
+}
+
+func (m *master) fail(c *masterCall, err error) {
+	cmds := make([]*redis.Cmd, len(c.calls))
+	for i := range cmds {
+		cmds[i] = redis.NewCmd(context.Background())
+		cmds[i].SetErr(err)
+	}
+	c.reply <- masterReply{master: c.master, cmds: cmds}
+}
+
+func (m *master) run() {
+	defer close(m.stopped)
+	var batch []*masterCall
+	for stopping := false; ; {
+		select {
+		case <-m.signal:
+		case <-m.stop:
+			stopping = true
+		}
+		m.mu.Lock()
+		batch, m.pending = m.pending, batch[:0]
+		m.mu.Unlock()
+		if len(batch) > 0 {
+			m.exec(batch)
+			clear(batch)
+		}
+		if stopping {
+			return
+		}
+	}
+}
+
+// exec sends batch in one pipeline (by script SHA; scripts a restarted
+// master has forgotten are resent in full in a second one) and answers each
+// call.
+func (m *master) exec(batch []*masterCall) {
+	ctx := context.Background() // bounded by the client's read and write timeouts
+	pipe := m.client.Pipeline()
+	for _, c := range batch {
+		c.cmds = make([]*redis.Cmd, len(c.calls))
+		for i, s := range c.calls {
+			c.cmds[i] = s.script.EvalSha(ctx, pipe, s.keys, s.args...)
+		}
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
+
+	var resend redis.Pipeliner
+	for _, c := range batch {
+		for i, cmd := range c.cmds {
+			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+				if resend == nil {
+					resend = m.client.Pipeline()
+				}
+				s := c.calls[i]
+				c.cmds[i] = s.script.Eval(ctx, resend, s.keys, s.args...)
+			}
+		}
+	}
+	if resend != nil {
+		_, _ = resend.Exec(ctx)
+	}
+	for _, c := range batch {
+		c.reply <- masterReply{master: c.master, cmds: c.cmds}
+	}
+}

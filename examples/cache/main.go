@@ -32,11 +32,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	_ "modernc.org/sqlite"
 
 	"github.com/lockmw/lockmw/cachelock"
+	"github.com/lockmw/lockmw/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -53,7 +53,7 @@ func main() {
 	updates := flag.Int("updates", 25, "price changes per writer")
 	flag.Parse()
 
-	addr, stopRedis := redisAddr()
+	addr, stopRedis := demoredis.Addr()
 	defer stopRedis()
 	db, cleanup := openDB(*driver, *dsn, *products)
 	defer cleanup()
@@ -295,20 +295,4 @@ func openDB(driver, dsn string, products int) (db *sql.DB, cleanup func()) {
 			_ = os.RemoveAll(dir)
 		}
 	}
-}
-
-// redisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose
-// TTLs run on the real clock.
-func redisAddr() (string, func()) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		fmt.Println("using Redis at", addr)
-		return addr, func() {}
-	}
-	m, err := miniredis.Run()
-	if err != nil {
-		log.Fatal(err)
-	}
-	m.ClockTTL(true)
-	fmt.Println("REDIS_ADDR not set: using an embedded in-process Redis")
-	return m.Addr(), m.Close
 }

@@ -21,18 +21,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
 	"github.com/lockmw/lockmw/cronlock"
+	"github.com/lockmw/lockmw/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
 func main() {
 	duration := flag.Duration("duration", 5*time.Second, "how long the schedulers run")
 	flag.Parse()
-	addr, stop := redisAddr()
+	addr, stop := demoredis.Addr()
 	defer stop()
 
 	sched, err := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow).Parse("* * * * * *")
@@ -132,20 +132,4 @@ func lateTimer(d time.Duration) cron.JobWrapper {
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() { time.Sleep(d); j.Run() })
 	}
-}
-
-// redisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose
-// TTLs run on the real clock.
-func redisAddr() (string, func()) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		fmt.Println("using Redis at", addr)
-		return addr, func() {}
-	}
-	m, err := miniredis.Run()
-	if err != nil {
-		log.Fatal(err)
-	}
-	m.ClockTTL(true)
-	fmt.Println("REDIS_ADDR not set: using an embedded in-process Redis")
-	return m.Addr(), m.Close
 }

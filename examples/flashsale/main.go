@@ -31,11 +31,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/ginlock"
+	"github.com/lockmw/lockmw/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -58,7 +58,7 @@ func main() {
 		log.Fatal("flashsale: -buyers and -instances must be positive, -stock and -charge not negative")
 	}
 
-	addr, stop := redisAddr()
+	addr, stop := demoredis.Addr()
 	defer stop()
 	gin.SetMode(gin.ReleaseMode)
 
@@ -285,20 +285,4 @@ func buyOne(client *http.Client, base, buyer string) (int, error) {
 		return resp.StatusCode, nil
 	}
 	return resp.StatusCode, errors.New(resp.Status + ": " + strings.TrimSpace(string(body)))
-}
-
-// redisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose
-// TTLs run on the real clock.
-func redisAddr() (string, func()) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		fmt.Println("using Redis at", addr)
-		return addr, func() {}
-	}
-	m, err := miniredis.Run()
-	if err != nil {
-		log.Fatal(err)
-	}
-	m.ClockTTL(true)
-	fmt.Println("REDIS_ADDR not set: using an embedded in-process Redis")
-	return m.Addr(), m.Close
 }

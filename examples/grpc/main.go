@@ -28,7 +28,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -38,6 +37,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockmw/lockmw/grpclock"
+	"github.com/lockmw/lockmw/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -81,7 +81,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	addr, stop := redisAddr()
+	addr, stop := demoredis.Addr()
 	defer stop()
 
 	ctx := context.Background()
@@ -260,19 +260,3 @@ func startInstance(name, addr string, logger *slog.Logger, locked bool) (string,
 
 func stockKey(item string) string  { return "shop:stock:" + item }
 func ordersKey(item string) string { return "shop:orders:" + item }
-
-// redisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose
-// TTLs run on the real clock.
-func redisAddr() (string, func()) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		fmt.Println("using Redis at", addr)
-		return addr, func() {}
-	}
-	m, err := miniredis.Run()
-	if err != nil {
-		log.Fatal(err)
-	}
-	m.ClockTTL(true)
-	fmt.Println("REDIS_ADDR not set: using an embedded in-process Redis")
-	return m.Addr(), m.Close
-}

@@ -20,14 +20,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockmw/lockmw/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
 func main() {
-	addr, stop := redisAddr()
+	addr, stop := demoredis.Addr()
 	defer stop()
 
 	// Lost-lock warnings go to stderr; the story goes to stdout.
@@ -120,20 +120,4 @@ func (in *instance) work(ctx context.Context, key string, hold time.Duration) {
 func (in *instance) close() {
 	_ = in.locker.Close()
 	_ = in.client.Close()
-}
-
-// redisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose
-// TTLs run on the real clock.
-func redisAddr() (string, func()) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		fmt.Println("using Redis at", addr)
-		return addr, func() {}
-	}
-	m, err := miniredis.Run()
-	if err != nil {
-		log.Fatal(err)
-	}
-	m.ClockTTL(true)
-	fmt.Println("REDIS_ADDR not set: using an embedded in-process Redis")
-	return m.Addr(), m.Close
 }

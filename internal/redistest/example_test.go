@@ -78,3 +78,23 @@ func ExampleStartSentinels() {
 	}
 	// rdb now reaches the promoted replica (after go-redis switches).
 }
+
+// A three-master Redis Cluster; moving the slot of a key while a client
+// uses it, and restarting a master.
+func ExampleStartCluster() {
+	var t *testing.T // in a real test: func TestX(t *testing.T) { ... }
+	ctx := context.Background()
+	cluster := redistest.StartCluster(t)
+	rdb := cluster.Client(t) // a *redis.ClusterClient seeded with cluster.Addrs()
+	if err := rdb.Set(ctx, "{user:1}:name", "ada", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	slot := cluster.Slot(t, "{user:1}:name")
+	m := cluster.BeginMigration(t, slot, (cluster.Owner(slot)+1)%3)
+	m.MoveKeys(t) // the client now follows ASK redirections
+	m.Finish(t)   // ... and then MOVED
+
+	cluster.Masters()[0].Restart(t)
+	cluster.WaitHealthy(t)
+}

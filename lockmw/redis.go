@@ -31,7 +31,7 @@ type redisBackend struct {
 }
 
 func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
-	vals, err := acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, token, millis(ttl)).Int64Slice()
+	vals, err := b.runAcquire(ctx, k, token, ttl)
 	if err != nil {
 		return acquireReply{}, err
 	}

@@ -1,0 +1,480 @@
+package lockmw_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// renewRecorder is a go-redis hook for the node clients of a cluster client:
+// it records, per node, the pipelined round trips that carried renewals,
+// how many renewals each carried, and the renewals refused with NOSCRIPT.
+type renewRecorder struct {
+	sha, source string
+
+	mu       sync.Mutex
+	batches  map[string][]int // node address -> renewals per round trip
+	noscript map[string]int   // node address -> NOSCRIPT replies to renewals
+	failures []error          // other errors on renewals
+}
+
+func newRenewRecorder(t *testing.T) *renewRecorder {
+	t.Helper()
+	src, err := os.ReadFile("scripts/renew.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(src)
+	r := &renewRecorder{sha: hex.EncodeToString(sum[:]), source: string(src)}
+	r.reset()
+	return r
+}
+
+func (r *renewRecorder) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.batches = map[string][]int{}
+	r.noscript = map[string]int{}
+	r.failures = nil
+}
+
+func (r *renewRecorder) isRenewal(c redis.Cmder) bool {
+	args := c.Args()
+	if len(args) < 2 {
+		return false
+	}
+	name := strings.ToLower(fmt.Sprint(args[0]))
+	return (name == "evalsha" && args[1] == r.sha) || (name == "eval" && args[1] == r.source)
+}
+
+// hook returns the hook to add to the node client for addr.
+func (r *renewRecorder) hook(addr string) redis.Hook { return renewHook{r, addr} }
+
+type renewHook struct {
+	r    *renewRecorder
+	addr string
+}
+
+func (h renewHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h renewHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h renewHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		n := 0
+		h.r.mu.Lock()
+		defer h.r.mu.Unlock()
+		for _, c := range cmds {
+			if !h.r.isRenewal(c) {
+				continue
+			}
+			n++
+			switch err := c.Err(); {
+			case err == nil:
+			case redis.HasErrorPrefix(err, "NOSCRIPT"):
+				h.r.noscript[h.addr]++
+			case redis.HasErrorPrefix(err, "ASK"), redis.HasErrorPrefix(err, "MOVED"):
+				// A redirection, which the cluster client follows.
+			default:
+				h.r.failures = append(h.r.failures, fmt.Errorf("%s: %w", h.addr, err))
+			}
+		}
+		if n > 0 {
+			h.r.batches[h.addr] = append(h.r.batches[h.addr], n)
+		}
+		return err
+	}
+}
+
+// recordedClient returns a cluster client whose node clients report to rec.
+func recordedClient(t *testing.T, c *redistest.Cluster, rec *renewRecorder) *redis.ClusterClient {
+	t.Helper()
+	return c.Client(t, func(o *redis.ClusterOptions) {
+		o.NewClient = func(opt *redis.Options) *redis.Client {
+			nc := redis.NewClient(opt)
+			nc.AddHook(rec.hook(opt.Addr))
+			return nc
+		}
+	})
+}
+
+// clusterKeys returns perMaster lock keys for each master of c: keys[i]
+// are served by master i.
+func clusterKeys(t *testing.T, c *redistest.Cluster, perMaster int) [][]string {
+	t.Helper()
+	keys := make([][]string, len(c.Masters()))
+	for i, found := 0, 0; found < perMaster*len(keys); i++ {
+		k := fmt.Sprintf("order:%d", i)
+		// Every key of a lock carries the hash tag {k}: its slot is k's.
+		o := c.Owner(c.Slot(t, lockKey(k)))
+		if len(keys[o]) < perMaster {
+			keys[o] = append(keys[o], k)
+			found++
+		}
+	}
+	return keys
+}
+
+// Locks on all three masters of a real cluster are acquired, exclude other
+// Lockers, are kept past their TTL by renewals that cost one round trip per
+// node per tick (not one per lease), and are released.
+func TestClusterAcquireRenewReleaseBatchedPerNode(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rec := newRenewRecorder(t)
+	l := newLockerOn(t, recordedClient(t, c, rec))
+	rival := newLockerOn(t, c.Client(t))
+	ctx := context.Background()
+	const perMaster, ttl = 10, 600 * time.Millisecond
+	keys := clusterKeys(t, c, perMaster)
+
+	var leases []*lockmw.Lease
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*perMaster)
+	for _, onMaster := range keys {
+		for _, k := range onMaster {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				lease, err := l.Acquire(ctx, k, lockmw.WithLeaseTTL(ttl))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				leases = append(leases, lease)
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Acquire on the cluster: %v", err)
+	}
+	for i, srv := range c.Masters() {
+		node := srv.Client(t)
+		for _, k := range keys[i] {
+			if n, err := node.Exists(ctx, lockKey(k)).Result(); err != nil || n != 1 {
+				t.Fatalf("lock %s is not on master %d, which serves its slot: EXISTS = %d, %v", k, i, n, err)
+			}
+		}
+		mustBusy(t, rival, keys[i][0])
+	}
+
+	rec.reset()
+	time.Sleep(4 * ttl) // past the TTL several times: only renewals keep the locks
+	for _, lease := range leases {
+		if err := lease.Context().Err(); err != nil {
+			t.Fatalf("lease %s ended while held: %v", lease.Key(), context.Cause(lease.Context()))
+		}
+	}
+	rec.mu.Lock()
+	renewals, trips := 0, 0
+	for i, addr := range c.Addrs() {
+		b := rec.batches[addr]
+		n := 0
+		for _, x := range b {
+			n += x
+		}
+		t.Logf("master %d: %d renewals in %d round trips %v", i, n, len(b), b)
+		if n < 2*perMaster {
+			t.Errorf("master %d: %d renewals of its %d leases in %v, want at least 2 each", i, n, perMaster, 4*ttl)
+		}
+		renewals += n
+		trips += len(b)
+	}
+	failures := rec.failures
+	rec.mu.Unlock()
+	if len(failures) > 0 {
+		t.Errorf("renewals failed: %v", failures)
+	}
+	// One round trip per node per tick carries all that node's leases that
+	// are due; a round trip per lease would make this ratio 1.
+	if trips == 0 || renewals < trips*perMaster/2 {
+		t.Errorf("%d renewals took %d round trips (%.1f per trip); want them batched per node (about %d per trip)",
+			renewals, trips, float64(renewals)/float64(max(trips, 1)), perMaster)
+	}
+
+	first := leases[0]
+	for _, lease := range leases {
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release %s: %v", lease.Key(), err)
+		}
+	}
+	for i, srv := range c.Masters() {
+		if n, _ := srv.Client(t).Exists(ctx, lockKey(keys[i][0])).Result(); n != 0 {
+			t.Errorf("lock %s still on master %d after Release", keys[i][0], i)
+		}
+	}
+	next, err := rival.TryAcquire(ctx, first.Key())
+	if err != nil {
+		t.Fatalf("TryAcquire after Release: %v", err)
+	}
+	if next.Fence() <= first.Fence() {
+		t.Errorf("fence went from %d to %d", first.Fence(), next.Fence())
+	}
+	_ = next.Release(ctx)
+}
+
+// A restarted master has lost its keys and its script cache: leases on it
+// are lost (ErrLost), leases on the other masters are untouched, and a new
+// lease on it is renewed past NOSCRIPT (the script is resent in full).
+func TestClusterNoscriptAfterMasterRestart(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rec := newRenewRecorder(t)
+	l := newLockerOn(t, recordedClient(t, c, rec))
+	ctx := context.Background()
+	const ttl = 500 * time.Millisecond
+	keys := clusterKeys(t, c, 1)
+	leases := make([]*lockmw.Lease, len(keys))
+	for i := range keys {
+		var err error
+		if leases[i], err = l.Acquire(ctx, keys[i][0], lockmw.WithLeaseTTL(ttl)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	restarted := c.Masters()[1]
+	restarted.Restart(t)
+	waitDone(t, leases[1].Context(), 20*ttl, "lease on the restarted master")
+	lostReason(t, leases[1].Context())
+	c.WaitHealthy(t)
+	for _, i := range []int{0, 2} {
+		if err := leases[i].Context().Err(); err != nil {
+			t.Fatalf("lease on master %d ended when master 1 restarted: %v", i, context.Cause(leases[i].Context()))
+		}
+	}
+
+	rec.reset()
+	var again *lockmw.Lease
+	eventually(t, 10*time.Second, func() (err error) {
+		again, err = l.Acquire(ctx, keys[1][0], lockmw.WithLeaseTTL(ttl))
+		return err
+	})
+	if again.Fence() != 1 {
+		t.Logf("fence %d on the restarted master (its counter was lost with its keys)", again.Fence())
+	}
+	time.Sleep(3 * ttl)
+	if err := again.Context().Err(); err != nil {
+		t.Fatalf("lease on the restarted master ended: %v", context.Cause(again.Context()))
+	}
+	rec.mu.Lock()
+	noscript, trips, failures := rec.noscript[restarted.Addr()], len(rec.batches[restarted.Addr()]), rec.failures
+	rec.mu.Unlock()
+	if noscript == 0 {
+		t.Errorf("no renewal on the restarted master met NOSCRIPT; the test did not exercise the resend")
+	}
+	if trips < 2 {
+		t.Errorf("%d renewal round trips on the restarted master, want the NOSCRIPT one and later ones", trips)
+	}
+	if len(failures) > 0 {
+		t.Errorf("renewals failed: %v", failures)
+	}
+	for _, lease := range []*lockmw.Lease{leases[0], leases[2], again} {
+		if err := lease.Release(ctx); err != nil {
+			t.Errorf("Release %s: %v", lease.Key(), err)
+		}
+	}
+}
+
+// Moving the slot of a lock between masters while it is held and renewed,
+// and while other Lockers keep trying to take it, is invisible to users: no
+// error but ErrNotAcquired, never two holders, fences still increase, and
+// the holder keeps its lock through the ASK and MOVED phases.
+func TestClusterReshardingWhileHeldAndContended(t *testing.T) {
+	c := redistest.StartCluster(t)
+	rec := newRenewRecorder(t)
+	holder := newLockerOn(t, recordedClient(t, c, rec))
+	const key, ttl = "stock:7", 300 * time.Millisecond
+	slot := c.Slot(t, lockKey(key))
+	home := c.Owner(slot)
+	ctx := context.Background()
+
+	var (
+		inside    atomic.Int32 // holders right now, as the holders themselves see it
+		mu        sync.Mutex
+		lastFence uint64
+		problems  []string
+		grants    atomic.Int64
+	)
+	enter := func(who string, fence uint64) {
+		if n := inside.Add(1); n != 1 {
+			mu.Lock()
+			problems = append(problems, fmt.Sprintf("%s entered with %d holders", who, n))
+			mu.Unlock()
+		}
+		mu.Lock()
+		if fence <= lastFence {
+			problems = append(problems, fmt.Sprintf("%s got fence %d after %d", who, fence, lastFence))
+		}
+		lastFence = fence
+		mu.Unlock()
+	}
+
+	lease, err := holder.Acquire(ctx, key, lockmw.WithLeaseTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enter("holder", lease.Fence())
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		l := newLockerOn(t, c.Client(t))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			who := fmt.Sprintf("contender %d", w)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A quarter of this TTL (500ms) outlasts each phase of the
+				// resharding below, which real reshardings take milliseconds for.
+				le, err := l.Acquire(ctx, key, lockmw.WithWait(20*time.Millisecond), lockmw.WithLeaseTTL(2*time.Second))
+				if errors.Is(err, lockmw.ErrNotAcquired) {
+					continue
+				}
+				if err != nil {
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("%s: Acquire: %v", who, err))
+					mu.Unlock()
+					continue
+				}
+				enter(who, le.Fence())
+				grants.Add(1)
+				time.Sleep(time.Millisecond) // the critical section
+				inside.Add(-1)
+				if err := le.Release(ctx); err != nil {
+					mu.Lock()
+					problems = append(problems, fmt.Sprintf("%s: Release: %v", who, err))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+
+	// Held and renewed through each phase of a resharding.
+	renewalsOnto := func(addr string) int {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := 0
+		for _, b := range rec.batches[addr] {
+			n += b
+		}
+		return n
+	}
+	away := (home + 1) % 3
+	m := c.BeginMigration(t, slot, away)
+	time.Sleep(ttl) // MIGRATING: the keys are still on the source
+	if n := m.MoveKeys(t); n != 2 {
+		t.Errorf("moved %d keys of the lock's slot, want 2 (lock and fence)", n)
+	}
+	before := renewalsOnto(c.Addrs()[away])
+	time.Sleep(ttl) // keys on the target: ASK redirections
+	if renewalsOnto(c.Addrs()[away]) == before {
+		t.Errorf("no renewal reached the target master while the slot was being imported")
+	}
+	m.Finish(t)
+	time.Sleep(ttl) // MOVED
+	if err := lease.Context().Err(); err != nil {
+		t.Fatalf("holder lost the lock during the resharding: %v", context.Cause(lease.Context()))
+	}
+	inside.Add(-1)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release after the resharding: %v", err)
+	}
+
+	// The lock now changes hands among the contenders; move its slot back
+	// meanwhile.
+	deadline := time.Now().Add(10 * time.Second)
+	for grants.Load() < 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	grantsBefore := grants.Load()
+	// While the slot of a free lock migrates, Redis refuses the acquire
+	// script (TRYAGAIN: the lock key and the fence counter are not on one
+	// node); attempts retry through it for a quarter of their TTL (500ms
+	// here), far longer than a real resharding takes per slot.
+	m = c.BeginMigration(t, slot, home)
+	time.Sleep(ttl / 3)
+	m.MoveKeys(t)
+	time.Sleep(ttl / 3)
+	m.Finish(t)
+	time.Sleep(ttl)
+	close(stop)
+	wg.Wait()
+
+	if grants.Load() < 5 || grants.Load() == grantsBefore {
+		t.Errorf("contenders took the lock %d times (%d before the second resharding); want it to keep changing hands", grants.Load(), grantsBefore)
+	}
+	rec.mu.Lock()
+	failures := rec.failures
+	rec.mu.Unlock()
+	if len(failures) > 0 {
+		t.Errorf("renewals failed during the resharding: %v", failures)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// A slot left half-migrated (a stalled resharding) makes acquisitions of its
+// locks fail with ErrUnavailable, never ErrNotAcquired, after a bounded
+// retry; they succeed again once the migration is finished.
+func TestClusterStalledMigrationIsUnavailable(t *testing.T) {
+	c := redistest.StartCluster(t)
+	l := newLockerOn(t, c.Client(t))
+	ctx := context.Background()
+	const key = "stalled"
+	lease, err := l.TryAcquire(ctx, key) // creates the fence counter
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slot := c.Slot(t, lockKey(key))
+	m := c.BeginMigration(t, slot, (c.Owner(slot)+1)%3)
+	_, err = within2(t, 10*time.Second, func() (*lockmw.Lease, error) {
+		return l.TryAcquire(ctx, key, lockmw.WithLeaseTTL(200*time.Millisecond))
+	})
+	if !errors.Is(err, lockmw.ErrUnavailable) || errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("TryAcquire on a stalled migration: %v, want ErrUnavailable", err)
+	}
+	m.Finish(t)
+	lease, err = l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire after the migration finished: %v", err)
+	}
+	if lease.Fence() != 2 {
+		t.Errorf("fence %d, want 2: the counter moved with the slot", lease.Fence())
+	}
+	_ = lease.Release(ctx)
+}
+
+// within2 is within for a call returning a lease.
+func within2(t *testing.T, limit time.Duration, call func() (*lockmw.Lease, error)) (*lockmw.Lease, error) {
+	t.Helper()
+	var lease *lockmw.Lease
+	err := within(t, limit, func() (err error) { lease, err = call(); return err })
+	if lease != nil {
+		_ = lease.Release(context.Background())
+	}
+	return lease, err
+}

@@ -434,6 +434,27 @@ func TestClusterReshardingWhileHeldAndContended(t *testing.T) {
 	}
 }
 
+// On Cluster, WAIT runs on the master serving the lock's slot: without
+// replicas nothing acknowledges, and the lock is rolled back on that master.
+func TestClusterWaitReplicasRollsBackOnLockMaster(t *testing.T) {
+	c := redistest.StartCluster(t)
+	l := newLockerOn(t, c.Client(t), lockmw.WithWaitReplicas(1, 50*time.Millisecond))
+	ctx := context.Background()
+	for i, onMaster := range clusterKeys(t, c, 1) {
+		_, err := l.TryAcquire(ctx, onMaster[0])
+		if !errors.Is(err, lockmw.ErrNotReplicated) {
+			t.Fatalf("master %d: TryAcquire with no replica to acknowledge: %v, want ErrNotReplicated", i, err)
+		}
+		node := c.Masters()[i].Client(t)
+		if n, err := node.Exists(ctx, lockKey(onMaster[0])).Result(); err != nil || n != 0 {
+			t.Errorf("master %d: lock left behind: EXISTS = %d, %v", i, n, err)
+		}
+		if n, err := node.Exists(ctx, lockKey(onMaster[0])+":fence").Result(); err != nil || n != 1 {
+			t.Errorf("master %d: the acquire script did not run there: fence EXISTS = %d, %v", i, n, err)
+		}
+	}
+}
+
 // A slot left half-migrated (a stalled resharding) makes acquisitions of its
 // locks fail with ErrUnavailable, never ErrNotAcquired, after a bounded
 // retry; they succeed again once the migration is finished.

@@ -47,7 +47,17 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: New needs a connected client such as redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})", ErrNilClient)
 	}
-	return newLocker(&redisBackend{client: client}, opts)
+	b := &redisBackend{client: client}
+	l, err := newLocker(b, opts)
+	if err != nil {
+		return nil, err
+	}
+	b.waitReplicas, b.waitTimeout = l.cfg.waitReplicas, l.cfg.waitTimeout
+	if err := b.checkWaitTimeout(); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 func newLocker(b backend, opts []Option) (*Locker, error) {

@@ -28,6 +28,10 @@ var (
 // Sentinel-managed primary, or a Cluster (every lock's keys share one slot).
 type redisBackend struct {
 	client redis.UniversalClient
+	// waitReplicas and waitTimeout are WithWaitReplicas' arguments; 0
+	// replicas: no WAIT.
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {

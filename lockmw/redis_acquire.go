@@ -2,6 +2,8 @@ package lockmw
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -9,7 +11,8 @@ import (
 
 // This file is how the acquire script reaches Redis beyond one plain call:
 // it is retried for a moment while the lock's Cluster slot is being moved
-// between masters.
+// between masters, and it is followed by WAIT on the same connection when
+// the Locker asks for replica acknowledgement (WithWaitReplicas).
 
 // While a Cluster slot migrates, a script that touches several keys of it
 // is refused (TRYAGAIN, or ASK/MOVED once go-redis has used up its
@@ -35,6 +38,9 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 		if err == nil || !slotMoving(err) || time.Now().Add(backoff).After(giveUp) {
 			return vals, err
 		}
+		if cc, ok := b.client.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx) // MasterForKey (WAIT path) follows the new owner
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -47,7 +53,10 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 }
 
 func (b *redisBackend) runAcquireOnce(ctx context.Context, k lockKeys, token string, ttl time.Duration) ([]int64, error) {
-	return acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, token, millis(ttl)).Int64Slice()
+	if b.waitReplicas == 0 {
+		return acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, token, millis(ttl)).Int64Slice()
+	}
+	return b.acquireReplicated(ctx, k, token, ttl)
 }
 
 // slotMoving reports whether err means a Cluster slot is being migrated
@@ -61,4 +70,76 @@ func slotMoving(err error) bool {
 	}
 	_, ok := redis.IsMovedError(err)
 	return ok
+}
+
+// acquireReplicated runs the acquire script and WAIT in one pipeline on one
+// connection to the lock's master (WAIT counts the replicas that have the
+// writes of its own connection). If the lock was taken but fewer than
+// b.waitReplicas replicas acknowledged it within b.waitTimeout, the lock is
+// released again and the error matches ErrNotReplicated.
+func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token string, ttl time.Duration) ([]int64, error) {
+	var node redis.Cmdable = b.client
+	if cc, ok := b.client.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, k.lock)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	}
+	keys, args := []string{k.lock, k.fence}, []any{token, millis(ttl)}
+	var acq *redis.Cmd
+	var wait *redis.IntCmd
+	run := func(script func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) {
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			acq = script(ctx, p, keys, args...)
+			wait = redis.NewIntCmd(ctx, "wait", b.waitReplicas, b.waitTimeout.Milliseconds())
+			_ = p.Process(ctx, wait)
+			return nil
+		}) // errors are read from the commands below
+	}
+	run(acquireScript.EvalSha)
+	if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+		run(acquireScript.Eval) // a restarted or new master: send the script in full
+	}
+	vals, err := acq.Int64Slice()
+	if err != nil || len(vals) != 2 || vals[0] != 1 {
+		return vals, err // not taken: nothing to wait for
+	}
+	acked, err := wait.Result()
+	if err == nil && acked >= int64(b.waitReplicas) {
+		return vals, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged the lock within %v", ErrNotReplicated, acked, b.waitReplicas, b.waitTimeout)
+	} else {
+		err = fmt.Errorf("%w: WAIT %d %v: %w", ErrNotReplicated, b.waitReplicas, b.waitTimeout, err)
+	}
+	// Roll back: the lock must not stay with a holder who was told no.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+	if _, rerr := b.release(rctx, k, token); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("rolling back (the lock expires after its TTL): %w", rerr))
+	}
+	return nil, err
+}
+
+// checkWaitTimeout rejects a WAIT timeout that the client's ReadTimeout
+// would cut short: WAIT's reply comes in the same pipelined read as the
+// acquire script's.
+func (b *redisBackend) checkWaitTimeout() error {
+	if b.waitReplicas == 0 {
+		return nil
+	}
+	var rt time.Duration
+	switch c := b.client.(type) {
+	case *redis.Client:
+		rt = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		rt = c.Options().ReadTimeout
+	}
+	if rt > 0 && b.waitTimeout >= rt {
+		return fmt.Errorf("%w: WithWaitReplicas(%d, %v): the timeout must be shorter than the client's ReadTimeout (%v), which bounds WAIT's reply: lower it or raise ReadTimeout",
+			ErrInvalidOption, b.waitReplicas, b.waitTimeout, rt)
+	}
+	return nil
 }

@@ -28,6 +28,13 @@
 // step by step, as a resharding does, so that tests can act while clients
 // get ASK and MOVED redirections.
 //
+// # Network faults
+//
+// StartProxy puts a TCP proxy (toxiproxy, run in-process as a library) in
+// front of a server: AddLatency slows replies, Cut black-holes the link
+// (clients see only timeouts), ResetConnections resets it, and Heal undoes
+// them, while the server itself keeps running and stays reachable directly.
+//
 // # The binary
 //
 // The server binary is $REDIS_SERVER if that is set, else redis-server found

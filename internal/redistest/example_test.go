@@ -98,3 +98,17 @@ func ExampleStartCluster() {
 	cluster.Masters()[0].Restart(t)
 	cluster.WaitHealthy(t)
 }
+
+// A proxy between a client and its server cuts the link while the server
+// keeps running.
+func ExampleStartProxy() {
+	var t *testing.T // in a real test: func TestX(t *testing.T) { ... }
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+
+	proxy.AddLatency(t, 50*time.Millisecond) // every reply 50ms late
+	proxy.Cut(t)                             // nothing gets through: timeouts
+	proxy.Heal(t)                            // back to normal
+}

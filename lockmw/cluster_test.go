@@ -439,27 +439,6 @@ func TestClusterReshardingWhileHeldAndContended(t *testing.T) {
 	}
 }
 
-// On Cluster, WAIT runs on the master serving the lock's slot: without
-// replicas nothing acknowledges, and the lock is rolled back on that master.
-func TestClusterWaitReplicasRollsBackOnLockMaster(t *testing.T) {
-	c := redistest.StartCluster(t)
-	l := newLockerOn(t, c.Client(t), lockmw.WithWaitReplicas(1, 50*time.Millisecond))
-	ctx := context.Background()
-	for i, onMaster := range clusterKeys(t, c, 1) {
-		_, err := l.TryAcquire(ctx, onMaster[0])
-		if !errors.Is(err, lockmw.ErrNotReplicated) {
-			t.Fatalf("master %d: TryAcquire with no replica to acknowledge: %v, want ErrNotReplicated", i, err)
-		}
-		node := c.Masters()[i].Client(t)
-		if n, err := node.Exists(ctx, lockKey(onMaster[0])).Result(); err != nil || n != 0 {
-			t.Errorf("master %d: lock left behind: EXISTS = %d, %v", i, n, err)
-		}
-		if n, err := node.Exists(ctx, lockKey(onMaster[0])+":fence").Result(); err != nil || n != 1 {
-			t.Errorf("master %d: the acquire script did not run there: fence EXISTS = %d, %v", i, n, err)
-		}
-	}
-}
-
 // A slot left half-migrated (a stalled resharding) makes acquisitions of its
 // locks fail with ErrUnavailable, never ErrNotAcquired, after a bounded
 // retry; they succeed again once the migration is finished.
@@ -503,4 +482,51 @@ func within2(t *testing.T, limit time.Duration, call func() (*lockmw.Lease, erro
 		_ = lease.Release(context.Background())
 	}
 	return lease, err
+}
+
+// On a cluster whose masters have one replica each, WithWaitReplicas(1)
+// waits on the master of each lock: locks are on their master's replica when
+// acquired, and pausing one replica fails (and rolls back) only the locks of
+// its master.
+func TestClusterWaitReplicasPerMaster(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.WithClusterReplicas(1))
+	l := newLockerOn(t, c.Client(t), lockmw.WithWaitReplicas(1, time.Second))
+	ctx := context.Background()
+	keys := clusterKeys(t, c, 2)
+	readOnly := func(o *redis.Options) {
+		o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.ReadOnly(ctx).Err() }
+	}
+	for i := range keys {
+		lease, err := l.TryAcquire(ctx, keys[i][0])
+		if err != nil {
+			t.Fatalf("master %d: TryAcquire: %v", i, err)
+		}
+		replica := c.Replicas(i)[0].Client(t, readOnly)
+		if n, err := replica.Exists(ctx, lockKey(keys[i][0])).Result(); err != nil || n != 1 {
+			t.Errorf("master %d: lock not on its replica when acquired: EXISTS = %d, %v", i, n, err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c.Replicas(1)[0].Pause(t)
+	defer c.Replicas(1)[0].Resume(t)
+	for i := range keys {
+		lease, err := l.TryAcquire(ctx, keys[i][1])
+		if i != 1 {
+			if err != nil {
+				t.Errorf("master %d (replica running): TryAcquire: %v", i, err)
+			} else {
+				_ = lease.Release(ctx)
+			}
+			continue
+		}
+		if !errors.Is(err, lockmw.ErrNotReplicated) {
+			t.Fatalf("master 1 (replica paused): TryAcquire = %v, want ErrNotReplicated", err)
+		}
+		if n, err := c.Masters()[1].Client(t).Exists(ctx, lockKey(keys[i][1])).Result(); err != nil || n != 0 {
+			t.Errorf("master 1: unacknowledged lock left behind: EXISTS = %d, %v", n, err)
+		}
+	}
 }

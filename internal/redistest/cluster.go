@@ -42,11 +42,19 @@ type Cluster struct {
 	owner [clusterSlots]int8 // index of the master serving each slot
 }
 
-// clusterNode is one master of a Cluster.
+// clusterNode is one node of a Cluster.
 type clusterNode struct {
-	srv     *Server
-	id      string // CLUSTER MYID; kept across Restart through nodes.conf
-	busPort int
+	srv      *Server
+	id       string // CLUSTER MYID; kept across Restart through nodes.conf
+	busPort  int
+	replicas []*clusterNode // a master's replicas
+}
+
+// WithClusterReplicas gives every master of StartCluster n replicas (cluster
+// nodes attached with CLUSTER REPLICATE). StartCluster then also waits until
+// each replica's link to its master is up. Start and StartN reject it.
+func WithClusterReplicas(n int) Option {
+	return func(c *config) { c.clusterReplicas = n }
 }
 
 // StartCluster starts a Redis Cluster of three masters on free 127.0.0.1
@@ -62,7 +70,8 @@ type clusterNode struct {
 // --cluster-node-timeout 1000, --cluster-require-full-coverage no (a node
 // that is down or paused makes only its own slots unavailable) and its own
 // --cluster-port and nodes.conf. opts apply to every node; WithReplicaOf is
-// rejected. A node keeps its identity and its slots across Restart (nodes.conf
+// rejected, WithClusterReplicas adds replicas to every master (they are not
+// in Addrs or Masters: see Replicas). A node keeps its identity and its slots across Restart (nodes.conf
 // survives in its directory), but not its keys; call WaitHealthy after a
 // Restart before relying on the node: a restarted master refuses writes for
 // about two seconds.
@@ -78,7 +87,10 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 		o(&cfg)
 	}
 	if cfg.replica {
-		t.Fatalf("redistest.StartCluster: WithReplicaOf does not apply to cluster nodes")
+		t.Fatalf("redistest.StartCluster: WithReplicaOf does not apply to cluster nodes; use WithClusterReplicas")
+	}
+	if cfg.clusterReplicas < 0 {
+		t.Fatalf("redistest.StartCluster: WithClusterReplicas(%d): want n >= 0", cfg.clusterReplicas)
 	}
 	bin, err := findBinary()
 	if err != nil {
@@ -86,7 +98,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	}
 
 	c := &Cluster{nodes: make([]*clusterNode, clusterMasters)}
-	for i := range c.nodes {
+	newNode := func(extra ...string) *clusterNode {
 		busPort, err := freePort()
 		if err != nil {
 			t.Fatalf("redistest: picking a cluster bus port: %v", err)
@@ -98,13 +110,29 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 			"--cluster-node-timeout", strconv.Itoa(clusterNodeTimeout),
 			"--cluster-port", strconv.Itoa(busPort),
 			"--cluster-require-full-coverage", "no",
-		}, cfg.args...)
+		}, extra...)
+		s.extra = append(s.extra, cfg.args...)
 		s.linkTimeout = cfg.linkTimeout
-		c.nodes[i] = &clusterNode{srv: s, busPort: busPort}
+		return &clusterNode{srv: s, busPort: busPort}
 	}
-	errs := make([]error, len(c.nodes))
+	var all []*clusterNode
+	for i := range c.nodes {
+		var extra []string
+		if cfg.clusterReplicas > 0 {
+			// Full syncs start at once instead of after 5 seconds.
+			extra = []string{"--repl-diskless-sync-delay", "0"}
+		}
+		c.nodes[i] = newNode(extra...)
+		all = append(all, c.nodes[i])
+		for range cfg.clusterReplicas {
+			r := newNode()
+			c.nodes[i].replicas = append(c.nodes[i].replicas, r)
+			all = append(all, r)
+		}
+	}
+	errs := make([]error, len(all))
 	var wg sync.WaitGroup
-	for i, n := range c.nodes {
+	for i, n := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -114,6 +142,16 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("redistest: cluster node: %v", err)
+	}
+	for _, n := range all {
+		err := n.do(func(ctx context.Context, rc *redis.Client) error {
+			var err error
+			n.id, err = rc.ClusterMyID(ctx).Result()
+			return err
+		})
+		if err != nil {
+			t.Fatalf("redistest: cluster node %s: CLUSTER MYID: %v\n%s", n.srv.addr, err, n.srv.out.tail())
+		}
 	}
 
 	per := clusterSlots / clusterMasters
@@ -126,11 +164,6 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 			c.owner[s] = int8(i)
 		}
 		err := n.do(func(ctx context.Context, rc *redis.Client) error {
-			id, err := rc.ClusterMyID(ctx).Result()
-			if err != nil {
-				return err
-			}
-			n.id = id
 			return rc.ClusterAddSlotsRange(ctx, lo, hi).Err()
 		})
 		if err != nil {
@@ -138,7 +171,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 		}
 	}
 	first := c.nodes[0]
-	for _, n := range c.nodes[1:] {
+	for _, n := range all[1:] {
 		err := first.do(func(ctx context.Context, rc *redis.Client) error {
 			return rc.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", n.srv.port, n.busPort).Err()
 		})
@@ -146,8 +179,32 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 			t.Fatalf("redistest: cluster node %s: CLUSTER MEET %s: %v\n%s", first.srv.addr, n.srv.addr, err, first.srv.out.tail())
 		}
 	}
+	for _, m := range c.nodes {
+		for _, r := range m.replicas {
+			r.replicate(t, m)
+		}
+	}
 	c.WaitHealthy(t)
 	return c
+}
+
+// replicate makes n a replica of master, retrying while n has not yet
+// learned of master through gossip.
+func (n *clusterNode) replicate(t testing.TB, master *clusterNode) {
+	t.Helper()
+	deadline := time.Now().Add(clusterReadyTimeout)
+	for {
+		err := n.do(func(ctx context.Context, rc *redis.Client) error {
+			return rc.ClusterReplicate(ctx, master.id).Err()
+		})
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: cluster node %s: CLUSTER REPLICATE %s: %v\n%s", n.srv.addr, master.id, err, n.srv.out.tail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // do runs fn over a single fresh connection to the node, with 5 second
@@ -164,6 +221,15 @@ func (c *Cluster) Addrs() []string {
 		addrs[i] = n.srv.addr
 	}
 	return addrs
+}
+
+// Replicas returns the replicas of master i (see WithClusterReplicas).
+func (c *Cluster) Replicas(i int) []*Server {
+	s := make([]*Server, len(c.nodes[i].replicas))
+	for j, r := range c.nodes[i].replicas {
+		s[j] = r.srv
+	}
+	return s
 }
 
 // Masters returns the masters' servers, in the order of Addrs, for Pause,
@@ -222,9 +288,10 @@ func (c *Cluster) Owner(slot int) int {
 	return int(c.owner[slot])
 }
 
-// WaitHealthy waits until every master reports cluster_state:ok, knows all
-// three nodes, and shows in CLUSTER SHARDS exactly the slot assignment the
-// Cluster expects. It fails the test, with the nodes' output, after 15
+// WaitHealthy waits until every node reports cluster_state:ok, knows all
+// the others, and shows in CLUSTER SHARDS exactly the slot assignment the
+// Cluster expects (so a replica promoted by a failover makes it fail), and
+// until every master has all its replicas connected and in sync. It fails the test, with the nodes' output, after 15
 // seconds. Use it after Restart or Resume of a node.
 func (c *Cluster) WaitHealthy(t testing.TB) {
 	t.Helper()
@@ -235,8 +302,10 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 	for {
 		var problems []string
 		for _, n := range c.nodes {
-			if err := c.checkNode(n, want); err != nil {
-				problems = append(problems, fmt.Sprintf("%s: %v", n.srv.addr, err))
+			for _, m := range append([]*clusterNode{n}, n.replicas...) {
+				if err := c.checkNode(m, want, len(n.replicas)); err != nil {
+					problems = append(problems, fmt.Sprintf("%s: %v", m.srv.addr, err))
+				}
 			}
 		}
 		if len(problems) == 0 {
@@ -245,7 +314,9 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 		if time.Now().After(deadline) {
 			var tails []string
 			for _, n := range c.nodes {
-				tails = append(tails, fmt.Sprintf("node %s %s", n.srv.addr, n.srv.out.tail()))
+				for _, m := range append([]*clusterNode{n}, n.replicas...) {
+					tails = append(tails, fmt.Sprintf("node %s %s", m.srv.addr, m.srv.out.tail()))
+				}
 			}
 			t.Fatalf("redistest: cluster not healthy within %v:\n\t%s\n%s", clusterReadyTimeout,
 				strings.Join(problems, "\n\t"), strings.Join(tails, "\n"))
@@ -254,16 +325,35 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 	}
 }
 
-// checkNode reports what keeps node n from being healthy, or nil.
-func (c *Cluster) checkNode(n *clusterNode, want []string) error {
+// checkNode reports what keeps node n from being healthy, or nil. Masters
+// must have replicas replicas connected; replicas must have their link up.
+func (c *Cluster) checkNode(n *clusterNode, want []string, replicas int) error {
+	nodes := len(c.nodes) * (1 + replicas)
 	return n.do(func(ctx context.Context, rc *redis.Client) error {
 		raw, err := rc.ClusterInfo(ctx).Result()
 		if err != nil {
 			return err
 		}
 		info := parseInfo(raw)
-		if info["cluster_state"] != "ok" || info["cluster_known_nodes"] != strconv.Itoa(len(c.nodes)) {
-			return fmt.Errorf("cluster_state:%s cluster_known_nodes:%s", info["cluster_state"], info["cluster_known_nodes"])
+		if info["cluster_state"] != "ok" || info["cluster_known_nodes"] != strconv.Itoa(nodes) {
+			return fmt.Errorf("cluster_state:%s cluster_known_nodes:%s, want ok and %d", info["cluster_state"], info["cluster_known_nodes"], nodes)
+		}
+		if replicas > 0 {
+			raw, err := rc.Info(ctx, "replication").Result()
+			if err != nil {
+				return err
+			}
+			repl := parseInfo(raw)
+			switch repl["role"] {
+			case "master":
+				if repl["connected_slaves"] != strconv.Itoa(replicas) {
+					return fmt.Errorf("master with connected_slaves:%s, want %d", repl["connected_slaves"], replicas)
+				}
+			default:
+				if repl["master_link_status"] != "up" {
+					return fmt.Errorf("replica with master_link_status:%s", repl["master_link_status"])
+				}
+			}
 		}
 		shards, err := rc.ClusterShards(ctx).Result()
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -137,5 +138,30 @@ func TestClusterRestartedMasterRejoins(t *testing.T) {
 	}
 	if err := rc.Set(ctx, keys[1], "again", 0).Err(); err != nil {
 		t.Errorf("SET on the restarted master's slot: %v", err)
+	}
+}
+
+// With WithClusterReplicas each master has a replica in sync: a write that
+// WAIT reports acknowledged can be read on that master's replica.
+func TestClusterWithReplicas(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.WithClusterReplicas(1))
+	ctx := context.Background()
+	for i, k := range keysOnEachMaster(t, c) {
+		master := c.Masters()[i].Client(t)
+		if err := master.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatalf("SET %s on master %d: %v", k, i, err)
+		}
+		if n, err := master.Wait(ctx, 1, 5*time.Second).Result(); err != nil || n != 1 {
+			t.Fatalf("WAIT 1 on master %d = %d, %v", i, n, err)
+		}
+		if len(c.Replicas(i)) != 1 {
+			t.Fatalf("master %d has %d replicas, want 1", i, len(c.Replicas(i)))
+		}
+		replica := c.Replicas(i)[0].Client(t, func(o *redis.Options) {
+			o.OnConnect = func(ctx context.Context, cn *redis.Conn) error { return cn.ReadOnly(ctx).Err() }
+		})
+		if v, err := replica.Get(ctx, k).Result(); err != nil || v != "v" {
+			t.Errorf("GET %s on master %d's replica = %q, %v", k, i, v, err)
+		}
 	}
 }

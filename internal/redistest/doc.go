@@ -23,8 +23,8 @@
 //
 // StartCluster starts a Redis Cluster of three masters, built with cluster
 // commands only (CLUSTER ADDSLOTSRANGE, CLUSTER MEET), in a little over two
-// seconds. Its masters are Servers, so they pause, die and restart like any
-// other; BeginMigration, MoveKeys and Finish move a slot between masters
+// seconds, optionally with replicas for every master (WithClusterReplicas).
+// Its nodes are Servers, so they pause, die and restart like any other; BeginMigration, MoveKeys and Finish move a slot between masters
 // step by step, as a resharding does, so that tests can act while clients
 // get ASK and MOVED redirections.
 //

@@ -19,7 +19,7 @@ import (
 )
 
 // holderEnv makes the test binary act as a lock-holding process (see
-// TestMain): the value is "addr key ttl".
+// TestMain): the value is "addr key ttl", and " fair" to wait with Fair.
 const holderEnv = "LOCKMW_TEST_HOLDER"
 
 func TestMain(m *testing.M) {
@@ -32,8 +32,8 @@ func TestMain(m *testing.M) {
 // runHolder acquires a lock with the watchdog on, prints "held FENCE", and
 // holds it until the process is killed.
 func runHolder(spec string) int {
-	var addr, key, ttlText string
-	if _, err := fmt.Sscan(spec, &addr, &key, &ttlText); err != nil {
+	var addr, key, ttlText, mode string
+	if n, err := fmt.Sscan(spec, &addr, &key, &ttlText, &mode); n < 3 {
 		fmt.Fprintln(os.Stderr, "bad holder spec:", err)
 		return 2
 	}
@@ -48,7 +48,11 @@ func runHolder(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	lease, err := l.Acquire(context.Background(), key)
+	var opts []lockmw.AcquireOption
+	if mode == "fair" {
+		opts = append(opts, lockmw.Fair())
+	}
+	lease, err := l.Acquire(context.Background(), key, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -19,6 +19,7 @@ type Lease struct {
 	fence      uint64
 	ttl        time.Duration
 	watchdog   bool
+	fair       bool // acquired with Fair: its Locker tracks it until release
 	acquiredAt time.Time
 
 	ctx    context.Context
@@ -98,7 +99,10 @@ func (s *Lease) release(ctx context.Context) error {
 		defer cancel()
 	}
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
-	found, err := l.backend.release(ctx, s.keys, s.token)
+	found, err := l.releaseToken(ctx, s.keys, s.token)
+	if s.fair {
+		l.forgetFair(s.keys, s.token)
+	}
 
 	switch {
 	case lost != nil:

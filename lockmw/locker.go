@@ -25,10 +25,15 @@ import (
 // acquired through a lease's context (see Lease.Context).
 type Locker struct {
 	cfg     config
+	id      string // names this Locker's grant channels
 	backend backend
+	waits   waitBackend // nil when the backend cannot notify: waiters then back off
 	keeper  *renewScheduler
 	tel     *telemetry
 	logger  *slog.Logger
+
+	roomsMu sync.Mutex
+	rooms   map[string]*room // by lock key
 
 	closed    atomic.Bool
 	closing   chan struct{}
@@ -47,11 +52,14 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: New needs a connected client such as redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})", ErrNilClient)
 	}
-	b := &redisBackend{client: client}
+	id := newToken()[:16]
+	b := newRedisBackend(client, id)
 	l, err := newLocker(b, opts)
 	if err != nil {
 		return nil, err
 	}
+	l.id, l.waits = id, b
+	b.subs.deliver = l.deliver
 	b.waitReplicas, b.waitTimeout = l.cfg.waitReplicas, l.cfg.waitTimeout
 	if err := b.checkWaitTimeout(); err != nil {
 		_ = l.Close()
@@ -80,6 +88,7 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 		tel:     tel,
 		logger:  cfg.logger,
 		closing: make(chan struct{}),
+		rooms:   make(map[string]*room),
 	}
 	l.keeper = newRenewScheduler(b, tel, cfg.logger, cfg.drift)
 	return l, nil
@@ -139,6 +148,9 @@ func (l *Locker) Close() error {
 		l.closed.Store(true)
 		close(l.closing)
 		err = l.releaseAll(l.keeper.close())
+		if l.waits != nil {
+			l.waits.close()
+		}
 	})
 	return err
 }
@@ -159,7 +171,7 @@ func (l *Locker) releaseAll(held []*Lease) error {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 			defer cancel()
-			if _, err := l.backend.release(ctx, s.keys, s.token); err != nil {
+			if _, err := l.releaseToken(ctx, s.keys, s.token); err != nil {
 				mu.Lock()
 				errs = append(errs, unavailable("release", s.key, err))
 				mu.Unlock()
@@ -220,7 +232,7 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	return lease, err
 }
 
-// Waiting for a busy lock (until release notifications replace it) retries
+// Without release notifications (a backend that has none), waiting retries
 // with a jittered, capped exponential backoff, never sleeping past the
 // holder's remaining TTL, so a released lock is taken within a few ms.
 const (
@@ -233,14 +245,42 @@ const (
 // context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
 	keys := newLockKeys(l.cfg.prefix, key)
+	var giveUp time.Time
+	if ac.hasWait {
+		if ac.wait == 0 {
+			wait = false
+		}
+		giveUp = start.Add(ac.wait)
+	}
+	if l.waits == nil {
+		if ac.fair {
+			return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
+		}
+		return l.waitBackoff(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+	}
+	if ac.fair {
+		return l.acquireFair(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+	}
+	if wait && l.hasDefaultWaiters(keys) {
+		// Queue behind this Locker's waiters rather than race them.
+		return l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, 0)
+	}
+	lease, holderTTL, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+	if lease != nil || err != nil {
+		return lease, err
+	}
+	if !wait || (!giveUp.IsZero() && !time.Now().Before(giveUp)) {
+		return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+	}
+	return l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, holderTTL)
+}
+
+// waitBackoff waits by retrying with backoff.
+func (l *Locker) waitBackoff(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
 	var (
-		giveUp  time.Time
 		timer   *time.Timer
 		backoff = minBackoff
 	)
-	if ac.hasWait {
-		giveUp = start.Add(ac.wait)
-	}
 	for {
 		lease, holderTTL, err := l.attempt(opCtx, leaseParent, key, keys, ac)
 		if lease != nil || err != nil {
@@ -255,7 +295,7 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		if holderTTL > 0 {
 			sleep = min(sleep, holderTTL)
 		}
-		if ac.hasWait {
+		if !giveUp.IsZero() {
 			left := time.Until(giveUp)
 			if left <= 0 {
 				return nil, busy
@@ -285,22 +325,41 @@ func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lo
 	sentAt := time.Now()
 	reply, err := l.backend.acquire(opCtx, keys, token, ac.ttl)
 	if err != nil {
-		if opCtx.Err() != nil {
-			return nil, 0, ctxErr(opCtx, key)
-		}
-		return nil, 0, unavailable("acquire", key, err)
+		return nil, 0, l.attemptErr(opCtx, key, err)
 	}
 	if !reply.acquired {
 		return nil, reply.holderTTL, nil
 	}
-	validity := ac.ttl - l.cfg.drift(ac.ttl)
-	if elapsed := time.Since(sentAt); elapsed >= validity {
-		// The answer came too late for the lease to be worth anything.
+	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
+	return lease, 0, err
+}
+
+// attemptErr is the error for an attempt that did not reach Redis.
+func (l *Locker) attemptErr(opCtx context.Context, key string, err error) error {
+	if opCtx.Err() != nil {
+		return ctxErr(opCtx, key)
+	}
+	return unavailable("acquire", key, err)
+}
+
+// newLease makes the lease for a lock Redis set for token no earlier than
+// validFrom, and hands it to the watchdog. A lease whose validity is already
+// over (Redis answered too late) is released instead.
+func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
+	giveBack := func(err error) (*Lease, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
 		defer cancel()
-		_, _ = l.backend.release(ctx, keys, token)
-		return nil, 0, unavailable("acquire", key,
-			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity))
+		_, _ = l.releaseToken(ctx, keys, token)
+		if fair {
+			l.forgetFair(keys, token)
+		}
+		return nil, err
+	}
+	validity := ac.ttl - l.cfg.drift(ac.ttl)
+	if elapsed := time.Since(validFrom); elapsed >= validity {
+		// The answer came too late for the lease to be worth anything.
+		return giveBack(unavailable("acquire", key,
+			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity)))
 	}
 
 	s := &Lease{
@@ -309,21 +368,19 @@ func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lo
 		name:       ac.name,
 		keys:       keys,
 		token:      token,
-		fence:      reply.fence,
+		fence:      fence,
 		ttl:        ac.ttl,
 		watchdog:   ac.watchdog,
-		acquiredAt: sentAt,
+		fair:       fair,
+		acquiredAt: validFrom,
 	}
 	s.keep.index = -1
 	s.bindContext(leaseParent)
-	if !l.keeper.add(s, sentAt) {
+	if !l.keeper.add(s, validFrom) {
 		s.cancel(ErrClosed)
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
-		defer cancel()
-		_, _ = l.backend.release(ctx, keys, token)
-		return nil, 0, ErrClosed
+		return giveBack(ErrClosed)
 	}
-	return s, 0, nil
+	return s, nil
 }
 
 // nest returns a lease nested in outer's lock, for a reentrant acquisition.

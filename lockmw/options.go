@@ -146,6 +146,7 @@ type acquireConfig struct {
 	wait     time.Duration
 	hasWait  bool
 	watchdog bool
+	fair     bool
 	name     string
 	errs     []error
 }
@@ -186,6 +187,18 @@ func WithLeaseTTL(d time.Duration) AcquireOption {
 // after its TTL, and the lease context is cancelled with ErrLost just before.
 func WithoutWatchdog() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.watchdog = false })
+}
+
+// Fair makes this acquisition wait in arrival order: waiters of every
+// process that use Fair on the key join one queue in Redis, and a release
+// hands the lock straight to the first waiter still alive, waking only it. A
+// waiter whose process dies is skipped at hand-off; one that gives up
+// (context ended, WithWait ran out) leaves the queue at once.
+//
+// Fair waiters are served before waiters that do not use Fair. TryAcquire
+// with Fair takes a free lock only when nobody is queued for it.
+func Fair() AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.fair = true })
 }
 
 // WithName sets the low-cardinality name this lock is reported under in

@@ -9,8 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The wire protocol: three compare-and-act scripts, loaded by SHA and resent
-// in full when a restarted or new node answers NOSCRIPT.
+// The wire protocol: compare-and-act scripts, loaded by SHA and resent in
+// full when a restarted or new node answers NOSCRIPT. grant.lua is a
+// function that release.lua and fair.lua share.
 var (
 	//go:embed scripts/acquire.lua
 	acquireSource string
@@ -18,21 +19,56 @@ var (
 	releaseSource string
 	//go:embed scripts/renew.lua
 	renewSource string
+	//go:embed scripts/grant.lua
+	grantSource string
+	//go:embed scripts/fair.lua
+	fairSource string
+	//go:embed scripts/leave.lua
+	leaveSource string
+	//go:embed scripts/transfer.lua
+	transferSource string
 
-	acquireScript = redis.NewScript(acquireSource)
-	releaseScript = redis.NewScript(releaseSource)
-	renewScript   = redis.NewScript(renewSource)
+	acquireScript  = redis.NewScript(acquireSource)
+	releaseScript  = redis.NewScript(grantSource + releaseSource)
+	renewScript    = redis.NewScript(renewSource)
+	fairScript     = redis.NewScript(grantSource + fairSource)
+	leaveScript    = redis.NewScript(leaveSource)
+	transferScript = redis.NewScript(transferSource)
 )
 
 // redisBackend keeps locks on one Redis deployment: a standalone server, a
 // Sentinel-managed primary, or a Cluster (every lock's keys share one slot).
+// It notifies releases on pub/sub (sharded pub/sub on Cluster) and keeps
+// the fair queues.
 type redisBackend struct {
-	client redis.UniversalClient
+	client  redis.UniversalClient
+	self    string // the Locker's id: names its grant channel
+	publish string // PUBLISH, or SPUBLISH on Cluster
+	numsub  string // NUMSUB, or SHARDNUMSUB on Cluster
+	subs    *subscriber
+	batch   *batcher // acquisitions and releases of concurrent callers share round trips
 	// waitReplicas and waitTimeout are WithWaitReplicas' arguments; 0
 	// replicas: no WAIT.
 	waitReplicas int
 	waitTimeout  time.Duration
 }
+
+func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
+	b := &redisBackend{client: client, self: self, publish: "PUBLISH", numsub: "NUMSUB"}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
+	}
+	b.subs = newSubscriber(client)
+	b.batch = newBatcher(client)
+	return b
+}
+
+// close stops the backend's goroutines.
+func (b *redisBackend) close() {
+	b.subs.close()
+}
+
+func (b *redisBackend) subscriber() *subscriber { return b.subs }
 
 func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
 	vals, err := b.runAcquire(ctx, k, token, ttl)
@@ -53,11 +89,128 @@ func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, tt
 }
 
 func (b *redisBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
-	v, err := releaseScript.Run(ctx, b.client, []string{k.lock}, token).Int64()
+	h, err := b.releaseHandoff(ctx, k, token)
+	return h.ownership, err
+}
+
+// handoff is what a release did with the lock.
+type handoff struct {
+	ownership ownership // owned: the lock was released or handed over
+	to        string    // the token of the fair waiter it was handed to, if any
+	fence     uint64    // that waiter's fence
+	local     bool      // the waiter is this Locker's: the caller wakes it
+}
+
+// releaseHandoff releases the lock held by token: it hands it to the first
+// live fair waiter, or deletes it and notifies waiting Lockers.
+func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error) {
+	reply, err := b.batch.run(ctx, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
+		token, k.grants, b.self, b.publish)
 	if err != nil {
-		return 0, err
+		return handoff{}, err
 	}
-	return ownershipOf(v), nil
+	vals, ok := reply.([]any)
+	if !ok || len(vals) == 0 {
+		return handoff{}, fmt.Errorf("release script returned %T, want a list", reply)
+	}
+	code, _ := vals[0].(int64)
+	switch code {
+	case 2, 3:
+		if len(vals) != 3 {
+			return handoff{}, fmt.Errorf("release script returned %d values, want 3", len(vals))
+		}
+		f, _ := vals[1].(int64)
+		to, _ := vals[2].(string)
+		return handoff{ownership: owned, to: to, fence: uint64(f), local: code == 2}, nil
+	}
+	return handoff{ownership: ownershipOf(code)}, nil
+}
+
+// transferReply is what a transfer did.
+type transferReply struct {
+	done      bool   // the lock now belongs to the waiter
+	fence     uint64 // when done: the waiter's fence
+	fairQueue bool   // not done: fair waiters are queued, release normally
+	ownership ownership
+}
+
+// transfer hands the lock held by token to the waiting token to (of the same
+// Locker) in one round trip, unless other Lockers wait for it too.
+func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration) (transferReply, error) {
+	reply, err := b.batch.run(ctx, transferScript, []string{k.lock, k.fence, k.notify},
+		token, to, millis(ttl), b.numsub, b.publish)
+	if err != nil {
+		return transferReply{}, err
+	}
+	vals, err := int64s(reply)
+	if err != nil || len(vals) == 0 {
+		return transferReply{}, fmt.Errorf("transfer script: %v", err)
+	}
+	switch vals[0] {
+	case 2:
+		if len(vals) != 2 {
+			return transferReply{}, fmt.Errorf("transfer script returned %d values, want 2", len(vals))
+		}
+		return transferReply{done: true, fence: uint64(vals[1]), ownership: owned}, nil
+	case 3:
+		return transferReply{fairQueue: true}, nil
+	}
+	return transferReply{ownership: ownershipOf(vals[0])}, nil
+}
+
+// fairMode is what a fair attempt may do: "try" never queues, "wait" joins
+// the queue, "poll" checks a queued waiter (granted? still queued?).
+type fairMode string
+
+const (
+	modeTry  fairMode = "try"
+	modeWait fairMode = "wait"
+	modePoll fairMode = "poll"
+)
+
+// fairReply is the outcome of one fair attempt.
+type fairReply struct {
+	acquired bool
+	granted  bool          // handed over earlier: pttl is what is left of it
+	fence    uint64        // when acquired or granted
+	pttl     time.Duration // when granted: the lock's remaining TTL; when busy: the holder's
+}
+
+// fairAcquire makes one fair attempt for the waiter with queue entry entry.
+func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
+	vals, err := fairScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
+		token, millis(ttl), entry, string(mode), k.grants, b.publish).Int64Slice()
+	if err != nil {
+		return fairReply{}, err
+	}
+	if len(vals) < 2 {
+		return fairReply{}, fmt.Errorf("fair script returned %d values, want at least 2", len(vals))
+	}
+	switch vals[0] {
+	case 1:
+		return fairReply{acquired: true, fence: uint64(vals[1])}, nil
+	case 2:
+		if len(vals) != 3 {
+			return fairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
+		}
+		return fairReply{granted: true, fence: uint64(vals[1]), pttl: time.Duration(max(vals[2], 0)) * time.Millisecond}, nil
+	}
+	return fairReply{pttl: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
+}
+
+// enqueue appends entry to the lock's fair queue if the queue exists (one
+// plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
+// reports false when there is no queue, and the full fair attempt is needed.
+func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (bool, error) {
+	n, err := b.client.RPushX(ctx, k.queue, entry).Result()
+	return n > 0, err
+}
+
+// leave takes entry out of the fair queue. It reports whether the lock had
+// been granted to token meanwhile (the caller must then release it).
+func (b *redisBackend) leave(ctx context.Context, k lockKeys, entry, token string) (bool, error) {
+	v, err := leaveScript.Run(ctx, b.client, []string{k.lock, k.queue}, entry, token).Int64()
+	return v == 1, err
 }
 
 func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
@@ -94,6 +247,23 @@ func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewRe
 		results[i].ownership = ownershipOf(v)
 	}
 	return results
+}
+
+// int64s reads a script's list of integers.
+func int64s(reply any) ([]int64, error) {
+	list, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("script returned %T, want a list", reply)
+	}
+	vals := make([]int64, len(list))
+	for i, v := range list {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("script returned %T at %d, want an integer", v, i)
+		}
+		vals[i] = n
+	}
+	return vals, nil
 }
 
 func ownershipOf(v int64) ownership {

@@ -9,34 +9,36 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is how the acquire script reaches Redis beyond one plain call:
-// it is retried for a moment while the lock's Cluster slot is being moved
-// between masters, and it is followed by WAIT on the same connection when
-// the Locker asks for replica acknowledgement (WithWaitReplicas).
+// This file is how scripts reach Redis beyond one plain call: they are
+// retried for a moment while the lock's Cluster slot is being moved between
+// masters, and the acquire script is followed by WAIT on the same
+// connection when the Locker asks for replica acknowledgement
+// (WithWaitReplicas).
 
 // While a Cluster slot migrates, a script that touches several keys of it
 // is refused (TRYAGAIN, or ASK/MOVED once go-redis has used up its
-// redirections) until all of them are on one master. The acquire script
-// touches the lock and its fence counter, so an attempt on a migrating slot
-// is retried, with a capped backoff, for up to a quarter of the lease TTL
-// (at most reshardPatience): the lease keeps most of its validity. A
-// resharding moves one slot's keys in milliseconds; a slot that stays
-// half-migrated longer (a stalled or failed resharding) makes attempts fail
+// redirections) until all of them are on one master; lockmw's scripts
+// (but renew) name several keys of the lock's slot. Such a call is retried,
+// with a capped backoff, for up to reshardPatience, and an acquisition for
+// at most a quarter of its lease TTL, so the lease keeps most of its
+// validity. These errors mean the script did not run, so retrying is safe.
+// A resharding moves one slot's keys in milliseconds; a slot that stays
+// half-migrated longer (a stalled or failed resharding) makes calls fail
 // with ErrUnavailable.
 const (
 	reshardPatience   = time.Second
 	reshardBackoffMax = 16 * time.Millisecond
 )
 
-// runAcquire runs the acquire script for k and returns its reply, retrying
-// while k's Cluster slot is being moved.
-func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) ([]int64, error) {
+// whileSlotMoves runs call, and runs it again while it fails because the
+// Cluster slot of its keys is being moved, for up to patience.
+func (b *redisBackend) whileSlotMoves(ctx context.Context, patience time.Duration, call func() error) error {
 	backoff := time.Millisecond
-	giveUp := time.Now().Add(min(reshardPatience, ttl/4))
+	giveUp := time.Now().Add(min(patience, reshardPatience))
 	for {
-		vals, err := b.runAcquireOnce(ctx, k, token, ttl)
+		err := call()
 		if err == nil || !slotMoving(err) || time.Now().Add(backoff).After(giveUp) {
-			return vals, err
+			return err
 		}
 		if cc, ok := b.client.(*redis.ClusterClient); ok {
 			cc.ReloadState(ctx) // MasterForKey (WAIT path) follows the new owner
@@ -46,17 +48,27 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return vals, err
+			return err
 		}
 		backoff = min(2*backoff, reshardBackoffMax)
 	}
 }
 
-func (b *redisBackend) runAcquireOnce(ctx context.Context, k lockKeys, token string, ttl time.Duration) ([]int64, error) {
-	if b.waitReplicas == 0 {
-		return acquireScript.Run(ctx, b.client, []string{k.lock, k.fence}, token, millis(ttl)).Int64Slice()
-	}
-	return b.acquireReplicated(ctx, k, token, ttl)
+// runAcquire runs the acquire script for k and returns its reply.
+func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (vals []int64, err error) {
+	err = b.whileSlotMoves(ctx, ttl/4, func() error {
+		if b.waitReplicas > 0 {
+			vals, err = b.acquireReplicated(ctx, k, token, ttl)
+			return err
+		}
+		var reply any
+		if reply, err = b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err != nil {
+			return err
+		}
+		vals, err = int64s(reply)
+		return err
+	})
+	return vals, err
 }
 
 // slotMoving reports whether err means a Cluster slot is being migrated

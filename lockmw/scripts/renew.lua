@@ -1,13 +1,14 @@
 -- renew.lua: extend the lock's expiry only if the caller still owns it.
 --
--- KEYS[1]  lock key
+-- KEYS[1]  lock key            (value: the owner's token, "+" appended when
+--                               fair waiters may be queued)
 -- ARGV[1]  owner token
 -- ARGV[2]  new TTL in milliseconds
 --
 -- Returns 1 when extended, 0 when the lock no longer exists (expired or
 -- deleted), -1 when another owner holds it (left untouched).
 local owner = redis.call('GET', KEYS[1])
-if owner == ARGV[1] then
+if owner == ARGV[1] or owner == ARGV[1] .. '+' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end

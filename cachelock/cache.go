@@ -1,0 +1,379 @@
+package cachelock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// A Cache is a cache-aside helper on Redis whose fills and updates cannot
+// leave stale data behind: a value loaded before an invalidation completes
+// is never installed after it. Create one per process and share it; it is
+// safe for concurrent use. Caches in different processes cooperate when they
+// use the same Redis, the same prefix, and Lockers that exclude each other.
+type Cache struct {
+	rdb    redis.UniversalClient
+	locker *lockmw.Locker
+	cfg    config
+	tel    *telemetry
+	flight flight
+}
+
+// New returns a Cache keeping its entries in rdb and serializing Update's
+// writers with locker. It does not own either: close them after the Cache is
+// no longer used. New fails with an error matching lockmw.ErrNilClient or
+// ErrNilLocker for nil arguments, and lockmw.ErrInvalidOption for a bad
+// option.
+func New(rdb redis.UniversalClient, locker *lockmw.Locker, opts ...Option) (*Cache, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("cachelock.New: %w: pass the Redis client that keeps the cache entries", lockmw.ErrNilClient)
+	}
+	if locker == nil {
+		return nil, fmt.Errorf("cachelock.New: %w: pass the lockmw.Locker that Update locks keys with", ErrNilLocker)
+	}
+	cfg := config{
+		prefix:    DefaultPrefix,
+		fillLease: DefaultFillLease,
+		logger:    slog.Default(),
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, err
+	}
+	cfg.lockOpts = append([]lockmw.AcquireOption{lockmw.WithName("cachelock.update")}, cfg.lockOpts...)
+	tel, err := newTelemetry(cfg.tp, cfg.mp)
+	if err != nil {
+		return nil, fmt.Errorf("cachelock.New: creating metrics: %w", err)
+	}
+	return &Cache{rdb: rdb, locker: locker, cfg: cfg, tel: tel}, nil
+}
+
+// entryKey is the Redis key of key's cache entry.
+func (c *Cache) entryKey(key string) string { return c.cfg.prefix + key }
+
+func checkKey(op, key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("cachelock: %s: %w: key %q: want 1 to %d bytes", op, lockmw.ErrInvalidKey, truncate(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 32 {
+		return s[:32] + "..."
+	}
+	return s
+}
+
+// unavailable wraps a Redis error so that it matches lockmw.ErrUnavailable,
+// unless ctx has ended, in which case the context's error is returned.
+func unavailable(ctx context.Context, op, key string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("cachelock: %s %q: %w", op, key, context.Cause(ctx))
+	}
+	return fmt.Errorf("cachelock: %s %q: %w: %w", op, key, lockmw.ErrUnavailable, err)
+}
+
+// Fetch returns the value of key: from the cache when it holds one, otherwise
+// from load, which is called by one caller at a time per key across all
+// processes sharing the cache, and by at most one goroutine per process.
+//
+// On a miss, the caller that wins the key's fill lease calls load and
+// installs its value with TTL ttl, if, and only if, its lease is still valid
+// and no Invalidate revoked it in the meantime. After a revocation the value
+// may predate a write, so the caller fills again (up to 3 times, then it
+// returns its last load uncached). Other callers wait for the fill (polling
+// Redis with a short backoff, bounded by ctx), or, with WithStaleReads, get
+// the key's invalidated value at once. If the lease expires before its
+// holder installs (it crashed, or load is slower than WithFillLease), the
+// next caller takes over; the late holder returns its value uncached.
+//
+// load gets a context that is cancelled only when every caller waiting for
+// it has given up. When load returns an error, nothing is cached (except
+// ErrNotFound under WithNegativeCaching) and the error is returned.
+//
+// If Redis cannot be reached, Fetch returns an error matching
+// lockmw.ErrUnavailable, or, with WithLoadOnUnavailable, calls load directly.
+// The returned slice belongs to the caller.
+func (c *Cache) Fetch(ctx context.Context, key string, ttl time.Duration, load func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	if err := checkKey("Fetch", key); err != nil {
+		return nil, err
+	}
+	if ttl < time.Millisecond {
+		return nil, fmt.Errorf("cachelock: Fetch %q: %w: ttl %v is shorter than 1ms", key, lockmw.ErrInvalidOption, ttl)
+	}
+	if load == nil {
+		return nil, c.nilLoad(key)
+	}
+	ctx, span := c.tel.start(ctx, spanFetch)
+	res, err := c.flight.do(ctx, key, func(ctx context.Context) (fillResult, error) {
+		return c.fill(ctx, key, ttl, load)
+	})
+	outcome := res.outcome
+	if err != nil && outcome == "" {
+		outcome = outcomeError
+	}
+	c.tel.recordFetch(ctx, outcome)
+	end(span, outcome, err, ErrNotFound)
+	if err != nil {
+		return nil, err
+	}
+	return res.value, nil
+}
+
+func (c *Cache) nilLoad(key string) error {
+	return fmt.Errorf("cachelock: Fetch %q: %w: load is nil", key, lockmw.ErrInvalidOption)
+}
+
+// fill is the shared part of Fetch: read the entry, and load on a miss.
+func (c *Cache) fill(ctx context.Context, key string, ttl time.Duration, load func(ctx context.Context) ([]byte, error)) (fillResult, error) {
+	entry := c.entryKey(key)
+	waited := false
+	backoff := pollMin
+	refills := 0
+	for {
+		token := newToken()
+		r, err := runFetch(ctx, c.rdb, entry, token, c.cfg.fillLease, c.cfg.staleFor > 0)
+		if err != nil {
+			err = unavailable(ctx, "Fetch", key, err)
+			if ctx.Err() != nil || !c.cfg.loadOnFailure {
+				return fillResult{outcome: outcomeError}, err
+			}
+			c.cfg.logger.WarnContext(ctx, "cachelock: Redis unavailable, loading without the cache", "key", key, "err", err)
+			v, lerr := c.callLoad(ctx, load, outcomeFallback)
+			return fillResult{value: v, outcome: outcomeFallback}, lerr
+		}
+		switch r.kind {
+		case replyHit:
+			if waited {
+				return fillResult{value: r.value, outcome: outcomeFilled}, nil
+			}
+			return fillResult{value: r.value, outcome: outcomeHit}, nil
+		case replyNeg:
+			return fillResult{outcome: outcomeNegative}, fmt.Errorf("cachelock: Fetch %q: %w (cached)", key, ErrNotFound)
+		case replyStale:
+			return fillResult{value: r.value, outcome: outcomeStale}, nil
+		case replyFill:
+			res, outcome, err := c.loadAndInstall(ctx, key, entry, token, ttl, load)
+			if outcome == revoked && (err == nil || errors.Is(err, ErrNotFound)) && refills < maxRefills {
+				// An invalidation overtook the load: what it read may
+				// predate the write, and callers that joined this fill
+				// after the invalidation must not get it. Fill again.
+				refills++
+				continue
+			}
+			return res, err
+		case replyWait:
+			waited = true
+			d := min(backoff+mrand.N(backoff/2+1), r.wait+time.Millisecond)
+			backoff = min(2*backoff, pollMax)
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fillResult{outcome: outcomeError}, fmt.Errorf("cachelock: Fetch %q: waiting for another caller's fill: %w", key, context.Cause(ctx))
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// callLoad calls load and counts it.
+func (c *Cache) callLoad(ctx context.Context, load func(ctx context.Context) ([]byte, error), mode string) ([]byte, error) {
+	v, err := load(ctx)
+	outcome := outcomeOK
+	switch {
+	case mode == outcomeFallback:
+		outcome = outcomeFallback
+	case err != nil:
+		outcome = outcomeError
+	}
+	c.tel.loads.Add(ctx, 1, outcomeAttr(outcome))
+	return v, err
+}
+
+// loadAndInstall runs load under the fill lease token holds, and installs
+// the value if the lease is still valid and unrevoked. It reports what
+// install.lua answered (installed, revoked or expired; installed also when
+// the install could not be attempted).
+func (c *Cache) loadAndInstall(ctx context.Context, key, entry, token string, ttl time.Duration, load func(ctx context.Context) ([]byte, error)) (fillResult, int, error) {
+	v, err := c.callLoad(ctx, load, outcomeLoaded)
+	state := stateValue
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) || c.cfg.negativeTTL == 0 {
+			// Let the next caller fill at once rather than when the lease
+			// expires. Best effort: the lease expires anyway.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), invalidateTimeout)
+			defer cancel()
+			if aerr := runAbandon(actx, c.rdb, entry, token); aerr != nil {
+				c.cfg.logger.DebugContext(ctx, "cachelock: could not give up a fill lease; it expires by itself", "key", key, "err", aerr)
+			}
+			return fillResult{outcome: outcomeLoaded}, installed, err
+		}
+		state, ttl, v = stateNegative, c.cfg.negativeTTL, nil
+	}
+	result, ierr := runInstall(ctx, c.rdb, entry, token, state, v, c.jittered(ttl))
+	switch {
+	case ierr != nil:
+		// The caller still gets what it loaded; the entry stays empty and
+		// its lease expires.
+		c.cfg.logger.WarnContext(ctx, "cachelock: could not install a loaded value", "key", key, "err", ierr)
+		result = installed
+	case result == revoked:
+		c.tel.revokedFills.Add(ctx, 1)
+		c.cfg.logger.DebugContext(ctx, "cachelock: fill revoked by an invalidation; value not cached", "key", key)
+	case result == expired:
+		c.tel.revokedFills.Add(ctx, 1)
+		c.cfg.logger.WarnContext(ctx, "cachelock: load outlasted its fill lease; value not cached (raise WithFillLease)", "key", key, "lease", c.cfg.fillLease)
+	}
+	return fillResult{value: v, outcome: outcomeLoaded}, result, err
+}
+
+func (c *Cache) jittered(ttl time.Duration) time.Duration {
+	if c.cfg.jitter == 0 {
+		return ttl
+	}
+	return ttl - time.Duration(mrand.Float64()*c.cfg.jitter*float64(ttl))
+}
+
+// Invalidate marks the entries of keys deleted and revokes their outstanding
+// fill leases: once it returns nil, no value loaded before the call is
+// installed. With WithStaleReads the old values stay readable as stale for
+// the configured window; otherwise they are dropped. An error matching
+// lockmw.ErrUnavailable means some keys may not have been invalidated; the
+// call can be retried, it is idempotent.
+func (c *Cache) Invalidate(ctx context.Context, keys ...string) error {
+	for _, key := range keys {
+		if err := checkKey("Invalidate", key); err != nil {
+			return err
+		}
+	}
+	ctx, span := c.tel.start(ctx, spanInvalidate, attrKeys.Int(len(keys)))
+	var errs []error
+	for _, key := range keys {
+		if err := runInvalidate(ctx, c.rdb, c.entryKey(key), c.cfg.staleFor); err != nil {
+			errs = append(errs, unavailable(ctx, "Invalidate", key, err))
+			c.tel.invalidations.Add(ctx, 1, outcomeAttr(outcomeError))
+			continue
+		}
+		c.tel.invalidations.Add(ctx, 1, outcomeAttr(outcomeOK))
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		end(span, outcomeError, err)
+	} else {
+		end(span, outcomeOK, nil)
+	}
+	return err
+}
+
+// Update changes key's value in the database and then in the cache: it takes
+// the lockmw lock on key (so writers of one key are serialized across
+// processes), runs write with the lease's context and fencing token,
+// invalidates the cache entry, and releases the lock.
+//
+// write should run the database transaction, and make the store reject it
+// if a newer writer got there first, by checking fence (see FencedExec).
+// Its context is cancelled if the lock is lost; if that happens, Update
+// returns an error matching lockmw.ErrLost, also when write returned nil.
+//
+// The entry is invalidated after every write, successful or not (a write
+// that failed may still have committed), even if ctx has ended by then. If
+// invalidation fails, the hook set by WithInvalidateRetry is called; unless
+// it returns nil, Update returns an error matching ErrStale (joined with the
+// write's error, if any): the entry may then serve the old value until it
+// expires, at most the TTL it was filled with (plus the WithStaleReads
+// window).
+//
+// If the lock cannot be taken, Update returns the lockmw error (for example
+// matching lockmw.ErrNotAcquired or lockmw.ErrUnavailable) and write is not
+// called.
+func (c *Cache) Update(ctx context.Context, key string, write func(ctx context.Context, fence uint64) error) error {
+	if err := checkKey("Update", key); err != nil {
+		return err
+	}
+	if write == nil {
+		return fmt.Errorf("cachelock: Update %q: %w: write is nil", key, lockmw.ErrInvalidOption)
+	}
+	ctx, span := c.tel.start(ctx, spanUpdate)
+	lease, err := c.locker.Acquire(ctx, c.entryKey(key), c.cfg.lockOpts...)
+	if err != nil {
+		err = fmt.Errorf("cachelock: Update %q: taking the lock: %w", key, err)
+		end(span, outcomeError, err)
+		return err
+	}
+	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
+
+	var errs []error
+	if werr := write(lease.Context(), lease.Fence()); werr != nil {
+		errs = append(errs, fmt.Errorf("cachelock: Update %q: write: %w", key, werr))
+	}
+	lostCause := context.Cause(lease.Context())
+	bg := context.WithoutCancel(ctx)
+	if ierr := c.invalidateAfterWrite(bg, key); ierr != nil {
+		errs = append(errs, ierr)
+	}
+	rerr := lease.Release(bg)
+	switch {
+	case errors.Is(lostCause, lockmw.ErrLost):
+		errs = append(errs, fmt.Errorf("cachelock: Update %q: the lock was lost during the write (fence %d): %w", key, lease.Fence(), lostCause))
+	case errors.Is(rerr, lockmw.ErrLost):
+		errs = append(errs, fmt.Errorf("cachelock: Update %q: the lock was lost before release (fence %d): %w", key, lease.Fence(), rerr))
+	case rerr != nil:
+		// The write is done and the entry invalidated; the lock expires by
+		// itself after its TTL.
+		c.cfg.logger.WarnContext(ctx, "cachelock: could not release the update lock; it expires after its TTL", "key", key, "err", rerr)
+	}
+	err = errors.Join(errs...)
+	switch {
+	case err == nil:
+		end(span, outcomeOK, nil)
+	case errors.Is(err, lockmw.ErrLost):
+		end(span, "lost", err)
+	default:
+		end(span, outcomeError, err)
+	}
+	return err
+}
+
+// invalidateAfterWrite invalidates key after a write, calling the retry hook
+// if that fails, and returns an error matching ErrStale if the entry may
+// still hold the old value.
+func (c *Cache) invalidateAfterWrite(ctx context.Context, key string) error {
+	ictx, cancel := context.WithTimeout(ctx, invalidateTimeout)
+	err := c.Invalidate(ictx, key)
+	cancel()
+	if err == nil {
+		return nil
+	}
+	if c.cfg.invalidateRetry != nil {
+		herr := c.cfg.invalidateRetry(ctx, []string{key})
+		if herr == nil {
+			c.cfg.logger.InfoContext(ctx, "cachelock: invalidation after write failed; the retry hook took over", "key", key, "err", err)
+			return nil
+		}
+		err = errors.Join(err, fmt.Errorf("retry hook: %w", herr))
+	}
+	c.cfg.logger.ErrorContext(ctx, "cachelock: cache may be stale: invalidation after write failed", "key", key, "err", err)
+	return fmt.Errorf("cachelock: Update %q: %w: %w", key, ErrStale, err)
+}
+
+// newToken returns a random 128-bit fill token.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,185 @@
+package cachelock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// Defaults.
+const (
+	// DefaultPrefix is prepended to every cache key, for the Redis entry and
+	// for Update's lock key.
+	DefaultPrefix = "cachelock:"
+	// DefaultFillLease is how long the caller that won a miss may take to
+	// load and install the value before another caller may fill instead.
+	DefaultFillLease = 5 * time.Second
+	// MaxKeyLen is the longest cache key accepted, in bytes.
+	MaxKeyLen = 256
+	// MaxPrefixLen is the longest key prefix accepted, in bytes.
+	MaxPrefixLen = 128
+)
+
+// Polling bounds for callers waiting for another caller's fill.
+const (
+	pollMin = 2 * time.Millisecond
+	pollMax = 50 * time.Millisecond
+)
+
+// maxRefills is how many times a Fetch loads again after an invalidation
+// revoked its fill, before it returns what it loaded without caching it.
+const maxRefills = 3
+
+// invalidateTimeout bounds Update's invalidation after the write, which runs
+// even if the caller's context has ended: the write may have committed.
+const invalidateTimeout = 5 * time.Second
+
+// config is the Cache configuration built from Options.
+type config struct {
+	prefix          string
+	fillLease       time.Duration
+	staleFor        time.Duration
+	negativeTTL     time.Duration
+	jitter          float64
+	loadOnFailure   bool
+	invalidateRetry func(ctx context.Context, keys []string) error
+	lockOpts        []lockmw.AcquireOption
+	tp              trace.TracerProvider
+	mp              metric.MeterProvider
+	logger          *slog.Logger
+	errs            []error
+}
+
+// Option configures a Cache in New.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+func invalidOption(name, format string, args ...any) error {
+	return fmt.Errorf("%w: cachelock.%s: %s", lockmw.ErrInvalidOption, name, fmt.Sprintf(format, args...))
+}
+
+// WithPrefix sets the prefix of the Redis entry of every key and of Update's
+// lock key (default "cachelock:"). Caches that share entries need the same
+// prefix.
+func WithPrefix(p string) Option {
+	return optionFunc(func(c *config) {
+		if len(p) > MaxPrefixLen {
+			c.errs = append(c.errs, invalidOption("WithPrefix", "prefix is %d bytes, the limit is %d", len(p), MaxPrefixLen))
+			return
+		}
+		c.prefix = p
+	})
+}
+
+// WithFillLease sets how long the caller that wins a miss may take to load
+// and install the value (default 5s, at least 1ms). Until the lease expires
+// no other caller loads the key; a load that outlasts its lease is not
+// installed. Set it above your slowest load.
+func WithFillLease(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < time.Millisecond {
+			c.errs = append(c.errs, invalidOption("WithFillLease", "lease %v is shorter than 1ms", d))
+			return
+		}
+		c.fillLease = d
+	})
+}
+
+// WithStaleReads lets Fetch serve stale values: Invalidate keeps an entry's
+// old value for window, marked stale, and while another caller is filling
+// the key, Fetch returns that old value at once instead of waiting. The
+// caller that wins the fill lease still loads and returns a fresh value, and
+// so do the callers in its process, which share its fill.
+// Without this option (the default), Invalidate drops the value and callers
+// wait for the fill.
+func WithStaleReads(window time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if window < time.Millisecond {
+			c.errs = append(c.errs, invalidOption("WithStaleReads", "window %v is shorter than 1ms", window))
+			return
+		}
+		c.staleFor = window
+	})
+}
+
+// WithNegativeCaching caches "not found" for ttl: when a load returns an
+// error matching ErrNotFound, Fetch stores that answer, and later Fetches
+// return an error matching ErrNotFound without loading, until ttl passes or
+// the key is invalidated.
+func WithNegativeCaching(ttl time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if ttl < time.Millisecond {
+			c.errs = append(c.errs, invalidOption("WithNegativeCaching", "TTL %v is shorter than 1ms", ttl))
+			return
+		}
+		c.negativeTTL = ttl
+	})
+}
+
+// WithTTLJitter shortens every TTL Fetch installs by a random share of up to
+// frac (in [0, 1)), so that entries filled together do not expire together.
+func WithTTLJitter(frac float64) Option {
+	return optionFunc(func(c *config) {
+		if frac < 0 || frac >= 1 {
+			c.errs = append(c.errs, invalidOption("WithTTLJitter", "fraction %v is outside [0, 1)", frac))
+			return
+		}
+		c.jitter = frac
+	})
+}
+
+// WithLoadOnUnavailable makes Fetch call load directly, without caching,
+// when Redis cannot be reached. The database then takes the whole read load,
+// and callers in one process still share one load per key. Without it, Fetch
+// returns an error matching lockmw.ErrUnavailable.
+func WithLoadOnUnavailable() Option {
+	return optionFunc(func(c *config) { c.loadOnFailure = true })
+}
+
+// WithInvalidateRetry sets a hook that Update calls with the key when
+// invalidation after a successful write fails. The hook may retry (for
+// example by calling Cache.Invalidate with backoff) or hand the keys to a
+// durable queue; if it returns nil, Update reports success, otherwise Update
+// returns an error matching ErrStale. ctx is not cancelled with the caller's
+// context.
+func WithInvalidateRetry(hook func(ctx context.Context, keys []string) error) Option {
+	return optionFunc(func(c *config) { c.invalidateRetry = hook })
+}
+
+// WithLockOptions sets the options of the lock Update takes on a key, such as
+// lockmw.WithWait or lockmw.WithLeaseTTL. By default the lock waits until the
+// caller's context ends and is reported under the name "cachelock.update".
+func WithLockOptions(opts ...lockmw.AcquireOption) Option {
+	return optionFunc(func(c *config) { c.lockOpts = append(c.lockOpts, opts...) })
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider. Without it the
+// global provider is used.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tp = tp })
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider. Without it the
+// global provider is used.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// WithLogger sets the logger for revoked fills, failed invalidations and
+// Redis fallbacks (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}

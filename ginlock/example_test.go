@@ -1,0 +1,102 @@
+package ginlock_test
+
+import (
+	"fmt"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/ginlock"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// Lock the order named in the path while it is paid or cancelled: both routes
+// use the template "order:{id}", so they exclude each other, on every
+// instance sharing the Redis.
+func Example() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	lockOrder := ginlock.New(locker, ginlock.Param("id"), ginlock.WithName("order:{id}"))
+	r := gin.New()
+	r.Use(gin.Recovery())
+	r.POST("/orders/:id/pay", lockOrder, func(c *gin.Context) {
+		// c.Request.Context() is cancelled if the lock is lost: stop then.
+		// The fence lets the store reject a writer that lost the lock.
+		fence := ginlock.LeaseFrom(c).Fence()
+		c.JSON(http.StatusOK, gin.H{"paid": c.Param("id"), "fence": fence})
+	})
+	r.POST("/orders/:id/cancel", lockOrder, func(c *gin.Context) {
+		c.Status(http.StatusNoContent)
+	})
+	_ = r.Run(":8080")
+}
+
+// Take the key from a JSON body and queue for up to two seconds instead of
+// answering 409 at once. The handler still reads the whole body.
+func ExampleJSONField() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	r := gin.New()
+	r.POST("/transfers", ginlock.New(locker, ginlock.JSONField("from.account"),
+		ginlock.WithName("account:{id}"), ginlock.WithWait(2*time.Second)),
+		func(c *gin.Context) {
+			var transfer struct {
+				From   struct{ Account string }
+				Amount int64
+			}
+			if err := c.ShouldBindJSON(&transfer); err != nil {
+				c.AbortWithStatus(http.StatusBadRequest)
+				return
+			}
+			c.Status(http.StatusAccepted)
+		})
+}
+
+// A custom KeyFunc and a busy response in the service's own format.
+func ExampleWithBusyHandler() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	tenant := ginlock.Header("X-Tenant")
+	tenantCart := func(c *gin.Context) (string, error) {
+		t, err := tenant(c)
+		if err != nil {
+			return "", err
+		}
+		return t + "/" + c.Param("cart"), nil
+	}
+	r := gin.New()
+	r.PUT("/carts/:cart", ginlock.New(locker, tenantCart, ginlock.WithName("cart:{tenant/cart}"),
+		ginlock.WithBusyHandler(func(c *gin.Context, err error) {
+			c.Header("Retry-After", fmt.Sprint(ginlock.RetryAfterSeconds(err)))
+			c.JSON(http.StatusTooManyRequests, gin.H{"error": "cart is being updated"})
+		})),
+		func(c *gin.Context) { c.Status(http.StatusOK) })
+}
+
+// Retry-After is the holder's remaining lease in whole seconds, rounded up.
+func ExampleRetryAfterSeconds() {
+	busy := &lockmw.NotAcquiredError{Key: "order:42", RetryAfter: 1500 * time.Millisecond}
+	fmt.Println(ginlock.RetryAfterSeconds(busy))
+	// Output: 2
+}

@@ -1,0 +1,307 @@
+package ginlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// ScopeName is the instrumentation scope of the middleware's tracer and meter:
+// the package import path.
+const ScopeName = "github.com/lockmw/lockmw/ginlock"
+
+// SpanName is the name of the span around each request the middleware handles.
+const SpanName = "ginlock.lock"
+
+// Outcomes reported as lock.outcome on the span and the ginlock.requests
+// counter.
+const (
+	OutcomeAcquired = "acquired" // the lock was taken and released after the handlers
+	OutcomeBusy     = "busy"     // held by another request: 409
+	OutcomeTimeout  = "timeout"  // the request's context ended while waiting
+	OutcomeError    = "error"    // Redis unavailable or the Locker closed
+	OutcomeInvalid  = "invalid"  // no usable key in the request: 400 or 413
+	OutcomeLost     = "lost"     // the lock was lost while the handlers ran
+)
+
+var (
+	attrName    = attribute.Key("lock.name")
+	attrOutcome = attribute.Key("lock.outcome")
+	attrWaitMS  = attribute.Key("lock.wait_ms")
+	attrFence   = attribute.Key("lock.fence")
+)
+
+// New returns middleware that holds the lock on the resource named by key
+// while the rest of the chain runs: see the package documentation for keys,
+// responses and telemetry. Requests on one key run their handlers one at a
+// time across every instance whose Locker shares the Redis and key prefix.
+//
+// New panics if locker or key is nil or an option is invalid (a template
+// without exactly one placeholder, a negative wait): these are programming
+// errors, found when the routes are set up.
+func New(locker *lockmw.Locker, key KeyFunc, opts ...Option) gin.HandlerFunc {
+	if locker == nil {
+		panic("ginlock: New: nil *lockmw.Locker")
+	}
+	if key == nil {
+		panic("ginlock: New: nil KeyFunc")
+	}
+	cfg := newConfig(opts)
+	if cfg.err != nil {
+		panic(cfg.err.Error())
+	}
+	m := &middleware{locker: locker, keyFunc: key, cfg: cfg}
+	m.setupTelemetry()
+	return m.handle
+}
+
+type middleware struct {
+	locker  *lockmw.Locker
+	keyFunc KeyFunc
+	cfg     *config
+
+	tracer   trace.Tracer
+	requests metric.Int64Counter
+}
+
+func (m *middleware) setupTelemetry() {
+	tp := m.cfg.tp
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m.tracer = tp.Tracer(ScopeName)
+	mp := m.cfg.mp
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	var err error
+	m.requests, err = mp.Meter(ScopeName).Int64Counter("ginlock.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Requests handled by ginlock middleware, by lock.name and lock.outcome."))
+	if err != nil {
+		otel.Handle(err)
+	}
+}
+
+// lockName returns the lock.name of a request: the template, or else the
+// route pattern.
+func (m *middleware) lockName(c *gin.Context) string {
+	if m.cfg.template.text != "" {
+		return m.cfg.template.text
+	}
+	if p := c.FullPath(); p != "" {
+		return p
+	}
+	return "ginlock"
+}
+
+func (m *middleware) handle(c *gin.Context) {
+	req := c.Request
+	name := m.lockName(c)
+	ctx, span := m.tracer.Start(req.Context(), SpanName, trace.WithAttributes(attrName.String(name)))
+	outcome := OutcomeError
+	finished := false
+	defer func() {
+		if !finished { // a handler panicked: the lock was released; say so
+			span.SetStatus(codes.Error, "handler panicked")
+		}
+		span.SetAttributes(attrOutcome.String(outcome))
+		span.End()
+		if m.requests != nil {
+			m.requests.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
+		}
+	}()
+
+	key, err := m.key(c)
+	if err != nil {
+		outcome = OutcomeInvalid
+		finished = true
+		m.reject(c, m.cfg.onError, err)
+		return
+	}
+
+	opts := append(append([]lockmw.AcquireOption(nil), m.cfg.acquireOpts...), lockmw.WithName(name))
+	start := time.Now()
+	var lease *lockmw.Lease
+	if m.cfg.waitSet {
+		lease, err = m.locker.Acquire(ctx, key, append(opts, lockmw.WithWait(m.cfg.wait))...)
+	} else {
+		lease, err = m.locker.TryAcquire(ctx, key, opts...)
+	}
+	span.SetAttributes(attrWaitMS.Int64(time.Since(start).Milliseconds()))
+	if err != nil {
+		finished = true
+		switch {
+		case errors.Is(err, lockmw.ErrNotAcquired):
+			outcome = OutcomeBusy
+			m.reject(c, m.cfg.onBusy, err)
+		case errors.Is(err, lockmw.ErrInvalidKey):
+			outcome = OutcomeInvalid
+			m.reject(c, m.cfg.onError, fmt.Errorf("%w: %w", ErrNoKey, err))
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			outcome = OutcomeTimeout
+			m.reject(c, m.cfg.onError, err)
+		default:
+			outcome = OutcomeError
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			m.reject(c, m.cfg.onError, err)
+		}
+		return
+	}
+	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
+	outcome = OutcomeAcquired
+
+	prev, hadPrev := c.Get(leaseKey)
+	defer func() {
+		c.Request = req
+		if hadPrev {
+			c.Set(leaseKey, prev)
+		} else {
+			c.Delete(leaseKey)
+		}
+		// Release even when the request's context has ended (the core
+		// bounds the call by the lease TTL), keeping its trace.
+		if err := lease.Release(context.WithoutCancel(ctx)); errors.Is(err, lockmw.ErrLost) {
+			outcome = OutcomeLost
+		}
+	}()
+	c.Request = req.WithContext(lease.Context())
+	c.Set(leaseKey, lease)
+	c.Next()
+	finished = true
+}
+
+// leaseKey is where the lease is kept in the gin.Context.
+type leaseKeyType struct{}
+
+var leaseKey leaseKeyType
+
+// LeaseFrom returns the lease the middleware holds for this request, or nil
+// outside a locked chain. With several ginlock middlewares in one chain it is
+// the innermost one's. Its Fence is the token to hand to a store that rejects
+// late writers.
+func LeaseFrom(c *gin.Context) *lockmw.Lease {
+	v, _ := c.Get(leaseKey)
+	lease, _ := v.(*lockmw.Lease)
+	return lease
+}
+
+// key runs the KeyFunc and forms the lock key.
+func (m *middleware) key(c *gin.Context) (string, error) {
+	id, err := m.keyFunc(c)
+	if err == nil {
+		id, err = checkID("the lock key's identifier", id)
+	}
+	if err != nil {
+		if errors.Is(err, ErrNoKey) {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: %w", ErrNoKey, err)
+	}
+	key := m.cfg.template.key(id)
+	if len(key) > lockmw.MaxKeyLen {
+		return "", fmt.Errorf("%w: the key would be %d bytes, more than %d", ErrNoKey, len(key), lockmw.MaxKeyLen)
+	}
+	return key, nil
+}
+
+// reject writes h's response, or the default one if h wrote nothing, and
+// aborts the chain.
+func (m *middleware) reject(c *gin.Context, h ErrorHandler, err error) {
+	h(c, err)
+	if !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
+		if errors.Is(err, lockmw.ErrNotAcquired) {
+			DefaultBusyHandler(c, err)
+		} else {
+			DefaultErrorHandler(c, err)
+		}
+	}
+	c.Abort()
+}
+
+// Problem types of the default responses, RFC 9457 "type" URIs that lead to
+// this documentation.
+const (
+	ProblemBusy         = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBusy"
+	ProblemNoKey        = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemNoKey"
+	ProblemBodyTooLarge = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBodyTooLarge"
+	ProblemUnavailable  = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemUnavailable"
+)
+
+const (
+	problemContentType   = "application/problem+json"
+	defaultRetryAfterSec = 1 // Retry-After when the holder's TTL is unknown
+)
+
+// Problem is an RFC 9457 problem details object.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// WriteProblem writes p as an application/problem+json response with status
+// p.Status.
+func WriteProblem(c *gin.Context, p Problem) {
+	c.Render(p.Status, problemRender{p})
+}
+
+// DefaultBusyHandler answers 409 Conflict with a Retry-After header: the
+// holder's remaining lease (lockmw.RetryAfter(err)) in whole seconds, rounded
+// up, and at least 1.
+func DefaultBusyHandler(c *gin.Context, err error) {
+	c.Header("Retry-After", strconv.Itoa(RetryAfterSeconds(err)))
+	detail := "the resource is being changed by another request; retry later"
+	var busy *lockmw.NotAcquiredError
+	if errors.As(err, &busy) && busy.Key != "" {
+		detail = busy.Key + " is being changed by another request; retry later"
+	}
+	WriteProblem(c, Problem{Type: ProblemBusy, Title: "Resource busy", Status: http.StatusConflict, Detail: detail})
+}
+
+// RetryAfterSeconds returns the Retry-After value for a busy error: the
+// holder's remaining lease in whole seconds, rounded up, and 1 when unknown.
+func RetryAfterSeconds(err error) int {
+	d, ok := lockmw.RetryAfter(err)
+	if !ok || d <= 0 {
+		return defaultRetryAfterSec
+	}
+	return int(math.Ceil(d.Seconds()))
+}
+
+// DefaultErrorHandler answers 400 Bad Request for ErrNoKey (413 Content Too
+// Large for ErrBodyTooLarge), and 503 Service Unavailable otherwise: Redis
+// unavailable, the Locker closed, or the request's context ended while
+// waiting. The 503 detail does not expose the underlying error.
+func DefaultErrorHandler(c *gin.Context, err error) {
+	switch {
+	case errors.Is(err, ErrBodyTooLarge):
+		WriteProblem(c, Problem{Type: ProblemBodyTooLarge, Title: "Request body too large",
+			Status: http.StatusRequestEntityTooLarge, Detail: strings.TrimPrefix(err.Error(), "ginlock: ")})
+	case errors.Is(err, ErrNoKey):
+		WriteProblem(c, Problem{Type: ProblemNoKey, Title: "Missing or invalid resource key",
+			Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), "ginlock: ")})
+	default:
+		detail := "the lock service is unavailable; retry later"
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			detail = "the request ended while waiting for the lock"
+		}
+		WriteProblem(c, Problem{Type: ProblemUnavailable, Title: "Lock service unavailable",
+			Status: http.StatusServiceUnavailable, Detail: detail})
+	}
+}

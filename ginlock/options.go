@@ -1,0 +1,153 @@
+package ginlock
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// An Option configures the middleware returned by New.
+type Option interface {
+	apply(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// ErrorHandler writes the response for a request whose lock was not taken.
+// It should write a status and body; the middleware aborts the chain after it
+// returns, and writes the default response if it wrote nothing.
+type ErrorHandler func(c *gin.Context, err error)
+
+type config struct {
+	template    template // zero: the key is the identifier, lock.name the route
+	wait        time.Duration
+	waitSet     bool
+	acquireOpts []lockmw.AcquireOption
+	onBusy      ErrorHandler
+	onError     ErrorHandler
+	tp          trace.TracerProvider
+	mp          metric.MeterProvider
+	err         error // first invalid option
+}
+
+func newConfig(opts []Option) *config {
+	c := &config{onBusy: DefaultBusyHandler, onError: DefaultErrorHandler}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(c)
+		}
+	}
+	return c
+}
+
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// WithName sets the template of the lock key, which is also the lock's name in
+// telemetry (lock.name). It has exactly one placeholder, a name in braces:
+// with "order:{id}", identifier "42" locks the key "order:42", reported as
+// "order:{id}". The text around the placeholder must not contain braces.
+func WithName(template string) Option {
+	return optionFunc(func(c *config) {
+		t, err := parseTemplate(template)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.template = t
+	})
+}
+
+// WithWait makes the middleware wait up to d for a busy lock instead of
+// answering 409 at once; the wait also ends when the request's context does.
+// WithWait(0) is the default: a single attempt.
+func WithWait(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.fail(fmt.Errorf("ginlock: WithWait(%v): the wait must not be negative", d))
+			return
+		}
+		c.wait, c.waitSet = d, d > 0
+	})
+}
+
+// WithAcquireOptions passes options such as lockmw.WithLeaseTTL to every
+// acquisition. The middleware's own WithName and WithWait take precedence over
+// their lockmw counterparts given here.
+func WithAcquireOptions(opts ...lockmw.AcquireOption) Option {
+	return optionFunc(func(c *config) {
+		c.acquireOpts = append(c.acquireOpts, opts...)
+	})
+}
+
+// WithBusyHandler replaces the 409 response written when another request holds
+// the lock (or WithWait ran out). err matches lockmw.ErrNotAcquired, and
+// lockmw.RetryAfter(err) tells how long the holder's lease has left.
+func WithBusyHandler(h ErrorHandler) Option {
+	return optionFunc(func(c *config) {
+		if h != nil {
+			c.onBusy = h
+		}
+	})
+}
+
+// WithErrorHandler replaces the response written when the lock could not be
+// tried: err matches ErrNoKey (the request carries no usable key; also
+// ErrBodyTooLarge), lockmw.ErrUnavailable, lockmw.ErrClosed, or the request
+// context's error.
+func WithErrorHandler(h ErrorHandler) Option {
+	return optionFunc(func(c *config) {
+		if h != nil {
+			c.onError = h
+		}
+	})
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider of the
+// middleware's spans. Without it the global provider is used.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tp = tp })
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider of the middleware's
+// counter. Without it the global provider is used.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// template is a parsed WithName template: prefix + identifier + suffix.
+type template struct {
+	text, prefix, suffix string
+}
+
+func parseTemplate(s string) (template, error) {
+	open := strings.IndexByte(s, '{')
+	end := strings.IndexByte(s, '}')
+	if open < 0 || end < open+2 {
+		return template{}, fmt.Errorf("ginlock: WithName(%q): the template needs one placeholder such as {id}", s)
+	}
+	prefix, suffix := s[:open], s[end+1:]
+	if strings.ContainsAny(prefix+s[open+1:end]+suffix, "{}") {
+		return template{}, fmt.Errorf("ginlock: WithName(%q): the template must have exactly one placeholder and no other braces", s)
+	}
+	return template{text: s, prefix: prefix, suffix: suffix}, nil
+}
+
+// key returns the lock key for identifier id.
+func (t template) key(id string) string {
+	if t.text == "" {
+		return id
+	}
+	return t.prefix + id + t.suffix
+}

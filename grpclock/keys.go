@@ -1,0 +1,109 @@
+package grpclock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// ErrMissingKey means a call carried no lock key: the request field or
+// metadata entry is empty or absent. The call fails with
+// codes.InvalidArgument and Redis is not touched.
+var ErrMissingKey = errors.New("grpclock: missing lock key")
+
+// A KeyFunc returns the lock key for one call, or the resource id that the
+// method's name template turns into a key (see Selector). req is the request
+// message of a unary call; for a stream it is the first message with
+// WithFirstMessage, and nil otherwise.
+//
+// An empty key, or an error, fails the call with codes.InvalidArgument; an
+// error that is already a gRPC status (status.Error) is returned as it is.
+type KeyFunc func(ctx context.Context, fullMethod string, req any) (string, error)
+
+// A Keyer is a request message that names its own lock key.
+type Keyer interface {
+	LockKey() string
+}
+
+// FromRequest takes the key from the request's LockKey method (see Keyer).
+// A request that is not a Keyer fails with codes.Internal: the interceptor
+// was installed on the wrong methods.
+func FromRequest() KeyFunc {
+	return func(_ context.Context, fullMethod string, req any) (string, error) {
+		k, ok := req.(Keyer)
+		if !ok {
+			return "", status.Errorf(codes.Internal,
+				"grpclock: %s: request %T has no LockKey method; lock only methods whose requests implement grpclock.Keyer%s",
+				fullMethod, req, streamHint(req))
+		}
+		return k.LockKey(), nil
+	}
+}
+
+// Getter takes the key from a field of the request through its generated
+// getter, given as a method expression:
+//
+//	grpclock.Getter((*pb.BuyRequest).GetItemId)
+//
+// A request of another type fails with codes.Internal: the interceptor was
+// installed on the wrong methods.
+func Getter[T any](get func(T) string) KeyFunc {
+	if get == nil {
+		panic("grpclock.Getter: nil getter")
+	}
+	return func(_ context.Context, fullMethod string, req any) (string, error) {
+		m, ok := req.(T)
+		if !ok {
+			var want T
+			return "", status.Errorf(codes.Internal,
+				"grpclock: %s: request is %T, the key getter wants %T; restrict the interceptor with WithMethods%s",
+				fullMethod, req, want, streamHint(req))
+		}
+		return get(m), nil
+	}
+}
+
+// Metadata takes the key from the incoming metadata entry name (matched
+// case-insensitively, as gRPC does). The entry must have exactly one value.
+// It works for unary calls and streams alike.
+func Metadata(name string) KeyFunc {
+	name = strings.ToLower(name)
+	return func(ctx context.Context, fullMethod string, _ any) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		vals := md.Get(name)
+		switch len(vals) {
+		case 0:
+			return "", fmt.Errorf("%w: %s: metadata %q is not set", ErrMissingKey, fullMethod, name)
+		case 1:
+			return vals[0], nil
+		default:
+			return "", fmt.Errorf("metadata %q has %d values, want one", name, len(vals))
+		}
+	}
+}
+
+func streamHint(req any) string {
+	if req == nil {
+		return " (on a stream, set WithFirstMessage or use Metadata)"
+	}
+	return ""
+}
+
+// splitTemplate splits a name template around its one {placeholder}.
+// The empty template is valid and means "the key as it is".
+func splitTemplate(tmpl string) (before, after string, err error) {
+	if tmpl == "" {
+		return "", "", nil
+	}
+	open := strings.IndexByte(tmpl, '{')
+	end := strings.IndexByte(tmpl, '}')
+	if open < 0 || end < open || strings.ContainsAny(tmpl[end+1:], "{}") || strings.IndexByte(tmpl[open+1:end], '{') >= 0 {
+		return "", "", fmt.Errorf("name template %q must contain exactly one {placeholder}, as in \"order:{id}\"", tmpl)
+	}
+	return tmpl[:open], tmpl[end+1:], nil
+}

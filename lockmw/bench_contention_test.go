@@ -1,0 +1,196 @@
+package lockmw_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// Contention: 16 goroutines of one process (one Locker) take turns on one
+// key, each holding it for 2 ms.
+const (
+	contenders = 16
+	holdFor    = 2 * time.Millisecond
+)
+
+// BenchmarkContended measures one key under contention, for the default mode
+// and for Fair, and reports:
+//
+//   - util: the share of wall time some goroutine was inside the critical
+//     section (from Acquire's return to the Release call);
+//   - gap-p50-µs, gap-p99-µs: the hand-off gap, from one holder's Release
+//     call to the next holder's Acquire returning;
+//   - cmds/acq: Redis commands per acquisition (INFO stats
+//     total_commands_processed, which counts the commands scripts run);
+//   - jain: Jain's fairness index over acquisitions per goroutine;
+//   - wait-p99-ms: the 99th percentile of Acquire's duration.
+//
+// b.N is the number of acquisitions across all goroutines.
+func BenchmarkContended(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, mode := range []struct {
+		name string
+		opts []lockmw.AcquireOption
+	}{
+		{"default", nil},
+		{"fair", []lockmw.AcquireOption{lockmw.Fair()}},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			client := srv.Client(b, func(o *redis.Options) { o.PoolSize = 2 * contenders })
+			l := newLockerOn(b, client)
+			r := runContention(b, srv, l, "contended:"+mode.name, b.N, mode.opts)
+			r.report(b)
+		})
+	}
+}
+
+// contention is what one contention run observed.
+type contention struct {
+	holds    []interval // each critical section, from every goroutine
+	waits    []time.Duration
+	perGo    []int
+	commands int64
+	wall     time.Duration
+}
+
+type interval struct{ start, end time.Time }
+
+// runContention has contenders goroutines take key n times in all.
+func runContention(tb testing.TB, srv *redistest.Server, l *lockmw.Locker, key string, n int, opts []lockmw.AcquireOption) contention {
+	tb.Helper()
+	ctx := context.Background()
+	// Warm up: scripts loaded, subscriptions made, pools filled.
+	for range 3 {
+		lease, err := l.Acquire(ctx, key, opts...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		_ = lease.Release(ctx)
+	}
+
+	var (
+		left    atomic.Int64
+		mu      sync.Mutex
+		c       = contention{perGo: make([]int, contenders)}
+		wg      sync.WaitGroup
+		failure atomic.Pointer[error]
+	)
+	left.Store(int64(n))
+	before := serverCommands(tb, srv)
+	start := time.Now()
+	for g := range contenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var holds []interval
+			var waits []time.Duration
+			for left.Add(-1) >= 0 {
+				t0 := time.Now()
+				lease, err := l.Acquire(ctx, key, opts...)
+				if err != nil {
+					failure.Store(&err)
+					return
+				}
+				got := time.Now()
+				time.Sleep(holdFor)
+				done := time.Now()
+				if err := lease.Release(ctx); err != nil {
+					failure.Store(&err)
+					return
+				}
+				holds = append(holds, interval{got, done})
+				waits = append(waits, got.Sub(t0))
+			}
+			mu.Lock()
+			c.holds = append(c.holds, holds...)
+			c.waits = append(c.waits, waits...)
+			c.perGo[g] = len(holds)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	c.wall = time.Since(start)
+	// The INFO call that reads "after" is not counted by it; the one that
+	// read "before" is.
+	c.commands = serverCommands(tb, srv) - before - 1
+	if p := failure.Load(); p != nil {
+		tb.Fatal(*p)
+	}
+	slices.SortFunc(c.holds, func(a, b interval) int { return a.start.Compare(b.start) })
+	return c
+}
+
+// overlaps counts critical sections that began before the previous ended.
+func (c contention) overlaps() int {
+	n := 0
+	for i := 1; i < len(c.holds); i++ {
+		if c.holds[i].start.Before(c.holds[i-1].end) {
+			n++
+		}
+	}
+	return n
+}
+
+func (c contention) report(b *testing.B) {
+	if n := c.overlaps(); n > 0 {
+		b.Fatalf("%d critical sections overlapped", n)
+	}
+	var held time.Duration
+	gaps := make([]time.Duration, 0, len(c.holds))
+	for i, h := range c.holds {
+		held += h.end.Sub(h.start)
+		if i > 0 {
+			gaps = append(gaps, h.start.Sub(c.holds[i-1].end))
+		}
+	}
+	first, last := c.holds[0].start, c.holds[len(c.holds)-1].end
+	b.ReportMetric(float64(held)/float64(last.Sub(first)), "util")
+	b.ReportMetric(float64(percentile(gaps, 50))/float64(time.Microsecond), "gap-p50-µs")
+	b.ReportMetric(float64(percentile(gaps, 99))/float64(time.Microsecond), "gap-p99-µs")
+	b.ReportMetric(float64(c.commands)/float64(len(c.holds)), "cmds/acq")
+	b.ReportMetric(jain(c.perGo), "jain")
+	b.ReportMetric(float64(percentile(c.waits, 99))/float64(time.Millisecond), "wait-p99-ms")
+	b.ReportMetric(0, "ns/op") // wall time per acquisition is 2 ms by construction
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// jain is Jain's fairness index: 1 when every goroutine got the same share.
+func jain(x []int) float64 {
+	var sum, sq float64
+	for _, v := range x {
+		sum += float64(v)
+		sq += float64(v) * float64(v)
+	}
+	if sq == 0 {
+		return math.NaN()
+	}
+	return sum * sum / (float64(len(x)) * sq)
+}
+
+// serverCommands reads INFO stats total_commands_processed.
+func serverCommands(tb testing.TB, srv *redistest.Server) int64 {
+	tb.Helper()
+	n, err := strconv.ParseInt(srv.Info(tb, "stats")["total_commands_processed"], 10, 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}

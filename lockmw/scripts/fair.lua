@@ -1,0 +1,55 @@
+-- fair.lua: take the lock in arrival order, or join its queue.
+--
+-- KEYS[1]  lock key
+-- KEYS[2]  fence counter key
+-- KEYS[3]  fair queue key (a list of "<locker id> <token> <ttl ms>")
+-- ARGV[1]  owner token
+-- ARGV[2]  lease TTL in milliseconds
+-- ARGV[3]  this waiter's queue entry
+-- ARGV[4]  "try" (never queue), "wait" (first attempt) or "poll" (a waiter's
+--          periodic check: it may have been granted the lock, or dropped)
+-- ARGV[5]  grant channel prefix
+-- ARGV[6]  PUBLISH, or SPUBLISH on Redis Cluster
+--
+-- The queue has no TTL: entries leave when granted (those of Lockers that
+-- stopped listening are skipped then) or when their waiter gives up
+-- (leave.lua), and an empty list does not exist.
+--
+-- Returns {1, fence} when the lock was taken, {2, fence, pttl} when it had
+-- been granted to this waiter already, {0, pttl} when another owner holds it
+-- (the waiter is then queued, unless "try").
+local tok, entry = ARGV[1], ARGV[3]
+local owner = redis.call('GET', KEYS[1])
+if owner == tok .. '+' or owner == tok then
+  return {2, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[1])}
+end
+if owner == false then
+  local mine = true
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  if head == entry then
+    redis.call('LPOP', KEYS[3])
+  elseif head then
+    -- Free while others wait (a grant expired unclaimed, or the holder's
+    -- release did not hand over): the first live waiter ahead goes first.
+    local g = grant(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], '', entry)
+    mine = g == nil or g[1] == 4
+  end
+  if mine then
+    redis.call('SET', KEYS[1], head and (tok .. '+') or tok, 'PX', ARGV[2])
+    return {1, redis.call('INCR', KEYS[2])}
+  end
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[4] == 'try' then
+  return {0, pttl}
+end
+if ARGV[4] == 'wait' or not redis.call('LPOS', KEYS[3], entry) then
+  if redis.call('RPUSH', KEYS[3], entry) == 1 then
+    -- A new queue: mark the holder so that its release hands over.
+    local cur = redis.call('GET', KEYS[1])
+    if cur and string.sub(cur, -1) ~= '+' then
+      redis.call('SET', KEYS[1], cur .. '+', 'KEEPTTL')
+    end
+  end
+end
+return {0, pttl}

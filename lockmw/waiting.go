@@ -1,0 +1,516 @@
+package lockmw
+
+import (
+	"context"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file is how Acquire waits for a busy lock without polling.
+//
+// Default mode: a release publishes on the lock's notify channel. Each
+// Locker keeps its waiters for a key in a room, in arrival order; only the
+// first retries when a release is heard (or when the holder's TTL, learnt
+// from the failed attempt, runs out), and later arrivals queue behind it
+// instead of racing it. A release thus costs one retry per waiting process,
+// not one per waiting goroutine.
+//
+// Fair mode: waiters queue in Redis (fair.lua), and a release hands the
+// lock straight to the first live waiter (grant.lua): the lock is never free
+// in between, and only that waiter is told, on its Locker's grant channel —
+// or directly, when the releasing Locker is its own. Queued waiters also
+// poll now and then, so a lost grant message or a dropped queue entry costs
+// latency, never liveness.
+
+// room is a Locker's waiters (and fair holders) for one key. Guarded by
+// Locker.roomsMu.
+type room struct {
+	keys     lockKeys
+	refs     int                // waiters and fair holders in the room
+	defaults []*waiter          // default-mode waiters; defaults[0] retries on a release
+	fair     map[string]*waiter // fair waiters and holders, and default waiters, by token
+	fairBusy int                // fair waiters queued or holding: the lock is busy
+}
+
+// waitBackend is what a backend offers for waiting without polling:
+// release notifications and fair queues. The Redis backend has it.
+type waitBackend interface {
+	releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error)
+	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration) (transferReply, error)
+	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
+	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
+	leave(ctx context.Context, k lockKeys, entry, token string) (bool, error)
+	subscriber() *subscriber
+	close()
+}
+
+// waiter is one Acquire call waiting in a room.
+type waiter struct {
+	token     string
+	ttl       time.Duration
+	wake      chan struct{}  // default mode: a release was heard, or you lead now
+	grant     chan grantInfo // fair mode: the lock was handed over
+	delivered bool           // fair mode: a grant was sent on grant (or claimed)
+	busySent  time.Time      // fair mode: sent time of the last attempt that found the lock held
+}
+
+// grantInfo is a hand-over: the waiter's fence, and a time no later than
+// the moment Redis set the lock for it (its validity counts from there).
+type grantInfo struct {
+	fence     uint64
+	validFrom time.Time
+}
+
+// pollAfter is when a queued fair waiter checks the queue and the lock
+// itself, in case a grant message was lost: when the holder's TTL (or, not
+// knowing it, the waiter's own) runs out, plus up to 1/8 of jitter so that
+// waiters behind a crashed holder do not all come at once.
+func pollAfter(holderTTL, ttl time.Duration) time.Duration {
+	d := holderTTL
+	if d <= 0 {
+		d = ttl
+	}
+	d = max(d, 10*time.Millisecond)
+	return d + mathrand.N(d/8+1)
+}
+
+// join returns the room for keys with one more reference. Caller holds
+// l.roomsMu.
+func (l *Locker) join(keys lockKeys) *room {
+	r := l.rooms[keys.lock]
+	if r == nil {
+		r = &room{keys: keys, fair: make(map[string]*waiter)}
+		l.rooms[keys.lock] = r
+	}
+	r.refs++
+	return r
+}
+
+// unref drops one reference to r. Caller holds l.roomsMu.
+func (l *Locker) unref(r *room) {
+	if r.refs--; r.refs == 0 {
+		delete(l.rooms, r.keys.lock)
+	}
+}
+
+// deliver routes a message from the subscriber: a release notification
+// wakes the first default waiter of the key; a grant wakes its fair waiter.
+func (l *Locker) deliver(channel, payload string) {
+	if base, ok := strings.CutSuffix(channel, ":n"); ok {
+		l.roomsMu.Lock()
+		if r := l.rooms[base]; r != nil && len(r.defaults) > 0 {
+			signal(r.defaults[0].wake)
+		}
+		l.roomsMu.Unlock()
+		return
+	}
+	base, ok := strings.CutSuffix(channel, ":g:"+l.id)
+	if !ok {
+		return
+	}
+	token, fenceText, ok := strings.Cut(payload, " ")
+	fence, err := strconv.ParseUint(fenceText, 10, 64)
+	if !ok || err != nil {
+		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("channel", channel))
+		return
+	}
+	l.handTo(newLockKeysFromBase(base), token, fence, time.Time{})
+}
+
+// handTo gives the lock, just granted to token in Redis, to its waiter in
+// this Locker. validFrom is when the grant's request left, if this Locker
+// sent it; zero when only the waiter's own last attempt bounds it. A token
+// nobody here waits for any more is released, so the lock moves on.
+func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom time.Time) {
+	l.roomsMu.Lock()
+	var w *waiter
+	if r := l.rooms[keys.lock]; r != nil {
+		w = r.fair[token]
+	}
+	if w != nil {
+		if !w.delivered {
+			w.delivered = true
+			// Both are lower bounds of when Redis set the lock: take the later.
+			if w.busySent.After(validFrom) {
+				validFrom = w.busySent
+			}
+			w.grant <- grantInfo{fence: fence, validFrom: validFrom}
+		}
+		l.roomsMu.Unlock()
+		return // else a duplicate: the waiter already has the lock
+	}
+	l.roomsMu.Unlock()
+	go l.releaseStray(keys, token)
+}
+
+// releaseStray releases a lock granted to a waiter that is gone.
+func (l *Locker) releaseStray(keys lockKeys, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+	defer cancel()
+	if _, err := l.releaseToken(ctx, keys, token); err != nil {
+		l.logger.Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
+			slog.String("lock", keys.lock), slog.Any("error", err))
+	}
+}
+
+// releaseToken releases the lock held by token, handing it over if fair
+// waiters are queued; a hand-over to this Locker's own waiter is delivered
+// here, without a message.
+func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) (ownership, error) {
+	if l.waits == nil {
+		return l.backend.release(ctx, keys, token)
+	}
+	if to, ttl := l.defaultHead(keys); to != "" {
+		sentAt := time.Now()
+		t, err := l.waits.transfer(ctx, keys, token, to, ttl)
+		switch {
+		case err != nil:
+			return 0, err
+		case t.done:
+			l.handTo(keys, to, t.fence, sentAt)
+			return owned, nil
+		case !t.fairQueue:
+			return t.ownership, nil
+		}
+	}
+	sentAt := time.Now()
+	h, err := l.waits.releaseHandoff(ctx, keys, token)
+	if err == nil && h.local {
+		l.handTo(keys, h.to, h.fence, sentAt)
+	}
+	return h.ownership, err
+}
+
+// defaultHead returns the token and TTL of the first default-mode waiter for
+// keys in this Locker, if any: a release hands the lock straight to it.
+func (l *Locker) defaultHead(keys lockKeys) (string, time.Duration) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if r := l.rooms[keys.lock]; r != nil && len(r.defaults) > 0 {
+		w := r.defaults[0]
+		return w.token, w.ttl
+	}
+	return "", 0
+}
+
+// forgetFair drops a released fair lease from its room.
+func (l *Locker) forgetFair(keys lockKeys, token string) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if r := l.rooms[keys.lock]; r != nil && r.fair[token] != nil {
+		delete(r.fair, token)
+		r.fairBusy--
+		l.unref(r)
+	}
+}
+
+// waitDefault waits in key's room for a release and retries, as the room's
+// first waiter, until it gets the lock. holderTTL is what the failed first
+// attempt reported (0 when the call skipped it to queue behind others).
+func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, giveUp time.Time, holderTTL time.Duration) (*Lease, error) {
+	w := &waiter{token: newToken(), ttl: ac.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1)}
+	l.roomsMu.Lock()
+	r := l.join(keys)
+	r.defaults = append(r.defaults, w)
+	r.fair[w.token] = w
+	l.roomsMu.Unlock()
+	defer l.leaveDefault(r, w)
+
+	// Once subscribed, retry: a release may have come since the attempt.
+	retry := true
+	if err := l.waits.subscriber().watch(opCtx, keys.notify); err == nil {
+		defer l.waits.subscriber().unwatch(keys.notify)
+	} else if opCtx.Err() != nil {
+		return nil, ctxErr(opCtx, key)
+	} else {
+		l.logger.Debug("lockmw: waiting without release notifications", slog.String("key", key), slog.Any("error", err))
+	}
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if retry && l.leads(r, w) {
+			lease, ttl, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+			if lease != nil || err != nil {
+				return lease, err
+			}
+			holderTTL = ttl
+		}
+		retry = false
+		sleep := holderTTL
+		if sleep <= 0 {
+			sleep = ac.ttl
+		}
+		if !giveUp.IsZero() {
+			left := time.Until(giveUp)
+			if left <= 0 {
+				return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+			}
+			sleep = min(sleep, left)
+		}
+		timer.Reset(sleep)
+		select {
+		case g := <-w.grant:
+			// A release in this Locker handed the lock over.
+			return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, false)
+		case <-w.wake:
+			retry = true
+		case <-timer.C:
+			retry = true // the holder's TTL ran out, or the wait did
+		case <-opCtx.Done():
+			return nil, ctxErr(opCtx, key)
+		case <-l.closing:
+			return nil, ErrClosed
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// leads reports whether w is the first default waiter of r.
+func (l *Locker) leads(r *room, w *waiter) bool {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	return len(r.defaults) > 0 && r.defaults[0] == w
+}
+
+// leaveDefault takes w out of r. If w led the room, the next waiter leads
+// now; it is woken to retry unless w took the lock (then the next release
+// will wake it). A lock handed to w that it did not take is passed on.
+func (l *Locker) leaveDefault(r *room, w *waiter) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	delete(r.fair, w.token)
+	select {
+	case <-w.grant:
+		go l.releaseStray(r.keys, w.token)
+	default:
+	}
+	for i, x := range r.defaults {
+		if x == w {
+			r.defaults = append(r.defaults[:i], r.defaults[i+1:]...)
+			if i == 0 && len(r.defaults) > 0 && len(w.wake) > 0 {
+				signal(r.defaults[0].wake) // pass on a release w heard but did not use
+			}
+			break
+		}
+	}
+	l.unref(r)
+}
+
+// hasDefaultWaiters reports whether this Locker already has default-mode
+// waiters for keys: a new Acquire then queues behind them without trying.
+func (l *Locker) hasDefaultWaiters(keys lockKeys) bool {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[keys.lock]
+	return r != nil && len(r.defaults) > 0
+}
+
+// acquireFair takes key in arrival order: one attempt when !wait, else a
+// place in the queue and a wait for the hand-over.
+func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+	token := newToken()
+	entry := l.id + " " + token + " " + strconv.FormatInt(millis(ac.ttl), 10)
+	if !wait {
+		sentAt := time.Now()
+		reply, err := l.waits.fairAcquire(opCtx, keys, token, ac.ttl, entry, modeTry)
+		if err != nil {
+			return nil, l.attemptErr(opCtx, key, err)
+		}
+		if !reply.acquired {
+			return nil, &NotAcquiredError{Key: key, RetryAfter: reply.pttl}
+		}
+		return l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
+	}
+
+	w := &waiter{token: token, grant: make(chan grantInfo, 1)}
+	l.roomsMu.Lock()
+	r := l.join(keys)
+	r.fair[token] = w
+	known := r.fairBusy > 0 // a fair waiter or holder here: the lock is busy
+	r.fairBusy++
+	l.roomsMu.Unlock()
+
+	lease, err := l.waitFair(opCtx, leaseParent, key, keys, ac, w, entry, known, giveUp)
+	if lease == nil {
+		l.abandonFair(keys, w, entry, err)
+	}
+	return lease, err
+}
+
+func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, entry string, known bool, giveUp time.Time) (*Lease, error) {
+	channel := keys.grants + l.id
+	if err := l.waits.subscriber().watch(opCtx, channel); err != nil {
+		if opCtx.Err() != nil {
+			return nil, ctxErr(opCtx, key)
+		}
+		// Grants to this Locker would find nobody listening and skip its
+		// waiters; polling still gets the lock once the queue drains.
+		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", key), slog.Any("error", err))
+	} else {
+		defer l.waits.subscriber().unwatch(channel)
+	}
+
+	// Nothing has been granted to w before its entry is queued, so the
+	// time before the request is a safe start of validity for any grant.
+	sentAt := time.Now()
+	l.setBusySent(w, sentAt)
+	queued := false
+	if known {
+		ok, err := l.waits.enqueue(opCtx, keys, entry)
+		if err != nil {
+			return nil, l.attemptErr(opCtx, key, err)
+		}
+		queued = ok
+	}
+	holderTTL := time.Duration(0)
+	if !queued {
+		reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modeWait)
+		if err != nil {
+			return nil, l.attemptErr(opCtx, key, err)
+		}
+		if lease, err := l.fairReplyLease(opCtx, leaseParent, key, keys, ac, w, reply, sentAt); lease != nil || err != nil {
+			return lease, err
+		}
+		holderTTL = reply.pttl
+	}
+
+	poll := time.NewTimer(pollAfter(holderTTL, ac.ttl))
+	defer poll.Stop()
+	var giveUpC <-chan time.Time
+	if !giveUp.IsZero() {
+		t := time.NewTimer(time.Until(giveUp))
+		defer t.Stop()
+		giveUpC = t.C
+	}
+	for {
+		select {
+		case g := <-w.grant:
+			if time.Since(g.validFrom) > ac.ttl/3 {
+				// Queued long ago: the grant's start is only known to be
+				// after w's last attempt. Renew to learn a fresh one.
+				sentAt := time.Now()
+				res := l.backend.renew(opCtx, []renewRequest{{keys: keys, token: w.token, ttl: ac.ttl}})[0]
+				if res.err != nil {
+					return nil, l.attemptErr(opCtx, key, res.err)
+				}
+				if res.ownership != owned {
+					// The grant expired before it was seen: wait again.
+					l.reopen(w)
+					poll.Reset(0)
+					continue
+				}
+				g.validFrom = sentAt
+			}
+			return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, true)
+		case <-poll.C:
+			sentAt := time.Now()
+			reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modePoll)
+			if err != nil {
+				return nil, l.attemptErr(opCtx, key, err)
+			}
+			if lease, err := l.fairReplyLease(opCtx, leaseParent, key, keys, ac, w, reply, sentAt); lease != nil || err != nil {
+				return lease, err
+			}
+			holderTTL = reply.pttl
+			poll.Reset(pollAfter(holderTTL, ac.ttl))
+		case <-giveUpC:
+			return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+		case <-opCtx.Done():
+			return nil, ctxErr(opCtx, key)
+		case <-l.closing:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// fairReplyLease turns a fair attempt's reply into a lease, or records that
+// the lock was still busy when the attempt (sent at sentAt) ran.
+func (l *Locker) fairReplyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, reply fairReply, sentAt time.Time) (*Lease, error) {
+	switch {
+	case reply.acquired:
+		l.claim(w)
+		return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, reply.fence, sentAt, true)
+	case reply.granted:
+		// Handed over earlier, its message not seen: the lock has pttl
+		// left from when the attempt ran, which was after sentAt.
+		l.claim(w)
+		return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, reply.fence, sentAt.Add(reply.pttl-ac.ttl), true)
+	}
+	l.setBusySent(w, sentAt)
+	return nil, nil
+}
+
+// reopen lets w receive a grant again, after one it got had expired.
+func (l *Locker) reopen(w *waiter) {
+	l.roomsMu.Lock()
+	w.delivered = false
+	l.roomsMu.Unlock()
+}
+
+// claim marks w as holding the lock, so a late grant message is ignored.
+func (l *Locker) claim(w *waiter) {
+	l.roomsMu.Lock()
+	w.delivered = true
+	l.roomsMu.Unlock()
+}
+
+// setBusySent records that the lock was not w's when an attempt sent at t
+// ran, unless a grant was already delivered.
+func (l *Locker) setBusySent(w *waiter, t time.Time) {
+	l.roomsMu.Lock()
+	if !w.delivered {
+		w.busySent = t
+	}
+	l.roomsMu.Unlock()
+}
+
+// abandonFair takes a fair waiter that gives up out of its room and out of
+// the queue; a lock granted to it meanwhile is passed on.
+func (l *Locker) abandonFair(keys lockKeys, w *waiter, entry string, why error) {
+	l.roomsMu.Lock()
+	r := l.rooms[keys.lock]
+	delivered := w.delivered
+	if r != nil && r.fair[w.token] == w {
+		delete(r.fair, w.token)
+		r.fairBusy--
+		l.unref(r)
+	}
+	l.roomsMu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+	defer cancel()
+	granted := delivered
+	if !delivered {
+		g, err := l.waits.leave(ctx, keys, entry, w.token)
+		if err != nil {
+			// The entry stays until a hand-over skips it or the queue
+			// expires; a grant to it is released by handTo.
+			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("lock", keys.lock), slog.Any("error", err))
+			return
+		}
+		granted = g
+	}
+	if granted {
+		if _, err := l.releaseToken(ctx, keys, w.token); err != nil {
+			l.logger.Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
+				slog.String("lock", keys.lock), slog.Any("error", err), slog.Any("reason", why))
+		}
+	}
+}
+
+// signal wakes a waiter without blocking; a wake already pending is enough.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}

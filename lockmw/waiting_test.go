@@ -1,0 +1,419 @@
+package lockmw_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// queueKey is where lockmw keeps the fair queue of key (default prefix).
+func queueKey(key string) string { return lockKey(key) + ":q" }
+
+// waitQueueLen waits until key's fair queue holds n waiters.
+func waitQueueLen(t *testing.T, admin *redis.Client, key string, n int64) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() error {
+		got, err := admin.LLen(context.Background(), queueKey(key)).Result()
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("queue holds %d waiters, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// scriptCalls reads how many EVALSHA and EVAL calls srv has served.
+func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	stats := srv.Info(t, "commandstats")
+	var n int64
+	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+		v := stats[cmd] // "calls=12,usec=..."
+		var calls int64
+		if v != "" {
+			if _, err := fmt.Sscanf(v, "calls=%d", &calls); err != nil {
+				t.Fatalf("%s = %q: %v", cmd, v, err)
+			}
+		}
+		n += calls
+	}
+	return n
+}
+
+// TestFairHandsOverInArrivalOrder queues 100 waiters from four Lockers one
+// after another and checks that each release wakes exactly one of them —
+// the next in arrival order — and nobody else touches Redis meanwhile.
+func TestFairHandsOverInArrivalOrder(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key, waiters = "fair:order", 100
+
+	// A long TTL keeps the waiters' fallback polls (due when the holder's
+	// TTL would run out) out of the way of the script counts below.
+	holder := newLocker(t, srv, lockmw.WithTTL(time.Minute))
+	lockers := make([]*lockmw.Locker, 4)
+	for i := range lockers {
+		lockers[i] = newLocker(t, srv, lockmw.WithTTL(time.Minute))
+	}
+	first, err := holder.Acquire(ctx, key, lockmw.Fair())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Load the release script, so that the hand-overs below run it by SHA.
+	warm, err := holder.Acquire(ctx, "warm-up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		who   int
+		lease *lockmw.Lease
+		err   error
+	}
+	got := make(chan result, waiters)
+	for i := range waiters {
+		go func() {
+			lease, err := lockers[i%len(lockers)].Acquire(ctx, key, lockmw.Fair())
+			got <- result{i, lease, err}
+		}()
+		waitQueueLen(t, admin, key, int64(i+1)) // i joined before i+1 starts
+	}
+
+	release := first
+	lastFence := first.Fence()
+	for want := range waiters {
+		before := scriptCalls(t, srv)
+		if err := release.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("release %d woke nobody", want)
+		}
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", r.who, r.err)
+		}
+		// One script: the release that handed over. A herd of retries would
+		// show here as up to 99 more.
+		if calls := scriptCalls(t, srv) - before; calls != 1 {
+			t.Fatalf("hand-over %d ran %d scripts, want 1 (the release)", want, calls)
+		}
+		if r.who != want {
+			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
+		}
+		if r.lease.Fence() <= lastFence {
+			t.Fatalf("fence %d after %d: fences must increase", r.lease.Fence(), lastFence)
+		}
+		lastFence = r.lease.Fence()
+		select {
+		case extra := <-got:
+			t.Fatalf("waiter %d acquired while waiter %d holds the lock", extra.who, r.who)
+		default:
+		}
+		release = r.lease
+	}
+	if err := release.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Del(ctx, lockKey("warm-up")+":fence").Err(); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLockState(t, admin, key)
+}
+
+// TestFairSkipsAKilledWaiter queues a waiter in another process, kills it,
+// and checks that the release goes to the next waiter at once instead of to
+// the dead one (which would keep the lock for its whole TTL).
+func TestFairSkipsAKilledWaiter(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "fair:killed"
+	const ttl = 30 * time.Second // a lock granted to the dead waiter would block for this long
+
+	l := newLocker(t, srv, lockmw.WithTTL(ttl))
+	held, err := l.Acquire(ctx, key, lockmw.Fair())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := startFairWaiterProcess(t, srv, key, ttl)
+	waitQueueLen(t, admin, key, 1)
+
+	next := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, lockmw.Fair(), lockmw.WithWait(10*time.Second))
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		next <- err
+	}()
+	waitQueueLen(t, admin, key, 2)
+
+	if err := dead.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.Wait()
+	// Its subscription is gone once Redis has seen the connection close.
+	eventually(t, 5*time.Second, func() error {
+		clients, err := admin.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		if c := countSubscribers(clients); c != 1 {
+			return fmt.Errorf("%d subscriber connections, want 1 (this process's)", c)
+		}
+		return nil
+	})
+
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-next; err != nil {
+		t.Fatalf("the waiter behind the killed one: %v (the dead waiter was not skipped)", err)
+	}
+	assertNoLockState(t, admin, key)
+}
+
+// startFairWaiterProcess runs a separate process that waits for key with
+// Fair (it never gets it in these tests).
+func startFairWaiterProcess(t *testing.T, srv *redistest.Server, key string, ttl time.Duration) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s fair", holderEnv, srv.Addr(), key, ttl))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// countSubscribers counts connections in a CLIENT LIST reply that have
+// channel subscriptions.
+func countSubscribers(clientList string) int {
+	n := 0
+	for _, line := range strings.Split(clientList, "\n") {
+		for _, field := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(field, "sub="); ok && v != "0" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestDroppedNotificationStillAcquires kills the waiting Locker's
+// subscription connection and the holder's process, so no release message
+// ever comes: the waiter still gets the lock when the holder's TTL runs out,
+// woken by its timer, after a bounded number of attempts (it does not poll).
+func TestDroppedNotificationStillAcquires(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "dropped"
+
+	holder, _ := startHolderProcess(t, srv, key, time.Second)
+	l := newLocker(t, srv)
+	before := scriptCalls(t, srv)
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, lockmw.WithWait(20*time.Second))
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	// Wait until the waiter listens, then cut that connection.
+	eventually(t, 5*time.Second, func() error {
+		clients, err := admin.ClientList(ctx).Result()
+		if err != nil {
+			return err
+		}
+		if countSubscribers(clients) == 0 {
+			return errors.New("the waiter has not subscribed yet")
+		}
+		return nil
+	})
+	if err := admin.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Process.Kill(); err != nil { // dies holding: no release, no message
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	// The holder's 1 s lease is renewed until the kill, so the waiter
+	// waits about a second: a poller would run hundreds of attempts.
+	// Here: the first, one after subscribing, a few on the TTL timer
+	// (the TTL it learns shrinks towards 0), and the release.
+	if calls := scriptCalls(t, srv) - before; calls > 8 {
+		t.Fatalf("the waiter ran %d scripts while waiting; it should wait on its timer, not poll", calls)
+	}
+}
+
+// TestCancelledWaitsLeaveNothing cancels default and fair waiters of three
+// Lockers (by context and by WithWait) and checks that each returns the
+// right error and that no queue entry, key or subscription is left.
+func TestCancelledWaitsLeaveNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "cancelled"
+
+	holder := newLocker(t, srv)
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockers := []*lockmw.Locker{newLocker(t, srv), newLocker(t, srv), newLocker(t, srv)}
+
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var wrong atomic.Int32
+	for i := range 24 {
+		opts := []lockmw.AcquireOption{}
+		if i%2 == 0 {
+			opts = append(opts, lockmw.Fair())
+		}
+		byWait := i%3 == 0
+		if byWait {
+			opts = append(opts, lockmw.WithWait(300*time.Millisecond))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wctx := cctx
+			if byWait {
+				wctx = ctx // only WithWait ends this one
+			}
+			_, err := lockers[i%3].Acquire(wctx, key, opts...)
+			switch {
+			case byWait && errors.Is(err, lockmw.ErrNotAcquired) && !errors.Is(err, context.Canceled):
+			case !byWait && errors.Is(err, context.Canceled) && !errors.Is(err, lockmw.ErrNotAcquired):
+			default:
+				t.Errorf("waiter %d (WithWait %v): %v", i, byWait, err)
+				wrong.Add(1)
+			}
+		}()
+	}
+	waitQueueLen(t, admin, key, 12)
+	cancel()
+	wg.Wait()
+
+	if n, err := admin.Exists(ctx, queueKey(key)).Result(); err != nil || n != 0 {
+		t.Fatalf("queue key still exists (%d, %v) after every fair waiter gave up", n, err)
+	}
+	channels, err := admin.PubSubChannels(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(channels) != 0 {
+		t.Fatalf("still subscribed to %v after every waiter gave up", channels)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLockState(t, admin, key)
+}
+
+// assertNoLockState checks that only key's fence counter is left in Redis.
+func assertNoLockState(t *testing.T, admin *redis.Client, key string) {
+	t.Helper()
+	keys, err := admin.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(keys)
+	if want := []string{lockKey(key) + ":fence"}; !slices.Equal(keys, want) {
+		t.Fatalf("keys left in Redis: %q, want only %q", keys, want)
+	}
+}
+
+// TestNoOverlapInAnyMode has three Lockers run default and fair waiters on
+// one key at once, with a deliberately racy critical section: it must never
+// see two holders, every acquisition must complete, and fences must rise in
+// the order the critical sections ran.
+func TestNoOverlapInAnyMode(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	const key, perWorker = "overlap", 25
+	lockers := []*lockmw.Locker{newLocker(t, srv), newLocker(t, srv), newLocker(t, srv)}
+
+	var (
+		inside  atomic.Int32
+		overlap atomic.Int32
+		mu      sync.Mutex
+		fences  []uint64
+		wg      sync.WaitGroup
+	)
+	for w := range 12 {
+		var opts []lockmw.AcquireOption
+		switch w % 3 {
+		case 1:
+			opts = append(opts, lockmw.Fair())
+		case 2:
+			opts = append(opts, lockmw.Fair(), lockmw.WithLeaseTTL(200*time.Millisecond))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perWorker {
+				lease, err := lockers[w%3].Acquire(ctx, key, opts...)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlap.Add(1)
+				}
+				mu.Lock()
+				fences = append(fences, lease.Fence())
+				mu.Unlock()
+				time.Sleep(200 * time.Microsecond)
+				inside.Add(-1)
+				if err := lease.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := overlap.Load(); n != 0 {
+		t.Fatalf("%d critical sections overlapped", n)
+	}
+	if len(fences) != 12*perWorker {
+		t.Fatalf("%d critical sections ran, want %d", len(fences), 12*perWorker)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fence %d ran after fence %d", fences[i], fences[i-1])
+		}
+	}
+	assertNoLockState(t, srv.Client(t), key)
+}

@@ -54,6 +54,16 @@ func (b *redisBackend) whileSlotMoves(ctx context.Context, patience time.Duratio
 	}
 }
 
+// runScript runs script through the batcher, retrying while the keys' slot
+// is being moved.
+func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (reply any, err error) {
+	err = b.whileSlotMoves(ctx, patience, func() error {
+		reply, err = b.batch.run(ctx, script, keys, args...)
+		return err
+	})
+	return reply, err
+}
+
 // runAcquire runs the acquire script for k and returns its reply.
 func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (vals []int64, err error) {
 	err = b.whileSlotMoves(ctx, ttl/4, func() error {

@@ -18,7 +18,7 @@ test: redis-server
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 bench: redis-server
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./...
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
@@ -27,3 +27,8 @@ lint:
 
 demo:
 	$(GO) run ./examples/quickstart
+	$(GO) run ./examples/flashsale
+	$(GO) run ./examples/flashsale -nolock || true
+	$(GO) run ./examples/grpc
+	$(GO) run ./examples/cron
+	$(GO) run ./examples/cache

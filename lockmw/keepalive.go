@@ -40,6 +40,7 @@ type keepState struct {
 	fireAt   time.Time     // next event: renewal due, retry, or deadline
 	slack    time.Duration // a renewal may run this much before fireAt, to share a round trip
 	inflight bool          // a renewal is on the wire
+	pending  bool          // handed over early: no renewal until the hand-over is confirmed
 	lastErr  error         // last renewal error since the last success
 	index    int           // position in the queue; -1 when not queued
 }
@@ -55,6 +56,7 @@ type renewScheduler struct {
 	mu     sync.Mutex
 	queue  leaseQueue
 	closed bool
+	wakeAt time.Time // when the loop's timer fires next
 
 	wake    chan struct{}
 	done    chan struct{}
@@ -68,6 +70,7 @@ func newRenewScheduler(b backend, tel *telemetry, logger *slog.Logger, drift fun
 		logger:  logger,
 		drift:   drift,
 		wake:    make(chan struct{}, 1),
+		wakeAt:  time.Now().Add(time.Hour), // run's first timer
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -88,10 +91,65 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	k.deadline = sentAt.Add(l.ttl - s.drift(l.ttl))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
-	if k.index == 0 {
+	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
+		s.poke() // the loop's timer is set for later than l needs
+	}
+	return true
+}
+
+// addPending starts keeping l, handed over before Redis confirmed it: it is
+// valid until deadline (its predecessor's) and is not renewed until confirm.
+// It reports false when the scheduler is closed.
+func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	k := &l.keep
+	k.state, k.pending = stateHeld, true
+	k.deadline, k.fireAt, k.slack = deadline, deadline, 0
+	heap.Push(&s.queue, l)
+	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
 		s.poke()
 	}
 	return true
+}
+
+// confirm ends l's pending state: Redis set its lock by a request sent at
+// sentAt.
+func (s *renewScheduler) confirm(l *Lease, sentAt time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := &l.keep
+	if k.state != stateHeld || !k.pending {
+		return
+	}
+	k.pending = false
+	if d := sentAt.Add(l.ttl - s.drift(l.ttl)); d.After(k.deadline) {
+		k.deadline = d
+	}
+	s.scheduleRenewal(l, sentAt)
+	heap.Fix(&s.queue, k.index)
+	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
+		s.poke()
+	}
+}
+
+// lose marks l lost with cause, if it is still held, and tells its owner.
+func (s *renewScheduler) lose(l *Lease, cause *LostError) {
+	s.mu.Lock()
+	k := &l.keep
+	if k.state != stateHeld {
+		s.mu.Unlock()
+		return
+	}
+	k.state, k.lost = stateLost, cause
+	if k.index >= 0 {
+		heap.Remove(&s.queue, k.index)
+	}
+	s.mu.Unlock()
+	s.finishLost([]*Lease{l})
 }
 
 // scheduleRenewal sets l's next event after a confirmed acquisition or
@@ -107,19 +165,24 @@ func (s *renewScheduler) scheduleRenewal(l *Lease, sentAt time.Time) {
 }
 
 // remove stops keeping l because its owner releases it. It returns the
-// state l was in: a lost lease stays lost, with its cause.
-func (s *renewScheduler) remove(l *Lease) (leaseState, *LostError) {
+// state l was in (a lost lease stays lost, with its cause) and, for a held
+// lease whose lock Redis has confirmed, its validity deadline.
+func (s *renewScheduler) remove(l *Lease) (leaseState, *LostError, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := &l.keep
 	if k.state != stateHeld {
-		return k.state, k.lost
+		return k.state, k.lost, time.Time{}
+	}
+	var deadline time.Time
+	if !k.pending {
+		deadline = k.deadline
 	}
 	k.state = stateReleased
 	if k.index >= 0 {
 		heap.Remove(&s.queue, k.index)
 	}
-	return stateHeld, nil
+	return stateHeld, nil, deadline
 }
 
 // close stops the scheduler and returns the leases it was keeping, now
@@ -164,6 +227,7 @@ func (s *renewScheduler) run() {
 		if len(s.queue) > 0 {
 			next = s.queue[0].keep.fireAt.Sub(now)
 		}
+		s.wakeAt = now.Add(next)
 		s.mu.Unlock()
 
 		s.finishLost(lost)

@@ -21,6 +21,10 @@ type Lease struct {
 	watchdog   bool
 	fair       bool // acquired with Fair: its Locker tracks it until release
 	acquiredAt time.Time
+	// reserved is a fence the counter already passed, set when the lock
+	// came by a transfer that saw nobody else waiting: a waiter of this
+	// Locker may get it, and start before Redis confirms its hand-over.
+	reserved atomic.Uint64
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -83,7 +87,7 @@ func (s *Lease) release(ctx context.Context) error {
 		return s.outer.lostCause()
 	}
 	l := s.locker
-	prev, lost := l.keeper.remove(s)
+	prev, lost, deadline := l.keeper.remove(s)
 	if prev == stateClosed {
 		return ErrClosed
 	}
@@ -99,7 +103,7 @@ func (s *Lease) release(ctx context.Context) error {
 		defer cancel()
 	}
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
-	found, err := l.releaseToken(ctx, s.keys, s.token)
+	found, err := l.releaseLease(ctx, s, deadline)
 	if s.fair {
 		l.forgetFair(s.keys, s.token)
 	}

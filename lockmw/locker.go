@@ -383,6 +383,33 @@ func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys l
 	return s, nil
 }
 
+// newEarlyLease makes the lease for a lock handed over by h before Redis
+// confirmed it (see handover).
+func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover) (*Lease, error) {
+	s := &Lease{
+		locker:     l,
+		key:        key,
+		name:       ac.name,
+		keys:       keys,
+		token:      token,
+		fence:      h.fence,
+		ttl:        ac.ttl,
+		watchdog:   ac.watchdog,
+		acquiredAt: time.Now(),
+	}
+	s.keep.index = -1
+	s.bindContext(leaseParent)
+	if !l.keeper.addPending(s, h.deadline) {
+		s.cancel(ErrClosed)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
+		defer cancel()
+		_, _ = l.releaseToken(ctx, keys, token) // after the transfer: one lane
+		return nil, ErrClosed
+	}
+	h.attach(l, s)
+	return s, nil
+}
+
 // nest returns a lease nested in outer's lock, for a reentrant acquisition.
 func (l *Locker) nest(ctx context.Context, outer *Lease) *Lease {
 	if outer.outer != nil {

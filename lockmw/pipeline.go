@@ -8,8 +8,8 @@ import (
 )
 
 // This file batches the scripts of concurrent acquisitions and releases.
-// At most batchLanes round trips are on the wire at once; a call that finds
-// a lane free sends at once, from its own goroutine, with its own context.
+// One round trip is on the wire at a time; a call that finds the lane
+// free sends at once, from its own goroutine, with its own context.
 // Calls that arrive while every lane is busy queue, and when a round trip
 // ends, the first queued caller takes the lane and sends all of them (up to
 // maxBatch) as one pipeline: one write and one read for the client and for
@@ -18,7 +18,7 @@ import (
 // context deadlines.
 
 const (
-	batchLanes = 2  // round trips on the wire at once
+	batchLanes = 1  // round trips on the wire at once
 	maxBatch   = 64 // calls in one pipeline
 )
 

@@ -129,16 +129,30 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token str
 // transferReply is what a transfer did.
 type transferReply struct {
 	done      bool   // the lock now belongs to the waiter
-	fence     uint64 // when done: the waiter's fence
+	counter   uint64 // when done: the fence counter (the waiter's fence + 1, reserved for the next)
+	others    bool   // when done: other Lockers or fair waiters wait too
 	fairQueue bool   // not done: fair waiters are queued, release normally
 	ownership ownership
 }
 
+// reserve is the fence a transfer reserved for the next local hand-over: its
+// counter, unless others wait (then the next hand-over is not local).
+func (t transferReply) reserve() uint64 {
+	if t.others {
+		return 0
+	}
+	return t.counter
+}
+
 // transfer hands the lock held by token to the waiting token to (of the same
-// Locker) in one round trip, unless other Lockers wait for it too.
-func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration) (transferReply, error) {
+// Locker) in one round trip; unless force, only when nobody else waits.
+func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration, force bool) (transferReply, error) {
+	f := "0"
+	if force {
+		f = "1"
+	}
 	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
-		token, to, millis(ttl), b.numsub, b.publish)
+		token, to, millis(ttl), b.numsub, b.publish, f)
 	if err != nil {
 		return transferReply{}, err
 	}
@@ -148,10 +162,10 @@ func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to strin
 	}
 	switch vals[0] {
 	case 2:
-		if len(vals) != 2 {
-			return transferReply{}, fmt.Errorf("transfer script returned %d values, want 2", len(vals))
+		if len(vals) != 3 {
+			return transferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
 		}
-		return transferReply{done: true, fence: uint64(vals[1]), ownership: owned}, nil
+		return transferReply{done: true, counter: uint64(vals[1]), others: vals[2] == 1, ownership: owned}, nil
 	case 3:
 		return transferReply{fairQueue: true}, nil
 	}

@@ -6,6 +6,7 @@ import (
 	mathrand "math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -39,7 +40,7 @@ type room struct {
 // release notifications and fair queues. The Redis backend has it.
 type waitBackend interface {
 	releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error)
-	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration) (transferReply, error)
+	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration, force bool) (transferReply, error)
 	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
 	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
 	leave(ctx context.Context, k lockKeys, entry, token string) (bool, error)
@@ -62,7 +63,64 @@ type waiter struct {
 type grantInfo struct {
 	fence     uint64
 	validFrom time.Time
+	reserved  uint64    // a fence reserved for the next local hand-over, or 0
+	early     *handover // set instead when the waiter starts before Redis confirms
 }
+
+// handover is a lock handed to a waiter of the same Locker before Redis
+// confirmed it. The waiter may start at once: the releasing lease was
+// valid until deadline, so its token stays in Redis at least that long, and
+// the transfer that replaces it with the waiter's is already on the wire
+// (one pipeline lane: any later request of the waiter's goes after it).
+// Until the transfer's answer the waiter's lease is valid until deadline
+// and is not renewed; the answer confirms it or ends it as lost.
+type handover struct {
+	fence    uint64
+	deadline time.Time
+
+	mu      sync.Mutex
+	lease   *Lease // the waiter's, once made
+	settled bool
+	sentAt  time.Time  // when settled and confirmed: the transfer's send time
+	reserve uint64     // when settled and confirmed: the next reserved fence, or 0
+	lost    *LostError // when settled: the transfer found the lock gone
+}
+
+// attach gives h the waiter's lease, applying the answer if it is in.
+func (h *handover) attach(l *Locker, s *Lease) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lease = s
+	if h.settled {
+		h.apply(l)
+	}
+}
+
+// settle records the transfer's answer, applying it if the lease is made.
+// An answer that never came (Redis unreachable) is not settled: the lease
+// ends at its deadline.
+func (h *handover) settle(l *Locker, sentAt time.Time, reserve uint64, lost *LostError) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.settled, h.sentAt, h.reserve, h.lost = true, sentAt, reserve, lost
+	if h.lease != nil {
+		h.apply(l)
+	}
+}
+
+// apply confirms or ends h.lease. Caller holds h.mu.
+func (h *handover) apply(l *Locker) {
+	if h.lost != nil {
+		l.keeper.lose(h.lease, h.lost)
+		return
+	}
+	h.lease.reserved.Store(h.reserve)
+	l.keeper.confirm(h.lease, h.sentAt)
+}
+
+// minEarlyValidity is how much validity a releasing lease must have left
+// for its successor to start before Redis confirms the hand-over.
+func minEarlyValidity(ttl time.Duration) time.Duration { return max(ttl/4, 10*time.Millisecond) }
 
 // pollAfter is when a queued fair waiter checks the queue and the lock
 // itself, in case a grant message was lost: when the holder's TTL (or, not
@@ -117,14 +175,14 @@ func (l *Locker) deliver(channel, payload string) {
 		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("channel", channel))
 		return
 	}
-	l.handTo(newLockKeysFromBase(base), token, fence, time.Time{})
+	l.handTo(newLockKeysFromBase(base), token, fence, time.Time{}, 0)
 }
 
 // handTo gives the lock, just granted to token in Redis, to its waiter in
 // this Locker. validFrom is when the grant's request left, if this Locker
 // sent it; zero when only the waiter's own last attempt bounds it. A token
 // nobody here waits for any more is released, so the lock moves on.
-func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom time.Time) {
+func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom time.Time, reserved uint64) {
 	l.roomsMu.Lock()
 	var w *waiter
 	if r := l.rooms[keys.lock]; r != nil {
@@ -137,7 +195,7 @@ func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom tim
 			if w.busySent.After(validFrom) {
 				validFrom = w.busySent
 			}
-			w.grant <- grantInfo{fence: fence, validFrom: validFrom}
+			w.grant <- grantInfo{fence: fence, validFrom: validFrom, reserved: reserved}
 		}
 		l.roomsMu.Unlock()
 		return // else a duplicate: the waiter already has the lock
@@ -165,12 +223,12 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) 
 	}
 	if to, ttl := l.defaultHead(keys); to != "" {
 		sentAt := time.Now()
-		t, err := l.waits.transfer(ctx, keys, token, to, ttl)
+		t, err := l.waits.transfer(ctx, keys, token, to, ttl, false)
 		switch {
 		case err != nil:
 			return 0, err
 		case t.done:
-			l.handTo(keys, to, t.fence, sentAt)
+			l.handTo(keys, to, t.counter-1, sentAt, t.reserve())
 			return owned, nil
 		case !t.fairQueue:
 			return t.ownership, nil
@@ -179,9 +237,52 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) 
 	sentAt := time.Now()
 	h, err := l.waits.releaseHandoff(ctx, keys, token)
 	if err == nil && h.local {
-		l.handTo(keys, h.to, h.fence, sentAt)
+		l.handTo(keys, h.to, h.fence, sentAt, 0)
 	}
 	return h.ownership, err
+}
+
+// releaseLease releases s, whose validity ends at deadline (zero when
+// unknown or lost). When s holds a reserved fence and has validity to
+// spare, and a default-mode waiter of this Locker waits for the key, the
+// waiter gets the lock at once and the transfer confirms it afterwards.
+func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
+	reserved := s.reserved.Load()
+	if l.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
+		return l.releaseToken(ctx, s.keys, s.token)
+	}
+	w, h := l.handEarly(s.keys, reserved, deadline)
+	if w == nil {
+		return l.releaseToken(ctx, s.keys, s.token)
+	}
+	sentAt := time.Now()
+	t, err := l.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
+	switch {
+	case err != nil:
+		return 0, err
+	case t.done:
+		h.settle(l, sentAt, t.reserve(), nil)
+		return owned, nil
+	}
+	h.settle(l, sentAt, 0, &LostError{Key: s.key, Reason: t.ownership.lostReason()})
+	return t.ownership, nil
+}
+
+// handEarly hands the lock of keys to the first default-mode waiter of this
+// Locker, before Redis is told: it returns that waiter and the hand-over to
+// settle, or nil when nobody waits.
+func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline time.Time) (*waiter, *handover) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[keys.lock]
+	if r == nil || len(r.defaults) == 0 || r.defaults[0].delivered {
+		return nil, nil
+	}
+	w := r.defaults[0]
+	w.delivered = true
+	h := &handover{fence: fence, deadline: deadline}
+	w.grant <- grantInfo{early: h}
+	return w, h
 }
 
 // defaultHead returns the token and TTL of the first default-mode waiter for
@@ -255,7 +356,14 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 		select {
 		case g := <-w.grant:
 			// A release in this Locker handed the lock over.
-			return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, false)
+			if g.early != nil {
+				return l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early)
+			}
+			lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, false)
+			if lease != nil {
+				lease.reserved.Store(g.reserved)
+			}
+			return lease, err
 		case <-w.wake:
 			retry = true
 		case <-timer.C:

@@ -417,3 +417,108 @@ func TestNoOverlapInAnyMode(t *testing.T) {
 	}
 	assertNoLockState(t, srv.Client(t), key)
 }
+
+// TestEarlyHandOverIsConfirmedOrCancelled follows a lock handed between
+// goroutines of one Locker: the second hand-over lets the waiter start
+// before Redis confirms it (the releasing lease was valid, and its fence
+// was reserved). Here the key is deleted behind the holder's back first, so
+// the transfer finds it gone: the waiter's lease, already returned, must
+// end at once with ErrLost, and the holder's Release must report the loss.
+func TestEarlyHandOverIsConfirmedOrCancelled(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "early"
+	l := newLocker(t, srv)
+
+	a, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func() chan *lockmw.Lease {
+		got := make(chan *lockmw.Lease, 1)
+		go func() {
+			lease, err := l.Acquire(ctx, key, lockmw.WithWait(10*time.Second))
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lease
+		}()
+		// The waiter is queued once it has subscribed.
+		eventually(t, 5*time.Second, func() error {
+			n, err := admin.PubSubNumSub(ctx, lockKey(key)+":n").Result()
+			if err != nil {
+				return err
+			}
+			if n[lockKey(key)+":n"] != 1 {
+				return errors.New("the waiter has not subscribed yet")
+			}
+			return nil
+		})
+		return got
+	}
+
+	// a came from a plain acquisition: its release transfers to b after
+	// Redis confirms, and reserves b's successor's fence.
+	gotB := waitFor()
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := <-gotB
+	if b == nil {
+		t.FailNow()
+	}
+	if b.Fence() <= a.Fence() {
+		t.Fatalf("b's fence %d is not above a's %d", b.Fence(), a.Fence())
+	}
+
+	// b's release hands over early; the deleted key makes the transfer fail.
+	gotC := waitFor()
+	if err := admin.Del(ctx, lockKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctx); !errors.Is(err, lockmw.ErrLost) {
+		t.Fatalf("b.Release = %v, want ErrLost (its key was deleted)", err)
+	}
+	c := <-gotC
+	if c == nil {
+		t.FailNow()
+	}
+	waitDone(t, c.Context(), 5*time.Second, "c, handed a lock that was gone")
+	if reason := lostReason(t, c.Context()); reason != lockmw.LostExpired {
+		t.Fatalf("c lost its lease with reason %q, want %q", reason, lockmw.LostExpired)
+	}
+	if c.Fence() <= b.Fence() {
+		t.Fatalf("c's fence %d is not above b's %d", c.Fence(), b.Fence())
+	}
+
+	// And a confirmed early hand-over keeps the lease alive and renewed.
+	d, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotE := waitFor()
+	if err := d.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := <-gotE
+	gotF := waitFor()
+	if err := e.Release(ctx); err != nil { // early: e's fence was reserved
+		t.Fatal(err)
+	}
+	f := <-gotF
+	owner, err := admin.Get(ctx, lockKey(key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Context().Err() != nil || owner == "" {
+		t.Fatalf("f's lease ended (%v) or the key is gone (%q)", context.Cause(f.Context()), owner)
+	}
+	if f.Fence() <= e.Fence() {
+		t.Fatalf("f's fence %d is not above e's %d", f.Fence(), e.Fence())
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLockState(t, admin, key)
+}

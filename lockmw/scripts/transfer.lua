@@ -1,5 +1,5 @@
 -- transfer.lua: hand the lock straight to a waiter of the caller's own
--- Locker, unless waiters elsewhere should get their chance.
+-- Locker.
 --
 -- KEYS[1]  lock key
 -- KEYS[2]  fence counter key
@@ -9,26 +9,38 @@
 -- ARGV[3]  the waiting lease's TTL in milliseconds
 -- ARGV[4]  NUMSUB, or SHARDNUMSUB on Redis Cluster
 -- ARGV[5]  PUBLISH, or SPUBLISH on Redis Cluster
+-- ARGV[6]  "1": the waiter has already started (its Locker knew the owner's
+--          lease to be valid), so hand over whoever else waits; "0": only
+--          when nobody else waits
 --
--- Returns {2, fence} when the lock now belongs to ARGV[2]; {1} when other
--- Lockers wait too (the lock was deleted and the release published, for
--- all to try); {3} when fair waiters are queued (the caller releases with
--- release.lua, which hands over to them); {0} when the lock no longer
--- exists; {-1} when another owner holds it (left untouched).
+-- The fence counter moves by 2: the waiter's fence is the returned value
+-- minus 1 (or, when it started early, the value its Locker reserved at the
+-- previous hand-over), and the returned value is reserved for the next.
+--
+-- Returns {2, counter, others} when the lock now belongs to ARGV[2] (others:
+-- 1 if other Lockers or fair waiters wait too); {1} when others wait and the
+-- lock was deleted and the release published, for all to try; {3} when fair
+-- waiters are queued (the caller releases with release.lua, which hands
+-- over to them); {0} when the lock no longer exists; {-1} when another owner
+-- holds it (left untouched).
 local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}
 end
-if owner == ARGV[1] .. '+' then
-  return {3}
-end
-if owner ~= ARGV[1] then
+local marked = owner == ARGV[1] .. '+'
+if not marked and owner ~= ARGV[1] then
   return {-1}
 end
-if redis.call('PUBSUB', ARGV[4], KEYS[3])[2] > 1 then
-  redis.call('DEL', KEYS[1])
-  redis.call(ARGV[5], KEYS[3], '')
-  return {1}
+local others = marked or redis.call('PUBSUB', ARGV[4], KEYS[3])[2] > 1
+if ARGV[6] ~= '1' then
+  if marked then
+    return {3}
+  end
+  if others then
+    redis.call('DEL', KEYS[1])
+    redis.call(ARGV[5], KEYS[3], '')
+    return {1}
+  end
 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return {2, redis.call('INCR', KEYS[2])}
+redis.call('SET', KEYS[1], marked and (ARGV[2] .. '+') or ARGV[2], 'PX', ARGV[3])
+return {2, redis.call('INCRBY', KEYS[2], 2), others and 1 or 0}

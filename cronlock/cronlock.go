@@ -1,0 +1,266 @@
+package cronlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// ErrMaxHold is the context cause of a run that was still going after
+// WithMaxHold's cap: its lock has been released.
+var ErrMaxHold = errors.New("cronlock: job ran past its MaxHold; its lock was released")
+
+// errPanicked ends the context of a job that panicked.
+var errPanicked = errors.New("cronlock: job panicked")
+
+// A ContextJob is a cron.Job that can take a context. Singleton calls
+// RunContext with the lease context, which is cancelled when the lock is
+// lost (cause lockmw.ErrLost) or MaxHold passes (cause ErrMaxHold); the
+// job should stop then. Its error is logged and recorded on the run's span.
+type ContextJob interface {
+	cron.Job
+	RunContext(ctx context.Context) error
+}
+
+// Func adapts a function to a ContextJob, as cron.FuncJob does for func():
+//
+//	c.AddJob(spec, cronlock.Singleton(locker, "report")(cronlock.Func(report)))
+//
+// Run, used when no Singleton wraps it, calls f with context.Background()
+// and drops its error.
+type Func func(ctx context.Context) error
+
+// Run calls f with context.Background(), dropping its error.
+func (f Func) Run() { _ = f(context.Background()) }
+
+// RunContext calls f(ctx).
+func (f Func) RunContext(ctx context.Context) error { return f(ctx) }
+
+// Singleton is New for program setup: it panics with New's error on
+// invalid arguments.
+func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapper {
+	w, err := New(locker, name, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return w
+}
+
+// New returns a cron.JobWrapper under which each fire of the job runs on one
+// instance only, among every instance whose Locker shares the Redis and key
+// prefix. Use it in cron.WithChain, where all the scheduler's jobs share the
+// lock name, or per job with cron.NewChain(...).Then(job).
+//
+// At each fire the wrapper makes one attempt to take the lock name. If
+// another instance holds it, the fire is skipped (logged with Info, counted
+// with reason busy). If Redis cannot be asked, the fire is skipped, never
+// run unguarded (logged with Error, reason unavailable); the next fire tries
+// again. Otherwise the job runs, with the lease context if it is a
+// ContextJob; the watchdog keeps the lock for as long as it runs. When the
+// job returns, the lock stays held until MinHold has passed since the start,
+// by a release scheduled in the background, so the cron goroutine is not
+// held longer than the job. A job that panics releases the lock at once and
+// the panic goes on unchanged, to cron.Recover or the runtime.
+//
+// name is the lock key and the low-cardinality telemetry name (cron.job).
+// Errors match lockmw.ErrInvalidKey (empty or overlong name) or
+// lockmw.ErrInvalidOption.
+func New(locker *lockmw.Locker, name string, opts ...Option) (cron.JobWrapper, error) {
+	if locker == nil {
+		return nil, fmt.Errorf("%w: cronlock: nil Locker: create one with lockmw.New", lockmw.ErrInvalidOption)
+	}
+	if name == "" || len(name) > lockmw.MaxKeyLen {
+		return nil, fmt.Errorf("%w: cronlock: job name %q: give a name of 1 to %d bytes", lockmw.ErrInvalidKey, name, lockmw.MaxKeyLen)
+	}
+	cfg := config{logger: cron.DefaultLogger}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if cfg.minSet && cfg.maxHold > 0 && cfg.minHold > cfg.maxHold {
+		cfg.errs = append(cfg.errs, fmt.Errorf("%w: WithMinHold(%v) exceeds WithMaxHold(%v): the lock cannot be held both at least and at most that long", lockmw.ErrInvalidOption, cfg.minHold, cfg.maxHold))
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, fmt.Errorf("cronlock %q: %w", name, err)
+	}
+	if cfg.instance == "" {
+		cfg.instance = defaultInstance()
+	}
+	tel, err := newTelemetry(name, cfg.tp, cfg.mp)
+	if err != nil {
+		return nil, fmt.Errorf("cronlock %q: telemetry: %w", name, err)
+	}
+	s := &singleton{locker: locker, name: name, cfg: cfg, tel: tel, holderKey: "cronlock:{" + name + "}:holder"}
+	return s.wrap, nil
+}
+
+// singleton is the state behind one New wrapper.
+type singleton struct {
+	locker    *lockmw.Locker
+	name      string
+	cfg       config
+	tel       *telemetry
+	holderKey string
+}
+
+func (s *singleton) wrap(j cron.Job) cron.Job {
+	return cron.FuncJob(func() { s.fire(j) })
+}
+
+// fire handles one scheduled fire of j.
+func (s *singleton) fire(j cron.Job) {
+	log := s.cfg.logger
+	ctx, span := s.tel.start(s.cfg.instance)
+	start := time.Now()
+	lease, err := s.locker.TryAcquire(ctx, s.name, lockmw.WithName(s.name))
+	if err != nil {
+		s.skip(ctx, span, err)
+		return
+	}
+	s.recordHolder(ctx)
+	minHold := s.minHold(start)
+	var lostDuringRun atomic.Bool
+	log.Info("cronlock: run", "job", s.name, "instance", s.cfg.instance, "fence", lease.Fence(), "min_hold", minHold)
+
+	release := sync.OnceFunc(func() {
+		err := lease.Release(context.Background())
+		// A loss during the run has been logged already; after Close the
+		// lock was released by Close.
+		if err != nil && !errors.Is(err, lockmw.ErrClosed) && !(errors.Is(err, lockmw.ErrLost) && lostDuringRun.Load()) {
+			log.Error(err, "cronlock: release", "job", s.name, "instance", s.cfg.instance)
+		}
+	})
+	jobCtx, cancelJob := context.WithCancelCause(lease.Context())
+	var capTimer *time.Timer
+	if s.cfg.maxHold > 0 {
+		capTimer = time.AfterFunc(s.cfg.maxHold, func() {
+			cancelJob(ErrMaxHold)
+			release()
+		})
+	}
+
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// The job panicked (or called runtime.Goexit): free the lock now
+		// and let the panic go on untouched.
+		if capTimer != nil {
+			capTimer.Stop()
+		}
+		cancelJob(errPanicked)
+		release()
+		log.Error(errPanicked, "cronlock: job panicked; lock released", "job", s.name, "instance", s.cfg.instance)
+		s.tel.ran(ctx, span, lease.Fence(), outcomePanic, time.Since(start), errPanicked)
+	}()
+	jobErr := runJob(jobCtx, j)
+	returned = true
+	took := time.Since(start)
+	if capTimer != nil {
+		capTimer.Stop()
+	}
+
+	outcome := outcomeOK
+	switch cause := context.Cause(jobCtx); {
+	case errors.Is(cause, ErrMaxHold):
+		outcome = outcomeMaxHold
+		log.Error(cause, "cronlock: job ran past MaxHold; its context was cancelled and the lock released", "job", s.name, "instance", s.cfg.instance, "max_hold", s.cfg.maxHold)
+	case jobCtx.Err() != nil:
+		// The lease context ended while the job ran: lost, or the
+		// Locker was closed.
+		outcome = outcomeLost
+		lostDuringRun.Store(true)
+		log.Error(cause, "cronlock: lock lost while the job ran; its context was cancelled", "job", s.name, "instance", s.cfg.instance)
+	case jobErr != nil:
+		outcome = outcomeError
+		log.Error(jobErr, "cronlock: job failed", "job", s.name, "instance", s.cfg.instance)
+	}
+	if jobErr == nil && outcome != outcomeOK {
+		jobErr = context.Cause(jobCtx)
+	}
+	cancelJob(context.Canceled)
+	s.tel.ran(ctx, span, lease.Fence(), outcome, took, jobErr)
+
+	if left := minHold - took; left > 0 && outcome != outcomeLost && outcome != outcomeMaxHold {
+		time.AfterFunc(left, release)
+		return
+	}
+	release()
+}
+
+// skip reports a fire whose lock could not be taken: busy (Info) or Redis
+// unavailable (Error).
+func (s *singleton) skip(ctx context.Context, span trace.Span, err error) {
+	if errors.Is(err, lockmw.ErrNotAcquired) {
+		kv := []any{"job", s.name, "instance", s.cfg.instance}
+		if holder := s.holder(ctx); holder != "" {
+			kv = append(kv, "holder", holder)
+		}
+		if left, ok := lockmw.RetryAfter(err); ok {
+			kv = append(kv, "holder_ttl", left)
+		}
+		s.cfg.logger.Info("cronlock: skip: another instance holds the lock", kv...)
+		s.tel.skipped(ctx, span, reasonBusy, err)
+		return
+	}
+	s.cfg.logger.Error(err, "cronlock: skip: the lock could not be taken, the job did not run", "job", s.name, "instance", s.cfg.instance)
+	s.tel.skipped(ctx, span, reasonUnavailable, err)
+}
+
+// minHold returns MinHold for a run that started at start.
+func (s *singleton) minHold(start time.Time) time.Duration {
+	d := DefaultMinHold
+	switch {
+	case s.cfg.minSet:
+		d = s.cfg.minHold
+	case s.cfg.schedule != nil:
+		if next := s.cfg.schedule.Next(start); !next.IsZero() {
+			d = min(next.Sub(start)/2, MaxDerivedMinHold)
+		}
+	}
+	if s.cfg.maxHold > 0 {
+		d = min(d, s.cfg.maxHold)
+	}
+	return max(d, 0)
+}
+
+// recordHolder writes this instance's name to the holder key, if
+// WithHolderRecord is set. It is only information for skip logs.
+func (s *singleton) recordHolder(ctx context.Context) {
+	if s.cfg.holders == nil {
+		return
+	}
+	if err := s.cfg.holders.Set(ctx, s.holderKey, s.cfg.instance, 0).Err(); err != nil {
+		s.cfg.logger.Error(err, "cronlock: could not record the holder", "job", s.name, "instance", s.cfg.instance)
+	}
+}
+
+// holder returns the recorded holder, or "" when unknown.
+func (s *singleton) holder(ctx context.Context) string {
+	if s.cfg.holders == nil {
+		return ""
+	}
+	h, err := s.cfg.holders.Get(ctx, s.holderKey).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return ""
+	}
+	return h
+}
+
+// runJob runs j, with ctx if it takes one.
+func runJob(ctx context.Context, j cron.Job) error {
+	if cj, ok := j.(ContextJob); ok {
+		return cj.RunContext(ctx)
+	}
+	j.Run()
+	return nil
+}

@@ -1,0 +1,106 @@
+package cronlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of cronlock's tracer and meter: the
+// package import path.
+const ScopeName = "github.com/lockmw/lockmw/cronlock"
+
+// Span, metric and attribute names, as documented in the package overview.
+const (
+	spanRun = "cronlock.run"
+
+	metricRuns        = "cronlock.runs"
+	metricSkips       = "cronlock.skips"
+	metricRunDuration = "cronlock.run.duration"
+
+	attrJob        = attribute.Key("cron.job")
+	attrInstance   = attribute.Key("cron.instance")
+	attrOutcome    = attribute.Key("cron.outcome")
+	attrSkipReason = attribute.Key("cron.skip_reason")
+	attrFence      = attribute.Key("lock.fence")
+)
+
+// Run outcomes (cron.outcome) and skip reasons (cron.skip_reason).
+const (
+	outcomeOK      = "ok"
+	outcomeError   = "error"
+	outcomePanic   = "panic"
+	outcomeLost    = "lost"
+	outcomeMaxHold = "max_hold"
+
+	reasonBusy        = "busy"
+	reasonUnavailable = "unavailable"
+)
+
+// telemetry holds one Singleton's tracer and instruments.
+type telemetry struct {
+	tracer      trace.Tracer
+	runs        metric.Int64Counter
+	skips       metric.Int64Counter
+	runDuration metric.Float64Histogram
+	job         attribute.KeyValue
+}
+
+func newTelemetry(name string, tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	t := &telemetry{tracer: tp.Tracer(ScopeName), job: attrJob.String(name)}
+	var errs [3]error
+	t.runs, errs[0] = m.Int64Counter(metricRuns, metric.WithUnit("{run}"),
+		metric.WithDescription("Fires this instance ran, by cron.job and cron.outcome (ok, error, panic, lost, max_hold)."))
+	t.skips, errs[1] = m.Int64Counter(metricSkips, metric.WithUnit("{fire}"),
+		metric.WithDescription("Fires this instance skipped, by cron.job and cron.skip_reason (busy: another run holds the lock; unavailable: Redis could not be asked)."))
+	t.runDuration, errs[2] = m.Float64Histogram(metricRunDuration, metric.WithUnit("s"),
+		metric.WithDescription("Time a job ran, by cron.job and cron.outcome."))
+	return t, errors.Join(errs[:]...)
+}
+
+// start begins the span of one fire.
+func (t *telemetry) start(instance string) (context.Context, trace.Span) {
+	return t.tracer.Start(context.Background(), spanRun,
+		trace.WithAttributes(t.job, attrInstance.String(instance)))
+}
+
+// skipped ends a fire's span and counts the skip. Busy is not a span error.
+func (t *telemetry) skipped(ctx context.Context, span trace.Span, reason string, err error) {
+	span.SetAttributes(attrOutcome.String("skipped"), attrSkipReason.String(reason))
+	if reason != reasonBusy {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	t.skips.Add(ctx, 1, metric.WithAttributes(t.job, attrSkipReason.String(reason)))
+}
+
+// ran ends a fire's span and records the run.
+func (t *telemetry) ran(ctx context.Context, span trace.Span, fence uint64, outcome string, took time.Duration, err error) {
+	span.SetAttributes(attrOutcome.String(outcome), attrFence.Int64(int64(fence)))
+	if outcome != outcomeOK {
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		} else {
+			span.SetStatus(codes.Error, outcome)
+		}
+	}
+	span.End()
+	attrs := metric.WithAttributes(t.job, attrOutcome.String(outcome))
+	t.runs.Add(ctx, 1, attrs)
+	t.runDuration.Record(ctx, took.Seconds(), attrs)
+}

@@ -530,3 +530,48 @@ func TestClusterWaitReplicasPerMaster(t *testing.T) {
 		}
 	}
 }
+
+// Waiters on a cluster wake on the release notification (sharded pub/sub
+// on the lock's master), not on the holder's TTL: with a 30s TTL a waiter on
+// each master gets its lock within seconds of the release.
+func TestClusterWaitersWakeOnRelease(t *testing.T) {
+	c := redistest.StartCluster(t)
+	holder := newLockerOn(t, c.Client(t))
+	waiter := newLockerOn(t, c.Client(t))
+	ctx := context.Background()
+	const ttl = 30 * time.Second
+	for i, onMaster := range clusterKeys(t, c, 1) {
+		key := onMaster[0]
+		lease, err := holder.Acquire(ctx, key, lockmw.WithLeaseTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := waiter.Acquire(ctx, key, lockmw.WithWait(ttl/2))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			got <- err
+		}()
+		// Let the waiter subscribe and find the lock busy; a release before
+		// that would be found by its first attempt and prove nothing.
+		time.Sleep(300 * time.Millisecond)
+		select {
+		case err := <-got:
+			t.Fatalf("master %d: waiter returned while the lock was held: %v", i, err)
+		default:
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("master %d: waiter: %v", i, err)
+			}
+		case <-time.After(ttl / 3):
+			t.Fatalf("master %d: waiter not woken by the release within %v (its TTL fallback is %v)", i, ttl/3, ttl)
+		}
+	}
+}

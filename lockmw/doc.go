@@ -21,6 +21,16 @@
 // key and Locker, returns a nested lease instead of deadlocking; the lock is
 // released with the outermost lease.
 //
+// # Deployments
+//
+// New takes a standalone or Sentinel-managed *redis.Client or a
+// *redis.ClusterClient. On Cluster each lock lives on the master serving
+// its hash tag's slot, renewals go to each master in one round trip per
+// tick, and an acquisition retries briefly while its slot is being
+// migrated. WithWaitReplicas makes acquisitions wait for replica
+// acknowledgement (WAIT) and roll back without it; replication stays
+// asynchronous, so fencing tokens remain what protects the data.
+//
 // # Redis keys
 //
 // A lock on key K uses prefix+"{K}" (the owner token, with the lease's

@@ -43,6 +43,11 @@ var (
 	// is unknown to the caller but safe: an acquisition that may have landed
 	// expires after its TTL. The underlying error is wrapped too.
 	ErrUnavailable = errors.New("lockmw: redis unavailable")
+
+	// ErrNotReplicated means an acquisition under WithWaitReplicas took the
+	// lock, but fewer replicas than asked acknowledged it in time, so it was
+	// released again. Errors matching it also match ErrUnavailable.
+	ErrNotReplicated = errors.New("lockmw: lock not acknowledged by enough replicas")
 )
 
 // LostReason says why a lease was lost.

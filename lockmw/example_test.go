@@ -92,3 +92,37 @@ func ExampleLease_Context() {
 		fmt.Println("still holding order:42 with fence", outer.Fence())
 	}
 }
+
+// Locks on a Redis Cluster: every key of one lock shares a hash tag, so it
+// lives on one master; renewals go to each master in one round trip.
+func ExampleNew_cluster() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
+	})
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	_ = locker.Do(context.Background(), "invoice:7", func(ctx context.Context) error { return nil })
+}
+
+// Refuse a lock that no replica has acknowledged within 100ms.
+func ExampleWithWaitReplicas() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	locker, err := lockmw.New(client, lockmw.WithWaitReplicas(1, 100*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	lease, err := locker.TryAcquire(context.Background(), "payout:9")
+	switch {
+	case errors.Is(err, lockmw.ErrNotReplicated):
+		fmt.Println("no replica acknowledged the lock in time; it was released")
+	case err == nil:
+		defer lease.Release(context.Background())
+	}
+}

@@ -60,6 +60,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	l.id, l.waits = id, b
 	b.subs.deliver = l.deliver
+	b.waitReplicas, b.waitTimeout = l.cfg.waitReplicas, l.cfg.waitTimeout
+	if err := b.checkWaitTimeout(); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
 	return l, nil
 }
 

@@ -39,7 +39,10 @@ type config struct {
 	tp          trace.TracerProvider
 	mp          metric.MeterProvider
 	logger      *slog.Logger
-	errs        []error
+	// waitReplicas and waitTimeout are WithWaitReplicas' arguments.
+	waitReplicas int
+	waitTimeout  time.Duration
+	errs         []error
 }
 
 // Option configures a Locker in New.
@@ -106,6 +109,36 @@ func WithLogger(l *slog.Logger) Option {
 		if l != nil {
 			c.logger = l
 		}
+	})
+}
+
+// WithWaitReplicas makes every acquisition wait until at least n replicas
+// of the lock's master have acknowledged it, for at most timeout: the
+// acquire script and WAIT n timeout go in one pipeline on one connection
+// (on Cluster, to the master serving the lock's slot). If fewer than n
+// replicas acknowledge in time, the lock is released again and the attempt
+// fails with an error matching both ErrNotReplicated and ErrUnavailable;
+// Acquire does not retry it. n = 0 turns the wait off. n must not be
+// negative, timeout must be positive and shorter than the client's
+// ReadTimeout (WAIT's reply is read under it), else New fails with
+// ErrInvalidOption.
+//
+// WAIT narrows, but does not close, the window in which a failover to a
+// replica that never saw the lock hands it to a second owner: Redis
+// replication stays asynchronous, an acknowledged write can still be lost
+// (for example when the master and the acknowledging replicas fail
+// together, or a replica that acknowledged is not the one promoted), and
+// renewals are not waited for. Fencing tokens, not WAIT, are what protect
+// the data. Only New's backend uses it, and only for acquisitions by the
+// acquire script: a lock handed straight from its holder to a waiter (Fair
+// queues, or a waiter of the same Locker) is not waited for.
+func WithWaitReplicas(n int, timeout time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 || timeout <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithWaitReplicas(%d, %v): want n >= 0 replicas and a positive timeout, e.g. WithWaitReplicas(1, 100*time.Millisecond)", ErrInvalidOption, n, timeout))
+			return
+		}
+		c.waitReplicas, c.waitTimeout = n, timeout
 	})
 }
 

@@ -47,6 +47,10 @@ type redisBackend struct {
 	numsub  string // NUMSUB, or SHARDNUMSUB on Cluster
 	subs    *subscriber
 	batch   *batcher // acquisitions and releases of concurrent callers share round trips
+	// waitReplicas and waitTimeout are WithWaitReplicas' arguments; 0
+	// replicas: no WAIT.
+	waitReplicas int
+	waitTimeout  time.Duration
 }
 
 func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
@@ -67,11 +71,7 @@ func (b *redisBackend) close() {
 func (b *redisBackend) subscriber() *subscriber { return b.subs }
 
 func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
-	reply, err := b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl))
-	if err != nil {
-		return acquireReply{}, err
-	}
-	vals, err := int64s(reply)
+	vals, err := b.runAcquire(ctx, k, token, ttl)
 	if err != nil {
 		return acquireReply{}, err
 	}
@@ -104,7 +104,7 @@ type handoff struct {
 // releaseHandoff releases the lock held by token: it hands it to the first
 // live fair waiter, or deletes it and notifies waiting Lockers.
 func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error) {
-	reply, err := b.batch.run(ctx, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
+	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish)
 	if err != nil {
 		return handoff{}, err
@@ -151,7 +151,7 @@ func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to strin
 	if force {
 		f = "1"
 	}
-	reply, err := b.batch.run(ctx, transferScript, []string{k.lock, k.fence, k.notify},
+	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
 		token, to, millis(ttl), b.numsub, b.publish, f)
 	if err != nil {
 		return transferReply{}, err
@@ -192,8 +192,12 @@ type fairReply struct {
 
 // fairAcquire makes one fair attempt for the waiter with queue entry entry.
 func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
-	vals, err := fairScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
-		token, millis(ttl), entry, string(mode), k.grants, b.publish).Int64Slice()
+	var vals []int64
+	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
+		vals, err = fairScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
+			token, millis(ttl), entry, string(mode), k.grants, b.publish).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return fairReply{}, err
 	}
@@ -223,7 +227,11 @@ func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (b
 // leave takes entry out of the fair queue. It reports whether the lock had
 // been granted to token meanwhile (the caller must then release it).
 func (b *redisBackend) leave(ctx context.Context, k lockKeys, entry, token string) (bool, error) {
-	v, err := leaveScript.Run(ctx, b.client, []string{k.lock, k.queue}, entry, token).Int64()
+	var v int64
+	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {
+		v, err = leaveScript.Run(ctx, b.client, []string{k.lock, k.queue}, entry, token).Int64()
+		return err
+	})
 	return v == 1, err
 }
 

@@ -86,14 +86,27 @@ func (s *subscriber) watch(ctx context.Context, channel string) error {
 	w.refs++
 	s.mu.Unlock()
 
+	// A confirmation can be lost for good: during a Cluster resharding the
+	// node answers SSUBSCRIBE with MOVED and go-redis resubscribes there
+	// again and again. The caller then waits on timers alone.
+	t := time.NewTimer(subscribeTimeout)
+	defer t.Stop()
 	select {
 	case <-w.ready:
 		return nil
 	case <-ctx.Done():
 		s.unwatch(channel)
 		return ctx.Err()
+	case <-t.C:
+		s.unwatch(channel)
+		return errSubscribeTimeout
 	}
 }
+
+// subscribeTimeout bounds the wait for Redis to confirm a subscription.
+const subscribeTimeout = time.Second
+
+var errSubscribeTimeout = errors.New("lockmw: redis did not confirm the subscription")
 
 // unwatch drops one watch of channel, unsubscribing after the last.
 func (s *subscriber) unwatch(channel string) {

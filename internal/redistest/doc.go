@@ -19,6 +19,22 @@
 // Sentinels and quorum 2, about 3.1s with a single Sentinel, measured with
 // Redis 7.0). Sentinels are stopped at t.Cleanup like servers.
 //
+// # Cluster
+//
+// StartCluster starts a Redis Cluster of three masters, built with cluster
+// commands only (CLUSTER ADDSLOTSRANGE, CLUSTER MEET), in a little over two
+// seconds, optionally with replicas for every master (WithClusterReplicas).
+// Its nodes are Servers, so they pause, die and restart like any other; BeginMigration, MoveKeys and Finish move a slot between masters
+// step by step, as a resharding does, so that tests can act while clients
+// get ASK and MOVED redirections.
+//
+// # Network faults
+//
+// StartProxy puts a TCP proxy (toxiproxy, run in-process as a library) in
+// front of a server: AddLatency slows replies, Cut black-holes the link
+// (clients see only timeouts), ResetConnections resets it, and Heal undoes
+// them, while the server itself keeps running and stays reachable directly.
+//
 // # The binary
 //
 // The server binary is $REDIS_SERVER if that is set, else redis-server found

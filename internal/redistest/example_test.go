@@ -78,3 +78,37 @@ func ExampleStartSentinels() {
 	}
 	// rdb now reaches the promoted replica (after go-redis switches).
 }
+
+// A three-master Redis Cluster; moving the slot of a key while a client
+// uses it, and restarting a master.
+func ExampleStartCluster() {
+	var t *testing.T // in a real test: func TestX(t *testing.T) { ... }
+	ctx := context.Background()
+	cluster := redistest.StartCluster(t)
+	rdb := cluster.Client(t) // a *redis.ClusterClient seeded with cluster.Addrs()
+	if err := rdb.Set(ctx, "{user:1}:name", "ada", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	slot := cluster.Slot(t, "{user:1}:name")
+	m := cluster.BeginMigration(t, slot, (cluster.Owner(slot)+1)%3)
+	m.MoveKeys(t) // the client now follows ASK redirections
+	m.Finish(t)   // ... and then MOVED
+
+	cluster.Masters()[0].Restart(t)
+	cluster.WaitHealthy(t)
+}
+
+// A proxy between a client and its server cuts the link while the server
+// keeps running.
+func ExampleStartProxy() {
+	var t *testing.T // in a real test: func TestX(t *testing.T) { ... }
+	srv := redistest.Start(t)
+	proxy := redistest.StartProxy(t, srv.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+
+	proxy.AddLatency(t, 50*time.Millisecond) // every reply 50ms late
+	proxy.Cut(t)                             // nothing gets through: timeouts
+	proxy.Heal(t)                            // back to normal
+}

@@ -55,6 +55,8 @@ type config struct {
 	// linkTimeout bounds how long a replica's start waits for
 	// master_link_status:up. Tests shorten it; by default it is readyTimeout.
 	linkTimeout time.Duration
+	// clusterReplicas is set by WithClusterReplicas (StartCluster only).
+	clusterReplicas int
 }
 
 // WithArgs appends extra command-line arguments to redis-server, for example
@@ -156,6 +158,9 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 	cfg := config{pickPort: freePort, linkTimeout: readyTimeout}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.clusterReplicas != 0 {
+		t.Fatalf("redistest.StartN: WithClusterReplicas applies to StartCluster only")
 	}
 	if cfg.replica && cfg.master == nil {
 		t.Fatalf("redistest.StartN: WithReplicaOf(nil): a replica needs a started master")

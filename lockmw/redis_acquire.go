@@ -1,0 +1,167 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is how scripts reach Redis beyond one plain call: they are
+// retried for a moment while the lock's Cluster slot is being moved between
+// masters, and the acquire script is followed by WAIT on the same
+// connection when the Locker asks for replica acknowledgement
+// (WithWaitReplicas).
+
+// While a Cluster slot migrates, a script that touches several keys of it
+// is refused (TRYAGAIN, or ASK/MOVED once go-redis has used up its
+// redirections) until all of them are on one master; lockmw's scripts
+// (but renew) name several keys of the lock's slot. Such a call is retried,
+// with a capped backoff, for up to reshardPatience, and an acquisition for
+// at most a quarter of its lease TTL, so the lease keeps most of its
+// validity. These errors mean the script did not run, so retrying is safe.
+// A resharding moves one slot's keys in milliseconds; a slot that stays
+// half-migrated longer (a stalled or failed resharding) makes calls fail
+// with ErrUnavailable.
+const (
+	reshardPatience   = time.Second
+	reshardBackoffMax = 16 * time.Millisecond
+)
+
+// whileSlotMoves runs call, and runs it again while it fails because the
+// Cluster slot of its keys is being moved, for up to patience.
+func (b *redisBackend) whileSlotMoves(ctx context.Context, patience time.Duration, call func() error) error {
+	backoff := time.Millisecond
+	giveUp := time.Now().Add(min(patience, reshardPatience))
+	for {
+		err := call()
+		if err == nil || !slotMoving(err) || time.Now().Add(backoff).After(giveUp) {
+			return err
+		}
+		if cc, ok := b.client.(*redis.ClusterClient); ok {
+			cc.ReloadState(ctx) // MasterForKey (WAIT path) follows the new owner
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		backoff = min(2*backoff, reshardBackoffMax)
+	}
+}
+
+// runScript runs script through the batcher, retrying while the keys' slot
+// is being moved.
+func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (reply any, err error) {
+	err = b.whileSlotMoves(ctx, patience, func() error {
+		reply, err = b.batch.run(ctx, script, keys, args...)
+		return err
+	})
+	return reply, err
+}
+
+// runAcquire runs the acquire script for k and returns its reply.
+func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (vals []int64, err error) {
+	err = b.whileSlotMoves(ctx, ttl/4, func() error {
+		if b.waitReplicas > 0 {
+			vals, err = b.acquireReplicated(ctx, k, token, ttl)
+			return err
+		}
+		var reply any
+		if reply, err = b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err != nil {
+			return err
+		}
+		vals, err = int64s(reply)
+		return err
+	})
+	return vals, err
+}
+
+// slotMoving reports whether err means a Cluster slot is being migrated
+// and the command was not run.
+func slotMoving(err error) bool {
+	if redis.IsTryAgainError(err) {
+		return true
+	}
+	if _, ok := redis.IsAskError(err); ok {
+		return true
+	}
+	_, ok := redis.IsMovedError(err)
+	return ok
+}
+
+// acquireReplicated runs the acquire script and WAIT in one pipeline on one
+// connection to the lock's master (WAIT counts the replicas that have the
+// writes of its own connection). If the lock was taken but fewer than
+// b.waitReplicas replicas acknowledged it within b.waitTimeout, the lock is
+// released again and the error matches ErrNotReplicated.
+func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token string, ttl time.Duration) ([]int64, error) {
+	var node redis.Cmdable = b.client
+	if cc, ok := b.client.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, k.lock)
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	}
+	keys, args := []string{k.lock, k.fence}, []any{token, millis(ttl)}
+	var acq *redis.Cmd
+	var wait *redis.IntCmd
+	run := func(script func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) {
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			acq = script(ctx, p, keys, args...)
+			wait = redis.NewIntCmd(ctx, "wait", b.waitReplicas, b.waitTimeout.Milliseconds())
+			_ = p.Process(ctx, wait)
+			return nil
+		}) // errors are read from the commands below
+	}
+	run(acquireScript.EvalSha)
+	if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+		run(acquireScript.Eval) // a restarted or new master: send the script in full
+	}
+	vals, err := acq.Int64Slice()
+	if err != nil || len(vals) != 2 || vals[0] != 1 {
+		return vals, err // not taken: nothing to wait for
+	}
+	acked, err := wait.Result()
+	if err == nil && acked >= int64(b.waitReplicas) {
+		return vals, nil
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged the lock within %v", ErrNotReplicated, acked, b.waitReplicas, b.waitTimeout)
+	} else {
+		err = fmt.Errorf("%w: WAIT %d %v: %w", ErrNotReplicated, b.waitReplicas, b.waitTimeout, err)
+	}
+	// Roll back: the lock must not stay with a holder who was told no.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+	if _, rerr := b.release(rctx, k, token); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("rolling back (the lock expires after its TTL): %w", rerr))
+	}
+	return nil, err
+}
+
+// checkWaitTimeout rejects a WAIT timeout that the client's ReadTimeout
+// would cut short: WAIT's reply comes in the same pipelined read as the
+// acquire script's.
+func (b *redisBackend) checkWaitTimeout() error {
+	if b.waitReplicas == 0 {
+		return nil
+	}
+	var rt time.Duration
+	switch c := b.client.(type) {
+	case *redis.Client:
+		rt = c.Options().ReadTimeout
+	case *redis.ClusterClient:
+		rt = c.Options().ReadTimeout
+	}
+	if rt > 0 && b.waitTimeout >= rt {
+		return fmt.Errorf("%w: WithWaitReplicas(%d, %v): the timeout must be shorter than the client's ReadTimeout (%v), which bounds WAIT's reply: lower it or raise ReadTimeout",
+			ErrInvalidOption, b.waitReplicas, b.waitTimeout, rt)
+	}
+	return nil
+}

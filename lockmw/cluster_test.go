@@ -575,3 +575,63 @@ func TestClusterWaitersWakeOnRelease(t *testing.T) {
 		}
 	}
 }
+
+// Fair hand-over works on every master of a cluster: waiters of two Lockers
+// queue in the lock's slot and get the lock in arrival order, each told by
+// a sharded message (the 30 s TTL fallback would exceed their wait).
+func TestClusterFairHandOver(t *testing.T) {
+	c := redistest.StartCluster(t)
+	admin := c.Client(t)
+	lockers := []*lockmw.Locker{newLockerOn(t, c.Client(t)), newLockerOn(t, c.Client(t))}
+	holder := newLockerOn(t, c.Client(t))
+	ctx := context.Background()
+	const ttl = 30 * time.Second
+	for m, onMaster := range clusterKeys(t, c, 1) {
+		key := onMaster[0]
+		lease, err := holder.Acquire(ctx, key, lockmw.Fair(), lockmw.WithLeaseTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			who   int
+			lease *lockmw.Lease
+			err   error
+		}
+		got := make(chan result, 4)
+		for i := range 4 {
+			go func() {
+				l, err := lockers[i%2].Acquire(ctx, key, lockmw.Fair(), lockmw.WithLeaseTTL(ttl), lockmw.WithWait(ttl/2))
+				got <- result{i, l, err}
+			}()
+			eventually(t, 5*time.Second, func() error {
+				n, err := admin.LLen(ctx, queueKey(key)).Result()
+				if err != nil {
+					return err
+				}
+				if n != int64(i+1) {
+					return fmt.Errorf("master %d: queue holds %d, want %d", m, n, i+1)
+				}
+				return nil
+			})
+		}
+		for want := range 4 {
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-got
+			if r.err != nil {
+				t.Fatalf("master %d: waiter %d: %v", m, r.who, r.err)
+			}
+			if r.who != want {
+				t.Fatalf("master %d: hand-over %d went to waiter %d", m, want, r.who)
+			}
+			lease = r.lease
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := admin.Exists(ctx, queueKey(key), lockKey(key)).Result(); err != nil || n != 0 {
+			t.Fatalf("master %d: %d of queue and lock keys left (%v)", m, n, err)
+		}
+	}
+}

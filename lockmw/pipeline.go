@@ -2,23 +2,28 @@ package lockmw
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // This file batches the scripts of concurrent acquisitions and releases.
-// One round trip is on the wire at a time; a call that finds the lane
-// free sends at once, from its own goroutine, with its own context.
-// Calls that arrive while every lane is busy queue, and when a round trip
-// ends, the first queued caller takes the lane and sends all of them (up to
-// maxBatch) as one pipeline: one write and one read for the client and for
-// Redis, instead of one each per call. Under load that is most of the cost.
-// A batch of several runs under the client's timeouts, not its callers'
-// context deadlines.
+//
+// Calls go through lanes chosen by the lock's key, so that the calls for
+// one lock keep their order: a later call for a key is never sent before
+// an earlier one has been answered (the early hand-over in waiting.go
+// relies on it). Each lane has at most one round trip on the wire. A call
+// that finds its lane free sends at once, from its own goroutine, with its
+// own context. Calls that arrive while their lane is busy queue, and when
+// the round trip ends, the first queued caller takes the lane and sends all
+// of them (up to maxBatch) as one pipeline: one write and one read for the
+// client and for Redis, instead of one each per call. Under load that is
+// most of the cost. A batch of several runs under the client's timeouts,
+// not its callers' context deadlines.
 
 const (
-	batchLanes = 1  // round trips on the wire at once
+	batchLanes = 4  // round trips on the wire at once, one per lane
 	maxBatch   = 64 // calls in one pipeline
 )
 
@@ -38,33 +43,39 @@ type scriptCall struct {
 type batcher struct {
 	client redis.UniversalClient
 	pool   sync.Pool
+	seed   maphash.Seed
+	lanes  [batchLanes]lane
+}
 
+// lane is one ordered stream of round trips.
+type lane struct {
 	mu    sync.Mutex
-	busy  int           // lanes in use
-	queue []*scriptCall // calls waiting for a lane
+	busy  bool          // a round trip is on the wire
+	queue []*scriptCall // calls waiting for it
 }
 
 func newBatcher(client redis.UniversalClient) *batcher {
-	b := &batcher{client: client}
+	b := &batcher{client: client, seed: maphash.MakeSeed()}
 	b.pool.New = func() any { return &scriptCall{wake: make(chan []*scriptCall, 1)} }
 	return b
 }
 
-// run runs script and returns its reply.
+// run runs script, whose first key is the lock key, and returns its reply.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	c := b.pool.Get().(*scriptCall)
 	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	ln := &b.lanes[maphash.String(b.seed, keys[0])%batchLanes]
 
-	b.mu.Lock()
-	if b.busy < batchLanes {
-		b.busy++
-		b.mu.Unlock()
-		b.send([]*scriptCall{c})
+	ln.mu.Lock()
+	if !ln.busy {
+		ln.busy = true
+		ln.mu.Unlock()
+		b.send(ln, []*scriptCall{c})
 	} else {
-		b.queue = append(b.queue, c)
-		b.mu.Unlock()
+		ln.queue = append(ln.queue, c)
+		ln.mu.Unlock()
 		if batch := <-c.wake; batch != nil {
-			b.send(batch)
+			b.send(ln, batch)
 		}
 	}
 
@@ -76,23 +87,23 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 
 // send runs batch (whose first call is the caller's own), wakes the other
 // callers, and passes the lane on to the first queued call, if any.
-func (b *batcher) send(batch []*scriptCall) {
+func (b *batcher) send(ln *lane, batch []*scriptCall) {
 	b.exec(batch)
 	for _, c := range batch[1:] {
 		c.wake <- nil
 	}
 
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.busy--
-		b.mu.Unlock()
+	ln.mu.Lock()
+	if len(ln.queue) == 0 {
+		ln.busy = false
+		ln.mu.Unlock()
 		return
 	}
-	n := min(len(b.queue), maxBatch)
+	n := min(len(ln.queue), maxBatch)
 	next := make([]*scriptCall, n)
-	copy(next, b.queue)
-	b.queue = append(b.queue[:0], b.queue[n:]...)
-	b.mu.Unlock()
+	copy(next, ln.queue)
+	ln.queue = append(ln.queue[:0], ln.queue[n:]...)
+	ln.mu.Unlock()
 	next[0].wake <- next
 }
 

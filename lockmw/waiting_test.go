@@ -377,7 +377,7 @@ func TestNoOverlapInAnyMode(t *testing.T) {
 		case 1:
 			opts = append(opts, lockmw.Fair())
 		case 2:
-			opts = append(opts, lockmw.Fair(), lockmw.WithLeaseTTL(200*time.Millisecond))
+			opts = append(opts, lockmw.Fair(), lockmw.WithLeaseTTL(time.Second))
 		}
 		wg.Add(1)
 		go func() {

@@ -82,7 +82,7 @@ func WithClusterReplicas(n int) Option {
 // healthy within 15 seconds.
 func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
-	cfg := config{pickPort: freePort, linkTimeout: readyTimeout}
+	cfg := config{pickPort: freePort, pickBusPort: freePort, linkTimeout: readyTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -99,21 +99,17 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 
 	c := &Cluster{nodes: make([]*clusterNode, clusterMasters)}
 	newNode := func(extra ...string) *clusterNode {
-		busPort, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: picking a cluster bus port: %v", err)
-		}
 		s := newServer(t, bin)
 		s.extra = append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.Itoa(clusterNodeTimeout),
-			"--cluster-port", strconv.Itoa(busPort),
+			"--cluster-port", "", // set by pickPorts for each attempt
 			"--cluster-require-full-coverage", "no",
 		}, extra...)
 		s.extra = append(s.extra, cfg.args...)
 		s.linkTimeout = cfg.linkTimeout
-		return &clusterNode{srv: s, busPort: busPort}
+		return &clusterNode{srv: s}
 	}
 	var all []*clusterNode
 	for i := range c.nodes {
@@ -136,7 +132,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = n.srv.firstStart(cfg.pickPort)
+			errs[i] = n.srv.firstStart(n.pickPorts(cfg.pickPort, cfg.pickBusPort))
 		}()
 	}
 	wg.Wait()
@@ -517,4 +513,29 @@ func (m *SlotMigration) setSlot(t testing.TB, n *clusterNode, state, id string) 
 func (c *Cluster) MigrateSlot(t testing.TB, slot, to int) {
 	t.Helper()
 	c.BeginMigration(t, slot, to).Finish(t)
+}
+
+// pickPorts returns a port picker for n's server that also picks a new
+// cluster bus port each time: when redis-server fails because either port
+// is taken, both are chosen again. It runs under n.srv.mu (in firstStart).
+func (n *clusterNode) pickPorts(pickPort, pickBusPort func() (int, error)) func() (int, error) {
+	return func() (int, error) {
+		port, err := pickPort()
+		if err != nil {
+			return 0, err
+		}
+		bus := port
+		for bus == port {
+			if bus, err = pickBusPort(); err != nil {
+				return 0, fmt.Errorf("picking a cluster bus port: %v", err)
+			}
+		}
+		n.busPort = bus
+		for i, a := range n.srv.extra {
+			if a == "--cluster-port" {
+				n.srv.extra[i+1] = strconv.Itoa(bus)
+			}
+		}
+		return port, nil
+	}
 }

@@ -48,6 +48,9 @@ type config struct {
 	// pickPort returns the port for the next start attempt. Tests replace it
 	// to provoke bind failures; by default it is freePort.
 	pickPort func() (int, error)
+	// pickBusPort returns a cluster node's bus port for the next start
+	// attempt (StartCluster only); by default it is freePort.
+	pickBusPort func() (int, error)
 	// replica is set by WithReplicaOf, master is its argument (which may be
 	// nil, an error reported by StartN).
 	replica bool
@@ -542,8 +545,9 @@ func (s *Server) waitReady(p *process) error {
 			err error
 		}
 		res := make(chan result, 1)
+		addr := s.addr // the probe may outlive this attempt, and s.addr change
 		go func() {
-			pid, err := s.probe()
+			pid, err := probe(addr)
 			res <- result{pid, err}
 		}()
 		var pid string
@@ -579,10 +583,10 @@ func (s *Server) waitReady(p *process) error {
 	}
 }
 
-// probe sends PING and, if it gets PONG, returns the answering server's
-// process_id.
-func (s *Server) probe() (pid string, err error) {
-	err = oneShot(s.addr, time.Second, func(ctx context.Context, c *redis.Client) error {
+// probe sends PING to addr and, if it gets PONG, returns the answering
+// server's process_id.
+func probe(addr string) (pid string, err error) {
+	err = oneShot(addr, time.Second, func(ctx context.Context, c *redis.Client) error {
 		if err := c.Ping(ctx).Err(); err != nil {
 			return err
 		}

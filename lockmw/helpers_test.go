@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,3 +147,48 @@ func mustBusy(t testing.TB, l *lockmw.Locker, key string) {
 
 // lockKey is where lockmw stores the owner token of key with the default prefix.
 func lockKey(key string) string { return lockmw.DefaultPrefix + "{" + key + "}" }
+
+// assertMutualExclusion has workers goroutines, each with its own Locker
+// from newLocker, increment a counter rounds times with a non-atomic
+// read-modify-write inside the lock: it must end exact, and no two of them
+// may ever be inside at once.
+func assertMutualExclusion(t *testing.T, workers, rounds int, newLocker func() *lockmw.Locker) {
+	t.Helper()
+	var counter, inside, overlaps atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		l := newLocker()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				err := l.Do(context.Background(), "counter", func(ctx context.Context) error {
+					if inside.Add(1) != 1 {
+						overlaps.Add(1)
+					}
+					v := counter.Load()
+					runtime.Gosched() // widen the window a missing lock would expose
+					counter.Store(v + 1)
+					inside.Add(-1)
+					return nil
+				}, lockmw.WithWait(30*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Do: %v", err)
+	}
+	if got := counter.Load(); got != int64(workers*rounds) {
+		t.Errorf("counter = %d, want %d", got, workers*rounds)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d critical sections overlapped", n)
+	}
+}

@@ -3,9 +3,6 @@ package lockmw_test
 import (
 	"context"
 	"errors"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,44 +18,7 @@ import (
 // and no two of them may ever be inside at once.
 func TestMutualExclusionAcrossLockers(t *testing.T) {
 	srv := redistest.Start(t)
-	const workers, rounds = 32, 20
-	var counter, inside, overlaps atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		l := newLocker(t, srv)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				err := l.Do(context.Background(), "counter", func(ctx context.Context) error {
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					v := counter.Load()
-					runtime.Gosched() // widen the window a missing lock would expose
-					counter.Store(v + 1)
-					inside.Add(-1)
-					return nil
-				}, lockmw.WithWait(30*time.Second))
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("Do: %v", err)
-	}
-	if got := counter.Load(); got != workers*rounds {
-		t.Errorf("counter = %d, want %d", got, workers*rounds)
-	}
-	if n := overlaps.Load(); n != 0 {
-		t.Errorf("%d critical sections overlapped", n)
-	}
+	assertMutualExclusion(t, 32, 20, func() *lockmw.Locker { return newLocker(t, srv) })
 }
 
 // A holder process dies (SIGKILL: its watchdog dies with it). Its lock stays

@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,44 +161,7 @@ func TestRedlockAcquireRelease(t *testing.T) {
 // updated under the lock ends exact, and no two holders are ever inside.
 func TestRedlockMutualExclusion(t *testing.T) {
 	masters := redistest.StartN(t, 3)
-	const workers, rounds = 8, 15
-	var counter, inside, overlaps atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for range workers {
-		l := newRedlock(t, masters)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range rounds {
-				err := l.Do(context.Background(), "counter", func(ctx context.Context) error {
-					if inside.Add(1) != 1 {
-						overlaps.Add(1)
-					}
-					v := counter.Load()
-					runtime.Gosched()
-					counter.Store(v + 1)
-					inside.Add(-1)
-					return nil
-				}, lockmw.WithWait(30*time.Second))
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("Do: %v", err)
-	}
-	if got := counter.Load(); got != workers*rounds {
-		t.Errorf("counter = %d, want %d", got, workers*rounds)
-	}
-	if n := overlaps.Load(); n != 0 {
-		t.Errorf("%d critical sections overlapped", n)
-	}
+	assertMutualExclusion(t, 8, 15, func() *lockmw.Locker { return newRedlock(t, masters) })
 }
 
 // Fences strictly increase when successive holders win different

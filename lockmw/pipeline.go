@@ -2,7 +2,6 @@ package lockmw
 
 import (
 	"context"
-	"hash/maphash"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -10,21 +9,22 @@ import (
 
 // This file batches the scripts of concurrent acquisitions and releases.
 //
-// Calls go through lanes chosen by the lock's key, so that the calls for
-// one lock keep their order: a later call for a key is never sent before
-// an earlier one has been answered (the early hand-over in waiting.go
-// relies on it). Each lane has at most one round trip on the wire. A call
-// that finds its lane free sends at once, from its own goroutine, with its
-// own context. Calls that arrive while their lane is busy queue, and when
-// the round trip ends, the first queued caller takes the lane and sends all
-// of them (up to maxBatch) as one pipeline: one write and one read for the
-// client and for Redis, instead of one each per call. Under load that is
-// most of the cost. A batch of several runs under the client's timeouts,
-// not its callers' context deadlines.
+// Up to maxTrips round trips are on the wire at once, and the calls for
+// one lock keep their order: a call is not sent while an earlier call for
+// the same lock key is on the wire or waiting (the early hand-over in
+// waiting.go relies on it). A call that finds a round trip free, nothing
+// queued and its key idle sends at once, from its own goroutine, with its
+// own context. Other calls queue; when a round trip ends, its sender picks
+// the queued calls whose keys are idle (up to maxBatch, in arrival order,
+// never passing an earlier call for the same key) and hands them to the
+// first of them, which sends them as one pipeline: one write and one read
+// for the client and for Redis, instead of one each per call. Under load
+// that is most of the cost. A batch of several runs under the client's
+// timeouts, not its callers' context deadlines.
 
 const (
-	batchLanes = 4  // round trips on the wire at once, one per lane
-	maxBatch   = 64 // calls in one pipeline
+	maxTrips = 4  // round trips on the wire at once
+	maxBatch = 64 // calls in one pipeline
 )
 
 // scriptCall is one script run through the batcher.
@@ -43,19 +43,16 @@ type scriptCall struct {
 type batcher struct {
 	client redis.UniversalClient
 	pool   sync.Pool
-	seed   maphash.Seed
-	lanes  [batchLanes]lane
-}
 
-// lane is one ordered stream of round trips.
-type lane struct {
-	mu    sync.Mutex
-	busy  bool          // a round trip is on the wire
-	queue []*scriptCall // calls waiting for it
+	mu       sync.Mutex
+	trips    int             // round trips on the wire
+	inflight map[string]int  // lock keys of the calls on the wire, and how many
+	queue    []*scriptCall   // calls waiting, in arrival order
+	blocked  map[string]bool // scratch for send: keys that must wait
 }
 
 func newBatcher(client redis.UniversalClient) *batcher {
-	b := &batcher{client: client, seed: maphash.MakeSeed()}
+	b := &batcher{client: client, inflight: make(map[string]int), blocked: make(map[string]bool)}
 	b.pool.New = func() any { return &scriptCall{wake: make(chan []*scriptCall, 1)} }
 	return b
 }
@@ -64,18 +61,18 @@ func newBatcher(client redis.UniversalClient) *batcher {
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	c := b.pool.Get().(*scriptCall)
 	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
-	ln := &b.lanes[maphash.String(b.seed, keys[0])%batchLanes]
 
-	ln.mu.Lock()
-	if !ln.busy {
-		ln.busy = true
-		ln.mu.Unlock()
-		b.send(ln, []*scriptCall{c})
+	b.mu.Lock()
+	if b.trips < maxTrips && len(b.queue) == 0 && b.inflight[keys[0]] == 0 {
+		b.trips++
+		b.inflight[keys[0]]++
+		b.mu.Unlock()
+		b.send([]*scriptCall{c})
 	} else {
-		ln.queue = append(ln.queue, c)
-		ln.mu.Unlock()
+		b.queue = append(b.queue, c)
+		b.mu.Unlock()
 		if batch := <-c.wake; batch != nil {
-			b.send(ln, batch)
+			b.send(batch)
 		}
 	}
 
@@ -86,25 +83,51 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 }
 
 // send runs batch (whose first call is the caller's own), wakes the other
-// callers, and passes the lane on to the first queued call, if any.
-func (b *batcher) send(ln *lane, batch []*scriptCall) {
+// callers, and starts the next batches of queued calls.
+func (b *batcher) send(batch []*scriptCall) {
 	b.exec(batch)
+
+	b.mu.Lock()
+	b.trips--
+	for _, c := range batch {
+		if n := b.inflight[c.keys[0]]; n <= 1 {
+			delete(b.inflight, c.keys[0])
+		} else {
+			b.inflight[c.keys[0]] = n - 1
+		}
+	}
+	var starts [][]*scriptCall
+	for b.trips < maxTrips && len(b.queue) > 0 {
+		var next []*scriptCall
+		rest := b.queue[:0]
+		for _, c := range b.queue {
+			k := c.keys[0]
+			if len(next) == maxBatch || b.blocked[k] || b.inflight[k] > 0 {
+				b.blocked[k] = true
+				rest = append(rest, c)
+				continue
+			}
+			next = append(next, c)
+		}
+		clear(b.blocked)
+		clear(b.queue[len(rest):])
+		b.queue = rest
+		if len(next) == 0 {
+			break
+		}
+		for _, c := range next {
+			b.inflight[c.keys[0]]++
+		}
+		b.trips++
+		starts = append(starts, next)
+	}
+	b.mu.Unlock()
 	for _, c := range batch[1:] {
 		c.wake <- nil
 	}
-
-	ln.mu.Lock()
-	if len(ln.queue) == 0 {
-		ln.busy = false
-		ln.mu.Unlock()
-		return
+	for _, next := range starts {
+		next[0].wake <- next
 	}
-	n := min(len(ln.queue), maxBatch)
-	next := make([]*scriptCall, n)
-	copy(next, ln.queue)
-	ln.queue = append(ln.queue[:0], ln.queue[n:]...)
-	ln.mu.Unlock()
-	next[0].wake <- next
 }
 
 // exec sends batch in one pipeline, resending in full (EVAL) the scripts a

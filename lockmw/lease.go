@@ -25,6 +25,10 @@ type Lease struct {
 	// came by a transfer that saw nobody else waiting: a waiter of this
 	// Locker may get it, and start before Redis confirms its hand-over.
 	reserved atomic.Uint64
+	// next is, for a fair lease handed over by a release, the queue entry
+	// of the waiter first in line then (that waiter is next unless it gives
+	// up); "" or nil when none was known.
+	next atomic.Pointer[string]
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc

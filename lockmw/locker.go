@@ -387,7 +387,7 @@ func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys l
 
 // newEarlyLease makes the lease for a lock handed over by h before Redis
 // confirmed it (see handover).
-func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover) (*Lease, error) {
+func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover, fair bool) (*Lease, error) {
 	s := &Lease{
 		locker:     l,
 		key:        key,
@@ -397,6 +397,7 @@ func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, k
 		fence:      h.fence,
 		ttl:        ac.ttl,
 		watchdog:   ac.watchdog,
+		fair:       fair,
 		acquiredAt: time.Now(),
 	}
 	s.keep.index = -1
@@ -405,7 +406,11 @@ func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, k
 		s.cancel(ErrClosed)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
 		defer cancel()
-		_, _ = l.releaseToken(ctx, keys, token) // after the transfer: one lane
+		h.wait(ctx)
+		_, _ = l.releaseToken(ctx, keys, token)
+		if fair {
+			l.forgetFair(keys, token)
+		}
 		return nil, ErrClosed
 	}
 	h.attach(l, s)

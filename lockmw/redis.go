@@ -89,7 +89,7 @@ func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, tt
 }
 
 func (b *redisBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
-	h, err := b.releaseHandoff(ctx, k, token)
+	h, err := b.releaseHandoff(ctx, k, token, "", 0)
 	return h.ownership, err
 }
 
@@ -99,13 +99,17 @@ type handoff struct {
 	to        string    // the token of the fair waiter it was handed to, if any
 	fence     uint64    // that waiter's fence
 	local     bool      // the waiter is this Locker's: the caller wakes it
+	reserved  uint64    // when local: the fence reserved for that waiter's next hand-over
+	next      string    // when local: the entry of the fair waiter now first in line, or ""
 }
 
 // releaseHandoff releases the lock held by token: it hands it to the first
-// live fair waiter, or deletes it and notifies waiting Lockers.
-func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error) {
+// live fair waiter, or deletes it and notifies waiting Lockers. early is
+// the queue entry of this Locker's fair waiter that was handed the lock
+// already, with fence earlyFence ("" when none).
+func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token, early string, earlyFence uint64) (handoff, error) {
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
-		token, k.grants, b.self, b.publish)
+		token, k.grants, b.self, b.publish, early, earlyFence)
 	if err != nil {
 		return handoff{}, err
 	}
@@ -116,12 +120,22 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token str
 	code, _ := vals[0].(int64)
 	switch code {
 	case 2, 3:
-		if len(vals) != 3 {
-			return handoff{}, fmt.Errorf("release script returned %d values, want 3", len(vals))
+		want := 3
+		if code == 2 {
+			want = 5
+		}
+		if len(vals) != want {
+			return handoff{}, fmt.Errorf("release script returned %d values, want %d", len(vals), want)
 		}
 		f, _ := vals[1].(int64)
 		to, _ := vals[2].(string)
-		return handoff{ownership: owned, to: to, fence: uint64(f), local: code == 2}, nil
+		h := handoff{ownership: owned, to: to, fence: uint64(f), local: code == 2}
+		if h.local {
+			r, _ := vals[3].(int64)
+			h.reserved = uint64(r)
+			h.next, _ = vals[4].(string)
+		}
+		return h, nil
 	}
 	return handoff{ownership: ownershipOf(code)}, nil
 }

@@ -39,7 +39,7 @@ type room struct {
 // waitBackend is what a backend offers for waiting without polling:
 // release notifications and fair queues. The Redis backend has it.
 type waitBackend interface {
-	releaseHandoff(ctx context.Context, k lockKeys, token string) (handoff, error)
+	releaseHandoff(ctx context.Context, k lockKeys, token, early string, earlyFence uint64) (handoff, error)
 	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration, force bool) (transferReply, error)
 	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
 	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
@@ -64,6 +64,7 @@ type grantInfo struct {
 	fence     uint64
 	validFrom time.Time
 	reserved  uint64    // a fence reserved for the next local hand-over, or 0
+	next      string    // fair: the entry of the waiter first in line after this one, or ""
 	early     *handover // set instead when the waiter starts before Redis confirms
 }
 
@@ -77,13 +78,33 @@ type grantInfo struct {
 type handover struct {
 	fence    uint64
 	deadline time.Time
+	done     chan struct{} // closed when settled
 
 	mu      sync.Mutex
 	lease   *Lease // the waiter's, once made
 	settled bool
 	sentAt  time.Time  // when settled and confirmed: the transfer's send time
 	reserve uint64     // when settled and confirmed: the next reserved fence, or 0
+	next    string     // when settled and confirmed, fair: the waiter first in line, or ""
 	lost    *LostError // when settled: the transfer found the lock gone
+}
+
+func newHandover(fence uint64, deadline time.Time) *handover {
+	return &handover{fence: fence, deadline: deadline, done: make(chan struct{})}
+}
+
+// wait returns once h is settled, or its deadline has passed (the
+// releasing lease's token is gone from Redis by then), or ctx ends: a
+// waiter that gives up a lock handed to it early releases it after that,
+// not before the hand-over reaches Redis.
+func (h *handover) wait(ctx context.Context) {
+	t := time.NewTimer(time.Until(h.deadline))
+	defer t.Stop()
+	select {
+	case <-h.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 // attach gives h the waiter's lease, applying the answer if it is in.
@@ -99,10 +120,11 @@ func (h *handover) attach(l *Locker, s *Lease) {
 // settle records the transfer's answer, applying it if the lease is made.
 // An answer that never came (Redis unreachable) is not settled: the lease
 // ends at its deadline.
-func (h *handover) settle(l *Locker, sentAt time.Time, reserve uint64, lost *LostError) {
+func (h *handover) settle(l *Locker, sentAt time.Time, reserve uint64, next string, lost *LostError) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.settled, h.sentAt, h.reserve, h.lost = true, sentAt, reserve, lost
+	h.settled, h.sentAt, h.reserve, h.next, h.lost = true, sentAt, reserve, next, lost
+	close(h.done)
 	if h.lease != nil {
 		h.apply(l)
 	}
@@ -115,6 +137,7 @@ func (h *handover) apply(l *Locker) {
 		return
 	}
 	h.lease.reserved.Store(h.reserve)
+	h.lease.next.Store(&h.next)
 	l.keeper.confirm(h.lease, h.sentAt)
 }
 
@@ -169,20 +192,30 @@ func (l *Locker) deliver(channel, payload string) {
 	if !ok {
 		return
 	}
-	token, fenceText, ok := strings.Cut(payload, " ")
-	fence, err := strconv.ParseUint(fenceText, 10, 64)
-	if !ok || err != nil {
+	// "<token> <fence> <reserved> <entry of the waiter next in line>"
+	parts := strings.SplitN(payload, " ", 4)
+	var fence, reserved uint64
+	var err error
+	if len(parts) == 4 {
+		fence, err = strconv.ParseUint(parts[1], 10, 64)
+		if err == nil {
+			reserved, err = strconv.ParseUint(parts[2], 10, 64)
+		}
+	}
+	if len(parts) != 4 || err != nil {
 		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("channel", channel))
 		return
 	}
-	l.handTo(newLockKeysFromBase(base), token, fence, time.Time{}, 0)
+	l.handTo(newLockKeysFromBase(base), parts[0], fence, time.Time{}, reserved, parts[3])
 }
 
 // handTo gives the lock, just granted to token in Redis, to its waiter in
 // this Locker. validFrom is when the grant's request left, if this Locker
-// sent it; zero when only the waiter's own last attempt bounds it. A token
-// nobody here waits for any more is released, so the lock moves on.
-func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom time.Time, reserved uint64) {
+// sent it; zero when only the waiter's own last attempt bounds it. reserved
+// and next are what the grant left for the waiter's own hand-over (see
+// grantInfo). A token nobody here waits for any more is released, so the
+// lock moves on.
+func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
 	l.roomsMu.Lock()
 	var w *waiter
 	if r := l.rooms[keys.lock]; r != nil {
@@ -195,19 +228,23 @@ func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom tim
 			if w.busySent.After(validFrom) {
 				validFrom = w.busySent
 			}
-			w.grant <- grantInfo{fence: fence, validFrom: validFrom, reserved: reserved}
+			w.grant <- grantInfo{fence: fence, validFrom: validFrom, reserved: reserved, next: next}
 		}
 		l.roomsMu.Unlock()
 		return // else a duplicate: the waiter already has the lock
 	}
 	l.roomsMu.Unlock()
-	go l.releaseStray(keys, token)
+	go l.releaseStray(keys, token, nil)
 }
 
-// releaseStray releases a lock granted to a waiter that is gone.
-func (l *Locker) releaseStray(keys lockKeys, token string) {
+// releaseStray releases a lock granted to a waiter that is gone; when it
+// was handed over early (h), once the hand-over has reached Redis.
+func (l *Locker) releaseStray(keys lockKeys, token string, h *handover) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
+	if h != nil {
+		h.wait(ctx)
+	}
 	if _, err := l.releaseToken(ctx, keys, token); err != nil {
 		l.logger.Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
 			slog.String("lock", keys.lock), slog.Any("error", err))
@@ -228,28 +265,33 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) 
 		case err != nil:
 			return 0, err
 		case t.done:
-			l.handTo(keys, to, t.counter-1, sentAt, t.reserve())
+			l.handTo(keys, to, t.counter-1, sentAt, t.reserve(), "")
 			return owned, nil
 		case !t.fairQueue:
 			return t.ownership, nil
 		}
 	}
 	sentAt := time.Now()
-	h, err := l.waits.releaseHandoff(ctx, keys, token)
+	h, err := l.waits.releaseHandoff(ctx, keys, token, "", 0)
 	if err == nil && h.local {
-		l.handTo(keys, h.to, h.fence, sentAt, 0)
+		l.handTo(keys, h.to, h.fence, sentAt, h.reserved, h.next)
 	}
 	return h.ownership, err
 }
 
 // releaseLease releases s, whose validity ends at deadline (zero when
 // unknown or lost). When s holds a reserved fence and has validity to
-// spare, and a default-mode waiter of this Locker waits for the key, the
-// waiter gets the lock at once and the transfer confirms it afterwards.
+// spare, and a waiter of this Locker is next (a fair lease: the one first
+// in line when s was granted; a default one: the first default-mode
+// waiter), that waiter gets the lock at once and the hand-over on the wire
+// confirms it afterwards.
 func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
 	reserved := s.reserved.Load()
 	if l.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
 		return l.releaseToken(ctx, s.keys, s.token)
+	}
+	if s.fair {
+		return l.releaseFairEarly(ctx, s, reserved, deadline)
 	}
 	w, h := l.handEarly(s.keys, reserved, deadline)
 	if w == nil {
@@ -261,11 +303,60 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	case err != nil:
 		return 0, err
 	case t.done:
-		h.settle(l, sentAt, t.reserve(), nil)
+		h.settle(l, sentAt, t.reserve(), "", nil)
 		return owned, nil
 	}
-	h.settle(l, sentAt, 0, &LostError{Key: s.key, Reason: t.ownership.lostReason()})
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: t.ownership.lostReason()})
 	return t.ownership, nil
+}
+
+// releaseFairEarly releases the fair lease s, handing the lock at once to
+// the waiter first in line if it is this Locker's.
+func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64, deadline time.Time) (ownership, error) {
+	next := s.next.Load()
+	if next == nil || *next == "" {
+		return l.releaseToken(ctx, s.keys, s.token)
+	}
+	id, rest, _ := strings.Cut(*next, " ")
+	token, _, _ := strings.Cut(rest, " ")
+	if id != l.id {
+		return l.releaseToken(ctx, s.keys, s.token)
+	}
+	h := l.handEarlyFair(s.keys, token, reserved, deadline)
+	if h == nil {
+		return l.releaseToken(ctx, s.keys, s.token)
+	}
+	sentAt := time.Now()
+	ho, err := l.waits.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
+	switch {
+	case err != nil:
+		return 0, err
+	case ho.local && ho.to == token:
+		h.settle(l, sentAt, ho.reserved, ho.next, nil)
+		return owned, nil
+	}
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: ho.ownership.lostReason()})
+	return ho.ownership, nil
+}
+
+// handEarlyFair hands the lock of keys to this Locker's fair waiter with
+// token, before Redis is told: it returns the hand-over to settle, or nil
+// when that waiter is gone or already has the lock.
+func (l *Locker) handEarlyFair(keys lockKeys, token string, fence uint64, deadline time.Time) *handover {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[keys.lock]
+	if r == nil {
+		return nil
+	}
+	w := r.fair[token]
+	if w == nil || w.wake != nil || w.delivered {
+		return nil // gone, a default-mode waiter, or granted already
+	}
+	w.delivered = true
+	h := newHandover(fence, deadline)
+	w.grant <- grantInfo{early: h}
+	return h
 }
 
 // handEarly hands the lock of keys to the first default-mode waiter of this
@@ -280,7 +371,7 @@ func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline time.Time) (*wa
 	}
 	w := r.defaults[0]
 	w.delivered = true
-	h := &handover{fence: fence, deadline: deadline}
+	h := newHandover(fence, deadline)
 	w.grant <- grantInfo{early: h}
 	return w, h
 }
@@ -357,7 +448,7 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 		case g := <-w.grant:
 			// A release in this Locker handed the lock over.
 			if g.early != nil {
-				return l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early)
+				return l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, false)
 			}
 			lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, false)
 			if lease != nil {
@@ -397,8 +488,8 @@ func (l *Locker) leaveDefault(r *room, w *waiter) {
 	defer l.roomsMu.Unlock()
 	delete(r.fair, w.token)
 	select {
-	case <-w.grant:
-		go l.releaseStray(r.keys, w.token)
+	case g := <-w.grant:
+		go l.releaseStray(r.keys, w.token, g.early)
 	default:
 	}
 	for i, x := range r.defaults {
@@ -502,6 +593,11 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 	for {
 		select {
 		case g := <-w.grant:
+			if g.early != nil {
+				// Handed over by a release in this Locker, before Redis
+				// confirmed it.
+				return l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, true)
+			}
 			if time.Since(g.validFrom) > ac.ttl/3 {
 				// Queued long ago: the grant's start is only known to be
 				// after w's last attempt. Renew to learn a fresh one.
@@ -518,7 +614,12 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 				}
 				g.validFrom = sentAt
 			}
-			return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, true)
+			lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, true)
+			if lease != nil {
+				lease.reserved.Store(g.reserved)
+				lease.next.Store(&g.next)
+			}
+			return lease, err
 		case <-poll.C:
 			sentAt := time.Now()
 			reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modePoll)
@@ -597,7 +698,15 @@ func (l *Locker) abandonFair(keys lockKeys, w *waiter, entry string, why error) 
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
 	granted := delivered
-	if !delivered {
+	if delivered {
+		select {
+		case g := <-w.grant:
+			if g.early != nil {
+				g.early.wait(ctx)
+			}
+		default:
+		}
+	} else {
 		g, err := l.waits.leave(ctx, keys, entry, w.token)
 		if err != nil {
 			// The entry stays until a hand-over skips it or the queue

@@ -40,19 +40,7 @@ func waitQueueLen(t *testing.T, admin *redis.Client, key string, n int64) {
 // scriptCalls reads how many EVALSHA and EVAL calls srv has served.
 func scriptCalls(t *testing.T, srv *redistest.Server) int64 {
 	t.Helper()
-	stats := srv.Info(t, "commandstats")
-	var n int64
-	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
-		v := stats[cmd] // "calls=12,usec=..."
-		var calls int64
-		if v != "" {
-			if _, err := fmt.Sscanf(v, "calls=%d", &calls); err != nil {
-				t.Fatalf("%s = %q: %v", cmd, v, err)
-			}
-		}
-		n += calls
-	}
-	return n
+	return commandCalls(t, srv, "evalsha") + commandCalls(t, srv, "eval")
 }
 
 // TestFairHandsOverInArrivalOrder queues 100 waiters from four Lockers one

@@ -1,6 +1,6 @@
 -- fair.lua: take the lock in arrival order, or join its queue.
 --
--- KEYS[1]  lock key
+-- KEYS[1]  lock key            (value: see grant.lua)
 -- KEYS[2]  fence counter key
 -- KEYS[3]  fair queue key (a list of "<locker id> <token> <ttl ms>")
 -- ARGV[1]  owner token
@@ -13,15 +13,24 @@
 --
 -- The queue has no TTL: entries leave when granted (those of Lockers that
 -- stopped listening are skipped then) or when their waiter gives up
--- (leave.lua), and an empty list does not exist.
+-- (leave.lua), and an empty list does not exist. The first waiter in line
+-- may be kept in the lock's value instead of the list; should the lock
+-- expire with it, that waiter finds itself in neither when it polls and
+-- queues again.
 --
 -- Returns {1, fence} when the lock was taken, {2, fence, pttl} when it had
 -- been granted to this waiter already, {0, pttl} when another owner holds it
 -- (the waiter is then queued, unless "try").
 local tok, entry = ARGV[1], ARGV[3]
 local owner = redis.call('GET', KEYS[1])
-if owner == tok .. '+' or owner == tok then
-  return {2, tonumber(redis.call('GET', KEYS[2])), redis.call('PTTL', KEYS[1])}
+local otok, first = nil, ''
+if owner then
+  local _
+  otok, _, first = owner_parts(owner)
+end
+if otok == tok then
+  -- Granted: a grant leaves the counter one past the waiter's fence.
+  return {2, tonumber(redis.call('GET', KEYS[2])) - 1, redis.call('PTTL', KEYS[1])}
 end
 if owner == false then
   local mine = true
@@ -31,8 +40,13 @@ if owner == false then
   elseif head then
     -- Free while others wait (a grant expired unclaimed, or the holder's
     -- release did not hand over): the first live waiter ahead goes first.
-    local g = grant(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], '', entry)
+    local g = grant(KEYS[1], KEYS[2], KEYS[3], ARGV[5], ARGV[6], '', entry, '', '', '')
     mine = g == nil or g[1] == 4
+    if not mine then
+      -- This waiter may now be first in line, in the new holder's value.
+      local _, _, f = owner_parts(redis.call('GET', KEYS[1]))
+      first = f
+    end
   end
   if mine then
     redis.call('SET', KEYS[1], head and (tok .. '+') or tok, 'PX', ARGV[2])
@@ -43,11 +57,11 @@ local pttl = redis.call('PTTL', KEYS[1])
 if ARGV[4] == 'try' then
   return {0, pttl}
 end
-if ARGV[4] == 'wait' or not redis.call('LPOS', KEYS[3], entry) then
+if ARGV[4] == 'wait' or (first ~= entry and not redis.call('LPOS', KEYS[3], entry)) then
   if redis.call('RPUSH', KEYS[3], entry) == 1 then
-    -- A new queue: mark the holder so that its release hands over.
+    -- A new list: mark the holder so that its release hands over.
     local cur = redis.call('GET', KEYS[1])
-    if cur and string.sub(cur, -1) ~= '+' then
+    if cur and not string.find(cur, '+', 1, true) then
       redis.call('SET', KEYS[1], cur .. '+', 'KEEPTTL')
     end
   end

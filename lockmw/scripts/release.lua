@@ -1,8 +1,7 @@
 -- release.lua: give up the lock only if the caller still owns it, handing it
 -- to the first live fair waiter, or else notifying the waiters.
 --
--- KEYS[1]  lock key            (value: the owner's token; "+" appended when
---                               fair waiters may be queued)
+-- KEYS[1]  lock key            (value: see grant.lua)
 -- KEYS[2]  fence counter key
 -- KEYS[3]  fair queue key
 -- KEYS[4]  release notification channel
@@ -10,22 +9,40 @@
 -- ARGV[2]  grant channel prefix (a Locker id completes it)
 -- ARGV[3]  the calling Locker's id
 -- ARGV[4]  PUBLISH, or SPUBLISH on Redis Cluster
+-- ARGV[5]  the entry of the caller's own fair waiter that was handed the
+--          lock already (early), or ''
+-- ARGV[6]  that waiter's fence
+--
+-- The early waiter is the one the lock's value names as next in line: its
+-- Locker learnt that when this holder got the lock. Should it not be (it
+-- cannot, while the caller owns the lock), it has started all the same and
+-- gets the lock; the waiter that was next stays first in line.
 --
 -- Returns {1} when the lock was deleted (and the release notified), {2,
--- fence, token} or {3, fence, token} when it was handed to a fair waiter
--- (see grant), {0} when it no longer exists, {-1} when another owner holds it
--- (left untouched).
+-- fence, token, reserved, next} or {3, fence, token} when it was handed to a
+-- fair waiter (see grant), {0} when it no longer exists, {-1} when another
+-- owner holds it (left untouched).
 local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}
 end
-if owner == ARGV[1] .. '+' then
-  local g = grant(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[4], ARGV[3], '')
+local tok, marked, first = owner_parts(owner)
+if tok ~= ARGV[1] then
+  return {-1}
+end
+local early = ARGV[5]
+if marked == '+' or early ~= '' then
+  if early ~= '' and first ~= early then
+    redis.call('LREM', KEYS[3], 1, early)
+    if first ~= '' then
+      redis.call('LPUSH', KEYS[3], first)
+    end
+    first = early
+  end
+  local g = grant(KEYS[1], KEYS[2], KEYS[3], ARGV[2], ARGV[4], ARGV[3], '', first, early, ARGV[6])
   if g then
     return g
   end
-elseif owner ~= ARGV[1] then
-  return {-1}
 end
 redis.call('DEL', KEYS[1])
 redis.call(ARGV[4], KEYS[4], '')

@@ -1,7 +1,7 @@
 -- transfer.lua: hand the lock straight to a waiter of the caller's own
 -- Locker.
 --
--- KEYS[1]  lock key
+-- KEYS[1]  lock key            (value: see grant.lua)
 -- KEYS[2]  fence counter key
 -- KEYS[3]  release notification channel
 -- ARGV[1]  owner token
@@ -27,10 +27,11 @@ local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}
 end
-local marked = owner == ARGV[1] .. '+'
-if not marked and owner ~= ARGV[1] then
+local tok, mark, first = string.match(owner, '^([^+]*)(%+?)(.*)$')
+if tok ~= ARGV[1] then
   return {-1}
 end
+local marked = mark == '+'
 local others = marked or redis.call('PUBSUB', ARGV[4], KEYS[3])[2] > 1
 if ARGV[6] ~= '1' then
   if marked then
@@ -42,5 +43,5 @@ if ARGV[6] ~= '1' then
     return {1}
   end
 end
-redis.call('SET', KEYS[1], marked and (ARGV[2] .. '+') or ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2] .. mark .. first, 'PX', ARGV[3])
 return {2, redis.call('INCRBY', KEYS[2], 2), others and 1 or 0}

@@ -14,17 +14,31 @@ type lockKeys struct {
 }
 
 func newLockKeys(prefix, key string) lockKeys {
-	return newLockKeysFromBase(prefix + "{" + key + "}")
+	// One allocation for all five: each name is a slice of it.
+	all := prefix + "{" + key + "}:fence" + prefix + "{" + key + "}:q" + prefix + "{" + key + "}:n" + prefix + "{" + key + "}:g:"
+	return keysIn(all, len(prefix)+len(key)+2)
 }
 
 // newLockKeysFromBase returns the keys of the lock whose lock key is base.
 func newLockKeysFromBase(base string) lockKeys {
+	return keysIn(base+":fence"+base+":q"+base+":n"+base+":g:", len(base))
+}
+
+// keysIn slices the names out of all, which holds the fence counter, queue,
+// notification channel and grant prefix names in a row, for a lock key of
+// n bytes.
+func keysIn(all string, n int) lockKeys {
+	fence := all[:n+len(":fence")]
+	rest := all[len(fence):]
+	queue := rest[:n+len(":q")]
+	rest = rest[len(queue):]
+	notify := rest[:n+len(":n")]
 	return lockKeys{
-		lock:   base,
-		fence:  base + ":fence",
-		queue:  base + ":q",
-		notify: base + ":n",
-		grants: base + ":g:",
+		lock:   all[:n],
+		fence:  fence,
+		queue:  queue,
+		notify: notify,
+		grants: rest[len(notify):],
 	}
 }
 

@@ -173,7 +173,7 @@ func (l *Locker) releaseAll(held []*Lease) error {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 			defer cancel()
-			if _, err := l.releaseToken(ctx, s.keys, s.token); err != nil {
+			if _, err := l.releaseTokenOf(ctx, s.keys, s.token, s.fair); err != nil {
 				mu.Lock()
 				errs = append(errs, unavailable("release", s.key, err))
 				mu.Unlock()
@@ -351,7 +351,7 @@ func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys l
 	giveBack := func(err error) (*Lease, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
 		defer cancel()
-		_, _ = l.releaseToken(ctx, keys, token)
+		_, _ = l.releaseTokenOf(ctx, keys, token, fair)
 		if fair {
 			l.forgetFair(keys, token)
 		}

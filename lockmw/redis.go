@@ -27,6 +27,8 @@ var (
 	leaveSource string
 	//go:embed scripts/transfer.lua
 	transferSource string
+	//go:embed scripts/unlock.lua
+	unlockSource string
 
 	acquireScript  = redis.NewScript(acquireSource)
 	releaseScript  = redis.NewScript(grantSource + releaseSource)
@@ -34,6 +36,7 @@ var (
 	fairScript     = redis.NewScript(grantSource + fairSource)
 	leaveScript    = redis.NewScript(leaveSource)
 	transferScript = redis.NewScript(transferSource)
+	unlockScript   = redis.NewScript(unlockSource)
 )
 
 // redisBackend keeps locks on one Redis deployment: a standalone server, a
@@ -91,6 +94,24 @@ func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, tt
 func (b *redisBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
 	h, err := b.releaseHandoff(ctx, k, token, "", 0)
 	return h.ownership, err
+}
+
+// unlock releases the lock held by token, acquired without Fair, with the
+// short script; fair reports that fair waiters have queued behind it, and
+// the lock was left for releaseHandoff.
+func (b *redisBackend) unlock(ctx context.Context, k lockKeys, token string) (o ownership, fair bool, err error) {
+	reply, err := b.runScript(ctx, reshardPatience, unlockScript, []string{k.lock, k.notify}, token, b.publish)
+	if err != nil {
+		return 0, false, err
+	}
+	code, ok := reply.(int64)
+	if !ok {
+		return 0, false, fmt.Errorf("unlock script returned %T, want an integer", reply)
+	}
+	if code == 2 {
+		return 0, true, nil
+	}
+	return ownershipOf(code), false, nil
 }
 
 // handoff is what a release did with the lock.

@@ -40,6 +40,7 @@ type room struct {
 // release notifications and fair queues. The Redis backend has it.
 type waitBackend interface {
 	releaseHandoff(ctx context.Context, k lockKeys, token, early string, earlyFence uint64) (handoff, error)
+	unlock(ctx context.Context, k lockKeys, token string) (o ownership, fair bool, err error)
 	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration, force bool) (transferReply, error)
 	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
 	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
@@ -255,6 +256,14 @@ func (l *Locker) releaseStray(keys lockKeys, token string, h *handover) {
 // waiters are queued; a hand-over to this Locker's own waiter is delivered
 // here, without a message.
 func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) (ownership, error) {
+	return l.releaseTokenOf(ctx, keys, token, true)
+}
+
+// releaseTokenOf is releaseToken; for a lock acquired without Fair (fair
+// false), the short unlock script goes first: it does not hand over, and
+// leaves the lock to releaseHandoff when fair waiters have queued behind
+// it.
+func (l *Locker) releaseTokenOf(ctx context.Context, keys lockKeys, token string, fair bool) (ownership, error) {
 	if l.waits == nil {
 		return l.backend.release(ctx, keys, token)
 	}
@@ -269,6 +278,12 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) 
 			return owned, nil
 		case !t.fairQueue:
 			return t.ownership, nil
+		}
+	}
+	if !fair {
+		o, queued, err := l.waits.unlock(ctx, keys, token)
+		if err != nil || !queued {
+			return o, err
 		}
 	}
 	sentAt := time.Now()
@@ -288,14 +303,14 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) 
 func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
 	reserved := s.reserved.Load()
 	if l.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseTokenOf(ctx, s.keys, s.token, s.fair)
 	}
 	if s.fair {
 		return l.releaseFairEarly(ctx, s, reserved, deadline)
 	}
 	w, h := l.handEarly(s.keys, reserved, deadline)
 	if w == nil {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseTokenOf(ctx, s.keys, s.token, false)
 	}
 	sentAt := time.Now()
 	t, err := l.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)

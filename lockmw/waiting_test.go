@@ -65,7 +65,7 @@ func TestFairHandsOverInArrivalOrder(t *testing.T) {
 	}
 
 	// Load the release script, so that the hand-overs below run it by SHA.
-	warm, err := holder.Acquire(ctx, "warm-up")
+	warm, err := holder.Acquire(ctx, "warm-up", lockmw.Fair())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"context"
+	"hash/maphash"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -34,6 +35,7 @@ type scriptCall struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
+	slot   uint64 // of keys[0], the lock key
 	// wake is sent nil when the call has run, or the batch this caller is
 	// to send (its own call first).
 	wake chan []*scriptCall
@@ -44,15 +46,20 @@ type batcher struct {
 	client redis.UniversalClient
 	pool   sync.Pool
 
+	seed     maphash.Seed
 	mu       sync.Mutex
-	trips    int             // round trips on the wire
-	inflight map[string]int  // lock keys of the calls on the wire, and how many
-	queue    []*scriptCall   // calls waiting, in arrival order
-	blocked  map[string]bool // scratch for send: keys that must wait
+	trips    int                   // round trips on the wire
+	inflight [keySlots]int32       // calls on the wire, by slot of their lock key
+	queue    []*scriptCall         // calls waiting, in arrival order
+	blocked  [keySlots / 64]uint64 // scratch for send: slots that must wait
 }
 
+// keySlots is how many slots lock keys hash to for ordering: calls whose
+// keys share a slot keep their order as if they were for one key.
+const keySlots = 1024
+
 func newBatcher(client redis.UniversalClient) *batcher {
-	b := &batcher{client: client, inflight: make(map[string]int), blocked: make(map[string]bool)}
+	b := &batcher{client: client, seed: maphash.MakeSeed()}
 	b.pool.New = func() any { return &scriptCall{wake: make(chan []*scriptCall, 1)} }
 	return b
 }
@@ -61,11 +68,12 @@ func newBatcher(client redis.UniversalClient) *batcher {
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
 	c := b.pool.Get().(*scriptCall)
 	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
+	c.slot = maphash.String(b.seed, keys[0]) % keySlots
 
 	b.mu.Lock()
-	if b.trips < maxTrips && len(b.queue) == 0 && b.inflight[keys[0]] == 0 {
+	if b.trips < maxTrips && len(b.queue) == 0 && b.inflight[c.slot] == 0 {
 		b.trips++
-		b.inflight[keys[0]]++
+		b.inflight[c.slot]++
 		b.mu.Unlock()
 		b.send([]*scriptCall{c})
 	} else {
@@ -90,33 +98,29 @@ func (b *batcher) send(batch []*scriptCall) {
 	b.mu.Lock()
 	b.trips--
 	for _, c := range batch {
-		if n := b.inflight[c.keys[0]]; n <= 1 {
-			delete(b.inflight, c.keys[0])
-		} else {
-			b.inflight[c.keys[0]] = n - 1
-		}
+		b.inflight[c.slot]--
 	}
 	var starts [][]*scriptCall
 	for b.trips < maxTrips && len(b.queue) > 0 {
 		var next []*scriptCall
 		rest := b.queue[:0]
 		for _, c := range b.queue {
-			k := c.keys[0]
-			if len(next) == maxBatch || b.blocked[k] || b.inflight[k] > 0 {
-				b.blocked[k] = true
+			word, bit := c.slot/64, uint64(1)<<(c.slot%64)
+			if len(next) == maxBatch || b.blocked[word]&bit != 0 || b.inflight[c.slot] > 0 {
+				b.blocked[word] |= bit
 				rest = append(rest, c)
 				continue
 			}
 			next = append(next, c)
 		}
-		clear(b.blocked)
+		clear(b.blocked[:])
 		clear(b.queue[len(rest):])
 		b.queue = rest
 		if len(next) == 0 {
 			break
 		}
 		for _, c := range next {
-			b.inflight[c.keys[0]]++
+			b.inflight[c.slot]++
 		}
 		b.trips++
 		starts = append(starts, next)
@@ -135,7 +139,10 @@ func (b *batcher) send(batch []*scriptCall) {
 func (b *batcher) exec(batch []*scriptCall) {
 	if len(batch) == 1 {
 		c := batch[0]
-		c.cmd = c.script.Run(c.ctx, b.client, c.keys, c.args...)
+		c.cmd = c.script.EvalSha(c.ctx, b.client, c.keys, c.args...)
+		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			c.cmd = c.script.Eval(c.ctx, b.client, c.keys, c.args...)
+		}
 		return
 	}
 	ctx := context.Background()
@@ -146,7 +153,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
 	var resend redis.Pipeliner
 	for _, c := range batch {
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			if resend == nil {
 				resend = b.client.Pipeline()
 			}

@@ -378,3 +378,41 @@ func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int64 {
 	}
 	return calls
 }
+
+// TestAcquireGivesBackALockWithoutAFence breaks the fence counter (a value
+// INCR refuses): on one server an acquisition sets the lock and draws the
+// fence in two commands, so when the draw fails the lock must be given
+// back at once, not left to expire, and the error must say Redis failed.
+func TestAcquireGivesBackALockWithoutAFence(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "fence:broken"
+	l := newLocker(t, srv, lockmw.WithTTL(time.Minute))
+
+	if err := admin.Set(ctx, lockKey(key)+":fence", "not a number", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.TryAcquire(ctx, key)
+	if !errors.Is(err, lockmw.ErrUnavailable) || errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("TryAcquire = %v, want ErrUnavailable", err)
+	}
+	if n, err := admin.Exists(ctx, lockKey(key)).Result(); err != nil || n != 0 {
+		t.Fatalf("the lock key is left (%d, %v): it would block others for its whole TTL", n, err)
+	}
+
+	// Repaired, the counter goes on.
+	if err := admin.Set(ctx, lockKey(key)+":fence", "41", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Fence() != 42 {
+		t.Fatalf("fence %d, want 42", lease.Fence())
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

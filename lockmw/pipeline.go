@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/maphash"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,14 +29,19 @@ const (
 	maxBatch = 64 // calls in one pipeline
 )
 
-// scriptCall is one script run through the batcher.
+// scriptCall is one script run through the batcher, or one plain
+// acquisition (script nil; see setNX).
 type scriptCall struct {
 	ctx    context.Context
 	script *redis.Script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
-	slot   uint64 // of keys[0], the lock key
+	// A plain acquisition's replies.
+	set  *redis.BoolCmd
+	incr *redis.IntCmd
+	pttl *redis.DurationCmd
+	slot uint64 // of keys[0], the lock key
 	// wake is sent nil when the call has run, or the batch this caller is
 	// to send (its own call first).
 	wake chan []*scriptCall
@@ -66,6 +72,38 @@ func newBatcher(client redis.UniversalClient) *batcher {
 
 // run runs script, whose first key is the lock key, and returns its reply.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+	c := b.call(ctx, script, keys, args)
+	v, err := c.cmd.Result()
+	b.done(c)
+	return v, err
+}
+
+// setNX takes the lock key keys[0] for token for ttl without a script, and
+// draws a fence from the counter keys[1]: SET NX PX, INCR and PTTL, sent
+// together and run by Redis one after the other. It returns the fence when
+// the lock was taken (acquired), else the holder's PTTL reply. The counter
+// moves on either way: a fence drawn by a failed attempt is never used,
+// and the next holder draws after this one's SET failed, so fences still
+// increase from holder to holder.
+func (b *batcher) setNX(ctx context.Context, keys []string, token string, ttl time.Duration) (acquired bool, n int64, err error) {
+	c := b.call(ctx, nil, keys, []any{token, ttl})
+	defer b.done(c)
+	if acquired, err = c.set.Result(); err != nil {
+		return false, 0, err
+	}
+	if acquired {
+		n, err = c.incr.Result()
+		return true, n, err
+	}
+	d, err := c.pttl.Result()
+	if d >= 0 {
+		d /= time.Millisecond
+	}
+	return false, int64(d), err
+}
+
+// call sends one call through a round trip and returns it answered.
+func (b *batcher) call(ctx context.Context, script *redis.Script, keys []string, args []any) *scriptCall {
 	c := b.pool.Get().(*scriptCall)
 	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
 	c.slot = maphash.String(b.seed, keys[0]) % keySlots
@@ -84,10 +122,14 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 		}
 	}
 
-	v, err := c.cmd.Result()
+	return c
+}
+
+// done recycles c.
+func (b *batcher) done(c *scriptCall) {
 	c.ctx, c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil, nil
+	c.set, c.incr, c.pttl = nil, nil, nil
 	b.pool.Put(c)
-	return v, err
 }
 
 // send runs batch (whose first call is the caller's own), wakes the other
@@ -137,7 +179,7 @@ func (b *batcher) send(batch []*scriptCall) {
 // exec sends batch in one pipeline, resending in full (EVAL) the scripts a
 // node does not have cached, again in one round trip.
 func (b *batcher) exec(batch []*scriptCall) {
-	if len(batch) == 1 {
+	if len(batch) == 1 && batch[0].script != nil {
 		c := batch[0]
 		c.cmd = c.script.EvalSha(c.ctx, b.client, c.keys, c.args...)
 		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
@@ -146,14 +188,23 @@ func (b *batcher) exec(batch []*scriptCall) {
 		return
 	}
 	ctx := context.Background()
+	if len(batch) == 1 {
+		ctx = batch[0].ctx
+	}
 	pipe := b.client.Pipeline()
 	for _, c := range batch {
+		if c.script == nil {
+			c.set = pipe.SetNX(ctx, c.keys[0], c.args[0], c.args[1].(time.Duration))
+			c.incr = pipe.Incr(ctx, c.keys[1])
+			c.pttl = pipe.PTTL(ctx, c.keys[0])
+			continue
+		}
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
 	var resend redis.Pipeliner
 	for _, c := range batch {
-		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+		if c.script != nil && c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			if resend == nil {
 				resend = b.client.Pipeline()
 			}

@@ -54,6 +54,9 @@ type redisBackend struct {
 	// replicas: no WAIT.
 	waitReplicas int
 	waitTimeout  time.Duration
+	// plainAcquire: acquire with plain commands instead of the script (one
+	// server; on Cluster a slot migration could run them out of order).
+	plainAcquire bool
 }
 
 func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
@@ -61,6 +64,7 @@ func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
 	if _, ok := client.(*redis.ClusterClient); ok {
 		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
 	}
+	_, b.plainAcquire = client.(*redis.Client)
 	b.subs = newSubscriber(client)
 	b.batch = newBatcher(client)
 	return b

@@ -64,12 +64,29 @@ func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, sc
 	return reply, err
 }
 
-// runAcquire runs the acquire script for k and returns its reply.
+// runAcquire makes one acquisition attempt for k and returns the acquire
+// script's reply: with the script, or on one server (plainAcquire) with
+// plain commands, which Redis runs for less than the script.
 func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (vals []int64, err error) {
 	err = b.whileSlotMoves(ctx, ttl/4, func() error {
 		if b.waitReplicas > 0 {
 			vals, err = b.acquireReplicated(ctx, k, token, ttl)
 			return err
+		}
+		if b.plainAcquire {
+			ok, n, err := b.batch.setNX(ctx, []string{k.lock, k.fence}, token, time.Duration(millis(ttl))*time.Millisecond)
+			if err != nil {
+				if ok {
+					// Taken, but no fence drawn: give it back.
+					_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
+				}
+				return err
+			}
+			vals = []int64{0, n}
+			if ok {
+				vals[0] = 1
+			}
+			return nil
 		}
 		var reply any
 		if reply, err = b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err != nil {

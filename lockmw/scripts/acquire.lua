@@ -5,6 +5,9 @@
 -- ARGV[1]  owner token
 -- ARGV[2]  lease TTL in milliseconds
 --
+-- Used on Redis Cluster, with WAIT and by Redlock; on one server the same
+-- steps go as plain commands in one pipeline (batcher.setNX).
+--
 -- Returns {1, fence} when the lock was taken, {0, pttl} when another owner
 -- holds it (pttl: the holder's remaining milliseconds, -1 if it has no expiry).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then

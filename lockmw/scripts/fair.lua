@@ -19,8 +19,8 @@
 -- queues again.
 --
 -- Returns {1, fence} when the lock was taken, {2, fence, pttl} when it had
--- been granted to this waiter already, {0, pttl} when another owner holds it
--- (the waiter is then queued, unless "try").
+-- been granted to this waiter already (a fence drawn now), {0, pttl} when
+-- another owner holds it (the waiter is then queued, unless "try").
 local tok, entry = ARGV[1], ARGV[3]
 local owner = redis.call('GET', KEYS[1])
 local otok, first = nil, ''
@@ -29,8 +29,9 @@ if owner then
   otok, _, first = owner_parts(owner)
 end
 if otok == tok then
-  -- Granted: a grant leaves the counter one past the waiter's fence.
-  return {2, tonumber(redis.call('GET', KEYS[2])) - 1, redis.call('PTTL', KEYS[1])}
+  -- Granted, the message not seen: the fence the grant drew is not known
+  -- here (failed plain attempts move the counter too), so draw a new one.
+  return {2, redis.call('INCR', KEYS[2]), redis.call('PTTL', KEYS[1])}
 end
 if owner == false then
   local mine = true

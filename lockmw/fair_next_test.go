@@ -1,11 +1,9 @@
 package lockmw_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -302,20 +300,10 @@ func TestFairFirstInLineOutlivesAKilledHolder(t *testing.T) {
 // Fair and then holds it; held is closed once it holds it.
 func startFairHolderProcess(t *testing.T, srv *redistest.Server, key string, ttl time.Duration) (*exec.Cmd, chan struct{}) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s fair", holderEnv, srv.Addr(), key, ttl))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, out := startTestProcess(t, holderEnv, fmt.Sprintf("%s %s %s fair", srv.Addr(), key, ttl))
 	held := make(chan struct{})
 	go func() {
-		line, err := bufio.NewReader(out).ReadString('\n')
+		line, err := out.ReadString('\n')
 		if err == nil && strings.HasPrefix(line, "held ") {
 			close(held)
 		}

@@ -1,13 +1,11 @@
 package lockmw_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,18 +391,7 @@ func TestFaultRedlockHolderProcessPaused(t *testing.T) {
 	for i, m := range masters {
 		addrs[i] = m.Addr()
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", redlockHolderEnv, strings.Join(addrs, ","), "job", ttl))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	lines := bufio.NewReader(out)
+	cmd, lines := startTestProcess(t, redlockHolderEnv, fmt.Sprintf("%s %s %s", strings.Join(addrs, ","), "job", ttl))
 	line, err := lines.ReadString('\n')
 	if err != nil {
 		t.Fatalf("holder process did not report holding the lock: %v", err)

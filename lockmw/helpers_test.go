@@ -73,8 +73,25 @@ func runHolder(spec string) int {
 // returns it (still holding) with the fence it got.
 func startHolderProcess(t *testing.T, srv *redistest.Server, key string, ttl time.Duration) (*exec.Cmd, uint64) {
 	t.Helper()
+	cmd, out := startTestProcess(t, holderEnv, fmt.Sprintf("%s %s %s", srv.Addr(), key, ttl))
+	line, err := out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("holder process did not report holding the lock: %v", err)
+	}
+	fence, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(line), "held "), 10, 64)
+	if err != nil {
+		t.Fatalf("holder process said %q", line)
+	}
+	return cmd, fence
+}
+
+// startTestProcess runs this test binary as a helper process (see
+// TestMain) with env set to spec, killed at cleanup, and returns it with its
+// standard output.
+func startTestProcess(t *testing.T, env, spec string) (*exec.Cmd, *bufio.Reader) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s", holderEnv, srv.Addr(), key, ttl))
+	cmd.Env = append(os.Environ(), env+"="+spec)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -84,15 +101,7 @@ func startHolderProcess(t *testing.T, srv *redistest.Server, key string, ttl tim
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("holder process did not report holding the lock: %v", err)
-	}
-	fence, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimSpace(line), "held "), 10, 64)
-	if err != nil {
-		t.Fatalf("holder process said %q", line)
-	}
-	return cmd, fence
+	return cmd, bufio.NewReader(out)
 }
 
 // newLocker returns a Locker on its own client to srv, closed at cleanup.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -195,13 +194,7 @@ func TestFairSkipsAKilledWaiter(t *testing.T) {
 // Fair (it never gets it in these tests).
 func startFairWaiterProcess(t *testing.T, srv *redistest.Server, key string, ttl time.Duration) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %s %s fair", holderEnv, srv.Addr(), key, ttl))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, _ := startTestProcess(t, holderEnv, fmt.Sprintf("%s %s %s fair", srv.Addr(), key, ttl))
 	return cmd
 }
 

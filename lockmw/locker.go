@@ -348,22 +348,38 @@ func (l *Locker) attemptErr(opCtx context.Context, key string, err error) error 
 // validFrom, and hands it to the watchdog. A lease whose validity is already
 // over (Redis answered too late) is released instead.
 func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
-	giveBack := func(err error) (*Lease, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
-		defer cancel()
-		_, _ = l.releaseTokenOf(ctx, keys, token, fair)
-		if fair {
-			l.forgetFair(keys, token)
-		}
-		return nil, err
-	}
 	validity := ac.ttl - l.cfg.drift(ac.ttl)
 	if elapsed := time.Since(validFrom); elapsed >= validity {
 		// The answer came too late for the lease to be worth anything.
-		return giveBack(unavailable("acquire", key,
-			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity)))
+		l.giveBack(opCtx, keys, token, ac.ttl, fair, nil)
+		return nil, unavailable("acquire", key,
+			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity))
 	}
+	s := l.makeLease(leaseParent, key, keys, ac, token, fence, validFrom, fair)
+	if !l.keeper.add(s, validFrom) {
+		s.cancel(ErrClosed)
+		l.giveBack(opCtx, keys, token, ac.ttl, fair, nil)
+		return nil, ErrClosed
+	}
+	return s, nil
+}
 
+// newEarlyLease makes the lease for a lock handed over by h before Redis
+// confirmed it (see handover).
+func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover, fair bool) (*Lease, error) {
+	s := l.makeLease(leaseParent, key, keys, ac, token, h.fence, time.Now(), fair)
+	if !l.keeper.addPending(s, h.deadline) {
+		s.cancel(ErrClosed)
+		l.giveBack(opCtx, keys, token, ac.ttl, fair, h)
+		return nil, ErrClosed
+	}
+	h.attach(l, s)
+	return s, nil
+}
+
+// makeLease returns a new outermost lease, its context made under
+// leaseParent.
+func (l *Locker) makeLease(leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, fence uint64, acquiredAt time.Time, fair bool) *Lease {
 	s := &Lease{
 		locker:     l,
 		key:        key,
@@ -374,47 +390,25 @@ func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys l
 		ttl:        ac.ttl,
 		watchdog:   ac.watchdog,
 		fair:       fair,
-		acquiredAt: validFrom,
+		acquiredAt: acquiredAt,
 	}
 	s.keep.index = -1
 	s.bindContext(leaseParent)
-	if !l.keeper.add(s, validFrom) {
-		s.cancel(ErrClosed)
-		return giveBack(ErrClosed)
-	}
-	return s, nil
+	return s
 }
 
-// newEarlyLease makes the lease for a lock handed over by h before Redis
-// confirmed it (see handover).
-func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover, fair bool) (*Lease, error) {
-	s := &Lease{
-		locker:     l,
-		key:        key,
-		name:       ac.name,
-		keys:       keys,
-		token:      token,
-		fence:      h.fence,
-		ttl:        ac.ttl,
-		watchdog:   ac.watchdog,
-		fair:       fair,
-		acquiredAt: time.Now(),
-	}
-	s.keep.index = -1
-	s.bindContext(leaseParent)
-	if !l.keeper.addPending(s, h.deadline) {
-		s.cancel(ErrClosed)
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ac.ttl)
-		defer cancel()
+// giveBack releases a lock taken for token that will not become a lease;
+// one handed over early (h), once the hand-over has reached Redis.
+func (l *Locker) giveBack(opCtx context.Context, keys lockKeys, token string, ttl time.Duration, fair bool, h *handover) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
+	defer cancel()
+	if h != nil {
 		h.wait(ctx)
-		_, _ = l.releaseToken(ctx, keys, token)
-		if fair {
-			l.forgetFair(keys, token)
-		}
-		return nil, ErrClosed
 	}
-	h.attach(l, s)
-	return s, nil
+	_, _ = l.releaseTokenOf(ctx, keys, token, fair)
+	if fair {
+		l.forgetFair(keys, token)
+	}
 }
 
 // nest returns a lease nested in outer's lock, for a reentrant acquisition.

@@ -37,11 +37,14 @@ type scriptCall struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
-	// A plain acquisition's replies.
-	set  *redis.BoolCmd
-	incr *redis.IntCmd
-	pttl *redis.DurationCmd
-	slot uint64 // of keys[0], the lock key
+	// A plain acquisition: keys are plainKeys, the lock and fence counter.
+	plainKeys [2]string
+	token     string
+	ttl       time.Duration
+	set       *redis.BoolCmd
+	incr      *redis.IntCmd
+	pttl      *redis.DurationCmd
+	slot      uint64 // of keys[0], the lock key
 	// wake is sent nil when the call has run, or the batch this caller is
 	// to send (its own call first).
 	wake chan []*scriptCall
@@ -72,41 +75,44 @@ func newBatcher(client redis.UniversalClient) *batcher {
 
 // run runs script, whose first key is the lock key, and returns its reply.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
-	c := b.call(ctx, script, keys, args)
+	c := b.pool.Get().(*scriptCall)
+	c.script, c.keys, c.args = script, keys, args
+	b.call(ctx, c)
 	v, err := c.cmd.Result()
 	b.done(c)
 	return v, err
 }
 
-// setNX takes the lock key keys[0] for token for ttl without a script, and
-// draws a fence from the counter keys[1]: SET NX PX, INCR and PTTL, sent
-// together and run by Redis one after the other. It returns the fence when
-// the lock was taken (acquired), else the holder's PTTL reply. The counter
+// setNX takes the lock key for token for ttl without a script, and draws a
+// fence from the counter: SET NX PX, INCR and PTTL, sent together and run
+// by Redis one after the other. It returns the fence n when the lock was
+// taken (acquired; with an error, the lock was taken but no fence drawn),
+// else the holder's remaining TTL (0 when unknown). The counter
 // moves on either way: a fence drawn by a failed attempt is never used,
 // and the next holder draws after this one's SET failed, so fences still
 // increase from holder to holder.
-func (b *batcher) setNX(ctx context.Context, keys []string, token string, ttl time.Duration) (acquired bool, n int64, err error) {
-	c := b.call(ctx, nil, keys, []any{token, ttl})
+func (b *batcher) setNX(ctx context.Context, lock, fence, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
+	c := b.pool.Get().(*scriptCall)
+	c.plainKeys = [2]string{lock, fence}
+	c.keys, c.token, c.ttl = c.plainKeys[:], token, ttl
+	b.call(ctx, c)
 	defer b.done(c)
-	if acquired, err = c.set.Result(); err != nil {
-		return false, 0, err
+	if acquired, err = c.set.Result(); err != nil || !acquired {
+		if err == nil {
+			holderTTL, err = c.pttl.Result()
+			holderTTL = max(holderTTL, 0) // -1: no expiry, -2: gone
+		}
+		return false, 0, holderTTL, err
 	}
-	if acquired {
-		n, err = c.incr.Result()
-		return true, n, err
-	}
-	d, err := c.pttl.Result()
-	if d >= 0 {
-		d /= time.Millisecond
-	}
-	return false, int64(d), err
+	n, err = c.incr.Result()
+	return true, n, 0, err
 }
 
-// call sends one call through a round trip and returns it answered.
-func (b *batcher) call(ctx context.Context, script *redis.Script, keys []string, args []any) *scriptCall {
-	c := b.pool.Get().(*scriptCall)
-	c.ctx, c.script, c.keys, c.args = ctx, script, keys, args
-	c.slot = maphash.String(b.seed, keys[0]) % keySlots
+// call sends c, whose ctx is set here, through a round trip and returns
+// once it is answered.
+func (b *batcher) call(ctx context.Context, c *scriptCall) {
+	c.ctx = ctx
+	c.slot = maphash.String(b.seed, c.keys[0]) % keySlots
 
 	b.mu.Lock()
 	if b.trips < maxTrips && len(b.queue) == 0 && b.inflight[c.slot] == 0 {
@@ -121,13 +127,12 @@ func (b *batcher) call(ctx context.Context, script *redis.Script, keys []string,
 			b.send(batch)
 		}
 	}
-
-	return c
 }
 
 // done recycles c.
 func (b *batcher) done(c *scriptCall) {
 	c.ctx, c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil, nil
+	c.plainKeys, c.token = [2]string{}, ""
 	c.set, c.incr, c.pttl = nil, nil, nil
 	b.pool.Put(c)
 }
@@ -194,7 +199,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 	pipe := b.client.Pipeline()
 	for _, c := range batch {
 		if c.script == nil {
-			c.set = pipe.SetNX(ctx, c.keys[0], c.args[0], c.args[1].(time.Duration))
+			c.set = pipe.SetNX(ctx, c.keys[0], c.token, c.ttl)
 			c.incr = pipe.Incr(ctx, c.keys[1])
 			c.pttl = pipe.PTTL(ctx, c.keys[0])
 			continue

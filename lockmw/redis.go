@@ -78,21 +78,18 @@ func (b *redisBackend) close() {
 func (b *redisBackend) subscriber() *subscriber { return b.subs }
 
 func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
-	vals, err := b.runAcquire(ctx, k, token, ttl)
-	if err != nil {
-		return acquireReply{}, err
-	}
+	return b.runAcquire(ctx, k, token, ttl)
+}
+
+// acquireReplyOf reads the acquire script's reply: {1, fence} or {0, pttl}.
+func acquireReplyOf(vals []int64) (acquireReply, error) {
 	if len(vals) != 2 {
 		return acquireReply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
 	}
 	if vals[0] == 1 {
 		return acquireReply{acquired: true, fence: uint64(vals[1])}, nil
 	}
-	var holder time.Duration
-	if vals[1] > 0 {
-		holder = time.Duration(vals[1]) * time.Millisecond
-	}
-	return acquireReply{holderTTL: holder}, nil
+	return acquireReply{holderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
 }
 
 func (b *redisBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {

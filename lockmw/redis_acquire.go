@@ -64,38 +64,36 @@ func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, sc
 	return reply, err
 }
 
-// runAcquire makes one acquisition attempt for k and returns the acquire
-// script's reply: with the script, or on one server (plainAcquire) with
-// plain commands, which Redis runs for less than the script.
-func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (vals []int64, err error) {
+// runAcquire makes one acquisition attempt for k: with the acquire script,
+// or on one server (plainAcquire) with plain commands, which Redis runs for
+// less than the script.
+func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (reply acquireReply, err error) {
 	err = b.whileSlotMoves(ctx, ttl/4, func() error {
-		if b.waitReplicas > 0 {
+		var vals []int64
+		switch {
+		case b.waitReplicas > 0:
 			vals, err = b.acquireReplicated(ctx, k, token, ttl)
-			return err
-		}
-		if b.plainAcquire {
-			ok, n, err := b.batch.setNX(ctx, []string{k.lock, k.fence}, token, time.Duration(millis(ttl))*time.Millisecond)
-			if err != nil {
-				if ok {
-					// Taken, but no fence drawn: give it back.
-					_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
-				}
-				return err
+		case b.plainAcquire:
+			var fence int64
+			reply.acquired, fence, reply.holderTTL, err = b.batch.setNX(ctx, k.lock, k.fence, token, time.Duration(millis(ttl))*time.Millisecond)
+			if err != nil && reply.acquired {
+				// Taken, but no fence drawn: give it back.
+				_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
 			}
-			vals = []int64{0, n}
-			if ok {
-				vals[0] = 1
-			}
-			return nil
-		}
-		var reply any
-		if reply, err = b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err != nil {
+			reply.fence = uint64(fence)
 			return err
+		default:
+			var r any
+			if r, err = b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err == nil {
+				vals, err = int64s(r)
+			}
 		}
-		vals, err = int64s(reply)
+		if err == nil {
+			reply, err = acquireReplyOf(vals)
+		}
 		return err
 	})
-	return vals, err
+	return reply, err
 }
 
 // slotMoving reports whether err means a Cluster slot is being migrated

@@ -9,28 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
-	"github.com/lockmw/lockmw/internal/redistest"
-	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 )
 
-// newLocker returns a Locker on its own client to srv, closed at cleanup.
-func newLocker(t testing.TB, srv *redistest.Server, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	return newLockerOn(t, srv.Client(t), opts...)
-}
-
-func newLockerOn(t testing.TB, client redis.UniversalClient, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	l, err := lockmw.New(client, opts...)
-	if err != nil {
-		t.Fatalf("lockmw.New: %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
+// newLocker and newLockerOn return a Locker closed at cleanup.
+var (
+	newLocker   = lockmwtest.NewLocker
+	newLockerOn = lockmwtest.NewLockerOn
+)
 
 // eventually polls cond until it holds, failing the test after limit.
 func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {

@@ -13,10 +13,9 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/ginlock"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -25,22 +24,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// newLocker returns a Locker on its own client to srv (one per simulated
-// service instance), closed at cleanup.
-func newLocker(t testing.TB, srv *redistest.Server, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	return newLockerOn(t, srv.Client(t), opts...)
-}
-
-func newLockerOn(t testing.TB, client redis.UniversalClient, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	l, err := lockmw.New(client, opts...)
-	if err != nil {
-		t.Fatalf("lockmw.New: %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
+// newLocker and newLockerOn return a Locker closed at cleanup.
+var (
+	newLocker   = lockmwtest.NewLocker
+	newLockerOn = lockmwtest.NewLockerOn
+)
 
 // newEngine returns an engine serving handlers on method and path.
 func newEngine(method, path string, handlers ...gin.HandlerFunc) *gin.Engine {

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/lockmw/lockmw/grpclock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -193,21 +194,11 @@ func call(ctx context.Context, conn *grpc.ClientConn, kind string, o *order) (*o
 	return reply, nil
 }
 
-// newLocker returns a Locker on its own client to srv, closed at cleanup.
-func newLocker(t testing.TB, srv *redistest.Server, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	return newLockerOn(t, srv.Client(t), opts...)
-}
-
-func newLockerOn(t testing.TB, client redis.UniversalClient, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	l, err := lockmw.New(client, opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
+// newLocker and newLockerOn return a Locker closed at cleanup.
+var (
+	newLocker   = lockmwtest.NewLocker
+	newLockerOn = lockmwtest.NewLockerOn
+)
 
 // fastFailing makes a client give up quickly on a dead or frozen server.
 func fastFailing(o *redis.Options) {

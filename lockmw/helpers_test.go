@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -104,21 +105,11 @@ func startTestProcess(t *testing.T, env, spec string) (*exec.Cmd, *bufio.Reader)
 	return cmd, bufio.NewReader(out)
 }
 
-// newLocker returns a Locker on its own client to srv, closed at cleanup.
-func newLocker(t testing.TB, srv *redistest.Server, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	return newLockerOn(t, srv.Client(t), opts...)
-}
-
-func newLockerOn(t testing.TB, client redis.UniversalClient, opts ...lockmw.Option) *lockmw.Locker {
-	t.Helper()
-	l, err := lockmw.New(client, opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
+// newLocker and newLockerOn return a Locker closed at cleanup.
+var (
+	newLocker   = lockmwtest.NewLocker
+	newLockerOn = lockmwtest.NewLockerOn
+)
 
 // waitDone waits for ctx to end, failing the test after limit.
 func waitDone(t testing.TB, ctx context.Context, limit time.Duration, what string) {
@@ -200,4 +191,34 @@ func assertMutualExclusion(t *testing.T, workers, rounds int, newLocker func() *
 	if n := overlaps.Load(); n != 0 {
 		t.Errorf("%d critical sections overlapped", n)
 	}
+}
+
+// acquireMany takes the n keys "many:0" ... from 8 goroutines, with lease
+// TTL ttl, and returns the leases by key number.
+func acquireMany(t *testing.T, l *lockmw.Locker, n int, ttl time.Duration) []*lockmw.Lease {
+	t.Helper()
+	ctx := context.Background()
+	leases := make([]*lockmw.Lease, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 8 {
+				lease, err := l.TryAcquire(ctx, fmt.Sprintf("many:%d", i), lockmw.WithLeaseTTL(ttl))
+				if err != nil {
+					errs <- err
+					return
+				}
+				leases[i] = lease
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return leases
 }

@@ -448,28 +448,7 @@ func TestRedlockRenewalsBatchedPerMaster(t *testing.T) {
 	ctx := context.Background()
 	const n, ttl = 1000, 1500 * time.Millisecond
 
-	leases := make([]*lockmw.Lease, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 8 {
-				lease, err := l.TryAcquire(ctx, fmt.Sprintf("many:%d", i), lockmw.WithLeaseTTL(ttl))
-				if err != nil {
-					errs <- err
-					return
-				}
-				leases[i] = lease
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	leases := acquireMany(t, l, n, ttl)
 	type count struct{ pipes, cmds int64 }
 	before := make([]count, len(hooks))
 	for i, h := range hooks {

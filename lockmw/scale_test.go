@@ -2,9 +2,7 @@ package lockmw_test
 
 import (
 	"context"
-	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/redistest"
-	"github.com/lockmw/lockmw/lockmw"
 )
 
 // pipelineCounter is a go-redis hook counting pipelined round trips and the
@@ -51,28 +48,7 @@ func TestWatchdogScalesTo10kLeases(t *testing.T) {
 	runtime.GC()
 	base := runtime.NumGoroutine()
 
-	leases := make([]*lockmw.Lease, n)
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for w := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += 8 {
-				lease, err := l.TryAcquire(ctx, fmt.Sprintf("many:%d", i), lockmw.WithLeaseTTL(ttl))
-				if err != nil {
-					errs <- err
-					return
-				}
-				leases[i] = lease
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	leases := acquireMany(t, l, n, ttl)
 
 	// Count only the renewals from here on (concurrent acquisitions share
 	// pipelines too).

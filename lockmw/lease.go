@@ -29,6 +29,10 @@ type Lease struct {
 	// of the waiter first in line then (that waiter is next unless it gives
 	// up); "" or nil when none was known.
 	next atomic.Pointer[string]
+	// early is the hand-over this lease came by before Redis confirmed it,
+	// or nil: the lease's release waits until it is settled, so that the
+	// release never reaches Redis before the transfer it depends on.
+	early *handover
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -91,6 +95,15 @@ func (s *Lease) release(ctx context.Context) error {
 		return s.outer.lostCause()
 	}
 	l := s.locker
+	l.flights.start()
+	defer l.flights.done()
+	if s.early != nil {
+		// Bounded by the hand-over's deadline, whatever ctx says: a
+		// release sent before the transfer would find the releaser's
+		// token, and the transfer landing after it would leave the lock
+		// held by this lease's token.
+		s.early.wait(context.Background())
+	}
 	prev, lost, deadline := l.keeper.remove(s)
 	if prev == stateClosed {
 		return ErrClosed

@@ -35,6 +35,10 @@ type Locker struct {
 	roomsMu sync.Mutex
 	rooms   map[string]*room // by lock key
 
+	// flights counts releases and hand-overs under way; Close waits for
+	// them, so that it leaves no lock of its own behind.
+	flights flights
+
 	closed    atomic.Bool
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -148,6 +152,11 @@ func (l *Locker) Close() error {
 		l.closed.Store(true)
 		close(l.closing)
 		err = l.releaseAll(l.keeper.close())
+		// Releases that were under way, and locks handed to waiters that
+		// now give them back, reach Redis before Close returns.
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+		l.flights.wait(ctx)
+		cancel()
 		if l.waits != nil {
 			l.waits.close()
 		} else if c, ok := l.backend.(interface{ close() }); ok {
@@ -173,6 +182,9 @@ func (l *Locker) releaseAll(held []*Lease) error {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 			defer cancel()
+			if s.early != nil {
+				s.early.wait(ctx) // the release goes after the hand-over
+			}
 			if _, err := l.releaseTokenOf(ctx, s.keys, s.token, s.fair); err != nil {
 				mu.Lock()
 				errs = append(errs, unavailable("release", s.key, err))
@@ -323,6 +335,13 @@ func (l *Locker) waitBackoff(opCtx, leaseParent context.Context, key string, key
 // attempt makes one acquisition. It returns the lease, or the holder's
 // remaining TTL when the lock is busy, or an error.
 func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig) (*Lease, time.Duration, error) {
+	// Close waits for attempts under way: one that takes the lock after
+	// Close began gives it back before Close returns.
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return nil, 0, ErrClosed
+	}
 	token := newToken()
 	sentAt := time.Now()
 	reply, err := l.backend.acquire(opCtx, keys, token, ac.ttl)
@@ -368,6 +387,7 @@ func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys l
 // confirmed it (see handover).
 func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover, fair bool) (*Lease, error) {
 	s := l.makeLease(leaseParent, key, keys, ac, token, h.fence, time.Now(), fair)
+	s.early = h
 	if !l.keeper.addPending(s, h.deadline) {
 		s.cancel(ErrClosed)
 		l.giveBack(opCtx, keys, token, ac.ttl, fair, h)
@@ -400,6 +420,8 @@ func (l *Locker) makeLease(leaseParent context.Context, key string, keys lockKey
 // giveBack releases a lock taken for token that will not become a lease;
 // one handed over early (h), once the hand-over has reached Redis.
 func (l *Locker) giveBack(opCtx context.Context, keys lockKeys, token string, ttl time.Duration, fair bool, h *handover) {
+	l.flights.start()
+	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
 	defer cancel()
 	if h != nil {
@@ -479,4 +501,47 @@ func isNil(v any) bool {
 	}
 	rv := reflect.ValueOf(v)
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// flights counts work under way that must reach Redis before Close
+// returns: releases, and locks handed to waiters until each becomes a lease
+// or is given back. Unlike a sync.WaitGroup, it may be started while
+// waited for.
+type flights struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to 0, while someone waits
+}
+
+func (f *flights) start() {
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *flights) done() {
+	f.mu.Lock()
+	if f.n--; f.n == 0 && f.idle != nil {
+		close(f.idle)
+		f.idle = nil
+	}
+	f.mu.Unlock()
+}
+
+// wait returns when no flight is under way, or when ctx ends.
+func (f *flights) wait(ctx context.Context) {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return
+	}
+	if f.idle == nil {
+		f.idle = make(chan struct{})
+	}
+	idle := f.idle
+	f.mu.Unlock()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	}
 }

@@ -224,6 +224,7 @@ type fairReply struct {
 	granted  bool          // handed over earlier: pttl is what is left of it
 	fence    uint64        // when acquired or granted
 	pttl     time.Duration // when granted: the lock's remaining TTL; when busy: the holder's
+	counter  uint64        // when busy: the fence counter when the attempt ran
 }
 
 // fairAcquire makes one fair attempt for the waiter with queue entry entry.
@@ -249,7 +250,10 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string
 		}
 		return fairReply{granted: true, fence: uint64(vals[1]), pttl: time.Duration(max(vals[2], 0)) * time.Millisecond}, nil
 	}
-	return fairReply{pttl: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
+	if len(vals) != 3 {
+		return fairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
+	}
+	return fairReply{pttl: time.Duration(max(vals[1], 0)) * time.Millisecond, counter: uint64(max(vals[2], 0))}, nil
 }
 
 // enqueue appends entry to the lock's fair queue if the queue exists (one

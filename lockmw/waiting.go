@@ -56,7 +56,14 @@ type waiter struct {
 	wake      chan struct{}  // default mode: a release was heard, or you lead now
 	grant     chan grantInfo // fair mode: the lock was handed over
 	delivered bool           // fair mode: a grant was sent on grant (or claimed)
-	busySent  time.Time      // fair mode: sent time of the last attempt that found the lock held
+	// busySent and busyCounter are, in fair mode, the sent time of the last
+	// attempt that found the lock held (or of the request that queued w)
+	// and the fence counter that attempt saw. A grant whose fence is above
+	// busyCounter was made after that attempt ran, so after busySent; one
+	// whose fence is not was made before it, and had ended by then: it is
+	// stale (see handTo).
+	busySent    time.Time
+	busyCounter uint64
 }
 
 // grantInfo is a hand-over: the waiter's fence, and a time no later than
@@ -70,12 +77,17 @@ type grantInfo struct {
 }
 
 // handover is a lock handed to a waiter of the same Locker before Redis
-// confirmed it. The waiter may start at once: the releasing lease was
-// valid until deadline, so its token stays in Redis at least that long, and
-// the transfer that replaces it with the waiter's is already on the wire
-// (one pipeline lane: any later request of the waiter's goes after it).
-// Until the transfer's answer the waiter's lease is valid until deadline
-// and is not renewed; the answer confirms it or ends it as lost.
+// confirmed it. The waiter may start at once. Until the transfer that
+// replaces the releaser's token with the waiter's is answered, the key holds
+// one of the two tokens: the releaser's until at least the releaser's
+// deadline, and the waiter's, once the transfer lands, for at least the
+// waiter's TTL from the moment the transfer was sent. So the waiter's lease
+// is valid until the earlier of the releaser's deadline and that send time
+// plus the waiter's TTL less drift (deadline, fixed before the transfer is
+// sent), and is not renewed; the answer confirms it from the send time with
+// the waiter's TTL, or ends it as lost. The waiter's own requests for the
+// lock (its release) wait for that answer (see Lease.release), so none can
+// reach Redis before the transfer does.
 type handover struct {
 	fence    uint64
 	deadline time.Time
@@ -141,6 +153,10 @@ func (h *handover) apply(l *Locker) {
 	h.lease.next.Store(&h.next)
 	l.keeper.confirm(h.lease, h.sentAt)
 }
+
+// testHookHandedEarly, when set by a test, runs after a waiter was handed
+// a lock early and before the transfer is sent.
+var testHookHandedEarly func()
 
 // minEarlyValidity is how much validity a releasing lease must have left
 // for its successor to start before Redis confirms the hand-over.
@@ -223,24 +239,39 @@ func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom tim
 		w = r.fair[token]
 	}
 	if w != nil {
-		if !w.delivered {
+		switch {
+		case w.delivered:
+			// A duplicate: the waiter already has the lock.
+		case fence <= w.busyCounter:
+			// Made before an attempt of w's that found the lock held by
+			// another owner: this grant had ended by then (a message that
+			// came late). The lock is not w's; w waits on.
+			l.logger.Debug("lockmw: ignoring a stale grant", slog.String("lock", keys.lock),
+				slog.Uint64("fence", fence), slog.Uint64("seen", w.busyCounter))
+		default:
 			w.delivered = true
-			// Both are lower bounds of when Redis set the lock: take the later.
+			// Both are lower bounds of when Redis set the lock: the grant
+			// came after w's last busy attempt ran (its fence is above the
+			// counter that attempt saw). Take the later.
 			if w.busySent.After(validFrom) {
 				validFrom = w.busySent
 			}
+			l.flights.start() // done once w has made its lease or given the lock back
 			w.grant <- grantInfo{fence: fence, validFrom: validFrom, reserved: reserved, next: next}
 		}
 		l.roomsMu.Unlock()
-		return // else a duplicate: the waiter already has the lock
+		return
 	}
 	l.roomsMu.Unlock()
+	l.flights.start()
 	go l.releaseStray(keys, token, nil)
 }
 
 // releaseStray releases a lock granted to a waiter that is gone; when it
 // was handed over early (h), once the hand-over has reached Redis.
+// The caller has started a flight for it (see flights).
 func (l *Locker) releaseStray(keys lockKeys, token string, h *handover) {
+	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
 	if h != nil {
@@ -312,6 +343,9 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	if w == nil {
 		return l.releaseTokenOf(ctx, s.keys, s.token, false)
 	}
+	if testHookHandedEarly != nil {
+		testHookHandedEarly()
+	}
 	sentAt := time.Now()
 	t, err := l.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
 	switch {
@@ -320,6 +354,17 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	case t.done:
 		h.settle(l, sentAt, t.reserve(), "", nil)
 		return owned, nil
+	case t.fairQueue:
+		// Fair waiters (of other Lockers) queued behind s: they are served
+		// first. The waiter's lease ends here, before release.lua hands the
+		// lock to one of them.
+		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
+		sentAt := time.Now()
+		ho, err := l.waits.releaseHandoff(ctx, s.keys, s.token, "", 0)
+		if err == nil && ho.local {
+			l.handTo(s.keys, ho.to, ho.fence, sentAt, ho.reserved, ho.next)
+		}
+		return ho.ownership, err
 	}
 	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: t.ownership.lostReason()})
 	return t.ownership, nil
@@ -340,6 +385,9 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 	h := l.handEarlyFair(s.keys, token, reserved, deadline)
 	if h == nil {
 		return l.releaseToken(ctx, s.keys, s.token)
+	}
+	if testHookHandedEarly != nil {
+		testHookHandedEarly()
 	}
 	sentAt := time.Now()
 	ho, err := l.waits.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
@@ -369,7 +417,8 @@ func (l *Locker) handEarlyFair(keys lockKeys, token string, fence uint64, deadli
 		return nil // gone, a default-mode waiter, or granted already
 	}
 	w.delivered = true
-	h := newHandover(fence, deadline)
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
+	l.flights.start() // done once w has made its lease or given the lock back
 	w.grant <- grantInfo{early: h}
 	return h
 }
@@ -380,15 +429,32 @@ func (l *Locker) handEarlyFair(keys lockKeys, token string, fence uint64, deadli
 func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline time.Time) (*waiter, *handover) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.lock]
-	if r == nil || len(r.defaults) == 0 || r.defaults[0].delivered {
+	var w *waiter
+	if r := l.rooms[keys.lock]; r != nil && r.fairBusy == 0 {
+		// (With fair waiters of its own queued, the lock goes to them: see
+		// transfer.lua. Those of other Lockers end the early lease.)
+		w = r.nextDefault()
+	}
+	if w == nil {
 		return nil, nil
 	}
-	w := r.defaults[0]
 	w.delivered = true
-	h := newHandover(fence, deadline)
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
+	l.flights.start() // done once w has made its lease or given the lock back
 	w.grant <- grantInfo{early: h}
 	return w, h
+}
+
+// earlyDeadline is the validity of a lease handed over early by a lease
+// valid until releaserDeadline, to a waiter with TTL ttl, the transfer not
+// yet sent: see handover. Called before the transfer is sent, so now is no
+// later than its send time.
+func (l *Locker) earlyDeadline(releaserDeadline time.Time, ttl time.Duration) time.Time {
+	d := time.Now().Add(ttl - l.cfg.drift(ttl))
+	if releaserDeadline.Before(d) {
+		return releaserDeadline
+	}
+	return d
 }
 
 // defaultHead returns the token and TTL of the first default-mode waiter for
@@ -396,11 +462,25 @@ func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline time.Time) (*wa
 func (l *Locker) defaultHead(keys lockKeys) (string, time.Duration) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.lock]; r != nil && len(r.defaults) > 0 {
-		w := r.defaults[0]
-		return w.token, w.ttl
+	if r := l.rooms[keys.lock]; r != nil {
+		if w := r.nextDefault(); w != nil {
+			return w.token, w.ttl
+		}
 	}
 	return "", 0
+}
+
+// nextDefault returns the first default-mode waiter of r that has not been
+// handed the lock yet, or nil. One that has may still be in r, giving the
+// lock back: a release must not hand it the lock again. Caller holds
+// Locker.roomsMu.
+func (r *room) nextDefault() *waiter {
+	for _, w := range r.defaults {
+		if !w.delivered {
+			return w
+		}
+	}
+	return nil
 }
 
 // forgetFair drops a released fair lease from its room.
@@ -462,6 +542,7 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 		select {
 		case g := <-w.grant:
 			// A release in this Locker handed the lock over.
+			defer l.flights.done()
 			if g.early != nil {
 				return l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, false)
 			}
@@ -531,6 +612,14 @@ func (l *Locker) hasDefaultWaiters(keys lockKeys) bool {
 // acquireFair takes key in arrival order: one attempt when !wait, else a
 // place in the queue and a wait for the hand-over.
 func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+	// Close waits for fair acquisitions under way (a waiter stops waiting
+	// when Close begins): one that was granted the lock, or leaves the
+	// queue, is done with Redis before Close returns.
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
 	token := newToken()
 	entry := l.id + " " + token + " " + strconv.FormatInt(millis(ac.ttl), 10)
 	if !wait {
@@ -545,7 +634,7 @@ func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, key
 		return l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
 	}
 
-	w := &waiter{token: token, grant: make(chan grantInfo, 1)}
+	w := &waiter{token: token, ttl: ac.ttl, grant: make(chan grantInfo, 1)}
 	l.roomsMu.Lock()
 	r := l.join(keys)
 	r.fair[token] = w
@@ -576,7 +665,7 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 	// Nothing has been granted to w before its entry is queued, so the
 	// time before the request is a safe start of validity for any grant.
 	sentAt := time.Now()
-	l.setBusySent(w, sentAt)
+	l.setBusy(w, sentAt, 0)
 	queued := false
 	if known {
 		ok, err := l.waits.enqueue(opCtx, keys, entry)
@@ -608,31 +697,10 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 	for {
 		select {
 		case g := <-w.grant:
-			if g.early != nil {
-				// Handed over by a release in this Locker, before Redis
-				// confirmed it.
-				return l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, true)
-			}
-			if time.Since(g.validFrom) > ac.ttl/3 {
-				// Queued long ago: the grant's start is only known to be
-				// after w's last attempt. Renew to learn a fresh one.
-				sentAt := time.Now()
-				res := l.backend.renew(opCtx, []renewRequest{{keys: keys, token: w.token, ttl: ac.ttl}})[0]
-				if res.err != nil {
-					return nil, l.attemptErr(opCtx, key, res.err)
-				}
-				if res.ownership != owned {
-					// The grant expired before it was seen: wait again.
-					l.reopen(w)
-					poll.Reset(0)
-					continue
-				}
-				g.validFrom = sentAt
-			}
-			lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, true)
-			if lease != nil {
-				lease.reserved.Store(g.reserved)
-				lease.next.Store(&g.next)
+			lease, again, err := l.fairGrantLease(opCtx, leaseParent, key, keys, ac, w, g)
+			if again {
+				poll.Reset(0)
+				continue
 			}
 			return lease, err
 		case <-poll.C:
@@ -656,6 +724,39 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 	}
 }
 
+// fairGrantLease turns a grant delivered to the fair waiter w into its
+// lease. again reports a grant that had expired before w saw it: w waits on
+// and should poll at once.
+func (l *Locker) fairGrantLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
+	defer l.flights.done() // started by the grant's sender
+	if g.early != nil {
+		// Handed over by a release in this Locker, before Redis confirmed it.
+		lease, err = l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, true)
+		return lease, false, err
+	}
+	if time.Since(g.validFrom) > ac.ttl/3 {
+		// Queued long ago: the grant's start is only known to be after
+		// w's last busy attempt. Renew to learn a fresh one.
+		sentAt := time.Now()
+		res := l.backend.renew(opCtx, []renewRequest{{keys: keys, token: w.token, ttl: ac.ttl}})[0]
+		if res.err != nil {
+			return nil, false, l.attemptErr(opCtx, key, res.err)
+		}
+		if res.ownership != owned {
+			// The grant expired before it was seen: wait again.
+			l.reopen(w)
+			return nil, true, nil
+		}
+		g.validFrom = sentAt
+	}
+	lease, err = l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, true)
+	if lease != nil {
+		lease.reserved.Store(g.reserved)
+		lease.next.Store(&g.next)
+	}
+	return lease, false, err
+}
+
 // fairReplyLease turns a fair attempt's reply into a lease, or records that
 // the lock was still busy when the attempt (sent at sentAt) ran.
 func (l *Locker) fairReplyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, reply fairReply, sentAt time.Time) (*Lease, error) {
@@ -669,7 +770,7 @@ func (l *Locker) fairReplyLease(opCtx, leaseParent context.Context, key string, 
 		l.claim(w)
 		return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, reply.fence, sentAt.Add(reply.pttl-ac.ttl), true)
 	}
-	l.setBusySent(w, sentAt)
+	l.setBusy(w, sentAt, reply.counter)
 	return nil, nil
 }
 
@@ -687,12 +788,14 @@ func (l *Locker) claim(w *waiter) {
 	l.roomsMu.Unlock()
 }
 
-// setBusySent records that the lock was not w's when an attempt sent at t
-// ran, unless a grant was already delivered.
-func (l *Locker) setBusySent(w *waiter, t time.Time) {
+// setBusy records that the lock was not w's when an attempt sent at t ran
+// and saw the fence counter at counter, unless a grant was already
+// delivered.
+func (l *Locker) setBusy(w *waiter, t time.Time, counter uint64) {
 	l.roomsMu.Lock()
 	if !w.delivered {
 		w.busySent = t
+		w.busyCounter = max(w.busyCounter, counter)
 	}
 	l.roomsMu.Unlock()
 }
@@ -716,6 +819,7 @@ func (l *Locker) abandonFair(keys lockKeys, w *waiter, entry string, why error) 
 	if delivered {
 		select {
 		case g := <-w.grant:
+			defer l.flights.done() // started by the grant's sender
 			if g.early != nil {
 				g.early.wait(ctx)
 			}

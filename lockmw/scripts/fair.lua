@@ -19,8 +19,10 @@
 -- queues again.
 --
 -- Returns {1, fence} when the lock was taken, {2, fence, pttl} when it had
--- been granted to this waiter already (a fence drawn now), {0, pttl} when
--- another owner holds it (the waiter is then queued, unless "try").
+-- been granted to this waiter already (a fence drawn now), {0, pttl,
+-- counter} when another owner holds it (the waiter is then queued, unless
+-- "try"; counter is the fence counter now: a grant to this waiter with a
+-- fence not above it was made before this call, and has ended).
 local tok, entry = ARGV[1], ARGV[3]
 local owner = redis.call('GET', KEYS[1])
 local otok, first = nil, ''
@@ -55,8 +57,9 @@ if owner == false then
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
 if ARGV[4] == 'try' then
-  return {0, pttl}
+  return {0, pttl, counter}
 end
 if ARGV[4] == 'wait' or (first ~= entry and not redis.call('LPOS', KEYS[3], entry)) then
   if redis.call('RPUSH', KEYS[3], entry) == 1 then
@@ -67,4 +70,4 @@ if ARGV[4] == 'wait' or (first ~= entry and not redis.call('LPOS', KEYS[3], entr
     end
   end
 end
-return {0, pttl}
+return {0, pttl, counter}

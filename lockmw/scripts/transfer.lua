@@ -10,15 +10,16 @@
 -- ARGV[4]  NUMSUB, or SHARDNUMSUB on Redis Cluster
 -- ARGV[5]  PUBLISH, or SPUBLISH on Redis Cluster
 -- ARGV[6]  "1": the waiter has already started (its Locker knew the owner's
---          lease to be valid), so hand over whoever else waits; "0": only
---          when nobody else waits
+--          lease to be valid), so hand over whoever else waits in default
+--          mode; "0": only when nobody else waits. Either way, fair
+--          waiters queued behind the owner are served first ({3}).
 --
 -- The fence counter moves by 2: the waiter's fence is the returned value
 -- minus 1 (or, when it started early, the value its Locker reserved at the
 -- previous hand-over), and the returned value is reserved for the next.
 --
 -- Returns {2, counter, others} when the lock now belongs to ARGV[2] (others:
--- 1 if other Lockers or fair waiters wait too); {1} when others wait and the
+-- 1 if other Lockers wait too); {1} when others wait and the
 -- lock was deleted and the release published, for all to try; {3} when fair
 -- waiters are queued (the caller releases with release.lua, which hands
 -- over to them); {0} when the lock no longer exists; {-1} when another owner
@@ -27,21 +28,21 @@ local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}
 end
-local tok, mark, first = string.match(owner, '^([^+]*)(%+?)(.*)$')
+local tok, mark = string.match(owner, '^([^+]*)(%+?)')
 if tok ~= ARGV[1] then
   return {-1}
 end
 local marked = mark == '+'
-local others = marked or redis.call('PUBSUB', ARGV[4], KEYS[3])[2] > 1
+if marked then
+  return {3}
+end
+local others = redis.call('PUBSUB', ARGV[4], KEYS[3])[2] > 1
 if ARGV[6] ~= '1' then
-  if marked then
-    return {3}
-  end
   if others then
     redis.call('DEL', KEYS[1])
     redis.call(ARGV[5], KEYS[3], '')
     return {1}
   end
 end
-redis.call('SET', KEYS[1], ARGV[2] .. mark .. first, 'PX', ARGV[3])
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return {2, redis.call('INCRBY', KEYS[2], 2), others and 1 or 0}

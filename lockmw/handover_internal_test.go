@@ -1,0 +1,430 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+)
+
+// These tests follow each way a lease becomes live by a hand-over, and
+// check the promise: while it is live no other lease of its key is, and its
+// fence is above every earlier holder's. Each reproduces a double grant or
+// a stranded lock that an earlier version of the hand-over allowed.
+
+func newTestLocker(t *testing.T, client redis.UniversalClient, opts ...Option) *Locker {
+	t.Helper()
+	l, err := New(client, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+type acquired struct {
+	lease *Lease
+	err   error
+}
+
+// acquireAsync runs l.Acquire in the background.
+func acquireAsync(l *Locker, key string, opts ...AcquireOption) chan acquired {
+	got := make(chan acquired, 1)
+	go func() {
+		lease, err := l.Acquire(context.Background(), key, append([]AcquireOption{WithWait(20 * time.Second)}, opts...)...)
+		got <- acquired{lease, err}
+	}()
+	return got
+}
+
+func takeLease(t *testing.T, c chan acquired, who string) *Lease {
+	t.Helper()
+	select {
+	case a := <-c:
+		if a.err != nil {
+			t.Fatalf("%s: %v", who, a.err)
+		}
+		return a.lease
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not get the lock", who)
+	}
+	return nil
+}
+
+// liveAfter reports whether s was still a live lease of its Locker at time
+// at: not ended, and its validity deadline later than at. The deadline is
+// what the watchdog cancels the context at; checking it, rather than
+// whether the context has been cancelled yet, does not depend on how fast
+// the watchdog's timer fires on a loaded machine.
+func liveAfter(s *Lease, at time.Time) bool {
+	k := s.locker.keeper
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return s.keep.state == stateHeld && s.keep.deadline.After(at)
+}
+
+// tryUntil makes TryAcquire attempts on key until one succeeds.
+func tryUntil(t *testing.T, l *Locker, key string) *Lease {
+	t.Helper()
+	var lease *Lease
+	waitUntil(t, 10*time.Second, "the lock to be free", func() bool {
+		s, err := l.TryAcquire(context.Background(), key)
+		if err != nil && !errors.Is(err, ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		lease = s
+		return s != nil
+	})
+	return lease
+}
+
+// waitUntil polls cond until it holds, failing the test after limit.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", limit, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// roomWaiters counts l's default-mode and fair waiters for key.
+func roomWaiters(l *Locker, key string) (defaults, fair int) {
+	keys := newLockKeys(l.cfg.prefix, key)
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[keys.lock]
+	if r == nil {
+		return 0, 0
+	}
+	for _, w := range r.fair {
+		if w.wake == nil {
+			fair++
+		}
+	}
+	return len(r.defaults), fair
+}
+
+// queued is the length of key's fair queue list in Redis.
+func queued(t *testing.T, admin *redis.Client, key string) int64 {
+	t.Helper()
+	n, err := admin.LLen(context.Background(), newLockKeys(DefaultPrefix, key).queue).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// earlyChain returns a lease of l on key whose release hands the lock over
+// early to the waiter that last(…) queues: for default mode the lease came
+// by a transfer that saw nobody else waiting (its successor's fence is
+// reserved); for Fair, by a local grant that named the next waiter.
+// last is started once the chain is ready and must queue one waiter of l;
+// earlyChain waits until it has.
+func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair bool, opts ...AcquireOption) (holder *Lease, next chan acquired) {
+	t.Helper()
+	ctx := context.Background()
+	var mode []AcquireOption
+	if fair {
+		mode = []AcquireOption{Fair()}
+	}
+	a, err := l.Acquire(ctx, key, mode...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := acquireAsync(l, key, mode...)
+	if fair {
+		waitUntil(t, 10*time.Second, "b to queue", func() bool { return queued(t, admin, key) == 1 })
+		next = acquireAsync(l, key, append(mode, opts...)...)
+		waitUntil(t, 10*time.Second, "the next waiter to queue", func() bool { return queued(t, admin, key) == 2 })
+	} else {
+		waitUntil(t, 10*time.Second, "b to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := takeLease(t, gotB, "b")
+	if b.reserved.Load() == 0 {
+		t.Fatal("b's lease holds no reserved fence: its release would not hand over early")
+	}
+	if !fair {
+		next = acquireAsync(l, key, append(mode, opts...)...)
+		waitUntil(t, 10*time.Second, "the next waiter to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
+	}
+	return b, next
+}
+
+// TestEarlyHandOverLastsNoLongerThanTheWaitersTTL: the holder's lease has
+// the Locker's 10 s TTL, the waiter asks for 100 ms without the watchdog.
+// Handed over early, the waiter's lease must end when its own key expires,
+// before another Locker takes the lock, not at the holder's deadline.
+func TestEarlyHandOverLastsNoLongerThanTheWaitersTTL(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			l := newTestLocker(t, srv.Client(t))
+			other := newTestLocker(t, srv.Client(t))
+			const key = "early-ttl"
+
+			b, gotC := earlyChain(t, l, admin, key, fair, WithLeaseTTL(100*time.Millisecond), WithoutWatchdog())
+			if err := b.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			c := takeLease(t, gotC, "c")
+			if c.early == nil {
+				t.Fatal("c was not handed the lock early")
+			}
+			<-c.early.done // the transfer has landed: the key holds c's token, for 100 ms
+			o := tryUntil(t, other, key)
+			if liveAfter(c, time.Now()) {
+				t.Fatalf("another Locker holds the lock (fence %d) while c's lease (fence %d, TTL 100ms) is live", o.Fence(), c.Fence())
+			}
+			if o.Fence() <= c.Fence() {
+				t.Fatalf("fence %d after fence %d", o.Fence(), c.Fence())
+			}
+		})
+	}
+}
+
+// TestEarlyHandOverEndsWhenItsLinkIsCut: the waiter's lease (300 ms TTL,
+// watchdog on) came early from a holder with a 10 s TTL; the Locker's link
+// to Redis is then cut. Its lease must end before another Locker gets the
+// lock, though the holder's deadline was seconds away.
+func TestEarlyHandOverEndsWhenItsLinkIsCut(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			proxy := redistest.StartProxy(t, srv.Addr())
+			l := newTestLocker(t, redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, MaxRetries: -1}))
+			other := newTestLocker(t, srv.Client(t))
+			const key = "early-cut"
+
+			b, gotC := earlyChain(t, l, admin, key, fair, WithLeaseTTL(300*time.Millisecond))
+			if err := b.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			c := takeLease(t, gotC, "c")
+			if c.early == nil {
+				t.Fatal("c was not handed the lock early")
+			}
+			<-c.early.done // confirmed: the key holds c's token
+			if c.early.lost != nil {
+				t.Fatalf("the hand-over to c failed: %v", c.early.lost)
+			}
+			proxy.Cut(t)
+			o := tryUntil(t, other, key)
+			if liveAfter(c, time.Now()) {
+				t.Fatalf("another Locker holds the lock (fence %d) while c's lease (fence %d), cut off from Redis, is live", o.Fence(), c.Fence())
+			}
+		})
+	}
+}
+
+// TestStaleFairGrantIsIgnored delivers a grant message that comes late: it
+// was made (fence 2) before the waiter's attempt that found the lock held
+// by X (fence 41), so it had ended by then. The waiter must not take it
+// for the lock, and must get the lock, with a higher fence, after X.
+func TestStaleFairGrantIsIgnored(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "stale-grant"
+	keys := newLockKeys(DefaultPrefix, key)
+	lx := newTestLocker(t, srv.Client(t))
+	lw := newTestLocker(t, srv.Client(t))
+
+	if err := admin.Set(ctx, keys.fence, 40, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	x, err := lx.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotW := acquireAsync(lw, key, Fair(), WithLeaseTTL(3*time.Second))
+	waitUntil(t, 10*time.Second, "w to queue", func() bool { return queued(t, admin, key) == 1 })
+	entry, err := admin.LIndex(ctx, keys.queue, 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(entry) // "<locker id> <token> <ttl ms>"
+	if len(f) != 3 {
+		t.Fatalf("queue entry %q", entry)
+	}
+	n, err := admin.Publish(ctx, keys.grants+f[0], f[1]+" 2 3 ").Result()
+	if err != nil || n != 1 {
+		t.Fatalf("publishing the late grant reached %d subscribers: %v", n, err)
+	}
+	select {
+	case a := <-gotW:
+		t.Fatalf("w acquired (fence %v, err %v) from a stale grant while x (fence %d) holds the lock", fenceOf(a.lease), a.err, x.Fence())
+	case <-time.After(300 * time.Millisecond): // time for the message to be handled
+	}
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w := takeLease(t, gotW, "w")
+	if w.Fence() <= x.Fence() {
+		t.Fatalf("w's fence %d is not above x's %d", w.Fence(), x.Fence())
+	}
+}
+
+func fenceOf(s *Lease) any {
+	if s == nil {
+		return nil
+	}
+	return s.Fence()
+}
+
+// TestEarlyHandOverServesFairWaitersFirst: a fair waiter of another Locker
+// queues behind a holder whose Locker has a default-mode waiter that would
+// get the lock early. The fair waiter is served first; the default waiter's
+// early lease ends before the fair waiter's starts.
+func TestEarlyHandOverServesFairWaitersFirst(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	l := newTestLocker(t, srv.Client(t))
+	lf := newTestLocker(t, srv.Client(t))
+	const key = "fair-first"
+
+	b, gotC := earlyChain(t, l, admin, key, false)
+	gotF := acquireAsync(lf, key, Fair())
+	waitUntil(t, 10*time.Second, "the fair waiter to queue", func() bool { return queued(t, admin, key) == 1 })
+	if err := b.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var f *Lease
+	select {
+	case a := <-gotF:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		f = a.lease
+	case <-time.After(5 * time.Second):
+		t.Fatal("the fair waiter, first in line, did not get the lock on release")
+	}
+	if f.Fence() <= b.Fence() {
+		t.Fatalf("fair waiter's fence %d is not above b's %d", f.Fence(), b.Fence())
+	}
+	select {
+	case a := <-gotC:
+		if a.err == nil && a.lease.Context().Err() == nil {
+			t.Fatalf("the default waiter holds a live lease (fence %d) beside the fair waiter's (fence %d)", a.lease.Fence(), f.Fence())
+		}
+		if a.err == nil && !errors.Is(context.Cause(a.lease.Context()), ErrLost) {
+			t.Fatalf("the default waiter's early lease ended with %v, want ErrLost", context.Cause(a.lease.Context()))
+		}
+	default:
+		// Still waiting: it gets the lock after the fair waiter.
+	}
+}
+
+// TestEarlyReleaseWaitsForItsHandOver: the waiter handed a lock early
+// releases it at once, while the transfer that gives it the lock has not
+// been sent yet. Its release must follow the transfer: it succeeds, and
+// leaves the lock free, not held by its token for a TTL.
+func TestEarlyReleaseWaitsForItsHandOver(t *testing.T) {
+	for _, fair := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "fair"}[fair], func(t *testing.T) {
+			srv := redistest.Start(t)
+			admin := srv.Client(t)
+			l := newTestLocker(t, srv.Client(t))
+			other := newTestLocker(t, srv.Client(t))
+			key := "early-release-" + fmt.Sprint(fair)
+
+			b, gotC := earlyChain(t, l, admin, key, fair)
+			released := make(chan error, 1)
+			testHookHandedEarly = func() {
+				// The waiter has its lease: let it release before the
+				// transfer is sent.
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Cleanup(func() { testHookHandedEarly = nil })
+			go func() {
+				c := takeLease(t, gotC, "c")
+				released <- c.Release(context.Background())
+			}()
+			if err := b.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			testHookHandedEarly = nil
+			if err := <-released; err != nil {
+				t.Fatalf("c.Release = %v, want nil", err)
+			}
+			lease, err := other.TryAcquire(context.Background(), key)
+			if err != nil {
+				t.Fatalf("after c released, TryAcquire = %v: the lock was left held", err)
+			}
+			_ = lease.Release(context.Background())
+		})
+	}
+}
+
+// TestCloseDuringHandOversLeavesNoLock closes a Locker whose goroutines
+// hand one key around: once Close has returned and its goroutines have
+// stopped, the key is free, and no Release reported a loss.
+func TestCloseDuringHandOversLeavesNoLock(t *testing.T) {
+	srv := redistest.Start(t)
+	other := newTestLocker(t, srv.Client(t))
+	for round := range 10 {
+		l, err := New(srv.Client(t), WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("close-%d", round)
+		var wg sync.WaitGroup
+		errs := make(chan error, 64)
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var opts []AcquireOption
+				if g%2 == 1 && round%2 == 1 {
+					opts = append(opts, Fair())
+				}
+				for {
+					s, err := l.Acquire(context.Background(), key, opts...)
+					if err != nil {
+						if !errors.Is(err, ErrClosed) {
+							errs <- err
+						}
+						return
+					}
+					// A default-mode lease handed over early ends (ErrLost)
+					// when a fair waiter queued first; a release never fails
+					// on a lease that was live.
+					lostFirst := s.Context().Err() != nil && errors.Is(context.Cause(s.Context()), ErrLost)
+					if err := s.Release(context.Background()); err != nil && !errors.Is(err, ErrClosed) && !(lostFirst && errors.Is(err, ErrLost)) {
+						errs <- fmt.Errorf("release: %w", err)
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Duration(20+10*round) * time.Millisecond)
+		if err := l.Close(); err != nil {
+			t.Fatalf("round %d: Close: %v", round, err)
+		}
+		lease, err := other.TryAcquire(context.Background(), key)
+		if err != nil {
+			v, _ := srv.Client(t).Get(context.Background(), newLockKeys(DefaultPrefix, key).lock).Result()
+			pttl, _ := srv.Client(t).PTTL(context.Background(), newLockKeys(DefaultPrefix, key).lock).Result()
+			t.Fatalf("round %d: right after Close, TryAcquire = %v: a lock of the closed Locker was left (%q, %v)", round, err, v, pttl)
+		}
+		_ = lease.Release(context.Background())
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("round %d: %v", round, err)
+		}
+	}
+}

@@ -21,6 +21,71 @@
 // key and Locker, returns a nested lease instead of deadlocking; the lock is
 // released with the outermost lease.
 //
+// # Safety: how a lease becomes live
+//
+// The promise is that at most one lease of a key is live at a time, and
+// that each holder's fence is above every earlier holder's. A lease is live
+// from the moment Acquire returns it until its context ends; the watchdog
+// ends it at its validity deadline D at the latest. The whole argument
+// rests on one invariant:
+//
+//	while a lease with token t is live, the lock key holds t.
+//
+// Two live leases would need the key to hold two tokens at once, which it
+// cannot. Only lockmw's compare-and-act scripts write the key, and each acts
+// for the token that is there (renew, release, transfer, grant); an
+// acquisition writes only a missing key. So a token, once set with PX p by a
+// request sent at time s (our monotonic clock), stays until its owner's
+// script replaces it, or at least until s + p on Redis' clock, which is no
+// earlier than s + p − drift on ours (WithDriftFactor, plus a floor for
+// timer slack). Each way a lease becomes live sets D no later than that,
+// and no later than any bound it inherits:
+//
+//   - Acquisition (SET NX PX, acquire.lua, fair.lua on a free lock): D =
+//     s + TTL − drift, s being when the request left. A reply that comes
+//     after D is given back, never returned. The fence is drawn (INCR)
+//     right after the SET: every earlier holder drew its own before its
+//     key was released, or its reply came too late for it to become live.
+//   - Renewal (renew.lua, PEXPIRE if the token is there): D = max(D,
+//     s + TTL − drift). A failed or unanswered renewal never moves D.
+//   - Transfer to a default waiter of the releasing Locker (transfer.lua):
+//     the script replaces the releaser's token by the waiter's, PX the
+//     waiter's TTL, and draws its fence (INCRBY) after every earlier
+//     holder's. The waiter's lease starts once the reply is in, with D
+//     from the release's send time and the waiter's TTL.
+//   - Fair grant (grant.lua, run by release.lua or fair.lua): the script
+//     sets the waiter's token and draws its fence likewise. The waiter
+//     dates the grant from a time known to precede it: the release's send
+//     time when its own Locker released, else the send time of its last
+//     attempt that found the key held by someone else, provided the
+//     grant's fence is above the fence counter that attempt saw (the
+//     counter only grows, so such a grant was made after the attempt ran).
+//     A grant whose fence is not above it was made before that attempt,
+//     which saw another token in the key: it had ended, and is ignored. A
+//     grant dated more than TTL/3 back is confirmed by a renewal first.
+//   - Early hand-over (default mode after a transfer, or Fair to the
+//     waiter first in line): the releasing lease, still valid until D_r,
+//     hands the lock to a waiter of its own Locker before the transfer is
+//     sent. Until the transfer lands the key holds the releaser's token
+//     (until D_r at least), then the waiter's for the waiter's TTL from the
+//     send time s. So the waiter's D = min(D_r, s + TTL − drift), with s
+//     read before the transfer leaves, and it is not renewed until the
+//     transfer's answer confirms it (D = s + TTL − drift) or ends it as
+//     lost. The waiter's own release waits for that answer, so it cannot
+//     reach Redis first. Its fence was reserved (drawn, INCRBY 2, by the
+//     transfer or grant that gave the releaser the lock), so it is above
+//     the releaser's and below every later holder's. When fair waiters of
+//     other Lockers have queued meanwhile, the transfer refuses, the
+//     waiter's lease ends, and only then is the lock handed to them.
+//   - Nested lease (reentrant Acquire): it shares the outermost lease's
+//     token and fence, is made only while that lease is live, and ends
+//     when it ends.
+//   - Redlock: the token is set on a majority of N masters, D = s + TTL −
+//     elapsed − drift. Any two majorities share a master, and that master
+//     refuses a second token until the first is gone there. Fences are the
+//     maximum over the winning majority, raised on a majority before the
+//     lease is returned (see NewRedlock).
+//
 // # Deployments
 //
 // New takes a standalone or Sentinel-managed *redis.Client or a

@@ -63,6 +63,10 @@ const (
 	// LostDeadline: the validity deadline (last confirmed renewal + TTL −
 	// drift, on the monotonic clock) passed without a confirmed renewal.
 	LostDeadline LostReason = "deadline"
+	// LostReleased: a nested lease's outermost lease was released while the
+	// nested lease was still held, so the lock was no longer the nested
+	// holder's (see Lease.Release).
+	LostReleased LostReason = "released"
 )
 
 // LostError is the cause of a lost lease's context and the error Release
@@ -91,6 +95,8 @@ func (e *LostError) reasonText() string {
 		return "another owner holds its key"
 	case LostDeadline:
 		return "validity deadline passed without a confirmed renewal"
+	case LostReleased:
+		return "the enclosing lease it was nested in had already been released"
 	}
 	return string(e.Reason)
 }

@@ -99,8 +99,13 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 // (ErrNotAcquired). A Redis failure ends the wait at once with an error
 // matching ErrUnavailable.
 //
-// If ctx descends from the Context of a lease this Locker holds on key,
-// Acquire returns a nested lease at once (see Lease.Release).
+// If ctx descends from the Context of a lease this Locker holds on key, and
+// that lease (its outermost lease, if it is nested) is still held, Acquire
+// returns a nested lease at once: it shares the lock and fence, and ends
+// when the outermost lease ends (see Lease.Context and Lease.Release). A
+// context that outlived its lease (say, made with context.WithoutCancel
+// from a lease context that was released or lost since) does not nest:
+// Acquire then waits for the lock like any other caller.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	return l.acquire(ctx, key, true, opts)
 }
@@ -210,8 +215,8 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	if ctx.Err() != nil {
 		return nil, ctxErr(ctx, key)
 	}
-	if outer := heldIn(ctx, l, key); outer != nil {
-		return l.nest(ctx, outer), nil
+	if nested := l.nestIn(ctx, key); nested != nil {
+		return nested, nil
 	}
 
 	start := time.Now()
@@ -411,10 +416,30 @@ func (l *Locker) giveBack(opCtx context.Context, keys lockKeys, token string, tt
 	}
 }
 
-// nest returns a lease nested in outer's lock, for a reentrant acquisition.
-func (l *Locker) nest(ctx context.Context, outer *Lease) *Lease {
-	if outer.outer != nil {
-		outer = outer.outer
+// nestIn returns a lease nested in the lock that a lease on ctx's chain
+// holds for l on key, or nil when no such lease is live: a lease whose
+// context outlived it (context.WithoutCancel keeps the values) does not
+// nest, and the caller then acquires as anyone else would.
+func (l *Locker) nestIn(ctx context.Context, key string) *Lease {
+	s, _ := ctx.Value(leaseContextKey{}).(*Lease)
+	for ; s != nil; s = s.enclosing {
+		if s.locker == l && s.key == key && s.live() {
+			if n := l.nest(ctx, s); n != nil {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// nest returns a lease nested in the lock of found (or of its outermost
+// lease), with its context made under ctx, or nil if the outermost lease
+// has ended meanwhile. The nested lease ends when the outermost one does
+// (see Lease.cancel), whatever ctx is.
+func (l *Locker) nest(ctx context.Context, found *Lease) *Lease {
+	outer := found
+	if found.outer != nil {
+		outer = found.outer
 	}
 	s := &Lease{
 		locker:     l,
@@ -430,6 +455,10 @@ func (l *Locker) nest(ctx context.Context, outer *Lease) *Lease {
 	}
 	s.keep.index = -1
 	s.bindContext(ctx)
+	if !outer.adopt(s) {
+		s.stop(nil) // never handed out
+		return nil
+	}
 	return s
 }
 
@@ -441,18 +470,7 @@ type leaseContextKey struct{}
 // already on parent's chain.
 func (s *Lease) bindContext(parent context.Context) {
 	s.enclosing, _ = parent.Value(leaseContextKey{}).(*Lease)
-	s.ctx, s.cancel = context.WithCancelCause(context.WithValue(parent, leaseContextKey{}, s))
-}
-
-// heldIn returns the lease on ctx's chain that l holds on key, or nil.
-func heldIn(ctx context.Context, l *Locker, key string) *Lease {
-	s, _ := ctx.Value(leaseContextKey{}).(*Lease)
-	for ; s != nil; s = s.enclosing {
-		if s.locker == l && s.key == key {
-			return s
-		}
-	}
-	return nil
+	s.ctx, s.stop = context.WithCancelCause(context.WithValue(parent, leaseContextKey{}, s))
 }
 
 // ctxErr is the error for an acquisition stopped by ctx: it matches

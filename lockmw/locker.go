@@ -29,6 +29,7 @@ type Locker struct {
 	backend backend
 	waits   waitBackend // nil when the backend cannot notify: waiters then back off
 	keeper  *renewScheduler
+	cleaner *cleaner // gives back locks that failed acquisitions may have taken
 	tel     *telemetry
 	logger  *slog.Logger
 
@@ -89,6 +90,7 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 		logger:  cfg.logger,
 		closing: make(chan struct{}),
 		rooms:   make(map[string]*room),
+		cleaner: newCleaner(cfg.logger),
 	}
 	l.keeper = newRenewScheduler(b, tel, cfg.logger, cfg.drift)
 	return l, nil
@@ -98,6 +100,11 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 // until ctx ends (the context's error is returned) or until WithWait runs out
 // (ErrNotAcquired). A Redis failure ends the wait at once with an error
 // matching ErrUnavailable.
+//
+// A request that failed without Redis' answer (a timeout, ctx ending while
+// it was on the wire) may still take the lock when Redis gets to it; the
+// Locker then gives that lock back as soon as Redis answers again (retrying
+// for up to the lease TTL), so the key is not held by nobody for a TTL.
 //
 // If ctx descends from the Context of a lease this Locker holds on key, and
 // that lease (its outermost lease, if it is nested) is still held, Acquire
@@ -144,7 +151,10 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 
 // Close releases every lease the Locker holds (their contexts end with cause
 // ErrClosed), stops its watchdog, and makes every later call return
-// ErrClosed. Waiting Acquire calls return ErrClosed. It does not close the
+// ErrClosed. Waiting Acquire calls return ErrClosed. Locks that failed
+// acquisitions may have taken, and that the Locker is still giving back
+// (see Acquire), get one last try, bounded by a second and the client's
+// timeouts; nothing keeps running after Close returns. It does not close the
 // Redis client. Close returns the errors of releases that could not reach
 // Redis (those locks expire after their TTL); calling it again returns nil.
 func (l *Locker) Close() error {
@@ -153,6 +163,7 @@ func (l *Locker) Close() error {
 		l.closed.Store(true)
 		close(l.closing)
 		err = l.releaseAll(l.keeper.close())
+		l.cleaner.close() // the backend is still open for its last tries
 		if l.waits != nil {
 			l.waits.close()
 		} else if c, ok := l.backend.(interface{ close() }); ok {
@@ -332,6 +343,11 @@ func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lo
 	sentAt := time.Now()
 	reply, err := l.backend.acquire(opCtx, keys, token, ac.ttl)
 	if err != nil {
+		if _, quorum := l.backend.(*redlockBackend); !quorum && mayHaveRun(err) {
+			// No lease will hold token: give back what the request may
+			// take yet (Redlock does so per master itself).
+			l.takeBack(keys, token, "", false, ac.ttl)
+		}
 		return nil, 0, l.attemptErr(opCtx, key, err)
 	}
 	if !reply.acquired {
@@ -410,7 +426,9 @@ func (l *Locker) giveBack(opCtx context.Context, keys lockKeys, token string, tt
 	if h != nil {
 		h.wait(ctx)
 	}
-	_, _ = l.releaseTokenOf(ctx, keys, token, fair)
+	if _, err := l.releaseTokenOf(ctx, keys, token, fair); err != nil {
+		l.takeBack(keys, token, "", fair, ttl)
+	}
 	if fair {
 		l.forgetFair(keys, token)
 	}

@@ -18,8 +18,10 @@ var (
 	// ErrLost is the cause of a lease context that ended because the lock was
 	// lost: its key expired or was deleted, another owner took it, or the
 	// validity deadline passed without a confirmed renewal (Redis slow or
-	// unreachable). Release returns it for a lost lease. The error also wraps
-	// the reason (see LostError), and for failed renewals the Redis error.
+	// unreachable). Release returns it for a lost lease, and for a nested
+	// lease whose outermost lease ended before it (reason LostReleased when
+	// that one was released). The error also wraps the reason (see
+	// LostError), and for failed renewals the Redis error.
 	ErrLost = errors.New("lockmw: lock lost")
 
 	// ErrClosed is returned by every call on a Locker after Close, and is the

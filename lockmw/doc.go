@@ -19,7 +19,9 @@
 //
 // Acquire on a context derived from a held lease's Context, for the same
 // key and Locker, returns a nested lease instead of deadlocking; the lock is
-// released with the outermost lease.
+// released with the outermost lease, and nested leases end with it (with
+// its cause). Only a lease still held nests: a context that outlived its
+// lease (context.WithoutCancel keeps the values) acquires as anyone else.
 //
 // # Safety: how a lease becomes live
 //

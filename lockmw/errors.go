@@ -18,8 +18,10 @@ var (
 	// ErrLost is the cause of a lease context that ended because the lock was
 	// lost: its key expired or was deleted, another owner took it, or the
 	// validity deadline passed without a confirmed renewal (Redis slow or
-	// unreachable). Release returns it for a lost lease. The error also wraps
-	// the reason (see LostError), and for failed renewals the Redis error.
+	// unreachable). Release returns it for a lost lease, and for a nested
+	// lease whose outermost lease ended before it (reason LostReleased when
+	// that one was released). The error also wraps the reason (see
+	// LostError), and for failed renewals the Redis error.
 	ErrLost = errors.New("lockmw: lock lost")
 
 	// ErrClosed is returned by every call on a Locker after Close, and is the
@@ -63,6 +65,10 @@ const (
 	// LostDeadline: the validity deadline (last confirmed renewal + TTL −
 	// drift, on the monotonic clock) passed without a confirmed renewal.
 	LostDeadline LostReason = "deadline"
+	// LostReleased: a nested lease's outermost lease was released while the
+	// nested lease was still held, so the lock was no longer the nested
+	// holder's (see Lease.Release).
+	LostReleased LostReason = "released"
 )
 
 // LostError is the cause of a lost lease's context and the error Release
@@ -91,6 +97,8 @@ func (e *LostError) reasonText() string {
 		return "another owner holds its key"
 	case LostDeadline:
 		return "validity deadline passed without a confirmed renewal"
+	case LostReleased:
+		return "the enclosing lease it was nested in had already been released"
 	}
 	return string(e.Reason)
 }

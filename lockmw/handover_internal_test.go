@@ -19,16 +19,6 @@ import (
 // fence is above every earlier holder's. Each reproduces a double grant or
 // a stranded lock that an earlier version of the hand-over allowed.
 
-func newTestLocker(t *testing.T, client redis.UniversalClient, opts ...Option) *Locker {
-	t.Helper()
-	l, err := New(client, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
-}
-
 type acquired struct {
 	lease *Lease
 	err   error

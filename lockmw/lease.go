@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,16 +35,23 @@ type Lease struct {
 	// release never reaches Redis before the transfer it depends on.
 	early *handover
 
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	ctx  context.Context
+	stop context.CancelCauseFunc // cancels ctx; see cancel
 
-	// outer is the lease this one is nested in (reentrant acquisition
-	// through the context), nil for an outermost lease. A nested lease
-	// shares its outermost lease's lock, token and fence.
+	// outer is the outermost lease this one is nested in (reentrant
+	// acquisition through the context), nil for an outermost lease. A
+	// nested lease shares its outermost lease's lock, token and fence.
 	outer *Lease
 	// enclosing is the innermost lease on the context chain this lease's
-	// context was made from, of any key or Locker: the chain heldIn walks.
+	// context was made from, of any key or Locker: the chain nestIn walks.
 	enclosing *Lease
+
+	// The end of the lease, apart from its context, which also ends with
+	// the context passed to Acquire while the lease is still held.
+	endMu    sync.Mutex
+	ended    bool                // released, lost or closed (nested: or its outer lease ended)
+	endCause error               // when ended: context.Canceled (released), a *LostError, ErrClosed
+	nested   map[*Lease]struct{} // outermost lease: its nested leases not yet ended
 
 	keep keepState                 // owned by the Locker's renewScheduler
 	lost atomic.Pointer[LostError] // set once the lock is known lost
@@ -68,13 +76,26 @@ func (s *Lease) Fence() uint64 { return s.fence }
 // matching ErrLost (a *LostError); after Locker.Close, ErrClosed.
 //
 // Acquiring the same key from the same Locker with this context (or one
-// derived from it) returns a nested lease instead of deadlocking.
+// derived from it) returns a nested lease instead of deadlocking, but only
+// while the outermost lease is held: once it has been released, lost or
+// closed, its context (even one detached with context.WithoutCancel, which
+// keeps the values) no longer nests, and Acquire and TryAcquire make an
+// ordinary acquisition that waits or finds the lock busy. A nested lease
+// ends when its outermost lease does, with the same cause, also when it was
+// acquired through a context detached from the outer one.
 func (s *Lease) Context() context.Context { return s.ctx }
 
 // Release gives up the lease. For an outermost lease it deletes the lock in
 // Redis if, and only if, this lease still owns it, and ends the lease
-// context. A nested lease only ends its own context: the lock stays held
-// until the outermost lease is released.
+// context and those of the leases nested in it. A nested lease only ends its
+// own context: the lock stays held until the outermost lease is released.
+//
+// A nested lease's Release returns nil while its outermost lease is held.
+// After the outermost lease ended, it returns what tells the nested holder
+// that the lock was no longer its own: the outermost lease's *LostError if
+// it was lost, ErrClosed if the Locker was closed, and, if the outermost
+// lease was released first, a *LostError with reason LostReleased (matching
+// ErrLost).
 //
 // Release still reaches Redis when ctx has already ended (a finished
 // request's context, say), bounded by the lease TTL.
@@ -92,7 +113,8 @@ func (s *Lease) Release(ctx context.Context) error {
 func (s *Lease) release(ctx context.Context) error {
 	if s.outer != nil {
 		s.cancel(nil)
-		return s.outer.lostCause()
+		s.outer.disown(s)
+		return s.outer.nestedEndErr()
 	}
 	l := s.locker
 	l.flights.start()
@@ -156,4 +178,75 @@ func (s *Lease) lostCause() error {
 		return lost
 	}
 	return nil
+}
+
+// cancel ends s: it cancels s's context with cause (nil: released) and, for
+// an outermost lease, the leases nested in it, with the same cause. Every
+// end of a lease (release, loss, Close) comes through here.
+func (s *Lease) cancel(cause error) {
+	s.stop(cause)
+	if cause == nil {
+		cause = context.Canceled // what context.Cause of a released lease says
+	}
+	s.endMu.Lock()
+	if s.ended {
+		s.endMu.Unlock()
+		return
+	}
+	s.ended, s.endCause = true, cause
+	nested := s.nested
+	s.nested = nil
+	s.endMu.Unlock()
+	for n := range nested {
+		n.cancel(cause)
+	}
+}
+
+// live reports whether s has not ended: not released, lost or closed (a
+// nested lease: nor its outermost lease).
+func (s *Lease) live() bool {
+	s.endMu.Lock()
+	defer s.endMu.Unlock()
+	return !s.ended
+}
+
+// adopt records n as nested in the outermost lease s, so that n ends when s
+// does. It reports false, recording nothing, when s has ended.
+func (s *Lease) adopt(n *Lease) bool {
+	s.endMu.Lock()
+	defer s.endMu.Unlock()
+	if s.ended {
+		return false
+	}
+	if s.nested == nil {
+		s.nested = make(map[*Lease]struct{})
+	}
+	s.nested[n] = struct{}{}
+	return true
+}
+
+// disown forgets n, a nested lease of s that was released.
+func (s *Lease) disown(n *Lease) {
+	s.endMu.Lock()
+	delete(s.nested, n)
+	s.endMu.Unlock()
+}
+
+// nestedEndErr is what Release of a lease nested in the outermost lease s
+// returns: nil while s is held, else why the lock was no longer the nested
+// holder's.
+func (s *Lease) nestedEndErr() error {
+	if lost := s.lostCause(); lost != nil {
+		return lost
+	}
+	s.endMu.Lock()
+	ended, cause := s.ended, s.endCause
+	s.endMu.Unlock()
+	switch {
+	case !ended:
+		return nil
+	case errors.Is(cause, ErrClosed), errors.Is(cause, ErrLost):
+		return cause
+	}
+	return &LostError{Key: s.key, Reason: LostReleased}
 }

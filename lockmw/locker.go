@@ -29,6 +29,7 @@ type Locker struct {
 	backend backend
 	waits   waitBackend // nil when the backend cannot notify: waiters then back off
 	keeper  *renewScheduler
+	cleaner *cleaner // gives back locks that failed acquisitions may have taken
 	tel     *telemetry
 	logger  *slog.Logger
 
@@ -93,6 +94,7 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 		logger:  cfg.logger,
 		closing: make(chan struct{}),
 		rooms:   make(map[string]*room),
+		cleaner: newCleaner(cfg.logger),
 	}
 	l.keeper = newRenewScheduler(b, tel, cfg.logger, cfg.drift)
 	return l, nil
@@ -103,8 +105,18 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 // (ErrNotAcquired). A Redis failure ends the wait at once with an error
 // matching ErrUnavailable.
 //
-// If ctx descends from the Context of a lease this Locker holds on key,
-// Acquire returns a nested lease at once (see Lease.Release).
+// A request that failed without Redis' answer (a timeout, ctx ending while
+// it was on the wire) may still take the lock when Redis gets to it; the
+// Locker then gives that lock back as soon as Redis answers again (retrying
+// for up to the lease TTL), so the key is not held by nobody for a TTL.
+//
+// If ctx descends from the Context of a lease this Locker holds on key, and
+// that lease (its outermost lease, if it is nested) is still held, Acquire
+// returns a nested lease at once: it shares the lock and fence, and ends
+// when the outermost lease ends (see Lease.Context and Lease.Release). A
+// context that outlived its lease (say, made with context.WithoutCancel
+// from a lease context that was released or lost since) does not nest:
+// Acquire then waits for the lock like any other caller.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	return l.acquire(ctx, key, true, opts)
 }
@@ -143,7 +155,10 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 
 // Close releases every lease the Locker holds (their contexts end with cause
 // ErrClosed), stops its watchdog, and makes every later call return
-// ErrClosed. Waiting Acquire calls return ErrClosed. It does not close the
+// ErrClosed. Waiting Acquire calls return ErrClosed. Locks that failed
+// acquisitions may have taken, and that the Locker is still giving back
+// (see Acquire), get one last try, bounded by a second and the client's
+// timeouts; nothing keeps running after Close returns. It does not close the
 // Redis client. Close returns the errors of releases that could not reach
 // Redis (those locks expire after their TTL); calling it again returns nil.
 func (l *Locker) Close() error {
@@ -157,6 +172,7 @@ func (l *Locker) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		l.flights.wait(ctx)
 		cancel()
+		l.cleaner.close() // the backend is still open for its last tries
 		if l.waits != nil {
 			l.waits.close()
 		} else if c, ok := l.backend.(interface{ close() }); ok {
@@ -222,8 +238,8 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	if ctx.Err() != nil {
 		return nil, ctxErr(ctx, key)
 	}
-	if outer := heldIn(ctx, l, key); outer != nil {
-		return l.nest(ctx, outer), nil
+	if nested := l.nestIn(ctx, key); nested != nil {
+		return nested, nil
 	}
 
 	start := time.Now()
@@ -346,6 +362,11 @@ func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lo
 	sentAt := time.Now()
 	reply, err := l.backend.acquire(opCtx, keys, token, ac.ttl)
 	if err != nil {
+		if _, quorum := l.backend.(*redlockBackend); !quorum && mayHaveRun(err) {
+			// No lease will hold token: give back what the request may
+			// take yet (Redlock does so per master itself).
+			l.takeBack(keys, token, "", false, ac.ttl)
+		}
 		return nil, 0, l.attemptErr(opCtx, key, err)
 	}
 	if !reply.acquired {
@@ -427,16 +448,38 @@ func (l *Locker) giveBack(opCtx context.Context, keys lockKeys, token string, tt
 	if h != nil {
 		h.wait(ctx)
 	}
-	_, _ = l.releaseTokenOf(ctx, keys, token, fair)
+	if _, err := l.releaseTokenOf(ctx, keys, token, fair); err != nil {
+		l.takeBack(keys, token, "", fair, ttl)
+	}
 	if fair {
 		l.forgetFair(keys, token)
 	}
 }
 
-// nest returns a lease nested in outer's lock, for a reentrant acquisition.
-func (l *Locker) nest(ctx context.Context, outer *Lease) *Lease {
-	if outer.outer != nil {
-		outer = outer.outer
+// nestIn returns a lease nested in the lock that a lease on ctx's chain
+// holds for l on key, or nil when no such lease is live: a lease whose
+// context outlived it (context.WithoutCancel keeps the values) does not
+// nest, and the caller then acquires as anyone else would.
+func (l *Locker) nestIn(ctx context.Context, key string) *Lease {
+	s, _ := ctx.Value(leaseContextKey{}).(*Lease)
+	for ; s != nil; s = s.enclosing {
+		if s.locker == l && s.key == key && s.live() {
+			if n := l.nest(ctx, s); n != nil {
+				return n
+			}
+		}
+	}
+	return nil
+}
+
+// nest returns a lease nested in the lock of found (or of its outermost
+// lease), with its context made under ctx, or nil if the outermost lease
+// has ended meanwhile. The nested lease ends when the outermost one does
+// (see Lease.cancel), whatever ctx is.
+func (l *Locker) nest(ctx context.Context, found *Lease) *Lease {
+	outer := found
+	if found.outer != nil {
+		outer = found.outer
 	}
 	s := &Lease{
 		locker:     l,
@@ -452,6 +495,10 @@ func (l *Locker) nest(ctx context.Context, outer *Lease) *Lease {
 	}
 	s.keep.index = -1
 	s.bindContext(ctx)
+	if !outer.adopt(s) {
+		s.stop(nil) // never handed out
+		return nil
+	}
 	return s
 }
 
@@ -463,18 +510,7 @@ type leaseContextKey struct{}
 // already on parent's chain.
 func (s *Lease) bindContext(parent context.Context) {
 	s.enclosing, _ = parent.Value(leaseContextKey{}).(*Lease)
-	s.ctx, s.cancel = context.WithCancelCause(context.WithValue(parent, leaseContextKey{}, s))
-}
-
-// heldIn returns the lease on ctx's chain that l holds on key, or nil.
-func heldIn(ctx context.Context, l *Locker, key string) *Lease {
-	s, _ := ctx.Value(leaseContextKey{}).(*Lease)
-	for ; s != nil; s = s.enclosing {
-		if s.locker == l && s.key == key {
-			return s
-		}
-	}
-	return nil
+	s.ctx, s.stop = context.WithCancelCause(context.WithValue(parent, leaseContextKey{}, s))
 }
 
 // ctxErr is the error for an acquisition stopped by ctx: it matches

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -103,6 +104,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 		b.close()
 		return nil, err
 	}
+	b.cleaner, b.logger = l.cleaner, l.logger
 	return l, nil
 }
 
@@ -110,6 +112,10 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 type redlockBackend struct {
 	masters []*master
 	quorum  int
+	// cleaner gives back, per master, locks that failed acquisitions may
+	// have taken there (see rollback); the Locker's.
+	cleaner *cleaner
+	logger  *slog.Logger
 }
 
 func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error) {
@@ -157,6 +163,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 	var (
 		won, failed int
 		granted     = make([]bool, n)
+		settled     = make([]bool, n)     // the lock is known not to be token's there
 		fences      = make([]int64, 0, n) // fences of the masters that granted, in answer order
 		busyTTLs    []time.Duration
 		errs        []error
@@ -175,7 +182,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 		select {
 		case r = <-replies:
 		case <-ctx.Done():
-			b.rollback(k, token, granted)
+			b.rollback(k, token, ttl, granted, settled)
 			return acquireReply{}, ctx.Err()
 		}
 		vals, err := r.cmds[0].Int64Slice()
@@ -186,16 +193,18 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 		case err != nil:
 			failed++
 			errs = append(errs, b.masterErr(r.master, err))
+			settled[r.master] = !mayHaveRun(err)
 		case vals[0] == 1:
 			won++
 			granted[r.master] = true
 			fences = append(fences, vals[1])
 		default:
+			settled[r.master] = true
 			busyTTLs = append(busyTTLs, time.Duration(max(vals[1], 0))*time.Millisecond)
 		}
 	}
 	if won < q {
-		b.rollback(k, token, granted)
+		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
 			return acquireReply{}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
@@ -204,7 +213,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 
 	fence, err := b.settleFence(ctx, k, token, fences)
 	if err != nil {
-		b.rollback(k, token, granted)
+		b.rollback(k, token, ttl, granted, settled)
 		return acquireReply{}, err
 	}
 	return acquireReply{acquired: true, fence: uint64(fence)}, nil
@@ -268,9 +277,25 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // waits (a second at most) for the masters in granted, so that a failed
 // attempt leaves nothing behind on the masters that granted it; the others
 // get the release queued after the acquisition and run it as soon as they
-// answer it.
-func (b *redlockBackend) rollback(k lockKeys, token string, granted []bool) {
-	replies := b.fanOut([]masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}})
+// answer it. A master where the lock may be token's (all but those in
+// settled) whose release gets no answer either (it is paused, say, and will
+// run the acquisition when it resumes) is handed to the cleaner.
+func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, granted, settled []bool) {
+	replies := make(chan masterReply, len(b.masters))
+	calls := []masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}}
+	for i, m := range b.masters {
+		c := &masterCall{master: i, calls: calls, reply: replies}
+		if !settled[i] {
+			c.after = func(r masterReply) {
+				if r.cmds[0].Err() != nil {
+					only := make([]bool, len(b.masters))
+					only[i] = true
+					b.takeBackOn(k, token, ttl, only)
+				}
+			}
+		}
+		m.submit(c)
+	}
 	waiting := 0
 	for _, g := range granted {
 		if g {
@@ -292,6 +317,34 @@ func (b *redlockBackend) rollback(k lockKeys, token string, granted []bool) {
 			return
 		}
 	}
+}
+
+// releaseOn releases token's lock on the masters marked in masters, in
+// parallel, and unmarks those that answered; nil once none is left.
+func (b *redlockBackend) releaseOn(ctx context.Context, k lockKeys, token string, masters []bool) error {
+	replies := make(chan masterReply, len(b.masters))
+	calls := []masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}}
+	sent := 0
+	for i, m := range b.masters {
+		if masters[i] {
+			m.submit(&masterCall{master: i, calls: calls, reply: replies})
+			sent++
+		}
+	}
+	var errs []error
+	for ; sent > 0; sent-- {
+		select {
+		case r := <-replies:
+			if err := r.cmds[0].Err(); err != nil {
+				errs = append(errs, b.masterErr(r.master, err))
+				continue
+			}
+			masters[r.master] = false
+		case <-ctx.Done():
+			return errors.Join(append(errs, ctx.Err())...)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
@@ -426,6 +479,9 @@ type masterCall struct {
 	calls  []masterScript
 	reply  chan<- masterReply
 	cmds   []*redis.Cmd
+	// after, if set, is called with the reply once it is sent, by the
+	// master's sender (it must not block); not for a closed master.
+	after func(masterReply)
 }
 
 // masterReply carries one master's answers to a masterCall, one Cmd per
@@ -544,6 +600,10 @@ func (m *master) exec(batch []*masterCall) {
 		_, _ = resend.Exec(ctx)
 	}
 	for _, c := range batch {
-		c.reply <- masterReply{master: c.master, cmds: c.cmds}
+		r := masterReply{master: c.master, cmds: c.cmds}
+		c.reply <- r
+		if c.after != nil {
+			c.after(r)
+		}
 	}
 }

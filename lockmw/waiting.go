@@ -626,6 +626,9 @@ func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, key
 		sentAt := time.Now()
 		reply, err := l.waits.fairAcquire(opCtx, keys, token, ac.ttl, entry, modeTry)
 		if err != nil {
+			if mayHaveRun(err) {
+				l.takeBack(keys, token, "", true, ac.ttl) // it may take the lock yet
+			}
 			return nil, l.attemptErr(opCtx, key, err)
 		}
 		if !reply.acquired {
@@ -828,17 +831,19 @@ func (l *Locker) abandonFair(keys lockKeys, w *waiter, entry string, why error) 
 	} else {
 		g, err := l.waits.leave(ctx, keys, entry, w.token)
 		if err != nil {
-			// The entry stays until a hand-over skips it or the queue
-			// expires; a grant to it is released by handTo.
+			// A failed attempt may yet take the lock or queue the entry:
+			// the cleaner leaves and gives back once Redis answers.
 			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("lock", keys.lock), slog.Any("error", err))
+			l.takeBack(keys, w.token, entry, true, w.ttl)
 			return
 		}
 		granted = g
 	}
 	if granted {
 		if _, err := l.releaseToken(ctx, keys, w.token); err != nil {
-			l.logger.Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
+			l.logger.Debug("lockmw: could not pass on a lock granted to a waiter that gave up; retrying",
 				slog.String("lock", keys.lock), slog.Any("error", err), slog.Any("reason", why))
+			l.takeBack(keys, w.token, "", true, w.ttl)
 		}
 	}
 }

@@ -1,0 +1,272 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file gives back locks that failed acquisitions may have taken.
+//
+// An acquisition request that fails without Redis' answer (the client's
+// ReadTimeout, the caller's context ending while the request was on the
+// wire, a broken connection) may run all the same: a paused or slow Redis
+// executes it when it gets to it, and the lock is then held, for a whole
+// TTL, by a token no lease was made for. The Locker knows that token, so
+// it hands it to its cleaner, which gives the lock back with the ordinary
+// compare-and-act release (the lock is deleted, or handed to the next
+// waiter, only if that token holds it: another owner's lock is never
+// touched). A fair waiter's queue entry is taken out first (leave.lua,
+// which also says whether the lock was taken or granted for the token).
+// Redlock hands over, per master, the masters whose rollback got no answer.
+//
+// The cleaner tries at once, then retries with a capped, jittered backoff
+// until Redis answers, or until the lease TTL has passed since the failure
+// (a lock set by then has expired by then, unless Redis stalled longer
+// than the TTL). Redis runs the requests of a connection in order, and
+// after a stall it serves its connections in the order their requests
+// arrived, so its answer to the cleaner comes after the stalled request
+// ran. A request held up in the network longer than the cleaner's retry can
+// still land later; its lock then expires after its TTL, as before.
+//
+// Only tokens for which no lease was made come here (the acquisition
+// returned an error, or gave the lock back), so the cleaner never releases
+// a live lease's lock.
+
+// Cleanup retry parameters.
+const (
+	cleanMinBackoff = 10 * time.Millisecond
+	cleanMaxBackoff = time.Second
+	// cleanCloseWait bounds the last try Close gives pending cleanups (and
+	// a cleanup handed over after Close), on top of the client's timeouts,
+	// which bound each Redis call.
+	cleanCloseWait = time.Second
+	// cleanParallel is how many cleanups run at once; the batcher shares
+	// round trips among them.
+	cleanParallel = 64
+)
+
+// cleanup is one lock to give back.
+type cleanup struct {
+	lock  string    // the lock key, for logs
+	until time.Time // give up then: the lock has expired
+	// try makes one attempt; nil means done (Redis answered).
+	try func(ctx context.Context) error
+
+	next    time.Time
+	backoff time.Duration
+}
+
+// cleaner runs a Locker's cleanups on one goroutine, started when there is
+// work and gone when there is none.
+type cleaner struct {
+	logger *slog.Logger
+
+	mu      sync.Mutex
+	jobs    []*cleanup // waiting for their next try
+	running bool       // the run goroutine is on
+	closed  bool
+	wake    chan struct{}
+	closing chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newCleaner(logger *slog.Logger) *cleaner {
+	return &cleaner{logger: logger, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+}
+
+// add hands j over; its first try is due at once. After close, add makes
+// one bounded try itself, so that nothing keeps running.
+func (c *cleaner) add(j *cleanup) {
+	if !c.offer(j) {
+		ctx, cancel := context.WithTimeout(context.Background(), cleanCloseWait)
+		defer cancel()
+		if err := j.try(ctx); err != nil {
+			c.gaveUp(j, err)
+		}
+	}
+}
+
+// offer hands j over, as add, but never blocks: after close it reports
+// false and does nothing.
+func (c *cleaner) offer(j *cleanup) bool {
+	j.next, j.backoff = time.Now(), cleanMinBackoff
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.jobs = append(c.jobs, j)
+	if !c.running {
+		c.running = true
+		c.wg.Add(1)
+		go c.run()
+	} else {
+		signal(c.wake)
+	}
+	c.mu.Unlock()
+	return true
+}
+
+// close gives every pending cleanup one last try (bounded by
+// cleanCloseWait and the client's timeouts) and returns once the cleaner's
+// goroutine has stopped.
+func (c *cleaner) close() {
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.closing)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// idle reports whether no cleanup is pending and the goroutine is gone.
+func (c *cleaner) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.running
+}
+
+func (c *cleaner) run() {
+	defer c.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		if len(c.jobs) == 0 {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		final := c.closed
+		now := time.Now()
+		var due []*cleanup
+		rest := c.jobs[:0]
+		wait := time.Hour
+		for _, j := range c.jobs {
+			if final || !j.next.After(now) {
+				due = append(due, j)
+			} else {
+				rest = append(rest, j)
+				wait = min(wait, j.next.Sub(now))
+			}
+		}
+		clear(c.jobs[len(rest):])
+		c.jobs = rest
+		c.mu.Unlock()
+
+		if len(due) == 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-c.wake:
+			case <-c.closing:
+			}
+			continue
+		}
+		errs := c.tryAll(due, final)
+
+		now = time.Now()
+		var again []*cleanup
+		for i, j := range due {
+			err := errs[i]
+			switch {
+			case err == nil:
+			case final, !now.Before(j.until), errors.Is(err, ErrClosed), errors.Is(err, redis.ErrClosed):
+				c.gaveUp(j, err)
+			default:
+				j.next = now.Add(j.backoff/2 + mathrand.N(j.backoff/2+1))
+				j.backoff = min(2*j.backoff, cleanMaxBackoff)
+				again = append(again, j)
+			}
+		}
+		c.mu.Lock()
+		c.jobs = append(c.jobs, again...)
+		c.mu.Unlock()
+	}
+}
+
+// tryAll tries the cleanups in due at once, at most cleanParallel at a
+// time, and returns their errors.
+func (c *cleaner) tryAll(due []*cleanup, final bool) []error {
+	errs := make([]error, len(due))
+	sem := make(chan struct{}, cleanParallel)
+	var wg sync.WaitGroup
+	for i, j := range due {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			var ctx context.Context
+			var cancel context.CancelFunc
+			if final {
+				ctx, cancel = context.WithTimeout(context.Background(), cleanCloseWait)
+			} else {
+				ctx, cancel = context.WithDeadline(context.Background(), j.until)
+			}
+			defer cancel()
+			errs[i] = j.try(ctx)
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+func (c *cleaner) gaveUp(j *cleanup, err error) {
+	c.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
+		slog.String("lock", j.lock), slog.Any("error", err))
+}
+
+// mayHaveRun reports whether a lock-taking request that failed with err
+// may run in Redis all the same: it failed without Redis' answer. An error
+// reply from Redis (MOVED, TRYAGAIN, READONLY, OOM, ...) means it did not
+// run, and a closed client sent nothing. ErrNotReplicated means the lock was
+// taken, and the rollback may not have reached Redis.
+func mayHaveRun(err error) bool {
+	if errors.Is(err, ErrNotReplicated) {
+		return true
+	}
+	var reply redis.Error
+	return !errors.As(err, &reply) && !errors.Is(err, redis.ErrClosed) && !errors.Is(err, ErrClosed)
+}
+
+// takeBack hands the cleaner the lock that token may hold on keys, taken by
+// a request that failed (or a lock given back whose release failed), with
+// lease TTL ttl; entry is the fair queue entry to take out first ("" when
+// none), fair whether the token was a fair waiter's. No lease may exist for
+// token.
+func (l *Locker) takeBack(keys lockKeys, token, entry string, fair bool, ttl time.Duration) {
+	l.cleaner.add(&cleanup{lock: keys.lock, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+		if entry != "" {
+			granted, err := l.waits.leave(ctx, keys, entry, token)
+			if err != nil {
+				return err
+			}
+			entry = "" // out of the queue: nothing can be granted to token any more
+			if !granted {
+				return nil // and the lock is not token's
+			}
+		}
+		_, err := l.releaseTokenOf(ctx, keys, token, fair)
+		return err
+	}})
+}
+
+// takeBackOn hands the cleaner the lock that token may hold on the Redlock
+// masters marked in masters, whose rollback got no answer. It never blocks
+// (a master's sender calls it); after Close it gives up at once.
+func (b *redlockBackend) takeBackOn(k lockKeys, token string, ttl time.Duration, masters []bool) {
+	j := &cleanup{lock: k.lock, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+		return b.releaseOn(ctx, k, token, masters)
+	}}
+	if b.cleaner == nil || !b.cleaner.offer(j) {
+		b.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
+			slog.String("lock", k.lock), slog.String("reason", "locker closed"))
+	}
+}

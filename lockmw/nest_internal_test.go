@@ -1,0 +1,89 @@
+package lockmw
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+)
+
+// Nesting and releasing many times leaves nothing behind: no goroutine, and
+// no nested lease kept by the outer one, whether the nested leases are
+// released before their outer lease or end with it.
+func TestNestReleaseCyclesLeaveNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	l, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	// Settle the Locker's own goroutines (watchdog, connections) first.
+	warm, err := l.Acquire(ctx, "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Release(ctx)
+	base := runtime.NumGoroutine()
+
+	outer, err := l.Acquire(ctx, "cycles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		parent := outer.Context()
+		if i%2 == 0 {
+			parent = context.WithoutCancel(parent)
+		}
+		n, err := l.TryAcquire(parent, "cycles")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.outer != outer {
+			t.Fatal("not nested in the outer lease")
+		}
+		if err := n.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	outer.endMu.Lock()
+	kept := len(outer.nested)
+	outer.endMu.Unlock()
+	if kept != 0 {
+		t.Errorf("outer lease still tracks %d released nested leases", kept)
+	}
+
+	// Nested leases that end with their outer lease leave nothing either.
+	var live []*Lease
+	for range 100 {
+		n, err := l.TryAcquire(context.WithoutCancel(outer.Context()), "cycles")
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, n)
+	}
+	if err := outer.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range live {
+		if n.Context().Err() == nil {
+			t.Fatal("nested lease live after its outer lease was released")
+		}
+	}
+	outer.endMu.Lock()
+	kept = len(outer.nested)
+	outer.endMu.Unlock()
+	if kept != 0 {
+		t.Errorf("released outer lease still tracks %d nested leases", kept)
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after the cycles, %d before", runtime.NumGoroutine(), base)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -23,6 +23,17 @@ import (
 // for the client and for Redis, instead of one each per call. Under load
 // that is most of the cost. A batch of several runs under the client's
 // timeouts, not its callers' context deadlines.
+//
+// A batch holds at most one call per key slot. Redis runs a pipeline to
+// its end whatever a command answers, and exec resends the scripts that
+// answered NOSCRIPT (a restarted node, SCRIPT FLUSH) in a second round
+// trip: had a later call of the same lock been in the first pipeline (a
+// plain acquisition, or a script the node had cached), it would already
+// have run before the earlier, resent one, and nothing could undo that.
+// With one call per slot, the resend belongs to the same round trip, and
+// the slot's next call leaves only once it has ended. What it costs: calls
+// for one lock (or for keys hashing to one of keySlots slots) that queue
+// together go in successive round trips instead of one.
 
 const (
 	maxTrips = 4  // round trips on the wire at once
@@ -158,6 +169,9 @@ func (b *batcher) send(batch []*scriptCall) {
 				rest = append(rest, c)
 				continue
 			}
+			// One call per slot in a batch (see the top of this file): the
+			// slot's later calls wait for this one's round trip.
+			b.blocked[word] |= bit
 			next = append(next, c)
 		}
 		clear(b.blocked[:])

@@ -200,9 +200,9 @@ func (b *batcher) send(batch []*scriptCall) {
 func (b *batcher) exec(batch []*scriptCall) {
 	if len(batch) == 1 && batch[0].script != nil {
 		c := batch[0]
-		c.cmd = c.script.EvalSha(c.ctx, b.client, c.keys, c.args...)
+		c.cmd = c.script.EvalSha(c.ctx, once{b.client}, c.keys, c.args...)
 		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = c.script.Eval(c.ctx, b.client, c.keys, c.args...)
+			c.cmd = c.script.Eval(c.ctx, once{b.client}, c.keys, c.args...)
 		}
 		return
 	}
@@ -213,12 +213,12 @@ func (b *batcher) exec(batch []*scriptCall) {
 	pipe := b.client.Pipeline()
 	for _, c := range batch {
 		if c.script == nil {
-			c.set = pipe.SetNX(ctx, c.keys[0], c.token, c.ttl)
-			c.incr = pipe.Incr(ctx, c.keys[1])
+			c.set = sendOnce(ctx, pipe, redis.NewBoolCmd(ctx, "set", c.keys[0], c.token, "px", c.ttl.Milliseconds(), "nx"))
+			c.incr = sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "incr", c.keys[1]))
 			c.pttl = pipe.PTTL(ctx, c.keys[0])
 			continue
 		}
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.cmd = c.script.EvalSha(ctx, once{pipe}, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
 	var resend redis.Pipeliner
@@ -227,7 +227,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 			if resend == nil {
 				resend = b.client.Pipeline()
 			}
-			c.cmd = c.script.Eval(ctx, resend, c.keys, c.args...)
+			c.cmd = c.script.Eval(ctx, once{resend}, c.keys, c.args...)
 		}
 	}
 	if resend != nil {

@@ -128,7 +128,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 	var wait *redis.IntCmd
 	run := func(script func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) {
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			acq = script(ctx, p, keys, args...)
+			acq = script(ctx, once{p}, keys, args...)
 			wait = redis.NewIntCmd(ctx, "wait", b.waitReplicas, b.waitTimeout.Milliseconds())
 			_ = p.Process(ctx, wait)
 			return nil

@@ -523,7 +523,7 @@ func (m *master) exec(batch []*masterCall) {
 	for _, c := range batch {
 		c.cmds = make([]*redis.Cmd, len(c.calls))
 		for i, s := range c.calls {
-			c.cmds[i] = s.script.EvalSha(ctx, pipe, s.keys, s.args...)
+			c.cmds[i] = s.script.EvalSha(ctx, once{pipe}, s.keys, s.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
@@ -536,7 +536,7 @@ func (m *master) exec(batch []*masterCall) {
 					resend = m.client.Pipeline()
 				}
 				s := c.calls[i]
-				c.cmds[i] = s.script.Eval(ctx, resend, s.keys, s.args...)
+				c.cmds[i] = s.script.Eval(ctx, once{resend}, s.keys, s.args...)
 			}
 		}
 	}

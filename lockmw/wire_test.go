@@ -3,8 +3,10 @@ package lockmw_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,4 +93,127 @@ func TestBatchKeepsOrderOfOneLockThroughNoScript(t *testing.T) {
 	}
 }
 
-var _ = redis.Nil
+// healOnRedial heals p on the first dial after a connection of the client
+// was closed, once armed: a command that timed out closes its connection,
+// so the client's retry of it goes over a new one, through the healed link.
+type healOnRedial struct {
+	t      *testing.T
+	p      *redistest.Proxy
+	armed  atomic.Bool
+	closed atomic.Bool // a connection was closed since armed
+	dials  atomic.Int32
+}
+
+func (h *healOnRedial) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.closed.Load() && h.armed.CompareAndSwap(true, false) {
+			h.dials.Add(1)
+			h.p.Heal(h.t)
+		}
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &closeNotingConn{Conn: c, h: h}, nil
+	}
+}
+
+type closeNotingConn struct {
+	net.Conn
+	h *healOnRedial
+}
+
+func (c *closeNotingConn) Close() error {
+	if c.h.armed.Load() {
+		c.h.closed.Store(true)
+	}
+	return c.Conn.Close()
+}
+
+func (h *healOnRedial) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *healOnRedial) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// retryingLocker returns a Locker on a client with go-redis' default
+// retries (MaxRetries 3) that reaches srv through a proxy, with a 300ms
+// ReadTimeout and a pool of one connection, and the hook that heals the
+// proxy on the next dial once armed.
+func retryingLocker(t *testing.T, srv *redistest.Server) (*lockmw.Locker, *redistest.Proxy, *healOnRedial) {
+	t.Helper()
+	p := redistest.StartProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 300 * time.Millisecond, PoolSize: 1})
+	t.Cleanup(func() { _ = client.Close() })
+	h := &healOnRedial{t: t, p: p}
+	client.AddHook(h)
+	return newLockerOn(t, client), p, h
+}
+
+// A write whose reply is slower than the client's ReadTimeout has run in
+// Redis all the same. go-redis retries such a command (MaxRetries), and
+// the second run of a lockmw script or acquisition answers for the state
+// the first one left: a release that succeeded reported as lost, an
+// acquisition that succeeded reported as busy while its token holds the
+// lock. lockmw's writes are never sent twice: the caller learns that
+// Redis could not be told (ErrUnavailable), not something false.
+func TestClientRetryDoesNotReplayWrites(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+
+	t.Run("release", func(t *testing.T) {
+		l, p, h := retryingLocker(t, srv)
+		warm, err := l.TryAcquire(ctx, "replay:warm") // the release script is loaded
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lease, err := l.TryAcquire(ctx, "replay:release", lockmw.WithoutWatchdog(), lockmw.WithLeaseTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The reply is held back past ReadTimeout; the retry's dial
+		// heals the link.
+		p.AddLatency(t, 2*time.Second)
+		h.armed.Store(true)
+		err = lease.Release(ctx)
+		t.Logf("Release = %v (redials: %d)", err, h.dials.Load())
+		if errors.Is(err, lockmw.ErrLost) {
+			t.Fatalf("Release = %v: the client replayed the release script, whose first run had released the lock", err)
+		}
+		if err != nil && !errors.Is(err, lockmw.ErrUnavailable) {
+			t.Fatalf("Release = %v, want nil or ErrUnavailable", err)
+		}
+		if n := admin.Exists(ctx, lockKey("replay:release")).Val(); n != 0 {
+			t.Fatalf("lock key still exists after Release")
+		}
+	})
+
+	t.Run("acquire", func(t *testing.T) {
+		l, p, h := retryingLocker(t, srv)
+		warm, err := l.TryAcquire(ctx, "replay:warm") // one connection in the pool
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		p.AddLatency(t, 2*time.Second)
+		h.armed.Store(true)
+		lease, err := l.TryAcquire(ctx, "replay:acquire", lockmw.WithLeaseTTL(time.Minute))
+		t.Logf("TryAcquire = %v (redials: %d)", err, h.dials.Load())
+		if lease != nil {
+			_ = lease.Release(ctx)
+		}
+		if errors.Is(err, lockmw.ErrNotAcquired) {
+			held, _ := admin.Get(ctx, lockKey("replay:acquire")).Result()
+			t.Fatalf("TryAcquire = %v, but the lock is held by %q, the token of this very attempt: the client replayed the acquisition", err, held)
+		}
+		if err != nil && !errors.Is(err, lockmw.ErrUnavailable) {
+			t.Fatalf("TryAcquire = %v, want a lease or ErrUnavailable", err)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -216,4 +217,203 @@ func TestClientRetryDoesNotReplayWrites(t *testing.T) {
 			t.Fatalf("TryAcquire = %v, want a lease or ErrUnavailable", err)
 		}
 	})
+}
+
+// tryAgains sums the TRYAGAIN replies the cluster's masters have sent.
+func tryAgains(t *testing.T, c *redistest.Cluster) int {
+	t.Helper()
+	total := 0
+	for _, m := range c.Masters() {
+		stat := m.Info(t, "errorstats")["errorstat_TRYAGAIN"] // "count=N"
+		if n, ok := strings.CutPrefix(stat, "count="); ok {
+			v, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("errorstat_TRYAGAIN %q", stat)
+			}
+			total += v
+		}
+	}
+	return total
+}
+
+// While a lock's slot is half-migrated, its release is refused (TRYAGAIN)
+// and retried, but never past the lease's validity deadline: once that has
+// passed, the lease's token may be gone and the lock taken by another, and
+// a waiter started early under that validity has stopped. Observed at
+// Redis: once the lock key has expired there, no attempt of the release
+// reaches the cluster any more.
+func TestClusterReleaseRetriesEndWithinValidity(t *testing.T) {
+	c := redistest.StartCluster(t)
+	l := newLockerOn(t, c.Client(t))
+	ctx := context.Background()
+	const key = "patience"
+	lease, err := l.TryAcquire(ctx, key, lockmw.WithLeaseTTL(500*time.Millisecond), lockmw.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := c.Slot(t, lockKey(key))
+	owner := c.Masters()[c.Owner(slot)].Client(t)
+	m := c.BeginMigration(t, slot, (c.Owner(slot)+1)%3)
+	defer m.Finish(t)
+
+	released := make(chan error, 1)
+	go func() { released <- lease.Release(ctx) }()
+	// Wait until the lock has expired in Redis (the source answers ASK for
+	// a key it no longer has).
+	for {
+		n, err := owner.Exists(ctx, lockKey(key)).Result()
+		if err == nil && n == 1 {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if _, ask := redis.IsAskError(err); err != nil && !ask {
+			t.Fatalf("EXISTS on the source: %v", err)
+		}
+		break
+	}
+	before := tryAgains(t, c)
+	var rerr error
+	select {
+	case rerr = <-released:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release still running after 10s")
+	}
+	if after := tryAgains(t, c); after != before {
+		t.Errorf("the release was retried %d times after the lock had expired in Redis: past the lease's validity deadline", after-before)
+	}
+	if !errors.Is(rerr, lockmw.ErrUnavailable) {
+		t.Errorf("Release through a stalled migration = %v, want ErrUnavailable", rerr)
+	}
+}
+
+// A release that hands the lock early to a waiter of the same Locker keeps
+// its place ahead of that waiter's own calls while the lock's slot is
+// being moved: the transfer, refused with TRYAGAIN, is retried in its
+// round trip, so the new holder's release, made meanwhile, runs after it.
+// Retried from outside, the release could run first, find the old
+// holder's token (ErrLost for a lease that was never lost) and leave the
+// transfer to install a token nobody owns, holding the lock for a TTL.
+func TestClusterEarlyHandOverKeepsOrderWhileSlotMoves(t *testing.T) {
+	c := redistest.StartCluster(t)
+	l := newLockerOn(t, c.Client(t))
+	direct := c.Client(t)
+	ctx := context.Background()
+	for round := range 4 {
+		key := "early-move:" + strconv.Itoa(round)
+		// A lease that came by a transfer carries a reserved fence: its
+		// release hands the lock over early.
+		first, err := l.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquire := func() chan *lockmw.Lease {
+			ch := make(chan *lockmw.Lease, 1)
+			go func() {
+				s, err := l.Acquire(ctx, key, lockmw.WithWait(10*time.Second))
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+				}
+				ch <- s
+			}()
+			time.Sleep(50 * time.Millisecond) // waiting in the Locker's room
+			return ch
+		}
+		next := acquire()
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		holder := <-next
+		if holder == nil {
+			t.FailNow()
+		}
+		next = acquire()
+
+		slot := c.Slot(t, lockKey(key))
+		m := c.BeginMigration(t, slot, (c.Owner(slot)+1)%3)
+		released := make(chan error, 1)
+		go func() { released <- holder.Release(ctx) }()
+		early := <-next // started before the transfer got through
+		if early == nil {
+			t.FailNow()
+		}
+		releasedEarly := make(chan error, 1)
+		go func() { releasedEarly <- early.Release(ctx) }()
+		time.Sleep(20 * time.Millisecond) // both on their way
+		m.Finish(t)
+
+		if err := <-released; err != nil {
+			t.Fatalf("round %d: Release of the holder: %v", round, err)
+		}
+		if err := <-releasedEarly; err != nil {
+			t.Errorf("round %d: Release of the lease handed over early = %v, want nil: it ran before the transfer", round, err)
+		}
+		if v, err := direct.Get(ctx, lockKey(key)).Result(); err != redis.Nil {
+			t.Fatalf("round %d: after both releases the lock is held (%q, %v): the transfer ran after the new holder's release", round, v, err)
+		}
+	}
+}
+
+// A lock handed early to a waiter of the same Locker (its release starts
+// the waiter before Redis confirms the transfer) must reach the waiter only
+// once the transfer has its place in the lock's lane: else the waiter's own
+// release can reach Redis first, find the old holder's token (ErrLost for a
+// lease that was never lost), and the transfer then installs a token
+// nobody owns, holding the lock for a TTL. The race is narrow (the
+// releasing goroutine, between waking the waiter and queueing the
+// transfer), so it is run many times.
+func TestEarlyHandOverWaiterCallsFollowTransfer(t *testing.T) {
+	srv := redistest.Start(t)
+	l := newLocker(t, srv)
+	direct := srv.Client(t)
+	ctx := context.Background()
+	const rounds = 400
+	bad := 0
+	for round := range rounds {
+		key := "early-order:" + strconv.Itoa(round)
+		first, err := l.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquire := func() chan *lockmw.Lease {
+			ch := make(chan *lockmw.Lease, 1)
+			go func() {
+				s, err := l.Acquire(ctx, key, lockmw.WithWait(10*time.Second))
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+				}
+				ch <- s
+			}()
+			time.Sleep(2 * time.Millisecond) // waiting in the Locker's room
+			return ch
+		}
+		next := acquire()
+		if err := first.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		holder := <-next // came by a transfer: its release hands over early
+		if holder == nil {
+			t.FailNow()
+		}
+		next = acquire()
+		released := make(chan error, 1)
+		go func() { released <- holder.Release(ctx) }()
+		early := <-next
+		if early == nil {
+			t.FailNow()
+		}
+		earlyErr := early.Release(ctx)
+		if err := <-released; err != nil {
+			t.Fatalf("round %d: Release of the holder: %v", round, err)
+		}
+		_, getErr := direct.Get(ctx, lockKey(key)).Result()
+		if earlyErr != nil || getErr != redis.Nil {
+			bad++
+			if bad == 1 {
+				t.Errorf("round %d: the early holder's Release = %v and the lock is then %v (want nil and free): its release overtook the transfer", round, earlyErr, getErr)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d rounds went out of order", bad, rounds)
+	}
 }

@@ -102,6 +102,33 @@ func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, sc
 // or on one server (plainAcquire) with plain commands, which Redis runs for
 // less than the script.
 func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (reply acquireReply, err error) {
+	reply, err = b.acquireOnce(ctx, k, token, ttl)
+	if err != nil && !reply.acquired && mayHaveRun(err) && !errors.Is(err, ErrNotReplicated) {
+		// The attempt failed without an answer from Redis (a timeout, a
+		// broken connection, the context ending): it may have taken the
+		// lock all the same. Give back what this attempt's token may hold
+		// (nobody else's: the token is new), so that the lock is free
+		// again at once rather than after its TTL. Best effort: should
+		// the attempt reach Redis only after the give-back (a connection
+		// delayed longer than the new one), or Redis not be reachable,
+		// the lock expires after its TTL. The client never sends the
+		// attempt a second time (noretry.go).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+		_, _, _ = b.unlock(rctx, k, token)
+		cancel()
+	}
+	return reply, err
+}
+
+// mayHaveRun reports whether a call that failed with err may have run in
+// Redis: it did not fail with Redis' own error reply.
+func mayHaveRun(err error) bool {
+	var reply redis.Error
+	return !errors.As(err, &reply)
+}
+
+// acquireOnce is runAcquire without the give-back.
+func (b *redisBackend) acquireOnce(ctx context.Context, k lockKeys, token string, ttl time.Duration) (reply acquireReply, err error) {
 	var vals []int64
 	switch {
 	case b.waitReplicas > 0:

@@ -216,6 +216,13 @@ func TestClientRetryDoesNotReplayWrites(t *testing.T) {
 		if err != nil && !errors.Is(err, lockmw.ErrUnavailable) {
 			t.Fatalf("TryAcquire = %v, want a lease or ErrUnavailable", err)
 		}
+		if err != nil {
+			// An attempt that may have taken the lock gives it back: its
+			// give-back reached Redis before TryAcquire returned.
+			if held, err := admin.Get(ctx, lockKey("replay:acquire")).Result(); err != redis.Nil {
+				t.Errorf("after TryAcquire failed, the lock is held by %q (GET: %v): the attempt's token was not given back", held, err)
+			}
+		}
 	})
 }
 
@@ -405,11 +412,11 @@ func TestEarlyHandOverWaiterCallsFollowTransfer(t *testing.T) {
 		if err := <-released; err != nil {
 			t.Fatalf("round %d: Release of the holder: %v", round, err)
 		}
-		_, getErr := direct.Get(ctx, lockKey(key)).Result()
+		held, getErr := direct.Get(ctx, lockKey(key)).Result()
 		if earlyErr != nil || getErr != redis.Nil {
 			bad++
 			if bad == 1 {
-				t.Errorf("round %d: the early holder's Release = %v and the lock is then %v (want nil and free): its release overtook the transfer", round, earlyErr, getErr)
+				t.Errorf("round %d: the early holder's Release = %v, and the lock is then held by %q (GET: %v); want nil and a free lock: its release overtook the transfer", round, earlyErr, held, getErr)
 			}
 		}
 	}

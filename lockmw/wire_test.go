@@ -424,3 +424,90 @@ func TestEarlyHandOverWaiterCallsFollowTransfer(t *testing.T) {
 		t.Errorf("%d of %d rounds went out of order", bad, rounds)
 	}
 }
+
+// Under Redlock, too, the calls for one lock reach each master in order
+// when the master has forgotten a script (restarted, SCRIPT FLUSH) that a
+// call queued behind the first needs no resend for: the release, resent in
+// full, runs before the acquisition queued behind it, which then finds
+// the lock free.
+func TestRedlockKeepsOrderOfOneLockThroughNoScript(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	clients := redlockClients(t, masters)
+	l, err := lockmw.NewRedlock(clients)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+
+	lease, err := l.TryAcquire(ctx, "order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drop the scripts, then load the acquire script only (a lock taken
+	// and kept): the release below answers NOSCRIPT, the acquisition after
+	// it does not.
+	for _, c := range clients {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := l.TryAcquire(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Release(ctx) }()
+
+	// With the masters stopped, an acquisition of another lock is on the
+	// wire; the release and then the acquisition of "order" queue behind
+	// it and leave together once the masters run.
+	for _, m := range masters {
+		m.Pause(t)
+	}
+	paused := true
+	defer func() {
+		if paused {
+			for _, m := range masters {
+				m.Resume(t)
+			}
+		}
+	}()
+	filled := make(chan struct{})
+	go func() {
+		defer close(filled)
+		if s, err := l.TryAcquire(ctx, "filler"); err == nil {
+			_ = s.Release(ctx)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	released := make(chan error, 1)
+	go func() { released <- lease.Release(ctx) }()
+	time.Sleep(100 * time.Millisecond)
+	acquired := make(chan error, 1)
+	var second *lockmw.Lease
+	go func() {
+		var err error
+		second, err = l.TryAcquire(ctx, "order")
+		acquired <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	for _, m := range masters {
+		m.Resume(t)
+	}
+	paused = false
+
+	if err := <-released; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	err = <-acquired
+	<-filled
+	if errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatal("TryAcquire made after Release found the lock still held: it ran before the release, which was resent after NOSCRIPT")
+	}
+	if err != nil {
+		t.Fatalf("TryAcquire after Release: %v", err)
+	}
+	if err := second.Release(ctx); err != nil {
+		t.Fatalf("Release of the second lease: %v", err)
+	}
+}

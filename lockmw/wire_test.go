@@ -511,3 +511,64 @@ func TestRedlockKeepsOrderOfOneLockThroughNoScript(t *testing.T) {
 		t.Fatalf("Release of the second lease: %v", err)
 	}
 }
+
+// On a Cluster, the client retries a timed-out command twice over: the
+// node's client (MaxRetries) and the cluster client's own loop
+// (MaxRedirects). An acquisition script that ran but whose reply came too
+// late is not sent again either way: the caller learns ErrUnavailable, not
+// "busy" while its own token holds the lock, and the lock is given back.
+func TestClusterClientRetryDoesNotReplayAcquire(t *testing.T) {
+	c := redistest.StartCluster(t)
+	ctx := context.Background()
+	key := clusterKeys(t, c, 1)[0][0] // a lock on master 0
+	p := redistest.StartProxy(t, c.Masters()[0].Addr())
+	h := &healOnRedial{t: t, p: p}
+	client := c.Client(t, func(o *redis.ClusterOptions) {
+		o.ReadTimeout = 300 * time.Millisecond
+		o.PoolSize = 1
+		// Connections to master 0 go through the proxy.
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == c.Masters()[0].Addr() {
+				addr = p.Addr()
+			}
+			if h.closed.Load() && h.armed.CompareAndSwap(true, false) {
+				h.dials.Add(1)
+				p.Heal(t)
+			}
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &closeNotingConn{Conn: conn, h: h}, nil
+		}
+	})
+	l := newLockerOn(t, client)
+	warm, err := l.TryAcquire(ctx, key) // the acquire script is loaded, a connection open
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.AddLatency(t, 2*time.Second)
+	h.armed.Store(true)
+	lease, err := l.TryAcquire(ctx, key, lockmw.WithLeaseTTL(time.Minute))
+	t.Logf("TryAcquire = %v (redials: %d)", err, h.dials.Load())
+	if lease != nil {
+		_ = lease.Release(ctx)
+	}
+	direct := c.Masters()[0].Client(t)
+	if errors.Is(err, lockmw.ErrNotAcquired) {
+		held, _ := direct.Get(ctx, lockKey(key)).Result()
+		t.Fatalf("TryAcquire = %v, but the lock is held by %q, the token of this very attempt: the client replayed the acquisition", err, held)
+	}
+	if err != nil && !errors.Is(err, lockmw.ErrUnavailable) {
+		t.Fatalf("TryAcquire = %v, want a lease or ErrUnavailable", err)
+	}
+	if err != nil {
+		if held, err := direct.Get(ctx, lockKey(key)).Result(); err != redis.Nil {
+			t.Errorf("after TryAcquire failed, the lock is held by %q (GET: %v): the attempt's token was not given back", held, err)
+		}
+	}
+}

@@ -244,7 +244,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 			return
 		}
 		if cc, ok := b.client.(*redis.ClusterClient); ok {
-			cc.ReloadState(context.Background()) // MasterForKey (WAIT path) follows the new owner
+			cc.ReloadState(context.Background()) // the next attempt goes to the slot's owner then
 		}
 		time.Sleep(backoff)
 		b.send1(again)

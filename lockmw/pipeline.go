@@ -23,6 +23,23 @@ import (
 // for the client and for Redis, instead of one each per call. Under load
 // that is most of the cost. A batch of several runs under the client's
 // timeouts, not its callers' context deadlines.
+//
+// A batch holds at most one call per key slot. Redis runs a pipeline to
+// its end whatever a command answers, and exec resends the scripts that
+// answered NOSCRIPT (a restarted node, SCRIPT FLUSH) in a second round
+// trip: had a later call of the same lock been in the first pipeline (a
+// plain acquisition, or a script the node had cached), it would already
+// have run before the earlier, resent one, and nothing could undo that.
+// With one call per slot, the resend belongs to the same round trip, and
+// the slot's next call leaves only once it has ended. What it costs: calls
+// for one lock (or for keys hashing to one of keySlots slots) that queue
+// together go in successive round trips instead of one.
+//
+// For the same reason a script refused while its Cluster slot is being
+// moved (TRYAGAIN; see redis_acquire.go) is retried here, within its round
+// trip, until its giveUp: retried from outside, a later call of the same
+// lock (the waiter that a release handed the lock to early, releasing it
+// in turn) could run between two of its attempts.
 
 const (
 	maxTrips = 4  // round trips on the wire at once
@@ -45,6 +62,9 @@ type scriptCall struct {
 	incr      *redis.IntCmd
 	pttl      *redis.DurationCmd
 	slot      uint64 // of keys[0], the lock key
+	// giveUp: a script refused because its slot is moving is retried
+	// until then (zero: not retried).
+	giveUp time.Time
 	// wake is sent nil when the call has run, or the batch this caller is
 	// to send (its own call first).
 	wake chan []*scriptCall
@@ -74,9 +94,10 @@ func newBatcher(client redis.UniversalClient) *batcher {
 }
 
 // run runs script, whose first key is the lock key, and returns its reply.
-func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (any, error) {
+// While the keys' Cluster slot is being moved, it is retried until giveUp.
+func (b *batcher) run(ctx context.Context, giveUp time.Time, script *redis.Script, keys []string, args ...any) (any, error) {
 	c := b.pool.Get().(*scriptCall)
-	c.script, c.keys, c.args = script, keys, args
+	c.script, c.keys, c.args, c.giveUp = script, keys, args, giveUp
 	b.call(ctx, c)
 	v, err := c.cmd.Result()
 	b.done(c)
@@ -109,29 +130,49 @@ func (b *batcher) setNX(ctx context.Context, lock, fence, token string, ttl time
 }
 
 // call sends c, whose ctx is set here, through a round trip and returns
-// once it is answered.
+// once it is answered. Once c has its place in its key's lane (on the wire
+// or queued), it calls ctx's onPlaced function, if any: any call for the
+// same lock made after that goes after c.
 func (b *batcher) call(ctx context.Context, c *scriptCall) {
 	c.ctx = ctx
 	c.slot = maphash.String(b.seed, c.keys[0]) % keySlots
+	placed, _ := ctx.Value(placedKey{}).(func())
 
 	b.mu.Lock()
 	if b.trips < maxTrips && len(b.queue) == 0 && b.inflight[c.slot] == 0 {
 		b.trips++
 		b.inflight[c.slot]++
 		b.mu.Unlock()
+		if placed != nil {
+			placed()
+		}
 		b.send([]*scriptCall{c})
 	} else {
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
+		if placed != nil {
+			placed()
+		}
 		if batch := <-c.wake; batch != nil {
 			b.send(batch)
 		}
 	}
 }
 
+// placedKey carries the function set by onPlaced.
+type placedKey struct{}
+
+// onPlaced returns ctx, under which a call through the batcher runs placed
+// once it has its place in its lock's lane: the early hand-over starts the
+// waiter only then, so that the waiter's own calls cannot overtake the
+// transfer that gives it the lock.
+func onPlaced(ctx context.Context, placed func()) context.Context {
+	return context.WithValue(ctx, placedKey{}, placed)
+}
+
 // done recycles c.
 func (b *batcher) done(c *scriptCall) {
-	c.ctx, c.script, c.keys, c.args, c.cmd = nil, nil, nil, nil, nil
+	c.ctx, c.script, c.keys, c.args, c.cmd, c.giveUp = nil, nil, nil, nil, nil, time.Time{}
 	c.plainKeys, c.token = [2]string{}, ""
 	c.set, c.incr, c.pttl = nil, nil, nil
 	b.pool.Put(c)
@@ -158,6 +199,9 @@ func (b *batcher) send(batch []*scriptCall) {
 				rest = append(rest, c)
 				continue
 			}
+			// One call per slot in a batch (see the top of this file): the
+			// slot's later calls wait for this one's round trip.
+			b.blocked[word] |= bit
 			next = append(next, c)
 		}
 		clear(b.blocked[:])
@@ -181,14 +225,42 @@ func (b *batcher) send(batch []*scriptCall) {
 	}
 }
 
-// exec sends batch in one pipeline, resending in full (EVAL) the scripts a
-// node does not have cached, again in one round trip.
+// exec sends batch in one pipeline (see send), and sends again, after a
+// short backoff, the scripts refused because their slot is being moved,
+// until their giveUp.
 func (b *batcher) exec(batch []*scriptCall) {
+	b.send1(batch)
+	backoff := time.Millisecond
+	for {
+		var again []*scriptCall
+		next := time.Now().Add(backoff)
+		for _, c := range batch {
+			if c.script != nil && c.cmd.Err() != nil && slotMoving(c.cmd.Err()) &&
+				!next.After(c.giveUp) && c.ctx.Err() == nil {
+				again = append(again, c)
+			}
+		}
+		if len(again) == 0 {
+			return
+		}
+		if cc, ok := b.client.(*redis.ClusterClient); ok {
+			cc.ReloadState(context.Background()) // the next attempt goes to the slot's owner then
+		}
+		time.Sleep(backoff)
+		b.send1(again)
+		batch = again
+		backoff = min(2*backoff, reshardBackoffMax)
+	}
+}
+
+// send1 sends batch in one pipeline, resending in full (EVAL) the scripts a
+// node does not have cached, again in one round trip.
+func (b *batcher) send1(batch []*scriptCall) {
 	if len(batch) == 1 && batch[0].script != nil {
 		c := batch[0]
-		c.cmd = c.script.EvalSha(c.ctx, b.client, c.keys, c.args...)
+		c.cmd = c.script.EvalSha(c.ctx, once{b.client}, c.keys, c.args...)
 		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = c.script.Eval(c.ctx, b.client, c.keys, c.args...)
+			c.cmd = c.script.Eval(c.ctx, once{b.client}, c.keys, c.args...)
 		}
 		return
 	}
@@ -199,12 +271,12 @@ func (b *batcher) exec(batch []*scriptCall) {
 	pipe := b.client.Pipeline()
 	for _, c := range batch {
 		if c.script == nil {
-			c.set = pipe.SetNX(ctx, c.keys[0], c.token, c.ttl)
-			c.incr = pipe.Incr(ctx, c.keys[1])
+			c.set = sendOnce(ctx, pipe, redis.NewBoolCmd(ctx, "set", c.keys[0], c.token, "px", c.ttl.Milliseconds(), "nx"))
+			c.incr = sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "incr", c.keys[1]))
 			c.pttl = pipe.PTTL(ctx, c.keys[0])
 			continue
 		}
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.cmd = c.script.EvalSha(ctx, once{pipe}, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
 	var resend redis.Pipeliner
@@ -213,7 +285,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 			if resend == nil {
 				resend = b.client.Pipeline()
 			}
-			c.cmd = c.script.Eval(ctx, resend, c.keys, c.args...)
+			c.cmd = c.script.Eval(ctx, once{resend}, c.keys, c.args...)
 		}
 	}
 	if resend != nil {

@@ -231,7 +231,7 @@ type fairReply struct {
 func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
-		vals, err = fairScript.Run(ctx, b.client, []string{k.lock, k.fence, k.queue},
+		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
 			token, millis(ttl), entry, string(mode), k.grants, b.publish).Int64Slice()
 		return err
 	})
@@ -260,7 +260,7 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string
 // plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
 // reports false when there is no queue, and the full fair attempt is needed.
 func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (bool, error) {
-	n, err := b.client.RPushX(ctx, k.queue, entry).Result()
+	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
 }
 
@@ -269,7 +269,7 @@ func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (b
 func (b *redisBackend) leave(ctx context.Context, k lockKeys, entry, token string) (bool, error) {
 	var v int64
 	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {
-		v, err = leaveScript.Run(ctx, b.client, []string{k.lock, k.queue}, entry, token).Int64()
+		v, err = leaveScript.Run(ctx, once{b.client}, []string{k.lock, k.queue}, entry, token).Int64()
 		return err
 	})
 	return v == 1, err

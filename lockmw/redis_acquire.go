@@ -30,11 +30,49 @@ const (
 	reshardBackoffMax = 16 * time.Millisecond
 )
 
+// A release or hand-over is retried never past the validity deadline of
+// the lease it gives up (withValidity; Locker.releaseLease sets it): once it
+// has passed, the lease's token may be gone from Redis and the lock taken
+// by another, and a waiter that the release started early, under that
+// validity (waiting.go, handover), has stopped at it; trying on would only
+// install the waiter's token where nobody uses it (the lock then stays held
+// for the waiter's TTL) or answer for a lock that is no longer ours. A
+// transfer, which grants the waiter a lease whose validity counts from the
+// first send, retries for at most a quarter of that lease's TTL as well.
+//
+// whileSlotMoves serves the calls sent beside the batcher (fair, leave,
+// WAIT); those sent through it are retried there, in their round trip,
+// so that a later call of the same lock cannot come in between
+// (pipeline.go).
+
+// validityKey carries a deadline set by withValidity.
+type validityKey struct{}
+
+// withValidity returns ctx, under which calls retry while their slot moves
+// no later than deadline (the validity deadline of the lease being given
+// up); a zero deadline (unknown) leaves ctx as it is.
+func withValidity(ctx context.Context, deadline time.Time) context.Context {
+	if deadline.IsZero() {
+		return ctx
+	}
+	return context.WithValue(ctx, validityKey{}, deadline)
+}
+
+// giveUpAt is when a call made under ctx now, with patience, stops retrying
+// while its slot moves.
+func giveUpAt(ctx context.Context, patience time.Duration) time.Time {
+	giveUp := time.Now().Add(min(patience, reshardPatience))
+	if d, ok := ctx.Value(validityKey{}).(time.Time); ok && d.Before(giveUp) {
+		giveUp = d
+	}
+	return giveUp
+}
+
 // whileSlotMoves runs call, and runs it again while it fails because the
 // Cluster slot of its keys is being moved, for up to patience.
 func (b *redisBackend) whileSlotMoves(ctx context.Context, patience time.Duration, call func() error) error {
 	backoff := time.Millisecond
-	giveUp := time.Now().Add(min(patience, reshardPatience))
+	giveUp := giveUpAt(ctx, patience)
 	for {
 		err := call()
 		if err == nil || !slotMoving(err) || time.Now().Add(backoff).After(giveUp) {
@@ -56,43 +94,39 @@ func (b *redisBackend) whileSlotMoves(ctx context.Context, patience time.Duratio
 
 // runScript runs script through the batcher, retrying while the keys' slot
 // is being moved.
-func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (reply any, err error) {
-	err = b.whileSlotMoves(ctx, patience, func() error {
-		reply, err = b.batch.run(ctx, script, keys, args...)
-		return err
-	})
-	return reply, err
+func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (any, error) {
+	return b.batch.run(ctx, giveUpAt(ctx, patience), script, keys, args...)
 }
 
 // runAcquire makes one acquisition attempt for k: with the acquire script,
 // or on one server (plainAcquire) with plain commands, which Redis runs for
 // less than the script.
 func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (reply acquireReply, err error) {
-	err = b.whileSlotMoves(ctx, ttl/4, func() error {
-		var vals []int64
-		switch {
-		case b.waitReplicas > 0:
+	var vals []int64
+	switch {
+	case b.waitReplicas > 0:
+		err = b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 			vals, err = b.acquireReplicated(ctx, k, token, ttl)
-		case b.plainAcquire:
-			var fence int64
-			reply.acquired, fence, reply.holderTTL, err = b.batch.setNX(ctx, k.lock, k.fence, token, time.Duration(millis(ttl))*time.Millisecond)
-			if err != nil && reply.acquired {
-				// Taken, but no fence drawn: give it back.
-				_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
-			}
-			reply.fence = uint64(fence)
 			return err
-		default:
-			var r any
-			if r, err = b.batch.run(ctx, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err == nil {
-				vals, err = int64s(r)
-			}
+		})
+	case b.plainAcquire:
+		var fence int64
+		reply.acquired, fence, reply.holderTTL, err = b.batch.setNX(ctx, k.lock, k.fence, token, time.Duration(millis(ttl))*time.Millisecond)
+		if err != nil && reply.acquired {
+			// Taken, but no fence drawn: give it back.
+			_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
 		}
-		if err == nil {
-			reply, err = acquireReplyOf(vals)
+		reply.fence = uint64(fence)
+		return reply, err
+	default:
+		var r any
+		if r, err = b.runScript(ctx, ttl/4, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err == nil {
+			vals, err = int64s(r)
 		}
-		return err
-	})
+	}
+	if err == nil {
+		reply, err = acquireReplyOf(vals)
+	}
 	return reply, err
 }
 
@@ -128,7 +162,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 	var wait *redis.IntCmd
 	run := func(script func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) {
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
-			acq = script(ctx, p, keys, args...)
+			acq = script(ctx, once{p}, keys, args...)
 			wait = redis.NewIntCmd(ctx, "wait", b.waitReplicas, b.waitTimeout.Milliseconds())
 			_ = p.Process(ctx, wait)
 			return nil

@@ -502,6 +502,7 @@ type master struct {
 	mu      sync.Mutex
 	pending []*masterCall
 	closed  bool
+	seen    map[string]struct{} // scratch for take: lock keys in the round trip
 }
 
 func newMaster(client redis.UniversalClient) *master {
@@ -548,6 +549,40 @@ func (m *master) fail(c *masterCall, err error) {
 	c.reply <- masterReply{master: c.master, cmds: cmds}
 }
 
+// take moves into batch the queued calls that go in the next round trip:
+// all of them, but one call per lock key (a call renewing several locks
+// counts for each). exec resends in a second pipeline the scripts that
+// answered NOSCRIPT (a restarted master); a later call of the same lock in
+// the first pipeline would have run before them (the rollback of a failed
+// acquisition before the acquisition, leaving the lock to a token nobody
+// owns), so it waits for the next round trip. Caller holds m.mu.
+func (m *master) take(batch []*masterCall) []*masterCall {
+	if m.seen == nil {
+		m.seen = make(map[string]struct{})
+	}
+	rest := m.pending[:0]
+	for _, c := range m.pending {
+		free := true
+		for _, s := range c.calls {
+			if _, ok := m.seen[s.keys[0]]; ok {
+				free = false
+			}
+		}
+		for _, s := range c.calls {
+			m.seen[s.keys[0]] = struct{}{} // later calls of the same locks wait too
+		}
+		if free {
+			batch = append(batch, c)
+		} else {
+			rest = append(rest, c)
+		}
+	}
+	clear(m.seen)
+	clear(m.pending[len(rest):])
+	m.pending = rest
+	return batch
+}
+
 func (m *master) run() {
 	defer close(m.stopped)
 	var batch []*masterCall
@@ -558,13 +593,19 @@ func (m *master) run() {
 			stopping = true
 		}
 		m.mu.Lock()
-		batch, m.pending = m.pending, batch[:0]
+		batch = m.take(batch[:0])
+		more := len(m.pending) > 0
 		m.mu.Unlock()
 		if len(batch) > 0 {
 			m.exec(batch)
 			clear(batch)
 		}
-		if stopping {
+		if more {
+			select { // the calls left for the next round trip
+			case m.signal <- struct{}{}:
+			default:
+			}
+		} else if stopping {
 			return
 		}
 	}
@@ -579,7 +620,7 @@ func (m *master) exec(batch []*masterCall) {
 	for _, c := range batch {
 		c.cmds = make([]*redis.Cmd, len(c.calls))
 		for i, s := range c.calls {
-			c.cmds[i] = s.script.EvalSha(ctx, pipe, s.keys, s.args...)
+			c.cmds[i] = s.script.EvalSha(ctx, once{pipe}, s.keys, s.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
@@ -592,7 +633,7 @@ func (m *master) exec(batch []*masterCall) {
 					resend = m.client.Pipeline()
 				}
 				s := c.calls[i]
-				c.cmds[i] = s.script.Eval(ctx, resend, s.keys, s.args...)
+				c.cmds[i] = s.script.Eval(ctx, once{resend}, s.keys, s.args...)
 			}
 		}
 	}

@@ -92,6 +92,11 @@ type handover struct {
 	fence    uint64
 	deadline time.Time
 	done     chan struct{} // closed when settled
+	// placed is closed once the transfer has its place in the lock's
+	// lane (onPlaced): the waiter's lease is made after that, so its calls
+	// queue behind the transfer.
+	placed    chan struct{}
+	placeOnce sync.Once
 
 	mu      sync.Mutex
 	lease   *Lease // the waiter's, once made
@@ -103,8 +108,12 @@ type handover struct {
 }
 
 func newHandover(fence uint64, deadline time.Time) *handover {
-	return &handover{fence: fence, deadline: deadline, done: make(chan struct{})}
+	return &handover{fence: fence, deadline: deadline, done: make(chan struct{}), placed: make(chan struct{})}
 }
+
+// place records that the transfer has its place in the lock's lane, or
+// will never have one.
+func (h *handover) place() { h.placeOnce.Do(func() { close(h.placed) }) }
 
 // wait returns once h is settled, or its deadline has passed (the
 // releasing lease's token is gone from Redis by then), or ctx ends: a
@@ -332,6 +341,7 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockKeys, token string
 // waiter), that waiter gets the lock at once and the hand-over on the wire
 // confirms it afterwards.
 func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
+	ctx = withValidity(ctx, deadline) // retries while a slot moves end by s's deadline
 	reserved := s.reserved.Load()
 	if l.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
 		return l.releaseTokenOf(ctx, s.keys, s.token, s.fair)
@@ -346,8 +356,9 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
+	defer h.place()
 	sentAt := time.Now()
-	t, err := l.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
+	t, err := l.waits.transfer(onPlaced(ctx, h.place), s.keys, s.token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
@@ -389,8 +400,9 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
+	defer h.place()
 	sentAt := time.Now()
-	ho, err := l.waits.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
+	ho, err := l.waits.releaseHandoff(onPlaced(ctx, h.place), s.keys, s.token, *next, reserved)
 	switch {
 	case err != nil:
 		return 0, err

@@ -26,13 +26,15 @@ import (
 // Redlock hands over, per master, the masters whose rollback got no answer.
 //
 // The cleaner tries at once, then retries with a capped, jittered backoff
-// until Redis answers, or until the lease TTL has passed since the failure
-// (a lock set by then has expired by then, unless Redis stalled longer
-// than the TTL). Redis runs the requests of a connection in order, and
-// after a stall it serves its connections in the order their requests
-// arrived, so its answer to the cleaner comes after the stalled request
-// ran. A request held up in the network longer than the cleaner's retry can
-// still land later; its lock then expires after its TTL, as before.
+// until Redis has answered twice, or until the lease TTL has passed since
+// the failure (a lock set by then has expired by then, unless Redis stalled
+// longer than the TTL). Why twice: after a stall, Redis reads every
+// connection with a request waiting in one turn of its event loop, but in
+// no set order, so the cleaner's first answered try may run just before
+// the stalled request in that turn. The second try is sent after the first
+// answer, so it runs in a later turn, after the stalled request. A request
+// held up in the network longer than that can still land later; its lock
+// then expires after its TTL, as before.
 //
 // Only tokens for which no lease was made come here (the acquisition
 // returned an error, or gave the lock back), so the cleaner never releases
@@ -58,8 +60,9 @@ type cleanup struct {
 	// try makes one attempt; nil means done (Redis answered).
 	try func(ctx context.Context) error
 
-	next    time.Time
-	backoff time.Duration
+	next     time.Time
+	backoff  time.Duration
+	answered bool // one try has been answered; one more follows
 }
 
 // cleaner runs a Locker's cleanups on one goroutine, started when there is
@@ -177,6 +180,9 @@ func (c *cleaner) run() {
 		for i, j := range due {
 			err := errs[i]
 			switch {
+			case err == nil && !j.answered && !final:
+				j.answered, j.next = true, now // once more, after this answer
+				again = append(again, j)
 			case err == nil:
 			case final, !now.Before(j.until), errors.Is(err, ErrClosed), errors.Is(err, redis.ErrClosed):
 				c.gaveUp(j, err)

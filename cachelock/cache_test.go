@@ -620,7 +620,7 @@ func TestFencedExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := cachelock.FencedExec(ctx, tx, setPriceQuery, 7, 3, 1); err != nil {
+	if _, err := cachelock.FencedExec(ctx, tx, cachelock.DollarNumbers, setPriceQuery, 7, 3, 1); err != nil {
 		t.Fatalf("FencedExec in a transaction: %v", err)
 	}
 	var _ cachelock.Execer = (*sql.Conn)(nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -181,5 +182,40 @@ func WithLogger(l *slog.Logger) Option {
 		if l != nil {
 			c.logger = l
 		}
+	})
+}
+
+// An UpdateOption configures one Update call.
+type UpdateOption interface{ applyUpdate(*updateConfig) }
+
+type updateConfig struct {
+	keys []string
+	errs []error
+}
+
+type updateOptionFunc func(*updateConfig)
+
+func (f updateOptionFunc) applyUpdate(c *updateConfig) { f(c) }
+
+// Invalidating names the cache keys an Update invalidates after its write,
+// instead of the key named like the resource: all the keys the changed row
+// is cached under, for example "product:42", "product-sku:ABC" and the list
+// pages that show it. Repeated, the keys add up. Each key must be a valid
+// cache key (lockmw.ErrInvalidKey otherwise), and at least one must be
+// given (lockmw.ErrInvalidOption otherwise).
+func Invalidating(keys ...string) UpdateOption {
+	keys = slices.Clone(keys)
+	return updateOptionFunc(func(c *updateConfig) {
+		if len(keys) == 0 {
+			c.errs = append(c.errs, invalidOption("Invalidating", "no cache keys given: name the keys the write makes stale"))
+			return
+		}
+		for _, k := range keys {
+			if err := checkKey("Invalidating", k); err != nil {
+				c.errs = append(c.errs, err)
+				return
+			}
+		}
+		c.keys = append(c.keys, keys...)
 	})
 }

@@ -98,8 +98,13 @@ func WithFillLease(d time.Duration) Option {
 // WithStaleReads lets Fetch serve stale values: Invalidate keeps an entry's
 // old value for window, marked stale, and while another caller is filling
 // the key, Fetch returns that old value at once instead of waiting. The
-// caller that wins the fill lease still loads and returns a fresh value, and
-// so do the callers in its process, which share its fill.
+// window starts at the first invalidation of the value and is never
+// extended: further invalidations (steady writes) revoke fills but do not
+// move its end, so no Fetch gets a value more than window after the first
+// invalidation that followed its replacement. After the window, callers
+// wait for the fill as without this option. The caller that wins the fill
+// lease still loads and returns a fresh value, and so do the callers in its
+// process, which share its fill. Get never returns stale values.
 // Without this option (the default), Invalidate drops the value and callers
 // wait for the fill.
 func WithStaleReads(window time.Duration) Option {

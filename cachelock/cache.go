@@ -46,6 +46,9 @@ type Cache struct {
 // behind rdb, the prefix (WithPrefix) and a Locker deployment whose locks
 // exclude each other; a process with another rdb or Locker deployment
 // neither sees the others' invalidations nor waits for their writers.
+// New does not detect a closed rdb or locker either: calls then fail with
+// errors matching redis.ErrClosed (and lockmw.ErrUnavailable) or
+// lockmw.ErrClosed.
 func New(rdb redis.UniversalClient, locker *lockmw.Locker, opts ...Option) (*Cache, error) {
 	if isNil(rdb) {
 		return nil, fmt.Errorf("cachelock.New: %w: pass the Redis client that keeps the cache entries", lockmw.ErrNilClient)

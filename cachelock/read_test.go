@@ -68,6 +68,10 @@ func TestLoadNilValueIsRefused(t *testing.T) {
 	if v, err := c.Get(ctx, "k"); !errors.Is(err, cachelock.ErrMiss) {
 		t.Fatalf("Get after a nil, nil load = %q, %v; want ErrMiss", v, err)
 	}
+	type product struct{ Price int }
+	if v, err := cachelock.FetchJSON(ctx, c, "j", time.Minute, func(context.Context) (*product, error) { return nil, nil }); !errors.Is(err, cachelock.ErrNilValue) {
+		t.Fatalf("FetchJSON with a nil, nil load = %v, %v; want ErrNilValue", v, err)
+	}
 	empty := func(context.Context) ([]byte, error) { loads.Add(1); return []byte{}, nil }
 	if v, err := c.Fetch(ctx, "e", time.Minute, empty); err != nil || len(v) != 0 {
 		t.Fatalf("Fetch of an empty value = %q, %v", v, err)

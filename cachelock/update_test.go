@@ -129,6 +129,36 @@ func TestNewRejectsTypedNilClient(t *testing.T) {
 	}
 }
 
+// New sends nothing to Redis, so it cannot tell a closed client or Locker;
+// the first call that needs them says so with errors.Is-able errors.
+func TestClosedClientAndLockerAreReportedOnUse(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := srv.Client(t)
+	locker, err := lockmw.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cachelock.New(rdb, locker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := locker.Close(); err != nil {
+		t.Fatal(err)
+	}
+	write := func(context.Context, uint64) error { t.Error("write called with a closed Locker"); return nil }
+	if err := c.Update(ctx, "products/1", write); !errors.Is(err, lockmw.ErrClosed) {
+		t.Errorf("Update with a closed Locker = %v, want lockmw.ErrClosed", err)
+	}
+	if err := rdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Get(ctx, "k")
+	if !errors.Is(err, redis.ErrClosed) || !errors.Is(err, lockmw.ErrUnavailable) {
+		t.Errorf("Get with a closed client = %v, want redis.ErrClosed and lockmw.ErrUnavailable", err)
+	}
+}
+
 // The cache and the locks may live on different deployments (the locks,
 // say, on a Redlock quorum): entries stay in the cache's Redis, locks in
 // the Locker's, and fencing and invalidation keep working.

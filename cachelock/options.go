@@ -15,13 +15,13 @@ import (
 
 // Defaults.
 const (
-	// DefaultPrefix is prepended to every cache key, for the Redis entry and
-	// for Update's lock key.
+	// DefaultPrefix is prepended to every cache key, for the Redis entry, and
+	// to every Update resource, for its lock key.
 	DefaultPrefix = "cachelock:"
 	// DefaultFillLease is how long the caller that won a miss may take to
 	// load and install the value before another caller may fill instead.
 	DefaultFillLease = 5 * time.Second
-	// MaxKeyLen is the longest cache key accepted, in bytes.
+	// MaxKeyLen is the longest cache key or Update resource accepted, in bytes.
 	MaxKeyLen = 256
 	// MaxPrefixLen is the longest key prefix accepted, in bytes.
 	MaxPrefixLen = 128
@@ -68,8 +68,9 @@ func invalidOption(name, format string, args ...any) error {
 	return fmt.Errorf("%w: cachelock.%s: %s", lockmw.ErrInvalidOption, name, fmt.Sprintf(format, args...))
 }
 
-// WithPrefix sets the prefix of the Redis entry of every key and of Update's
-// lock key (default "cachelock:"). Caches that share entries need the same
+// WithPrefix sets the prefix of the Redis entry of every key and of the lock
+// key of every Update resource (default "cachelock:"). Caches that share
+// entries need the same
 // prefix.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
@@ -151,8 +152,8 @@ func WithLoadOnUnavailable() Option {
 	return optionFunc(func(c *config) { c.loadOnFailure = true })
 }
 
-// WithInvalidateRetry sets a hook that Update calls with the key when
-// invalidation after a successful write fails. The hook may retry (for
+// WithInvalidateRetry sets a hook that Update calls with its cache keys when
+// invalidation after a write fails. The hook may retry (for
 // example by calling Cache.Invalidate with backoff) or hand the keys to a
 // durable queue; if it returns nil, Update reports success, otherwise Update
 // returns an error matching ErrStale. ctx is not cancelled with the caller's
@@ -161,7 +162,7 @@ func WithInvalidateRetry(hook func(ctx context.Context, keys []string) error) Op
 	return optionFunc(func(c *config) { c.invalidateRetry = hook })
 }
 
-// WithLockOptions sets the options of the lock Update takes on a key, such as
+// WithLockOptions sets the options of the lock Update takes on a resource, such as
 // lockmw.WithWait or lockmw.WithLeaseTTL. By default the lock waits until the
 // caller's context ends and is reported under the name "cachelock.update".
 func WithLockOptions(opts ...lockmw.AcquireOption) Option {

@@ -31,6 +31,7 @@ const (
 // FenceMarker is what a FencedExec query writes wherever the fence goes.
 const FenceMarker = "{fence}"
 
+// String returns the constant's name, as used in error messages.
 func (p Placeholders) String() string {
 	switch p {
 	case QuestionMarks:

@@ -70,8 +70,7 @@ func invalidOption(name, format string, args ...any) error {
 
 // WithPrefix sets the prefix of the Redis entry of every key and of the lock
 // key of every Update resource (default "cachelock:"). Caches that share
-// entries need the same
-// prefix.
+// entries need the same prefix.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
 		if len(p) > MaxPrefixLen {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,10 +33,24 @@ type Cache struct {
 // New returns a Cache keeping its entries in rdb and serializing Update's
 // writers with locker. It does not own either: close them after the Cache is
 // no longer used. New fails with an error matching lockmw.ErrNilClient or
-// ErrNilLocker for nil arguments, and lockmw.ErrInvalidOption for a bad
-// option.
+// ErrNilLocker for nil arguments (also a nil pointer in a non-nil
+// interface, such as a nil *redis.Client), and lockmw.ErrInvalidOption for a
+// bad option. It sends nothing to Redis.
+//
+// rdb and locker need not reach the same Redis deployment, and New cannot
+// check whether they do (a Locker does not expose its clients): the fill
+// leases and entries live only in rdb, and the lock only serializes writers
+// and issues the fence the database checks, so each works on its own. A
+// Locker from lockmw.NewRedlock, over several masters, is as good as one on
+// rdb. What every process sharing the cache must agree on is the deployment
+// behind rdb, the prefix (WithPrefix) and a Locker deployment whose locks
+// exclude each other; a process with another rdb or Locker deployment
+// neither sees the others' invalidations nor waits for their writers.
+// New does not detect a closed rdb or locker either: calls then fail with
+// errors matching redis.ErrClosed (and lockmw.ErrUnavailable) or
+// lockmw.ErrClosed.
 func New(rdb redis.UniversalClient, locker *lockmw.Locker, opts ...Option) (*Cache, error) {
-	if rdb == nil {
+	if isNil(rdb) {
 		return nil, fmt.Errorf("cachelock.New: %w: pass the Redis client that keeps the cache entries", lockmw.ErrNilClient)
 	}
 	if locker == nil {
@@ -59,6 +75,15 @@ func New(rdb redis.UniversalClient, locker *lockmw.Locker, opts ...Option) (*Cac
 		return nil, fmt.Errorf("cachelock.New: creating metrics: %w", err)
 	}
 	return &Cache{rdb: rdb, locker: locker, cfg: cfg, tel: tel}, nil
+}
+
+// isNil reports whether v is nil or a nil pointer in an interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 // entryKey is the Redis key of key's cache entry.
@@ -103,7 +128,16 @@ func unavailable(ctx context.Context, op, key string, err error) error {
 //
 // load gets a context that is cancelled only when every caller waiting for
 // it has given up. When load returns an error, nothing is cached (except
-// ErrNotFound under WithNegativeCaching) and the error is returned.
+// ErrNotFound under WithNegativeCaching) and the error is returned. load
+// says "not found" only by returning an error matching ErrNotFound; a nil
+// slice with a nil error is refused with an error matching ErrNilValue and
+// not cached, while a non-nil empty slice is an empty value, cached as any
+// other. A value loaded after every caller gave up is still installed if
+// the fill lease allows it (the load was paid for), with no warning logged:
+// giving up is the callers' own choice, not a failure.
+//
+// load must not be nil, also when the key may be cached: use Get to read
+// only what the cache holds.
 //
 // If Redis cannot be reached, Fetch returns an error matching
 // lockmw.ErrUnavailable, or, with WithLoadOnUnavailable, calls load directly.
@@ -191,6 +225,41 @@ func (c *Cache) fill(ctx context.Context, key string, ttl time.Duration, load fu
 	}
 }
 
+// Get returns key's value if the cache holds a current one, and never
+// loads: it returns an error matching ErrMiss when the entry is missing,
+// invalidated (also with WithStaleReads: Get serves no stale values) or
+// being filled, and one matching ErrNotFound for a cached "not found". Use
+// it where a hit is useful but a miss should not reach the database; use
+// Fetch to fill on a miss. If Redis cannot be reached, it returns an error
+// matching lockmw.ErrUnavailable. The returned slice belongs to the caller.
+func (c *Cache) Get(ctx context.Context, key string) ([]byte, error) {
+	if err := checkKey("Get", key); err != nil {
+		return nil, err
+	}
+	ctx, span := c.tel.start(ctx, spanGet)
+	vals, err := c.rdb.HMGet(ctx, c.entryKey(key), "s", "v").Result()
+	if err != nil {
+		err = unavailable(ctx, "Get", key, err)
+		end(span, outcomeError, err)
+		return nil, err
+	}
+	state, _ := vals[0].(string)
+	switch state {
+	case stateValue:
+		v, _ := vals[1].(string)
+		c.tel.recordFetch(ctx, outcomeHit)
+		end(span, outcomeHit, nil)
+		return []byte(v), nil
+	case stateNegative:
+		c.tel.recordFetch(ctx, outcomeNegative)
+		end(span, outcomeNegative, nil)
+		return nil, fmt.Errorf("cachelock: Get %q: %w (cached)", key, ErrNotFound)
+	}
+	c.tel.recordFetch(ctx, outcomeMiss)
+	end(span, outcomeMiss, nil)
+	return nil, fmt.Errorf("cachelock: Get %q: %w", key, ErrMiss)
+}
+
 // callLoad calls load and counts it.
 func (c *Cache) callLoad(ctx context.Context, load func(ctx context.Context) ([]byte, error), mode string) ([]byte, error) {
 	v, err := load(ctx)
@@ -211,6 +280,9 @@ func (c *Cache) callLoad(ctx context.Context, load func(ctx context.Context) ([]
 // the install could not be attempted).
 func (c *Cache) loadAndInstall(ctx context.Context, key, entry, token string, ttl time.Duration, load func(ctx context.Context) ([]byte, error)) (fillResult, int, error) {
 	v, err := c.callLoad(ctx, load, outcomeLoaded)
+	if err == nil && v == nil {
+		err = fmt.Errorf("cachelock: Fetch %q: %w: return cachelock.ErrNotFound for a missing value, []byte{} for an empty one", key, ErrNilValue)
+	}
 	state := stateValue
 	if err != nil {
 		if !errors.Is(err, ErrNotFound) || c.cfg.negativeTTL == 0 {
@@ -225,7 +297,11 @@ func (c *Cache) loadAndInstall(ctx context.Context, key, entry, token string, tt
 		}
 		state, ttl, v = stateNegative, c.cfg.negativeTTL, nil
 	}
-	result, ierr := runInstall(ctx, c.rdb, entry, token, state, v, c.jittered(ttl))
+	// Install even if every caller has given up meanwhile: the value is
+	// loaded, and the script still checks the lease.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), invalidateTimeout)
+	result, ierr := runInstall(ictx, c.rdb, entry, token, state, v, c.jittered(ttl))
+	cancel()
 	switch {
 	case ierr != nil:
 		// The caller still gets what it loaded; the entry stays empty and
@@ -280,38 +356,61 @@ func (c *Cache) Invalidate(ctx context.Context, keys ...string) error {
 	return err
 }
 
-// Update changes key's value in the database and then in the cache: it takes
-// the lockmw lock on key (so writers of one key are serialized across
-// processes), runs write with the lease's context and fencing token,
-// invalidates the cache entry, and releases the lock.
+// Update changes a resource in the database and then in the cache: it
+// takes the lockmw lock on resource (so writers of one resource are
+// serialized across processes), runs write with the lease's context and
+// fencing token, invalidates the cache keys, and releases the lock.
+//
+// resource names what write changes and what its fence protects, typically
+// the row ("products/42"); fences rise per resource, so every Update of a
+// row must name the same resource, whichever cache keys it touches. The
+// cache keys to invalidate are given with Invalidating: one row is often
+// cached under several keys (by id, by SKU, in a list page). Without
+// Invalidating, Update invalidates the cache key named resource, as when
+// the row is cached under one key only.
 //
 // write should run the database transaction, and make the store reject it
 // if a newer writer got there first, by checking fence (see FencedExec).
 // Its context is cancelled if the lock is lost; if that happens, Update
 // returns an error matching lockmw.ErrLost, also when write returned nil.
 //
-// The entry is invalidated after every write, successful or not (a write
+// The keys are invalidated after every write, successful or not (a write
 // that failed may still have committed), even if ctx has ended by then. If
 // invalidation fails, the hook set by WithInvalidateRetry is called; unless
 // it returns nil, Update returns an error matching ErrStale (joined with the
-// write's error, if any): the entry may then serve the old value until it
-// expires, at most the TTL it was filled with (plus the WithStaleReads
-// window).
+// write's error, if any): the entries may then serve the old value until
+// they expire, at most the TTL they were filled with (plus the
+// WithStaleReads window).
 //
 // If the lock cannot be taken, Update returns the lockmw error (for example
 // matching lockmw.ErrNotAcquired or lockmw.ErrUnavailable) and write is not
-// called.
-func (c *Cache) Update(ctx context.Context, key string, write func(ctx context.Context, fence uint64) error) error {
-	if err := checkKey("Update", key); err != nil {
+// called. A bad resource or key is refused with an error matching
+// lockmw.ErrInvalidKey, a nil write or an empty Invalidating with one
+// matching lockmw.ErrInvalidOption, before anything is locked.
+func (c *Cache) Update(ctx context.Context, resource string, write func(ctx context.Context, fence uint64) error, opts ...UpdateOption) error {
+	if err := checkKey("Update", resource); err != nil {
 		return err
 	}
 	if write == nil {
-		return fmt.Errorf("cachelock: Update %q: %w: write is nil", key, lockmw.ErrInvalidOption)
+		return fmt.Errorf("cachelock: Update %q: %w: write is nil", resource, lockmw.ErrInvalidOption)
 	}
-	ctx, span := c.tel.start(ctx, spanUpdate)
-	lease, err := c.locker.Acquire(ctx, c.entryKey(key), c.cfg.lockOpts...)
+	var ucfg updateConfig
+	for _, o := range opts {
+		if o != nil {
+			o.applyUpdate(&ucfg)
+		}
+	}
+	if err := errors.Join(ucfg.errs...); err != nil {
+		return fmt.Errorf("cachelock: Update %q: %w", resource, err)
+	}
+	keys := ucfg.keys
+	if keys == nil {
+		keys = []string{resource}
+	}
+	ctx, span := c.tel.start(ctx, spanUpdate, attrKeys.Int(len(keys)))
+	lease, err := c.locker.Acquire(ctx, c.entryKey(resource), c.cfg.lockOpts...)
 	if err != nil {
-		err = fmt.Errorf("cachelock: Update %q: taking the lock: %w", key, err)
+		err = fmt.Errorf("cachelock: Update %q: taking the lock: %w", resource, err)
 		end(span, outcomeError, err)
 		return err
 	}
@@ -319,23 +418,23 @@ func (c *Cache) Update(ctx context.Context, key string, write func(ctx context.C
 
 	var errs []error
 	if werr := write(lease.Context(), lease.Fence()); werr != nil {
-		errs = append(errs, fmt.Errorf("cachelock: Update %q: write: %w", key, werr))
+		errs = append(errs, fmt.Errorf("cachelock: Update %q: write: %w", resource, werr))
 	}
 	lostCause := context.Cause(lease.Context())
 	bg := context.WithoutCancel(ctx)
-	if ierr := c.invalidateAfterWrite(bg, key); ierr != nil {
+	if ierr := c.invalidateAfterWrite(bg, resource, keys); ierr != nil {
 		errs = append(errs, ierr)
 	}
 	rerr := lease.Release(bg)
 	switch {
 	case errors.Is(lostCause, lockmw.ErrLost):
-		errs = append(errs, fmt.Errorf("cachelock: Update %q: the lock was lost during the write (fence %d): %w", key, lease.Fence(), lostCause))
+		errs = append(errs, fmt.Errorf("cachelock: Update %q: the lock was lost during the write (fence %d): %w", resource, lease.Fence(), lostCause))
 	case errors.Is(rerr, lockmw.ErrLost):
-		errs = append(errs, fmt.Errorf("cachelock: Update %q: the lock was lost before release (fence %d): %w", key, lease.Fence(), rerr))
+		errs = append(errs, fmt.Errorf("cachelock: Update %q: the lock was lost before release (fence %d): %w", resource, lease.Fence(), rerr))
 	case rerr != nil:
-		// The write is done and the entry invalidated; the lock expires by
-		// itself after its TTL.
-		c.cfg.logger.WarnContext(ctx, "cachelock: could not release the update lock; it expires after its TTL", "key", key, "err", rerr)
+		// The write is done and the entries invalidated; the lock expires
+		// by itself after its TTL.
+		c.cfg.logger.WarnContext(ctx, "cachelock: could not release the update lock; it expires after its TTL", "resource", resource, "err", rerr)
 	}
 	err = errors.Join(errs...)
 	switch {
@@ -352,23 +451,23 @@ func (c *Cache) Update(ctx context.Context, key string, write func(ctx context.C
 // invalidateAfterWrite invalidates key after a write, calling the retry hook
 // if that fails, and returns an error matching ErrStale if the entry may
 // still hold the old value.
-func (c *Cache) invalidateAfterWrite(ctx context.Context, key string) error {
+func (c *Cache) invalidateAfterWrite(ctx context.Context, resource string, keys []string) error {
 	ictx, cancel := context.WithTimeout(ctx, invalidateTimeout)
-	err := c.Invalidate(ictx, key)
+	err := c.Invalidate(ictx, keys...)
 	cancel()
 	if err == nil {
 		return nil
 	}
 	if c.cfg.invalidateRetry != nil {
-		herr := c.cfg.invalidateRetry(ctx, []string{key})
+		herr := c.cfg.invalidateRetry(ctx, slices.Clone(keys))
 		if herr == nil {
-			c.cfg.logger.InfoContext(ctx, "cachelock: invalidation after write failed; the retry hook took over", "key", key, "err", err)
+			c.cfg.logger.InfoContext(ctx, "cachelock: invalidation after write failed; the retry hook took over", "resource", resource, "keys", keys, "err", err)
 			return nil
 		}
 		err = errors.Join(err, fmt.Errorf("retry hook: %w", herr))
 	}
-	c.cfg.logger.ErrorContext(ctx, "cachelock: cache may be stale: invalidation after write failed", "key", key, "err", err)
-	return fmt.Errorf("cachelock: Update %q: %w: %w", key, ErrStale, err)
+	c.cfg.logger.ErrorContext(ctx, "cachelock: cache may be stale: invalidation after write failed", "resource", resource, "keys", keys, "err", err)
+	return fmt.Errorf("cachelock: Update %q: %w: %w", resource, ErrStale, err)
 }
 
 // newToken returns a random 128-bit fill token.

@@ -620,7 +620,7 @@ func TestFencedExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := cachelock.FencedExec(ctx, tx, setPriceQuery, 7, 3, 1); err != nil {
+	if _, err := cachelock.FencedExec(ctx, tx, cachelock.DollarNumbers, setPriceQuery, 7, 3, 1); err != nil {
 		t.Fatalf("FencedExec in a transaction: %v", err)
 	}
 	var _ cachelock.Execer = (*sql.Conn)(nil)
@@ -714,5 +714,58 @@ func TestExpiredFillLeaseTakenOver(t *testing.T) {
 	})
 	if err != nil || string(v) != "fresh" {
 		t.Fatalf("cache holds %q, %v; want \"fresh\"", v, err)
+	}
+}
+
+// The fence goes where the query writes {fence}, in both placeholder
+// styles SQLite accepts, even when a row's id equals the fence: binding the
+// fence as the first argument would update that row instead. The old
+// convention (fence as the first argument, again in args for "?") is
+// refused before it reaches the database.
+func TestFencedExecBindsEachArgumentInPlace(t *testing.T) {
+	for _, tc := range []struct {
+		ph    cachelock.Placeholders
+		query string
+	}{
+		{cachelock.QuestionMarks, `UPDATE products SET price = ?, fence = {fence} WHERE id = ? AND fence < {fence}`},
+		{cachelock.DollarNumbers, `UPDATE products SET price = $1, fence = {fence} WHERE id = $2 AND fence < {fence}`},
+	} {
+		t.Run(tc.ph.String(), func(t *testing.T) {
+			db := openDB(t)
+			ctx := context.Background()
+			const fence = 7
+			if _, err := db.Exec(`INSERT INTO products (id, price) VALUES (?, 700)`, fence); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cachelock.FencedExec(ctx, db, tc.ph, tc.query, fence, 555, 1); err != nil {
+				t.Fatalf("FencedExec: %v", err)
+			}
+			if p := dbPrice(t, db, 1); p != "555" {
+				t.Errorf("row 1 price = %s, want 555", p)
+			}
+			if p := dbPrice(t, db, fence); p != "700" {
+				t.Errorf("row %d (id = the fence) price = %s, want it untouched at 700", fence, p)
+			}
+			var stored int
+			if err := db.QueryRow(`SELECT fence FROM products WHERE id = 1`).Scan(&stored); err != nil || stored != fence {
+				t.Errorf("row 1 fence = %d, %v; want %d", stored, err, fence)
+			}
+			if _, err := cachelock.FencedExec(ctx, db, tc.ph, tc.query, fence, 556, 1); !errors.Is(err, cachelock.ErrFenced) {
+				t.Errorf("the same fence again = %v, want ErrFenced", err)
+			}
+		})
+	}
+	db := openDB(t)
+	ctx := context.Background()
+	old := `UPDATE products SET price = ?, fence = ? WHERE id = ? AND fence < ?`
+	if _, err := cachelock.FencedExec(ctx, db, cachelock.QuestionMarks, old, 7, 7, 555, 1, 7); !errors.Is(err, cachelock.ErrInvalidQuery) {
+		t.Errorf("FencedExec with the fence in args = %v, want ErrInvalidQuery", err)
+	}
+	short := `UPDATE products SET price = ?, fence = {fence} WHERE id = ? AND fence < ?`
+	if _, err := cachelock.FencedExec(ctx, db, cachelock.QuestionMarks, short, 7, 555, 1); !errors.Is(err, cachelock.ErrInvalidQuery) {
+		t.Errorf("FencedExec with a ? for the fence = %v, want ErrInvalidQuery", err)
+	}
+	if p := dbPrice(t, db, 1); p != "100" {
+		t.Errorf("refused queries changed row 1 to %s", p)
 	}
 }

@@ -21,19 +21,42 @@
 //     concurrent Fetches of a key share one Redis round trip and one load.
 //   - Invalidate: marks entries deleted and revokes their fill leases, so a
 //     value loaded before it completed is never installed after it.
-//   - Update: takes the lockmw lock on the key, runs the database write with
-//     the lease's fencing token, invalidates, and releases. Writers of a key
-//     are serialized across processes, and a writer whose lock was lost
-//     (it stalled past its TTL) is rejected by the database when the write
-//     checks the token; FencedExec runs such a conditional UPDATE.
+//   - Get: returns what the cache holds, and never loads.
+//   - Update: takes the lockmw lock on a resource (the row), runs the
+//     database write with the lease's fencing token, invalidates the cache
+//     keys the row is cached under (Invalidating), and releases. Writers of
+//     a row are serialized across processes whichever keys they touch, and
+//     a writer whose lock was lost (it stalled past its TTL) is rejected by
+//     the database when the write checks the token; FencedExec runs such a
+//     conditional UPDATE, binding the token where the query says {fence}.
+//
+// # Consistency model
+//
+// A reader (Fetch or Get) sees what the database held when the last
+// invalidation of its key that completed before the read started, or
+// something newer; a read that overlaps an Update may see the value from
+// before that write. With WithStaleReads(window), a Fetch may also see an
+// older value while another caller refills the key: the value that was
+// cached when the key was first invalidated, and only until window after
+// that first invalidation. Later invalidations do not extend the window,
+// however often writes come, so a stale value is at most window plus the
+// writer's commit-to-invalidation time older than the database.
+//
+// A writer whose Update returned nil is guaranteed that its write
+// committed under the resource's lock with a fence higher than any earlier
+// writer's (if the write checked it, as FencedExec does), and that every
+// key it named was invalidated: no value loaded before the invalidation is
+// installed after it, so every read that starts afterwards returns the new
+// value or a later one (with stale reads, an older one for at most window).
+// If the invalidation fails, Update returns ErrStale, and the keys may
+// serve the old value until their fill TTL passes.
 //
 // # Guarantees and their limits
 //
 // After Invalidate (or Update) returns nil, no value loaded before it is
 // installed, so the cache converges to the database as soon as the next
 // fill; a fill it revoked loads again rather than hand its callers what it
-// read before. A Fetch that runs concurrently with an Update may still
-// return the value from before the write: that read overlapped the write.
+// read before.
 //
 // If Redis cannot be reached after the database write, Update returns an
 // error matching ErrStale (unless the WithInvalidateRetry hook succeeds): the
@@ -49,15 +72,18 @@
 //
 // The entry of key K is the hash prefix+K (default prefix "cachelock:"),
 // with fields s (state), v (value), o and lx (fill lease owner and expiry)
-// and sx (end of the stale window). Update locks the lockmw key prefix+K
-// through the Locker, which adds its own prefix.
+// and sx (end of the stale window, set by the first invalidation of a
+// value). Update of resource R locks the lockmw key prefix+R through the
+// Locker, which adds its own prefix; the Locker may use another Redis
+// deployment than the entries (see New).
 //
 // # Telemetry
 //
-// Spans (tracer scope ScopeName): cachelock.fetch, cachelock.update and
-// cachelock.invalidate, with attribute cache.outcome (for Fetch: hit,
-// negative, loaded, filled, stale, fallback or error) and cache.fence on
-// updates. Metrics: cachelock.hits, cachelock.misses (by cache.outcome),
+// Spans (tracer scope ScopeName): cachelock.fetch, cachelock.get,
+// cachelock.update and cachelock.invalidate, with attribute cache.outcome
+// (for Fetch: hit, negative, loaded, filled, stale, fallback or error; for
+// Get: hit, negative, miss or error), cache.keys on updates and
+// invalidations, and cache.fence on updates. Metrics: cachelock.hits, cachelock.misses (by cache.outcome),
 // cachelock.loads (by cache.outcome ok, error or fallback),
 // cachelock.stale_served, cachelock.fills.revoked and
 // cachelock.invalidations (by cache.outcome ok or error). Without

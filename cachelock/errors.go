@@ -12,10 +12,27 @@ var (
 	ErrNilLocker = errors.New("cachelock: nil locker")
 
 	// ErrNotFound is what a load function returns for a key that has no
-	// value in the database. With WithNegativeCaching, Fetch caches that
-	// answer and returns an error matching ErrNotFound without loading again
-	// until it expires; without it, nothing is cached.
+	// value in the database: it is the only way to say "not found". With
+	// WithNegativeCaching, Fetch caches that answer and returns an error
+	// matching ErrNotFound without loading again until it expires; without
+	// it, nothing is cached. Get returns it for a cached "not found".
 	ErrNotFound = errors.New("cachelock: not found")
+
+	// ErrNilValue means a load function returned a nil slice and a nil
+	// error. Fetch refuses that answer and caches nothing, because it is
+	// ambiguous: return ErrNotFound for a missing row, and a non-nil empty
+	// slice ([]byte{}) for a value that is empty.
+	ErrNilValue = errors.New("cachelock: load returned a nil value and a nil error")
+
+	// ErrMiss is what Get returns when the cache holds no current value for
+	// the key (never filled, invalidated, or expired). Get never loads.
+	ErrMiss = errors.New("cachelock: cache miss")
+
+	// ErrInvalidQuery means FencedExec refused its query before running it:
+	// the query has no {fence} marker, mixes placeholder styles, or has a
+	// placeholder count that does not match its arguments, so the fence or
+	// an argument would have been bound in the wrong place.
+	ErrInvalidQuery = errors.New("cachelock: invalid fenced query")
 
 	// ErrStale means Update's write succeeded but the cache entry could not
 	// be invalidated afterwards (Redis unreachable), and the retry hook, if

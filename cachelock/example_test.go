@@ -32,10 +32,14 @@ func Example() {
 	var db *sql.DB // sql.Open(...), with products(id, price, fence)
 	ctx := context.Background()
 
-	// Read: one load per key across the fleet on a miss.
+	// Read: one load per key across the fleet on a miss. A missing row is
+	// cachelock.ErrNotFound, never a nil value.
 	price, err := cache.Fetch(ctx, "product:42", 10*time.Minute, func(ctx context.Context) ([]byte, error) {
 		var p int64
 		err := db.QueryRowContext(ctx, `SELECT price FROM products WHERE id = $1`, 42).Scan(&p)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, cachelock.ErrNotFound
+		}
 		return []byte(strconv.FormatInt(p, 10)), err
 	})
 	if err != nil {
@@ -43,12 +47,14 @@ func Example() {
 	}
 	fmt.Println("price:", string(price))
 
-	// Write: serialized per key, fenced in the database, then invalidated.
-	err = cache.Update(ctx, "product:42", func(ctx context.Context, fence uint64) error {
-		_, err := cachelock.FencedExec(ctx, db,
-			`UPDATE products SET price = $2, fence = $1 WHERE id = $3 AND fence < $1`, fence, 1999, 42)
+	// Write: serialized and fenced per row, then every cache key of the row
+	// is invalidated. The query writes the fence as {fence}; FencedExec
+	// binds it there and refuses a placeholder count that does not match.
+	err = cache.Update(ctx, "products/42", func(ctx context.Context, fence uint64) error {
+		_, err := cachelock.FencedExec(ctx, db, cachelock.DollarNumbers,
+			`UPDATE products SET price = $1, fence = {fence} WHERE id = $2 AND fence < {fence}`, 1999, 42)
 		return err
-	})
+	}, cachelock.Invalidating("product:42", "product-sku:ABC-42"))
 	switch {
 	case errors.Is(err, lockmw.ErrLost), errors.Is(err, cachelock.ErrFenced):
 		fmt.Println("lost the lock mid-write; the database kept the newer writer's price")
@@ -56,6 +62,50 @@ func Example() {
 		fmt.Println("price changed, but the cache may serve the old one until its TTL")
 	case err != nil:
 		log.Fatal(err)
+	}
+}
+
+// Read only what the cache holds, and leave misses to a batch loader.
+func ExampleCache_Get() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	locker, err := lockmw.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+	cache, err := cachelock.New(rdb, locker)
+	if err != nil {
+		log.Fatal(err)
+	}
+	v, err := cache.Get(context.Background(), "product:42")
+	switch {
+	case errors.Is(err, cachelock.ErrMiss):
+		fmt.Println("not cached: load it")
+	case errors.Is(err, cachelock.ErrNotFound):
+		fmt.Println("cached as missing")
+	case err != nil:
+		log.Fatal(err)
+	default:
+		fmt.Println("cached:", string(v))
+	}
+}
+
+// A fenced write for MySQL (or SQLite) with "?" placeholders: the fence is
+// written as {fence}, never as a "?", so it cannot take an argument's place.
+func ExampleFencedExec() {
+	var tx *sql.Tx // db.BeginTx(...)
+	var cache *cachelock.Cache
+	err := cache.Update(context.Background(), "products/42", func(ctx context.Context, fence uint64) error {
+		_, err := cachelock.FencedExec(ctx, tx, cachelock.QuestionMarks,
+			"UPDATE products SET price = ?, fence = {fence} WHERE id = ? AND fence < {fence}", 1999, 42)
+		if err != nil {
+			return err // ErrFenced: a newer writer got there first
+		}
+		return tx.Commit()
+	}, cachelock.Invalidating("product:42"))
+	if err != nil {
+		log.Print(err)
 	}
 }
 

@@ -86,12 +86,12 @@ func dbPrice(t testing.TB, db *sql.DB, id int) string {
 	return string(v)
 }
 
-// setPriceQuery is the fenced UPDATE of the tests: ?1 is the fence.
-const setPriceQuery = `UPDATE products SET price = ?2, fence = ?1 WHERE id = ?3 AND fence < ?1`
+// setPriceQuery is the fenced UPDATE of the tests, with price and id.
+const setPriceQuery = `UPDATE products SET price = $1, fence = {fence} WHERE id = $2 AND fence < {fence}`
 
 // setPrice writes product id's price with fence, fenced.
 func setPrice(ctx context.Context, db *sql.DB, id, price int, fence uint64) error {
-	_, err := cachelock.FencedExec(ctx, db, setPriceQuery, fence, price, id)
+	_, err := cachelock.FencedExec(ctx, db, cachelock.DollarNumbers, setPriceQuery, fence, price, id)
 	return err
 }
 

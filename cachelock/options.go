@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -14,13 +15,13 @@ import (
 
 // Defaults.
 const (
-	// DefaultPrefix is prepended to every cache key, for the Redis entry and
-	// for Update's lock key.
+	// DefaultPrefix is prepended to every cache key, for the Redis entry, and
+	// to every Update resource, for its lock key.
 	DefaultPrefix = "cachelock:"
 	// DefaultFillLease is how long the caller that won a miss may take to
 	// load and install the value before another caller may fill instead.
 	DefaultFillLease = 5 * time.Second
-	// MaxKeyLen is the longest cache key accepted, in bytes.
+	// MaxKeyLen is the longest cache key or Update resource accepted, in bytes.
 	MaxKeyLen = 256
 	// MaxPrefixLen is the longest key prefix accepted, in bytes.
 	MaxPrefixLen = 128
@@ -67,9 +68,9 @@ func invalidOption(name, format string, args ...any) error {
 	return fmt.Errorf("%w: cachelock.%s: %s", lockmw.ErrInvalidOption, name, fmt.Sprintf(format, args...))
 }
 
-// WithPrefix sets the prefix of the Redis entry of every key and of Update's
-// lock key (default "cachelock:"). Caches that share entries need the same
-// prefix.
+// WithPrefix sets the prefix of the Redis entry of every key and of the lock
+// key of every Update resource (default "cachelock:"). Caches that share
+// entries need the same prefix.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
 		if len(p) > MaxPrefixLen {
@@ -97,8 +98,13 @@ func WithFillLease(d time.Duration) Option {
 // WithStaleReads lets Fetch serve stale values: Invalidate keeps an entry's
 // old value for window, marked stale, and while another caller is filling
 // the key, Fetch returns that old value at once instead of waiting. The
-// caller that wins the fill lease still loads and returns a fresh value, and
-// so do the callers in its process, which share its fill.
+// window starts at the first invalidation of the value and is never
+// extended: further invalidations (steady writes) revoke fills but do not
+// move its end, so no Fetch gets a value more than window after the first
+// invalidation that followed its replacement. After the window, callers
+// wait for the fill as without this option. The caller that wins the fill
+// lease still loads and returns a fresh value, and so do the callers in its
+// process, which share its fill. Get never returns stale values.
 // Without this option (the default), Invalidate drops the value and callers
 // wait for the fill.
 func WithStaleReads(window time.Duration) Option {
@@ -145,8 +151,8 @@ func WithLoadOnUnavailable() Option {
 	return optionFunc(func(c *config) { c.loadOnFailure = true })
 }
 
-// WithInvalidateRetry sets a hook that Update calls with the key when
-// invalidation after a successful write fails. The hook may retry (for
+// WithInvalidateRetry sets a hook that Update calls with its cache keys when
+// invalidation after a write fails. The hook may retry (for
 // example by calling Cache.Invalidate with backoff) or hand the keys to a
 // durable queue; if it returns nil, Update reports success, otherwise Update
 // returns an error matching ErrStale. ctx is not cancelled with the caller's
@@ -155,7 +161,7 @@ func WithInvalidateRetry(hook func(ctx context.Context, keys []string) error) Op
 	return optionFunc(func(c *config) { c.invalidateRetry = hook })
 }
 
-// WithLockOptions sets the options of the lock Update takes on a key, such as
+// WithLockOptions sets the options of the lock Update takes on a resource, such as
 // lockmw.WithWait or lockmw.WithLeaseTTL. By default the lock waits until the
 // caller's context ends and is reported under the name "cachelock.update".
 func WithLockOptions(opts ...lockmw.AcquireOption) Option {
@@ -181,5 +187,40 @@ func WithLogger(l *slog.Logger) Option {
 		if l != nil {
 			c.logger = l
 		}
+	})
+}
+
+// An UpdateOption configures one Update call.
+type UpdateOption interface{ applyUpdate(*updateConfig) }
+
+type updateConfig struct {
+	keys []string
+	errs []error
+}
+
+type updateOptionFunc func(*updateConfig)
+
+func (f updateOptionFunc) applyUpdate(c *updateConfig) { f(c) }
+
+// Invalidating names the cache keys an Update invalidates after its write,
+// instead of the key named like the resource: all the keys the changed row
+// is cached under, for example "product:42", "product-sku:ABC" and the list
+// pages that show it. Repeated, the keys add up. Each key must be a valid
+// cache key (lockmw.ErrInvalidKey otherwise), and at least one must be
+// given (lockmw.ErrInvalidOption otherwise).
+func Invalidating(keys ...string) UpdateOption {
+	keys = slices.Clone(keys)
+	return updateOptionFunc(func(c *updateConfig) {
+		if len(keys) == 0 {
+			c.errs = append(c.errs, invalidOption("Invalidating", "no cache keys given: name the keys the write makes stale"))
+			return
+		}
+		for _, k := range keys {
+			if err := checkKey("Invalidating", k); err != nil {
+				c.errs = append(c.errs, err)
+				return
+			}
+		}
+		c.keys = append(c.keys, keys...)
 	})
 }

@@ -55,7 +55,9 @@ func cachelockAside(c *cachelock.Cache) cacheAside {
 		fetch: func(ctx context.Context, key string, load func(ctx context.Context) ([]byte, error)) ([]byte, error) {
 			return c.Fetch(ctx, key, time.Minute, load)
 		},
-		update: c.Update,
+		update: func(ctx context.Context, key string, write func(ctx context.Context, fence uint64) error) error {
+			return c.Update(ctx, key, write)
+		},
 	}
 }
 

@@ -20,6 +20,7 @@ const (
 	spanFetch      = "cachelock.fetch"
 	spanUpdate     = "cachelock.update"
 	spanInvalidate = "cachelock.invalidate"
+	spanGet        = "cachelock.get"
 
 	attrOutcome = attribute.Key("cache.outcome")
 	attrFence   = attribute.Key("cache.fence")
@@ -34,6 +35,7 @@ const (
 	outcomeFilled   = "filled"   // waited for another caller's fill
 	outcomeStale    = "stale"    // served an invalidated value
 	outcomeFallback = "fallback" // Redis unavailable: loaded without the cache
+	outcomeMiss     = "miss"     // Get found no current value
 	outcomeError    = "error"
 	outcomeOK       = "ok"
 )

@@ -88,6 +88,23 @@
 //     maximum over the winning majority, raised on a majority before the
 //     lease is returned (see NewRedlock).
 //
+// Two properties of the wire keep these steps in the order the argument
+// assumes. Calls for one lock leave in the order they were made: a
+// pipeline carries at most one call per lock, and a call re-sent in full
+// (NOSCRIPT) or retried while a Cluster slot moves is re-sent within its
+// own round trip, before the lock's next call leaves; such retries of a
+// release end at the releasing lease's deadline. And no write is sent twice
+// by the client: go-redis would re-send a command whose reply timed out
+// (MaxRetries, a Cluster client's MaxRedirects), so lockmw marks its writes
+// as not to be retried; a second run of a transfer or grant would misreport
+// what the first one did.
+//
+// A request that fails without an answer may still run when Redis gets to
+// it, and take the lock for a token no lease has. The Locker gives such a
+// lock back with the same compare-and-act release, once Redis has answered
+// it twice (the second answer comes after any request that waited out the
+// same stall), and Close waits for releases and give-backs under way.
+//
 // # Deployments
 //
 // New takes a standalone or Sentinel-managed *redis.Client or a

@@ -324,11 +324,11 @@ func (c *chaosRun) genOp(r chaosRand, depth, parentKey int) *chaosOp {
 	if ttl == 0 {
 		ttl = chaosLockerTTL
 	}
-	// Holds from 0 to 3×TTL, uniform on a log scale from 1ms (most are
+	// Holds from 0 to 3×TTL, uniform on a log scale from 0.1ms (most are
 	// short, some outlast several renewals or the lease itself).
-	op.hold = r.LogDuration(time.Millisecond, 3*ttl)
+	op.hold = r.LogDuration(100*time.Microsecond, 3*ttl)
 	if depth > 0 {
-		op.hold = r.LogDuration(time.Millisecond, ttl)
+		op.hold = r.LogDuration(100*time.Microsecond, ttl)
 	}
 	if r.Chance(0.05) {
 		op.hold = 0
@@ -546,7 +546,9 @@ func (c *chaosRun) register(rec *chaosLease, floor chaosFloor) {
 		if rec.fence != o.fence {
 			c.violateLocked(rec.key, "nested fence", "nested #%d has fence %d, its outermost lease #%d has %d", rec.id, rec.fence, o.id, o.fence)
 		}
-		if o.lease.Context().Err() != nil && rec.lease.Context().Err() == nil {
+		// Cause waits until the outer's cancellation has reached every
+		// context derived from it (see ended).
+		if o.lease.Context().Err() != nil && context.Cause(o.lease.Context()) != nil && rec.lease.Context().Err() == nil {
 			c.violateLocked(rec.key, "nested outlives outer", "nested #%d granted with a live context in #%d, whose context had ended (%s):\n\t\t%s\n\t\t%s",
 				rec.id, o.id, context.Cause(o.lease.Context()), rec, o)
 		}
@@ -638,10 +640,13 @@ func (c *chaosRun) lockerOpts() []lockmw.Option {
 	}
 }
 
+// newLocker returns a new Locker for slot, or nil (after failing the test)
+// if the store could not make one.
 func (c *chaosRun) newLocker(slot int) *lockmw.Locker {
 	l, err := c.dep.newLocker(slot, c.lockerOpts()...)
 	if err != nil {
-		c.t.Fatalf("new Locker for slot %d: %v", slot, err)
+		c.t.Errorf("new Locker for slot %d: %v", slot, err)
+		return nil
 	}
 	c.mu.Lock()
 	c.lockers = append(c.lockers, l)
@@ -669,7 +674,11 @@ func runChaos(t *testing.T, cfg chaosConfig, store chaosStore) {
 		store.name, chaosSlots, (chaosSlots+1)/2, chaosSlots*chaosWorkersPerSlot, chaosKeys, chaosMinTTL, chaosMaxTTL, strings.Join(faultNames, ","))
 	c.begin = time.Now()
 	for i := range chaosSlots {
-		c.slots = append(c.slots, &chaosSlot{idx: i, l: c.newLocker(i)})
+		l := c.newLocker(i)
+		if l == nil {
+			t.FailNow()
+		}
+		c.slots = append(c.slots, &chaosSlot{idx: i, l: l})
 	}
 
 	var wg sync.WaitGroup
@@ -928,6 +937,9 @@ func (c *chaosRun) churn() {
 	for c.sleep(r.Duration(500*time.Millisecond, 4*time.Second)) {
 		s := c.slots[r.IntN(len(c.slots))]
 		fresh := c.newLocker(s.idx)
+		if fresh == nil {
+			return
+		}
 		s.mu.Lock()
 		old, oldName := s.l, fmt.Sprintf("L%d.%d", s.idx, s.gen)
 		s.l = fresh

@@ -52,6 +52,8 @@ type chaosResidue struct {
 	// no expiry).
 	lock bool
 	pttl time.Duration
+	// queue is set for a fair queue.
+	queue bool
 }
 
 func (r chaosResidue) String() string {
@@ -356,7 +358,7 @@ func redisResidue(ctx context.Context, c *redis.Client, label string, channels b
 		case strings.HasSuffix(k, ":fence"):
 		case strings.HasSuffix(k, ":q"):
 			n, _ := c.LLen(ctx, k).Result()
-			out = append(out, chaosResidue{what: fmt.Sprintf("%sfair queue %s (%d entries)", label, k, n)})
+			out = append(out, chaosResidue{what: fmt.Sprintf("%sfair queue %s (%d entries)", label, k, n), queue: true})
 		default:
 			pttl, err := c.PTTL(ctx, k).Result()
 			if err != nil {

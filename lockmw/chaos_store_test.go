@@ -64,13 +64,18 @@ func (r chaosResidue) String() string {
 }
 
 // chaosFault is one kind of fault. run injects it with parameters drawn
-// from env.rng, waits (env.sleep), heals it and returns; the checker runs
-// one fault at a time and records when each began and ended.
+// from env.rng, waits (env.sleep), heals it and returns; the checker
+// records when each began and ended. Faults of two schedules may overlap
+// (one healing a proxy heals the other's toxics on it too, which only
+// shortens them), except exclusive ones.
 type chaosFault struct {
 	name string
-	// weight is how often the fault is drawn relative to others (0: 3).
+	// weight is how often the fault is drawn relative to others (0: 4).
 	weight int
-	run    func(env *chaosFaultEnv)
+	// exclusive faults run alone; others may overlap (the checker runs
+	// chaosFaultLoops schedules at once).
+	exclusive bool
+	run       func(env *chaosFaultEnv)
 }
 
 // chaosFaultEnv is what a fault gets from the checker.
@@ -212,7 +217,7 @@ func startRedisChaos(t *testing.T, slots int) *chaosDeployment {
 			n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result()
 			env.note("CLIENT KILL TYPE pubsub: %d killed, err %v", n, err)
 		}},
-		{name: "restart", weight: 1, run: func(env *chaosFaultEnv) {
+		{name: "restart", weight: 1, exclusive: true, run: func(env *chaosFaultEnv) {
 			down := env.maxTTL + time.Second
 			env.note("down for %v", down)
 			srv.Kill(env.t)
@@ -333,7 +338,7 @@ func startRedlockChaos(t *testing.T, slots int) *chaosDeployment {
 				}
 			}
 		}},
-		{name: "restart", weight: 1, run: func(env *chaosFaultEnv) {
+		{name: "restart", weight: 1, exclusive: true, run: func(env *chaosFaultEnv) {
 			m := env.rng.IntN(n)
 			down := env.maxTTL + time.Second
 			env.note("master %d down for %v", m, down)

@@ -94,13 +94,14 @@ var (
 
 const (
 	chaosSlots          = 6 // Lockers running at once
-	chaosWorkersPerSlot = 2
+	chaosWorkersPerSlot = 3
 	chaosKeys           = 3
 	chaosMinTTL         = 150 * time.Millisecond
 	chaosShortMinTTL    = 600 * time.Millisecond // the shortest TTL when "shortttl" is disabled
 	chaosMaxTTL         = 2 * time.Second
 	chaosLockerTTL      = time.Second // WithTTL of every Locker
 	chaosShortDuration  = 10 * time.Second
+	chaosFaultLoops     = 2 // fault schedules running at once
 	// chaosNestGrace is how long a nested lease's context may stay live
 	// after its outermost lease's context ended. A nested lease made through
 	// a context derived from the outer's ends in the same cancellation (the
@@ -330,14 +331,20 @@ func (c *chaosRun) genOp(r chaosRand, depth, parentKey int) *chaosOp {
 	if ttl == 0 {
 		ttl = chaosLockerTTL
 	}
-	// Holds from 0 to 3×TTL, uniform on a log scale from 0.1ms (most are
-	// short, some outlast several renewals or the lease itself).
-	op.hold = r.LogDuration(100*time.Microsecond, 3*ttl)
+	// Holds from 0 to 3×TTL: most are short, so that hand-overs come
+	// thick and fast; the rest, uniform on a log scale, outlast renewals,
+	// or the lease itself without a watchdog.
+	long := ttl * 3
 	if depth > 0 {
-		op.hold = r.LogDuration(100*time.Microsecond, ttl)
+		long = ttl
 	}
-	if r.Chance(0.05) {
+	switch x := r.Float64(); {
+	case x < 0.05:
 		op.hold = 0
+	case x < 0.8:
+		op.hold = r.LogDuration(50*time.Microsecond, 20*time.Millisecond)
+	default:
+		op.hold = r.LogDuration(20*time.Millisecond, long)
 	}
 	op.stopOnLoss = r.Chance(0.8)
 	op.release = r.IntN(3)
@@ -692,7 +699,10 @@ func runChaos(t *testing.T, cfg chaosConfig, store chaosStore) {
 		wg.Go(func() { c.worker(w, c.slots[w%chaosSlots]) })
 	}
 	var faultsDone sync.WaitGroup
-	faultsDone.Go(c.faultLoop)
+	var exclusive sync.RWMutex
+	for i := range chaosFaultLoops {
+		faultsDone.Go(func() { c.faultLoop(i, &exclusive) })
+	}
 	if cfg.on("close") {
 		wg.Go(c.churn)
 	}
@@ -892,15 +902,16 @@ func (c *chaosRun) countErr(key string, err error, nested bool) {
 	c.count(what)
 }
 
-// faultLoop injects one fault at a time, with pauses between them, until
-// the run stops.
-func (c *chaosRun) faultLoop() {
+// faultLoop runs fault schedule i: one fault at a time, with pauses
+// between them, until the run stops. An exclusive fault waits until no
+// other schedule's fault runs, and holds the others off.
+func (c *chaosRun) faultLoop(i int, exclusive *sync.RWMutex) {
 	var faults []chaosFault // each as many times as its weight
 	for _, f := range c.dep.faults {
 		if c.cfg.on(f.name) {
 			n := f.weight
 			if n == 0 {
-				n = 3
+				n = 4
 			}
 			for range n {
 				faults = append(faults, f)
@@ -910,9 +921,14 @@ func (c *chaosRun) faultLoop() {
 	if len(faults) == 0 {
 		return
 	}
-	r := newChaosRand(c.cfg.seed, 1000)
-	for c.sleep(r.Duration(50*time.Millisecond, 600*time.Millisecond)) {
+	r := newChaosRand(c.cfg.seed, 1000+uint64(i))
+	for c.sleep(r.Duration(20*time.Millisecond, 500*time.Millisecond)) {
 		f := faults[r.IntN(len(faults))]
+		if f.exclusive {
+			exclusive.Lock()
+		} else {
+			exclusive.RLock()
+		}
 		rec := &chaosFaultRec{name: f.name, begin: c.now()}
 		env := &chaosFaultEnv{
 			t:      softTB{c.t},
@@ -928,6 +944,11 @@ func (c *chaosRun) faultLoop() {
 			allEnded: c.allEnded,
 		}
 		f.run(env)
+		if f.exclusive {
+			exclusive.Unlock()
+		} else {
+			exclusive.RUnlock()
+		}
 		c.mu.Lock()
 		rec.end = c.now()
 		c.faults = append(c.faults, rec)
@@ -1081,6 +1102,17 @@ func (c *chaosRun) report() {
 	var stats []string
 	for _, k := range slices.Sorted(maps.Keys(c.stats)) {
 		stats = append(stats, fmt.Sprintf("%s: %d", k, c.stats[k]))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.keys)) {
+		var held time.Duration
+		var n int
+		for _, l := range c.keys[k].hist {
+			if l.outer == nil && l.isEnded {
+				held += l.ended - l.granted
+				n++
+			}
+		}
+		stats = append(stats, fmt.Sprintf("%s: %d outermost leases (last %d kept), live %.0f%% of the run", k, n, len(c.keys[k].hist), 100*held.Seconds()/c.now().Seconds()))
 	}
 	c.t.Logf("chaos %s: seed %d, %s:\n\t%s", c.store.name, c.cfg.seed, fmtD(c.now()), strings.Join(stats, "\n\t"))
 	if len(c.violations) == 0 {

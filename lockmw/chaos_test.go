@@ -95,7 +95,7 @@ var (
 const (
 	chaosSlots          = 6 // Lockers running at once
 	chaosWorkersPerSlot = 3
-	chaosKeys           = 3
+	chaosKeys           = 4
 	chaosMinTTL         = 150 * time.Millisecond
 	chaosShortMinTTL    = 600 * time.Millisecond // the shortest TTL when "shortttl" is disabled
 	chaosMaxTTL         = 2 * time.Second
@@ -295,8 +295,16 @@ type chaosChild struct {
 
 // genOp draws an operation. Every random value is drawn here, before the
 // operation runs, so that outcomes do not change what is drawn next.
-func (c *chaosRun) genOp(r chaosRand, depth, parentKey int) *chaosOp {
+//
+// A top-level operation takes its slot's home key (slot % chaosKeys) more
+// often than the others: with 6 slots on 4 keys, two keys are mostly
+// contended by the waiters of one Locker, whose releases hand the lock over
+// locally (transfer, early hand-over), and two by two Lockers.
+func (c *chaosRun) genOp(r chaosRand, depth, homeKey, parentKey int) *chaosOp {
 	op := &chaosOp{key: r.IntN(chaosKeys)}
+	if r.Chance(0.5) {
+		op.key = homeKey
+	}
 	if parentKey >= 0 && r.Chance(0.6) {
 		op.key = parentKey
 	}
@@ -310,7 +318,7 @@ func (c *chaosRun) genOp(r chaosRand, depth, parentKey int) *chaosOp {
 		}
 		a.ttl = r.LogDuration(minTTL, chaosMaxTTL)
 	}
-	a.noWatchdog = r.Chance(0.2) && c.cfg.on("nowatchdog")
+	a.noWatchdog = r.Chance(0.3) && c.cfg.on("nowatchdog")
 	if r.Chance(0.6) && c.cfg.on("wait") || depth > 0 {
 		// Inside a lease, waits are bounded: two holders waiting for each
 		// other's key must give up.
@@ -358,7 +366,7 @@ func (c *chaosRun) genOp(r chaosRand, depth, parentKey int) *chaosOp {
 				ch.ctxKind = chaosCtxLease
 			}
 			ch.ctxAfter = r.Duration(0, ttl)
-			ch.op = c.genOp(r, depth+1, op.key)
+			ch.op = c.genOp(r, depth+1, homeKey, op.key)
 			op.children = append(op.children, ch)
 		}
 	}
@@ -722,7 +730,7 @@ func runChaos(t *testing.T, cfg chaosConfig, store chaosStore) {
 func (c *chaosRun) worker(w int, slot *chaosSlot) {
 	r := newChaosRand(c.cfg.seed, uint64(w)+1)
 	for c.ctx.Err() == nil {
-		op := c.genOp(r, 0, -1)
+		op := c.genOp(r, 0, slot.idx%chaosKeys, -1)
 		gap := r.Duration(0, 30*time.Millisecond)
 		l, name := slot.current()
 		if err := c.runOp(l, name, c.ctx, nil, op, ""); errors.Is(err, lockmw.ErrUnavailable) {

@@ -398,6 +398,7 @@ type chaosLease struct {
 	nested     []*chaosLease // outermost leases: every lease nested in it
 	outerEnded time.Duration // nested: when its outermost lease ended while it was live
 	outerGone  bool
+	overlapped bool // a grant to another holder while it was live was reported
 }
 
 func (l *chaosLease) root() *chaosLease {
@@ -557,6 +558,12 @@ func (c *chaosRun) register(rec *chaosLease, floor chaosFloor) {
 	root := rec.root()
 	for e := range ks.live {
 		if e.root() != root && e.lease.Context().Err() == nil {
+			if e.overlapped {
+				// Reported already: one stale lease, many grants.
+				c.stats["further grants while an overlapping lease was live"]++
+				continue
+			}
+			e.overlapped = true
 			c.violateLocked(rec.key, "overlap", "%s granted #%d while #%d (%s, in holder #%d) was live:\n\t\t%s\n\t\t%s",
 				rec.locker, rec.id, e.id, e.locker, e.root().id, rec, e)
 		}

@@ -38,10 +38,12 @@ import (
 //     (outermost or nested) of another holder of that key has a live
 //     context. This is checked exactly at the moment Acquire returns,
 //     against a registry of live leases kept under a mutex: a lease found
-//     live then was live when the other's Acquire returned. A nested lease
-//     must share its outer lease's fence, must not be granted live under an
-//     outer lease that has ended, and must end with its outer lease (see
-//     chaosNestGrace).
+//     live then was live when the other's Acquire returned, so no
+//     tolerance is needed (times are only recorded for the report, on this
+//     process's monotonic clock, which every Locker shares). A nested lease
+//     belongs to the outermost lease on its context chain: it must share its
+//     fence, must not be granted live once that lease's context has ended,
+//     and must end with it (see chaosNestGrace).
 //  2. Fences: a lease's fence is greater than that of every lease of the
 //     key whose context had ended before its Acquire was called, and no
 //     fence is handed out twice. Across a restart that loses stored data

@@ -92,6 +92,7 @@ var (
 	chaosDurationFlag = flag.Duration("chaos.duration", 0, "TestChaos: how long each store runs (0: short, or LOCKMW_CHAOS_DURATION)")
 	chaosStoreFlag    = flag.String("chaos.store", "", "TestChaos: run only this store (or LOCKMW_CHAOS_STORE)")
 	chaosDisableFlag  = flag.String("chaos.disable", "", "TestChaos: comma-separated operations or faults to leave out (or LOCKMW_CHAOS_DISABLE)")
+	chaosDriftFlag    = flag.Float64("chaos.drift", chaosDrift, "TestChaos: the Lockers' WithDriftFactor")
 )
 
 const (
@@ -102,8 +103,20 @@ const (
 	chaosShortMinTTL    = 600 * time.Millisecond // the shortest TTL when "shortttl" is disabled
 	chaosMaxTTL         = 2 * time.Second
 	chaosLockerTTL      = time.Second // WithTTL of every Locker
-	chaosShortDuration  = 10 * time.Second
-	chaosFaultLoops     = 2 // fault schedules running at once
+	// chaosDrift is every Locker's WithDriftFactor unless -chaos.drift
+	// says otherwise. A lease ends at its deadline only as promptly as this
+	// process's timers fire, and a 2-core machine running this test under
+	// -race (and others' tests) fires them tens of milliseconds late now
+	// and then: lockmw's exclusion holds only while that lateness stays
+	// under the drift margin (TTL × factor + 2ms), as its documentation
+	// says of process pauses. The default 1% leaves 3.5ms on a 150ms TTL;
+	// 20% leaves 32ms, and still exposes every bug that stretches a lease
+	// by a good part of its TTL. The log reports the worst lateness seen
+	// (see chaosRun.watchLateness), and every overlap the lateness seen
+	// shortly before it.
+	chaosDrift         = 0.2
+	chaosShortDuration = 10 * time.Second
+	chaosFaultLoops    = 2 // fault schedules running at once
 	// chaosNestGrace is how long a nested lease's context may stay live
 	// after its outermost lease's context ended. A nested lease made through
 	// a context derived from the outer's ends in the same cancellation (the
@@ -139,6 +152,7 @@ var chaosChecks = []string{
 type chaosConfig struct {
 	seed     int64
 	duration time.Duration
+	drift    float64
 	store    string
 	disabled map[string]bool
 }
@@ -146,7 +160,7 @@ type chaosConfig struct {
 func (c *chaosConfig) on(name string) bool { return !c.disabled[name] }
 
 func chaosConfigFromFlags(t *testing.T) chaosConfig {
-	cfg := chaosConfig{seed: *chaosSeedFlag, duration: *chaosDurationFlag, store: *chaosStoreFlag, disabled: map[string]bool{}}
+	cfg := chaosConfig{seed: *chaosSeedFlag, duration: *chaosDurationFlag, drift: *chaosDriftFlag, store: *chaosStoreFlag, disabled: map[string]bool{}}
 	if cfg.seed == 0 {
 		if s := os.Getenv("LOCKMW_CHAOS_SEED"); s != "" {
 			v, err := strconv.ParseInt(s, 10, 64)
@@ -490,6 +504,7 @@ type chaosRun struct {
 	violations []*chaosViolation
 	dropped    int // violations beyond chaosMaxViolations
 	stats      map[string]int
+	lateness   []time.Duration // worst timer lateness per chaosLatenessBucket
 	lockers    []*lockmw.Locker
 	stop       context.CancelFunc
 }
@@ -566,8 +581,8 @@ func (c *chaosRun) register(rec *chaosLease, floor chaosFloor) {
 				continue
 			}
 			e.overlapped = true
-			c.violateLocked(rec.key, "overlap", "%s granted #%d while #%d (%s, in holder #%d) was live:\n\t\t%s\n\t\t%s",
-				rec.locker, rec.id, e.id, e.locker, e.root().id, rec, e)
+			c.violateLocked(rec.key, "overlap", "%s granted #%d while #%d (%s, in holder #%d) was live (timers fired up to %v late in the 2s before):\n\t\t%s\n\t\t%s",
+				rec.locker, rec.id, e.id, e.locker, e.root().id, c.latenessLocked(rec.granted-2*time.Second, rec.granted).Round(time.Millisecond), rec, e)
 		}
 	}
 	if o := root; o != rec {
@@ -666,6 +681,7 @@ func (c *chaosRun) allEnded(why string) {
 func (c *chaosRun) lockerOpts() []lockmw.Option {
 	return []lockmw.Option{
 		lockmw.WithTTL(chaosLockerTTL),
+		lockmw.WithDriftFactor(c.cfg.drift),
 		lockmw.WithLogger(slog.New(slog.DiscardHandler)),
 	}
 }
@@ -716,6 +732,7 @@ func runChaos(t *testing.T, cfg chaosConfig, store chaosStore) {
 		wg.Go(func() { c.worker(w, c.slots[w%chaosSlots]) })
 	}
 	var faultsDone sync.WaitGroup
+	wg.Go(c.watchLateness)
 	var exclusive sync.RWMutex
 	for i := range chaosFaultLoops {
 		faultsDone.Go(func() { c.faultLoop(i, &exclusive) })
@@ -732,6 +749,47 @@ func runChaos(t *testing.T, cfg chaosConfig, store chaosStore) {
 	faultsDone.Wait()
 	c.finish(before)
 	c.report()
+}
+
+// chaosLatenessTick is how often watchLateness measures, and the width
+// of the buckets it keeps.
+const (
+	chaosLatenessTick   = 5 * time.Millisecond
+	chaosLatenessBucket = 100 * time.Millisecond
+)
+
+// watchLateness measures, until the run stops, how late this process's
+// timers fire: the worst lateness per chaosLatenessBucket.
+func (c *chaosRun) watchLateness() {
+	t := time.NewTimer(chaosLatenessTick)
+	defer t.Stop()
+	for {
+		start := time.Now()
+		t.Reset(chaosLatenessTick)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			return
+		}
+		late := time.Since(start) - chaosLatenessTick
+		c.mu.Lock()
+		i := int(c.now() / chaosLatenessBucket)
+		for len(c.lateness) <= i {
+			c.lateness = append(c.lateness, 0)
+		}
+		c.lateness[i] = max(c.lateness[i], late)
+		c.mu.Unlock()
+	}
+}
+
+// latenessLocked returns the worst timer lateness seen in [from, to].
+// Caller holds c.mu.
+func (c *chaosRun) latenessLocked(from, to time.Duration) time.Duration {
+	var worst time.Duration
+	for i := max(0, int(from/chaosLatenessBucket)); i <= int(to/chaosLatenessBucket) && i < len(c.lateness); i++ {
+		worst = max(worst, c.lateness[i])
+	}
+	return worst
 }
 
 // worker runs planned operations on its slot's current Locker until the
@@ -1131,6 +1189,7 @@ func (c *chaosRun) report() {
 		}
 		stats = append(stats, fmt.Sprintf("%s: %d outermost leases (last %d kept), live %.0f%% of the run", k, n, len(c.keys[k].hist), 100*held.Seconds()/c.now().Seconds()))
 	}
+	stats = append(stats, fmt.Sprintf("timers fired up to %v late (drift factor %v)", c.latenessLocked(0, c.now()).Round(time.Millisecond), c.cfg.drift))
 	c.t.Logf("chaos %s: seed %d, %s:\n\t%s", c.store.name, c.cfg.seed, fmtD(c.now()), strings.Join(stats, "\n\t"))
 	if len(c.violations) == 0 {
 		return
@@ -1151,6 +1210,9 @@ func (c *chaosRun) report() {
 		c.cfg.seed, c.store.name, c.cfg.seed, c.cfg.duration)
 	if len(c.cfg.disabled) > 0 {
 		fmt.Fprintf(&b, " -chaos.disable=%s", strings.Join(slices.Sorted(maps.Keys(c.cfg.disabled)), ","))
+	}
+	if c.cfg.drift != chaosDrift {
+		fmt.Fprintf(&b, " -chaos.drift=%v", c.cfg.drift)
 	}
 	b.WriteString("\n")
 	shown := map[string]int{}

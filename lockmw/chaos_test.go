@@ -79,11 +79,16 @@ func TestChaos(t *testing.T) {
 	if len(cfg.disabled) > 0 {
 		t.Logf("chaos: disabled: %s", strings.Join(slices.Sorted(maps.Keys(cfg.disabled)), ","))
 	}
+	ran := false
 	for _, store := range chaosStores {
 		if cfg.store != "" && cfg.store != store.name {
 			continue
 		}
+		ran = true
 		t.Run(store.name, func(t *testing.T) { runChaos(t, cfg, store) })
+	}
+	if !ran {
+		t.Fatalf("-chaos.store=%q: no such store", cfg.store)
 	}
 }
 

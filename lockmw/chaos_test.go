@@ -476,6 +476,24 @@ type chaosViolation struct {
 	key  string
 	kind string
 	msg  string
+	// stale is, for an overlap, the lease that was still live when
+	// another holder's lease was granted (at).
+	stale *chaosLease
+}
+
+// stallExcused reports whether timer lateness explains an overlap: the
+// stale lease outlived the other's grant by no more than twice the worst
+// lateness seen (its deadline timer and the AfterFunc that recorded its end
+// can each be that late) plus 5ms. A lease whose deadline timer fires L
+// late overlaps its successor by less than L, so a longer overlap is a bug
+// whatever the machine did. Caller holds c.mu.
+func (c *chaosRun) stallExcused(v *chaosViolation) (excess, late time.Duration, ok bool) {
+	if v.stale == nil || !v.stale.isEnded {
+		return 0, 0, false
+	}
+	excess = v.stale.ended - v.at
+	late = c.latenessLocked(v.at-2*chaosMaxTTL, v.stale.ended)
+	return excess, late, excess <= 2*late+5*time.Millisecond
 }
 
 // chaosSlot is one Locker position; Locker churn replaces its Locker.
@@ -531,14 +549,17 @@ func (c *chaosRun) keyState(key string) *chaosKeyState {
 	return ks
 }
 
-// violateLocked records a violation. Caller holds c.mu.
-func (c *chaosRun) violateLocked(key, kind, format string, args ...any) {
+// violateLocked records a violation and returns it (nil once
+// chaosMaxViolations are recorded: the run then stops). Caller holds c.mu.
+func (c *chaosRun) violateLocked(key, kind, format string, args ...any) *chaosViolation {
 	if len(c.violations) >= chaosMaxViolations {
 		c.dropped++
 		c.stop()
-		return
+		return nil
 	}
-	c.violations = append(c.violations, &chaosViolation{at: c.now(), key: key, kind: kind, msg: fmt.Sprintf(format, args...)})
+	v := &chaosViolation{at: c.now(), key: key, kind: kind, msg: fmt.Sprintf(format, args...)}
+	c.violations = append(c.violations, v)
+	return v
 }
 
 func (c *chaosRun) violate(key, kind, format string, args ...any) {
@@ -586,8 +607,11 @@ func (c *chaosRun) register(rec *chaosLease, floor chaosFloor) {
 				continue
 			}
 			e.overlapped = true
-			c.violateLocked(rec.key, "overlap", "%s granted #%d while #%d (%s, in holder #%d) was live (timers fired up to %v late in the 2s before):\n\t\t%s\n\t\t%s",
+			v := c.violateLocked(rec.key, "overlap", "%s granted #%d while #%d (%s, in holder #%d) was live (timers fired up to %v late in the 2s before):\n\t\t%s\n\t\t%s",
 				rec.locker, rec.id, e.id, e.locker, e.root().id, c.latenessLocked(rec.granted-2*time.Second, rec.granted).Round(time.Millisecond), rec, e)
+			if v != nil {
+				v.stale = e
+			}
 		}
 	}
 	if o := root; o != rec {
@@ -649,7 +673,7 @@ func (c *chaosRun) ended(rec *chaosLease) {
 		}
 	}
 	if rec.outerGone {
-		if lag := now - rec.outerEnded; lag > chaosNestGrace {
+		if lag := now - rec.outerEnded; lag > chaosNestGrace+2*c.latenessLocked(rec.outerEnded-time.Second, now) {
 			c.violateLocked(rec.key, "nested outlives outer", "nested #%d ended %v after its outermost lease #%d:\n\t\t%s\n\t\t%s", rec.id, lag, rec.root().id, rec, rec.root())
 		} else {
 			c.stats["nested lease ended just after its outer (within grace)"]++
@@ -1179,6 +1203,20 @@ func lockmwGoroutines() map[string]string {
 func (c *chaosRun) report() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Overlaps that timer lateness explains are logged, not failed.
+	var excused []string
+	c.violations = slices.DeleteFunc(c.violations, func(v *chaosViolation) bool {
+		excess, late, ok := c.stallExcused(v)
+		if ok {
+			excused = append(excused, fmt.Sprintf("at %s on %s: #%d outlived the grant by %v; timers fired up to %v late then:\n\t%s",
+				fmtD(v.at), v.key, v.stale.id, excess.Round(time.Millisecond), late.Round(time.Millisecond), v.msg))
+		}
+		return ok
+	})
+	if len(excused) > 0 {
+		c.t.Logf("chaos %s: %d overlap(s) within a timer stall (not failures: lockmw's exclusion assumes its timers fire within the drift margin):\n%s",
+			c.store.name, len(excused), strings.Join(excused, "\n"))
+	}
 	var stats []string
 	for _, k := range slices.Sorted(maps.Keys(c.stats)) {
 		stats = append(stats, fmt.Sprintf("%s: %d", k, c.stats[k]))

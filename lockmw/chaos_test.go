@@ -406,6 +406,7 @@ type chaosLease struct {
 	locker string
 	mode   string
 	fence  uint64
+	ttl    time.Duration // its outermost lease's TTL
 	lease  *lockmw.Lease
 	// outer is, for a nested lease, the lease on the context chain it was
 	// acquired in (itself perhaps nested): root is the holding it belongs to.
@@ -486,19 +487,25 @@ type chaosViolation struct {
 	stale *chaosLease
 }
 
-// stallExcused reports whether timer lateness explains an overlap: the
-// stale lease outlived the other's grant by no more than twice the worst
-// lateness seen (its deadline timer and the AfterFunc that recorded its end
-// can each be that late) plus 5ms. A lease whose deadline timer fires L
-// late overlaps its successor by less than L, so a longer overlap is a bug
-// whatever the machine did. Caller holds c.mu.
+// stallExcused reports whether timer lateness explains an overlap: only a
+// stall longer than the stale holding's drift margin (its outermost lease's
+// TTL × drift factor + 2ms) can make a correct lease outlive its lock, and
+// then by less than the stall; the stale lease, and its outermost lease,
+// must have ended within twice the worst lateness seen after the other's
+// grant (the deadline timer and the AfterFunc that recorded the end can
+// each be that late). Caller holds c.mu.
 func (c *chaosRun) stallExcused(v *chaosViolation) (excess, late time.Duration, ok bool) {
-	if v.stale == nil || !v.stale.isEnded {
+	if v.stale == nil {
 		return 0, 0, false
 	}
-	excess = v.stale.ended - v.at
-	late = c.latenessLocked(v.at-2*chaosMaxTTL, v.stale.ended)
-	return excess, late, excess <= 2*late+5*time.Millisecond
+	root := v.stale.root()
+	if !v.stale.isEnded || !root.isEnded {
+		return 0, 0, false
+	}
+	excess = max(v.stale.ended, root.ended) - v.at
+	late = c.latenessLocked(v.at-2*chaosMaxTTL, max(v.stale.ended, root.ended))
+	margin := time.Duration(float64(root.ttl)*c.cfg.drift) + 2*time.Millisecond
+	return excess, late, late > margin && excess <= 2*late
 }
 
 // chaosSlot is one Locker position; Locker churn replaces its Locker.
@@ -936,7 +943,14 @@ func (c *chaosRun) runOp(l *lockmw.Locker, lname string, parent context.Context,
 	} else {
 		c.count("granted")
 	}
-	rec := &chaosLease{key: key, locker: lname, mode: mode, fence: lease.Fence(), lease: lease, outer: outer, called: called}
+	ttl := op.acq.ttl
+	if ttl == 0 {
+		ttl = chaosLockerTTL
+	}
+	if outer != nil {
+		ttl = outer.root().ttl
+	}
+	rec := &chaosLease{key: key, locker: lname, mode: mode, fence: lease.Fence(), ttl: ttl, lease: lease, outer: outer, called: called}
 	c.register(rec, floor)
 
 	var children sync.WaitGroup
@@ -1228,8 +1242,8 @@ func (c *chaosRun) report() {
 	c.violations = slices.DeleteFunc(c.violations, func(v *chaosViolation) bool {
 		excess, late, ok := c.stallExcused(v)
 		if ok {
-			excused = append(excused, fmt.Sprintf("at %s on %s: #%d outlived the grant by %v; timers fired up to %v late then:\n\t%s",
-				fmtD(v.at), v.key, v.stale.id, excess.Round(time.Millisecond), late.Round(time.Millisecond), v.msg))
+			excused = append(excused, fmt.Sprintf("at %s on %s: #%d (TTL %v) outlived the grant by %v; timers fired up to %v late then:\n\t%s",
+				fmtD(v.at), v.key, v.stale.id, v.stale.ttl.Round(time.Millisecond), excess.Round(time.Millisecond), late.Round(time.Millisecond), v.msg))
 		}
 		return ok
 	})

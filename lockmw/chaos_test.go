@@ -412,10 +412,12 @@ type chaosLease struct {
 	// acquired in (itself perhaps nested): root is the holding it belongs to.
 	outer *chaosLease
 
-	called, granted, released, ended time.Duration // since the run began
-	isReleased, isEnded              bool
-	cause                            string
-	releaseErr                       string
+	// Since the run began: Acquire called and returned, Release called and
+	// returned, context ended.
+	called, granted, releasing, released, ended time.Duration
+	isReleased, isEnded                         bool
+	cause                                       string
+	releaseErr                                  string
 
 	// Outermost leases: the epoch (see dataLoss) and whether the fence
 	// is compared.
@@ -442,7 +444,7 @@ func (l *chaosLease) String() string {
 	}
 	s := fmt.Sprintf("#%d %s fence=%d [%s → %s] %s", l.id, l.locker, l.fence, fmtD(l.granted), end, l.mode)
 	if l.isReleased {
-		s += fmt.Sprintf("; Release at %s", fmtD(l.released))
+		s += fmt.Sprintf("; Release %s–%s", fmtD(l.releasing), fmtD(l.released))
 		if l.releaseErr != "" {
 			s += " = " + l.releaseErr
 		}
@@ -980,9 +982,10 @@ func (c *chaosRun) runOp(l *lockmw.Locker, lname string, parent context.Context,
 		rctx, cancel = context.WithTimeout(rctx, 50*time.Millisecond)
 		defer cancel()
 	}
+	releasing := c.now()
 	rerr := lease.Release(rctx)
 	c.mu.Lock()
-	rec.released, rec.isReleased = c.now(), true
+	rec.releasing, rec.released, rec.isReleased = releasing, c.now(), true
 	if rerr != nil {
 		rec.releaseErr = rerr.Error()
 	}

@@ -2,7 +2,7 @@
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: test bench lint demo redis-server
+.PHONY: test bench chaos lint demo redis-server
 
 # redis-server: install Debian's redis-server when it is not on PATH. Tests
 # start their own servers on free loopback ports; none needs to be running.
@@ -16,6 +16,13 @@ redis-server:
 
 test: redis-server
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+# chaos: the randomized safety checker (TestChaos) for CHAOS_DURATION per
+# store; CHAOS_ARGS adds flags, e.g. CHAOS_ARGS='-chaos.seed=42 -chaos.store=redis'.
+CHAOS_DURATION ?= 5m
+CHAOS_ARGS ?=
+chaos: redis-server
+	$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 ./lockmw/ -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
 bench: redis-server
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/

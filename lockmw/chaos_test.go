@@ -128,7 +128,8 @@ const (
 	chaosShortDuration = 10 * time.Second
 	chaosFaultLoops    = 2 // fault schedules running at once
 	// chaosNestGrace is how long a nested lease's context may stay live
-	// after its outermost lease's context ended. A nested lease made through
+	// after its outermost lease's holding ended (Release called, or lost,
+	// or closed). A nested lease made through
 	// a context derived from the outer's ends in the same cancellation (the
 	// checker waits for that to finish, see ended), so only one made through
 	// context.WithoutCancel(lease.Context()) can lag at all: the core has to
@@ -424,10 +425,17 @@ type chaosLease struct {
 	epoch   int
 	fenceOK bool
 
-	nested     []*chaosLease // outermost leases: every lease nested in it
-	outerEnded time.Duration // nested: when its outermost lease ended while it was live
-	outerGone  bool
-	overlapped bool // a grant to another holder while it was live was reported
+	nested []*chaosLease // outermost leases: every lease nested in it
+	// holdEnded is, for an outermost lease, when its holding ended: its
+	// Release was called, or its context ended lost (ErrLost) or closed
+	// (ErrClosed). A context that ended only because the context it was
+	// acquired with did still holds the lock until Release, and lockmw
+	// still nests in it.
+	holdEnded   time.Duration
+	isHoldEnded bool
+	outerEnded  time.Duration // nested: when its outermost lease's holding ended while it was live
+	outerGone   bool
+	overlapped  bool // a grant to another holder while it was live was reported
 }
 
 func (l *chaosLease) root() *chaosLease {
@@ -635,9 +643,10 @@ func (c *chaosRun) register(rec *chaosLease, floor chaosFloor) {
 		if rec.fence != o.fence {
 			c.violateLocked(rec.key, "nested fence", "nested #%d has fence %d, its outermost lease #%d has %d", rec.id, rec.fence, o.id, o.fence)
 		}
-		if o.lease.Context().Err() != nil && recLive {
-			c.violateLocked(rec.key, "nested outlives outer", "nested #%d granted with a live context in #%d, whose context had ended (%s):\n\t\t%s\n\t\t%s",
-				rec.id, o.id, context.Cause(o.lease.Context()), rec, o)
+		// Granted after the holding ended (or while it was ending): the
+		// nested lease must end within the grace of that end (see ended).
+		if o.isHoldEnded {
+			rec.outerEnded, rec.outerGone = o.holdEnded, true
 		}
 		o.nested = append(o.nested, rec)
 	} else {
@@ -696,16 +705,29 @@ func (c *chaosRun) ended(rec *chaosLease) {
 	if rec.outer == nil && rec.fenceOK && rec.epoch == c.epoch && (ks.maxEnded == nil || rec.fence > ks.maxEnded.fence) {
 		ks.maxEnded = rec
 	}
-	for _, n := range rec.nested {
-		if !n.isEnded && n.lease.Context().Err() == nil {
-			n.outerEnded, n.outerGone = now, true
-		}
+	if rec.outer == nil && (errors.Is(cause, lockmw.ErrLost) || errors.Is(cause, lockmw.ErrClosed)) {
+		c.holdEndedLocked(rec, now)
 	}
 	if rec.outerGone {
 		if lag := now - rec.outerEnded; lag > chaosNestGrace+2*c.latenessLocked(rec.outerEnded-time.Second, now) {
 			c.violateLocked(rec.key, "nested outlives outer", "nested #%d ended %v after its outermost lease #%d:\n\t\t%s\n\t\t%s", rec.id, lag, rec.root().id, rec, rec.root())
 		} else {
 			c.stats["nested lease ended just after its outer (within grace)"]++
+		}
+	}
+}
+
+// holdEndedLocked records that the outermost lease rec's holding ended at
+// now, if it had not already: every lease nested in it must end within
+// chaosNestGrace. Caller holds c.mu.
+func (c *chaosRun) holdEndedLocked(rec *chaosLease, now time.Duration) {
+	if rec.isHoldEnded {
+		return
+	}
+	rec.holdEnded, rec.isHoldEnded = now, true
+	for _, n := range rec.nested {
+		if !n.isEnded && !n.outerGone {
+			n.outerEnded, n.outerGone = now, true
 		}
 	}
 }
@@ -919,10 +941,10 @@ func (c *chaosRun) runOp(l *lockmw.Locker, lname string, parent context.Context,
 	if op.acq.hasWait {
 		opts = append(opts, lockmw.WithWait(op.acq.wait))
 	}
-	var floor chaosFloor
-	if outer == nil {
-		floor = c.floor(key)
-	}
+	// The floor is taken in case the acquisition turns out not to nest:
+	// lockmw nests only in a lease that is still held, and acquires anew
+	// through the context of one that has ended.
+	floor := c.floor(key)
 	called := c.now()
 	var lease *lockmw.Lease
 	var err error
@@ -934,6 +956,13 @@ func (c *chaosRun) runOp(l *lockmw.Locker, lname string, parent context.Context,
 	if err != nil || lease == nil {
 		c.countErr(key, err, outer != nil)
 		return err
+	}
+	if outer != nil && lease.Fence() != outer.root().fence {
+		// A lock of its own, not a nested lease: the outer lease had
+		// ended (its context is done: checked as for any grant, the
+		// outer's holding must not be live beside this one).
+		c.count("acquired anew through an ended lease's context")
+		outer = nil
 	}
 	mode := op.acq.String()
 	if how != "" {
@@ -983,6 +1012,11 @@ func (c *chaosRun) runOp(l *lockmw.Locker, lname string, parent context.Context,
 		defer cancel()
 	}
 	releasing := c.now()
+	if rec.outer == nil {
+		c.mu.Lock()
+		c.holdEndedLocked(rec, releasing)
+		c.mu.Unlock()
+	}
 	rerr := lease.Release(rctx)
 	c.mu.Lock()
 	rec.releasing, rec.released, rec.isReleased = releasing, c.now(), true

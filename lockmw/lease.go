@@ -119,13 +119,6 @@ func (s *Lease) release(ctx context.Context) error {
 	l := s.locker
 	l.flights.start()
 	defer l.flights.done()
-	if s.early != nil {
-		// Bounded by the hand-over's deadline, whatever ctx says: a
-		// release sent before the transfer would find the releaser's
-		// token, and the transfer landing after it would leave the lock
-		// held by this lease's token.
-		s.early.wait(context.Background())
-	}
 	prev, lost, deadline := l.keeper.remove(s)
 	if prev == stateClosed {
 		return ErrClosed
@@ -133,6 +126,15 @@ func (s *Lease) release(ctx context.Context) error {
 
 	// Work under the lease stops before anyone else can take the lock.
 	s.cancel(nil)
+
+	if s.early != nil {
+		// Handed over early: the release waits for the transfer's answer,
+		// bounded by the hand-over's deadline whatever ctx says. A release
+		// sent before the transfer would find the releaser's token, and the
+		// transfer landing after it would leave the lock held by this
+		// lease's token.
+		s.early.wait(context.Background())
+	}
 
 	if ctx.Err() != nil {
 		// A request context that ended is the usual reason to release:

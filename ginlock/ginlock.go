@@ -295,7 +295,7 @@ func (m *middleware) key(c *gin.Context) (string, error) {
 		id, err = checkID("the lock key's identifier", id)
 	}
 	if err != nil {
-		if errors.Is(err, ErrNoKey) {
+		if errors.Is(err, ErrNoKey) || errors.Is(err, ErrMisconfigured) {
 			return "", err
 		}
 		return "", fmt.Errorf("%w: %w", ErrNoKey, err)

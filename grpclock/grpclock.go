@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"reflect"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -17,10 +20,12 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/lockmw/lockmw/internal/adapt"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -73,7 +78,7 @@ func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) 
 		if !locked {
 			return handler(ctx, req)
 		}
-		call, err := in.lock(ctx, info.FullMethod, tmpl, req)
+		call, err := in.lock(ctx, info.FullMethod, tmpl, req, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
@@ -103,28 +108,39 @@ func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option)
 		if in.cfg.newFirst != nil {
 			first = in.cfg.newFirst(info.FullMethod)
 			if err := ss.RecvMsg(first); err != nil {
-				if errors.Is(err, io.EOF) {
-					return status.Errorf(codes.InvalidArgument,
-						"grpclock: %s: the stream ended before its first message, which carries the lock key", info.FullMethod)
+				if errors.Is(err, io.EOF) || noRequestMessage(info, err) {
+					return status.Error(codes.InvalidArgument, msgNoFirstMessage)
 				}
 				return err
 			}
 		}
-		call, err := in.lock(ss.Context(), info.FullMethod, tmpl, first)
+		call, err := in.lock(ss.Context(), info.FullMethod, tmpl, first, ss.SetTrailer)
 		if err != nil {
 			return err
 		}
 		defer func() { err = call.finish(err) }()
-		return handler(srv, &lockedStream{ServerStream: ss, ctx: call.lease.Context(), first: first})
+		return handler(srv, &lockedStream{ServerStream: ss, ctx: call.lease.Context(), first: first, in: in, method: info.FullMethod})
 	}
+}
+
+// noRequestMessage reports whether err is grpc-go's answer to a
+// server-streaming call that ended before its one request message: it
+// reports that as codes.Internal "cardinality violation", which would blame
+// the server for the client's empty call.
+func noRequestMessage(info *grpc.StreamServerInfo, err error) bool {
+	st, ok := status.FromError(err)
+	return ok && !info.IsClientStream && st.Code() == codes.Internal &&
+		strings.Contains(st.Message(), "cardinality violation") && strings.Contains(st.Message(), "no request message")
 }
 
 // lockedStream is the handler's view of a locked stream: the lease context,
 // and the peeked first message delivered again.
 type lockedStream struct {
 	grpc.ServerStream
-	ctx   context.Context
-	first any // nil once delivered
+	ctx    context.Context
+	first  any // nil once delivered
+	in     *interceptor
+	method string
 }
 
 func (s *lockedStream) Context() context.Context { return s.ctx }
@@ -137,7 +153,10 @@ func (s *lockedStream) RecvMsg(m any) error {
 	}
 	first := s.first
 	s.first = nil
-	return redeliver(m, first)
+	if err := redeliver(m, first); err != nil {
+		return s.in.misconfigured(s.ctx, s.method, err)
+	}
+	return nil
 }
 
 // redeliver copies the peeked message src into the handler's message dst.
@@ -154,8 +173,7 @@ func redeliver(dst, src any) error {
 		dv.Elem().Set(sv.Elem())
 		return nil
 	}
-	return status.Errorf(codes.Internal,
-		"grpclock: the handler receives %T but WithFirstMessage made %T; make them the same type", dst, src)
+	return fmt.Errorf("%w: the handler receives %T but WithFirstMessage made %T; make them the same type", ErrMisconfigured, dst, src)
 }
 
 type interceptor struct {
@@ -193,16 +211,34 @@ func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *intercep
 
 // lockedCall is one call holding its lock.
 type lockedCall struct {
-	in      *interceptor
-	callCtx context.Context // the call's own context, under the span
-	lease   *lockmw.Lease
-	span    trace.Span
-	name    string
+	in         *interceptor
+	callCtx    context.Context // the call's own context, under the span
+	lease      *lockmw.Lease
+	span       trace.Span
+	name       string
+	acquiredAt time.Time
+	hold       *adapt.Hold
 }
 
+// Messages sent to clients: stable, and free of server internals (addresses,
+// configuration advice), which go to the span and the log instead.
+const (
+	msgMissingKey     = "grpclock: the call carries no lock key"
+	msgInvalidKey     = "grpclock: the call's lock key is invalid"
+	msgNoFirstMessage = "grpclock: the stream ended before its first message, which carries the lock key"
+	msgUnavailable    = "grpclock: the lock service is unavailable; retry later"
+	msgMisconfigured  = "grpclock: the server is misconfigured for this method"
+	msgLost           = "grpclock: the lock was lost while the call ran; its effect is unknown"
+)
+
+// retryPushbackKey is the trailer through which gRPC's retry policy takes
+// the server's retry delay, in milliseconds.
+const retryPushbackKey = "grpc-retry-pushback-ms"
+
 // lock starts the call's span, finds its key and takes the lock. On
-// failure the span is ended and the error is a gRPC status.
-func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any) (*lockedCall, error) {
+// failure the span is ended and the error is a gRPC status; a busy call's
+// retry delay also goes to setTrailer.
+func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, setTrailer func(metadata.MD)) (*lockedCall, error) {
 	name := tmpl
 	if name == "" {
 		name = method
@@ -210,20 +246,32 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any) (
 	ctx, span := in.tracer.Start(ctx, SpanName, trace.WithAttributes(attrName.String(name)))
 	before, after, err := splitTemplate(tmpl)
 	if err != nil {
-		return nil, in.fail(ctx, span, name, outcomeInvalid, status.Errorf(codes.Internal, "grpclock: %s: %v", method, err))
+		err = fmt.Errorf("%w: %w", ErrMisconfigured, err)
+		return nil, in.fail(ctx, span, name, outcomeInvalid, in.misconfigured(ctx, method, err), err)
 	}
 	id, err := in.key(ctx, method, req)
-	if err == nil && id == "" {
-		err = fmt.Errorf("%w: %s: the key is empty", ErrMissingKey, method)
+	if err == nil {
+		if id == "" {
+			err = fmt.Errorf("%w: %s: the key is empty", ErrMissingKey, method)
+		} else if cerr := adapt.CheckID("the lock key", id); cerr != nil {
+			err = fmt.Errorf("%s: %w", method, cerr)
+		}
 	}
 	if err != nil {
-		if _, isStatus := status.FromError(err); !isStatus {
-			if !errors.Is(err, ErrMissingKey) {
-				err = fmt.Errorf("grpclock: %s: cannot find the lock key: %w", method, err)
-			}
-			err = status.Error(codes.InvalidArgument, err.Error())
+		if errors.Is(err, ErrMisconfigured) {
+			return nil, in.fail(ctx, span, name, outcomeInvalid, in.misconfigured(ctx, method, err), err)
 		}
-		return nil, in.fail(ctx, span, name, outcomeInvalid, err)
+		st := err
+		if _, isStatus := status.FromError(err); !isStatus {
+			msg := msgInvalidKey
+			if errors.Is(err, ErrMissingKey) {
+				msg = msgMissingKey
+			}
+			st = status.Error(codes.InvalidArgument, msg)
+			in.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "grpclock: call refused: no usable lock key",
+				slog.String("method", method), slog.Any("error", err))
+		}
+		return nil, in.fail(ctx, span, name, outcomeInvalid, st, err)
 	}
 	key := id
 	if tmpl != "" {
@@ -237,22 +285,41 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any) (
 	} else {
 		lease, err = in.locker.TryAcquire(ctx, key, lockmw.WithName(name))
 	}
-	span.SetAttributes(attrWaitMS.Int64(time.Since(start).Milliseconds()))
+	acquiredAt := time.Now()
+	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
+	hold := adapt.Holds(in.locker, name)
 	if err != nil {
-		outcome, st := acquireStatus(ctx, method, key, err)
-		return nil, in.fail(ctx, span, name, outcome, st)
+		outcome, st := acquireStatus(ctx, key, err, hold)
+		if outcome == outcomeBusy {
+			if d, ok := retryDelayOf(st); ok {
+				setTrailer(metadata.Pairs(retryPushbackKey, strconv.FormatInt(max(1, d.Milliseconds()), 10)))
+			}
+		}
+		if outcome == outcomeError {
+			in.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "grpclock: lock unavailable",
+				slog.String("method", method), slog.String("key", key), slog.Any("error", err))
+		}
+		return nil, in.fail(ctx, span, name, outcome, st, err)
 	}
 	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
-	return &lockedCall{in: in, callCtx: ctx, lease: lease, span: span, name: name}, nil
+	return &lockedCall{in: in, callCtx: ctx, lease: lease, span: span, name: name, acquiredAt: acquiredAt, hold: hold}, nil
+}
+
+// misconfigured logs a setup mistake and returns the status the client
+// gets for it.
+func (in *interceptor) misconfigured(ctx context.Context, method string, err error) error {
+	in.cfg.logger.LogAttrs(ctx, slog.LevelError, "grpclock: interceptor misconfigured for method",
+		slog.String("method", method), slog.Any("error", err))
+	return status.Error(codes.Internal, msgMisconfigured)
 }
 
 // acquireStatus maps a failed acquisition to an outcome and a gRPC status.
-func acquireStatus(ctx context.Context, method, key string, err error) (string, error) {
+// A busy call's RetryInfo is the expected wait (see adapt.Hold.Wait).
+func acquireStatus(ctx context.Context, key string, err error, hold *adapt.Hold) (string, error) {
 	switch {
 	case errors.Is(err, lockmw.ErrNotAcquired):
-		st := status.New(codes.Aborted, fmt.Sprintf("grpclock: %s: lock %q is held by another call; retry later", method, key))
-		if d, ok := lockmw.RetryAfter(err); ok && d > 0 {
-			st = status.New(codes.Aborted, fmt.Sprintf("grpclock: %s: lock %q is held by another call; retry in %v", method, key, d))
+		st := status.New(codes.Aborted, fmt.Sprintf("grpclock: lock %q is held by another call; retry later", key))
+		if d, ok := hold.Wait(lockmw.RetryAfter(err)); ok && d > 0 {
 			if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
 				st = withInfo
 			}
@@ -261,29 +328,42 @@ func acquireStatus(ctx context.Context, method, key string, err error) (string, 
 	case ctx.Err() != nil:
 		return outcomeTimeout, status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, lockmw.ErrInvalidKey):
-		return outcomeInvalid, status.Errorf(codes.InvalidArgument, "grpclock: %s: %v", method, err)
-	case errors.Is(err, lockmw.ErrUnavailable), errors.Is(err, lockmw.ErrClosed):
-		return outcomeError, status.Errorf(codes.Unavailable, "grpclock: %s: cannot take lock %q: %v", method, key, err)
-	default:
-		return outcomeError, status.Errorf(codes.Internal, "grpclock: %s: cannot take lock %q: %v", method, key, err)
+		return outcomeInvalid, status.Error(codes.InvalidArgument, msgInvalidKey)
+	default: // lockmw.ErrUnavailable, lockmw.ErrClosed
+		return outcomeError, status.Error(codes.Unavailable, msgUnavailable)
 	}
 }
 
-// fail records a call that did not get its lock and ends its span. Busy
-// and cancelled calls are normal outcomes, not span errors.
-func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome string, err error) error {
+// retryDelayOf returns the RetryInfo delay of a status error.
+func retryDelayOf(err error) (time.Duration, bool) {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// fail records a call that did not get its lock, with cause (which the
+// client does not see) on the span, and ends the span. Busy and cancelled
+// calls are normal outcomes, not span errors.
+func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome string, st, cause error) error {
 	span.SetAttributes(attrOutcome.String(outcome))
 	switch outcome {
 	case outcomeBusy:
 	case outcomeError:
-		span.RecordError(err)
-		span.SetStatus(otelcodes.Error, err.Error())
+		span.RecordError(cause)
+		span.SetStatus(otelcodes.Error, cause.Error())
 	default:
-		span.RecordError(err)
+		span.RecordError(cause)
+		if errors.Is(cause, ErrMisconfigured) {
+			span.SetStatus(otelcodes.Error, cause.Error())
+		}
 	}
 	in.calls.Add(ctx, 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
 	span.End()
-	return err
+	return st
 }
 
 // finish releases the lock after the handler returned (or panicked), ends
@@ -293,6 +373,7 @@ func (c *lockedCall) finish(handlerErr error) error {
 	cause := context.Cause(c.lease.Context())
 	lost := errors.Is(cause, lockmw.ErrLost)
 	relErr := c.lease.Release(context.WithoutCancel(c.callCtx))
+	c.hold.Observe(time.Since(c.acquiredAt))
 	if errors.Is(relErr, lockmw.ErrLost) && !lost {
 		lost, cause = true, relErr
 	}
@@ -301,8 +382,10 @@ func (c *lockedCall) finish(handlerErr error) error {
 		outcome = outcomeLost
 		c.span.RecordError(cause)
 		c.span.SetStatus(otelcodes.Error, cause.Error())
+		c.in.cfg.logger.LogAttrs(c.callCtx, slog.LevelWarn, "grpclock: lock lost while the call ran",
+			slog.String("lock.name", c.name), slog.String("key", c.lease.Key()), slog.Any("cause", cause))
 		if _, isStatus := status.FromError(handlerErr); handlerErr != nil && !isStatus {
-			handlerErr = status.Errorf(codes.Aborted, "grpclock: lock %q was lost while the call ran: %v", c.lease.Key(), cause)
+			handlerErr = status.Error(codes.Aborted, msgLost)
 		}
 	} else if relErr != nil {
 		c.span.RecordError(relErr) // the lock expires after its TTL

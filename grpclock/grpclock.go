@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -95,8 +94,12 @@ func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) 
 // A stream's key comes from the call (Metadata, or a KeyFunc reading ctx:
 // req is nil), or, with WithFirstMessage, from its first message, which is
 // received before the lock is taken and re-delivered to the handler's first
-// RecvMsg. A stream that ends before its first message fails with
-// codes.InvalidArgument.
+// RecvMsg. A client-streaming or bidirectional stream that ends before its
+// first message fails with codes.InvalidArgument. On a server-streaming
+// method gRPC itself answers codes.Internal ("cardinality violation: received
+// no request message") the moment the message is found missing, before any
+// interceptor can answer; the lock is not taken and the handler does not
+// run.
 func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) grpc.StreamServerInterceptor {
 	in := newInterceptor(locker, key, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
@@ -108,7 +111,7 @@ func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option)
 		if in.cfg.newFirst != nil {
 			first = in.cfg.newFirst(info.FullMethod)
 			if err := ss.RecvMsg(first); err != nil {
-				if errors.Is(err, io.EOF) || noRequestMessage(info, err) {
+				if errors.Is(err, io.EOF) {
 					return status.Error(codes.InvalidArgument, msgNoFirstMessage)
 				}
 				return err
@@ -121,16 +124,6 @@ func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option)
 		defer func() { err = call.finish(err) }()
 		return handler(srv, &lockedStream{ServerStream: ss, ctx: call.lease.Context(), first: first, in: in, method: info.FullMethod})
 	}
-}
-
-// noRequestMessage reports whether err is grpc-go's answer to a
-// server-streaming call that ended before its one request message: it
-// reports that as codes.Internal "cardinality violation", which would blame
-// the server for the client's empty call.
-func noRequestMessage(info *grpc.StreamServerInfo, err error) bool {
-	st, ok := status.FromError(err)
-	return ok && !info.IsClientStream && st.Code() == codes.Internal &&
-		strings.Contains(st.Message(), "cardinality violation") && strings.Contains(st.Message(), "no request message")
 }
 
 // lockedStream is the handler's view of a locked stream: the lease context,
@@ -295,9 +288,13 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 				setTrailer(metadata.Pairs(retryPushbackKey, strconv.FormatInt(max(1, d.Milliseconds()), 10)))
 			}
 		}
-		if outcome == outcomeError {
+		switch outcome {
+		case outcomeError:
 			in.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "grpclock: lock unavailable",
 				slog.String("method", method), slog.String("key", key), slog.Any("error", err))
+		case outcomeInvalid:
+			in.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "grpclock: call refused: no usable lock key",
+				slog.String("method", method), slog.Any("error", err))
 		}
 		return nil, in.fail(ctx, span, name, outcome, st, err)
 	}

@@ -296,6 +296,8 @@ func TestInvalidKey(t *testing.T) {
 			return "", status.Error(codes.PermissionDenied, "not yours")
 		}, "1", nil, codes.PermissionDenied},
 		{"key too long", grpclock.FromRequest(), strings.Repeat("x", lockmw.MaxKeyLen+1), nil, codes.InvalidArgument},
+		{"control character", grpclock.FromRequest(), "a\x01b", nil, codes.InvalidArgument}, // refused by ginlock too
+		{"DEL character", grpclock.Getter((*order).GetItem), "a\x7f", nil, codes.InvalidArgument},
 		{"getter of another type", grpclock.Getter(func(o *other) string { return o.ID }), "1", nil, codes.Internal},
 	}
 	before := lockCommands(t, srv)

@@ -36,6 +36,7 @@ const (
 	methodBuy    = "/test.Shop/Buy"
 	methodOrders = "/test.Shop/Orders"
 	methodPing   = "/test.Shop/Ping"
+	methodWatch  = "/test.Shop/Watch" // server-streaming: one order in, replies out
 )
 
 type jsonCodec struct{}
@@ -81,6 +82,20 @@ func shopDesc(buy buyFunc) *grpc.ServiceDesc {
 			unary("Ping", func(ctx context.Context, o *order) (*order, error) { return o, nil }),
 		},
 		Streams: []grpc.StreamDesc{{
+			StreamName:    "Watch",
+			ServerStreams: true,
+			Handler: func(_ any, stream grpc.ServerStream) error {
+				o := new(order)
+				if err := stream.RecvMsg(o); err != nil {
+					return err
+				}
+				reply, err := buy(stream.Context(), o)
+				if err != nil {
+					return err
+				}
+				return stream.SendMsg(reply)
+			},
+		}, {
 			StreamName:    "Orders",
 			ServerStreams: true,
 			ClientStreams: true,
@@ -105,7 +120,10 @@ func shopDesc(buy buyFunc) *grpc.ServiceDesc {
 	}
 }
 
-var ordersDesc = &grpc.StreamDesc{StreamName: "Orders", ServerStreams: true, ClientStreams: true}
+var (
+	ordersDesc = &grpc.StreamDesc{StreamName: "Orders", ServerStreams: true, ClientStreams: true}
+	watchDesc  = &grpc.StreamDesc{StreamName: "Watch", ServerStreams: true}
+)
 
 // server is what serve builds: one service instance.
 type server struct {

@@ -270,7 +270,7 @@ func TestRetryAfterEstimatesTheWait(t *testing.T) {
 	if longest >= 2*time.Second {
 		t.Skipf("the quick holds took up to %v: too slow to tell the estimate from the TTL", longest)
 	}
-	if want := max(1, int((longest + time.Second - 1) / time.Second)); secs > want || secs >= ttlSecs {
+	if want := max(1, int((longest+time.Second-1)/time.Second)); secs > want || secs >= ttlSecs {
 		t.Errorf("Retry-After = %d s, want at most %d s (holds took up to %v), below the holder's %d s lease (PTTL after: %v)",
 			secs, want, longest, ttlSecs, left)
 	}
@@ -384,4 +384,3 @@ func countOutcomes(t testing.TB, reader *sdkmetric.ManualReader) map[string]int6
 	}
 	return counts
 }
-

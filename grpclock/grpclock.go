@@ -58,12 +58,14 @@ const (
 //   - The handler gets the lease context: it carries the call's values and
 //     deadline, and is cancelled if the lock is lost. The lock is released
 //     when the handler returns, also when it panics.
-//   - A busy lock fails the call with codes.Aborted and, when the holder's
-//     remaining TTL is known, an errdetails.RetryInfo carrying it; with
-//     WithWait the call waits instead, at most until its deadline.
+//   - A busy lock fails the call with codes.Aborted, an
+//     errdetails.RetryInfo and a grpc-retry-pushback-ms trailer carrying
+//     the expected wait (see the package documentation); with WithWait the
+//     call waits instead, at most until its deadline.
 //   - Redis unavailable (or the Locker closed) gives codes.Unavailable; a
 //     missing or invalid key gives codes.InvalidArgument; a call cancelled
 //     or timed out while waiting gives codes.Canceled or DeadlineExceeded.
+//     Clients get fixed messages; causes go to the span and the log.
 //   - If the lock was lost and the handler returned a plain (non-status)
 //     error, such as the context's, the call fails with codes.Aborted.
 //   - Calls the selector leaves out go straight to the handler without

@@ -15,7 +15,7 @@ func TestCheckID(t *testing.T) {
 }
 
 func TestHoldWait(t *testing.T) {
-	type locker struct{ int }
+	type locker struct{ _ int }
 	l1, l2 := new(locker), new(locker)
 	h := Holds(l1, "order:{id}")
 	if _, known := h.Wait(0, false); known {

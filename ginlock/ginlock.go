@@ -66,7 +66,7 @@ func New(locker *lockmw.Locker, key KeyFunc, opts ...Option) gin.HandlerFunc {
 	if cfg.err != nil {
 		panic(cfg.err.Error())
 	}
-	m := &middleware{locker: locker, keyFunc: key, cfg: cfg}
+	m := &middleware{locker: locker, keyFunc: key, cfg: cfg, holds: adapt.NewHolds(locker)}
 	m.setupTelemetry()
 	return m.handle
 }
@@ -75,6 +75,7 @@ type middleware struct {
 	locker  *lockmw.Locker
 	keyFunc KeyFunc
 	cfg     *config
+	holds   *adapt.Holds // hold durations by lock name, for Retry-After
 
 	tracer   trace.Tracer
 	requests metric.Int64Counter
@@ -152,7 +153,7 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 	acquiredAt := time.Now()
 	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
-	hold := adapt.Holds(m.locker, name)
+	hold := m.holds.For(name)
 	if err != nil {
 		finished = true
 		switch {

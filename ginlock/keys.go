@@ -50,7 +50,7 @@ func Param(name string) KeyFunc {
 	what := "path parameter " + strconv.Quote(name)
 	return func(c *gin.Context) (string, error) {
 		v, ok := c.Params.Get(name)
-		if !ok {
+		if !ok && c.FullPath() != "" { // "": no route matched (NoRoute), no parameters at all
 			return "", fmt.Errorf("%w: route %q has no %s", ErrMisconfigured, c.FullPath(), what)
 		}
 		return checkID(what, v)

@@ -101,8 +101,9 @@ func WithAcquireOptions(opts ...lockmw.AcquireOption) Option {
 }
 
 // WithBusyHandler replaces the 409 response written when another request holds
-// the lock (or WithWait ran out). err matches lockmw.ErrNotAcquired, and
-// lockmw.RetryAfter(err) tells how long the holder's lease has left.
+// the lock (or WithWait ran out). err matches lockmw.ErrNotAcquired;
+// RetryAfterSeconds(err) is the middleware's estimate of the wait, and
+// lockmw.RetryAfter(err) how long the holder's lease has left.
 func WithBusyHandler(h ErrorHandler) Option {
 	return optionFunc(func(c *config) {
 		if h != nil {

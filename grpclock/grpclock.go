@@ -177,6 +177,7 @@ type interceptor struct {
 	cfg    *config
 	tracer trace.Tracer
 	calls  metric.Int64Counter
+	holds  *adapt.Holds // hold durations by lock name, for RetryInfo
 }
 
 func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *interceptor {
@@ -201,7 +202,7 @@ func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *intercep
 		otel.Handle(err)
 		calls, _ = noop.NewMeterProvider().Meter(ScopeName).Int64Counter("grpclock.calls")
 	}
-	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tp.Tracer(ScopeName), calls: calls}
+	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tp.Tracer(ScopeName), calls: calls, holds: adapt.NewHolds(locker)}
 }
 
 // lockedCall is one call holding its lock.
@@ -282,7 +283,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 	}
 	acquiredAt := time.Now()
 	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
-	hold := adapt.Holds(in.locker, name)
+	hold := in.holds.For(name)
 	if err != nil {
 		outcome, st := acquireStatus(ctx, key, err, hold)
 		if outcome == outcomeBusy {

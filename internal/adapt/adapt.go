@@ -43,43 +43,52 @@ type holdKey struct {
 	name   string
 }
 
-var holds sync.Map // holdKey -> *holdAvg
+var holds sync.Map // holdKey -> *Hold: shared by every adapter in the process
 
-type holdAvg struct {
-	mu  sync.Mutex
-	avg time.Duration
+// Holds finds the hold estimates of one Locker, by lock name. ginlock and
+// grpclock share one estimate per Locker and name.
+type Holds struct {
+	locker any      // weak.Pointer to the Locker
+	names  sync.Map // name -> *Hold, a local cache of holds
 }
 
-// Holds returns the hold estimate of the locks named name of the Locker
-// identified by locker (any pointer unique to it). ginlock and grpclock share
-// one estimate per Locker and name.
-func Holds[T any](locker *T, name string) *Hold {
-	k := holdKey{locker: weak.Make(locker), name: name}
-	v, ok := holds.Load(k)
-	if !ok {
-		v, _ = holds.LoadOrStore(k, &holdAvg{})
+// NewHolds returns the estimates of the Locker identified by locker (any
+// pointer unique to it).
+func NewHolds[T any](locker *T) *Holds {
+	return &Holds{locker: weak.Make(locker)}
+}
+
+// For returns the estimate of the locks named name.
+func (h *Holds) For(name string) *Hold {
+	if v, ok := h.names.Load(name); ok {
+		return v.(*Hold)
 	}
-	return &Hold{v.(*holdAvg)}
+	v, _ := holds.LoadOrStore(holdKey{locker: h.locker, name: name}, new(Hold))
+	h.names.Store(name, v)
+	return v.(*Hold)
 }
 
 // A Hold is the moving average of how long the locks of one name were held
 // by this process.
-type Hold struct{ a *holdAvg }
+type Hold struct {
+	mu  sync.Mutex
+	avg time.Duration
+}
 
 // Observe adds one hold duration: from the acquisition to the release.
 func (h *Hold) Observe(d time.Duration) {
 	if d <= 0 {
 		d = time.Nanosecond
 	}
-	h.a.mu.Lock()
-	defer h.a.mu.Unlock()
-	if h.a.avg == 0 {
-		h.a.avg = d
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.avg == 0 {
+		h.avg = d
 		return
 	}
-	h.a.avg += time.Duration(holdWeight * float64(d-h.a.avg))
-	if h.a.avg <= 0 {
-		h.a.avg = time.Nanosecond
+	h.avg += time.Duration(holdWeight * float64(d-h.avg))
+	if h.avg <= 0 {
+		h.avg = time.Nanosecond
 	}
 }
 
@@ -88,9 +97,9 @@ func (h *Hold) Observe(d time.Duration) {
 // holder's remaining TTL (left, when known: ok). With no hold observed yet
 // it is the remaining TTL. known is false when neither is known.
 func (h *Hold) Wait(left time.Duration, ok bool) (wait time.Duration, known bool) {
-	h.a.mu.Lock()
-	avg := h.a.avg
-	h.a.mu.Unlock()
+	h.mu.Lock()
+	avg := h.avg
+	h.mu.Unlock()
 	switch {
 	case avg > 0 && ok && left > 0:
 		return min(avg, left), true

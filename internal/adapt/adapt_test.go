@@ -17,7 +17,7 @@ func TestCheckID(t *testing.T) {
 func TestHoldWait(t *testing.T) {
 	type locker struct{ _ int }
 	l1, l2 := new(locker), new(locker)
-	h := Holds(l1, "order:{id}")
+	h := NewHolds(l1).For("order:{id}")
 	if _, known := h.Wait(0, false); known {
 		t.Error("an estimate with no holds and no TTL")
 	}
@@ -27,16 +27,16 @@ func TestHoldWait(t *testing.T) {
 	for range 10 {
 		h.Observe(200 * time.Millisecond)
 	}
-	if w, _ := Holds(l1, "order:{id}").Wait(3*time.Second, true); w != 200*time.Millisecond {
+	if w, _ := NewHolds(l1).For("order:{id}").Wait(3*time.Second, true); w != 200*time.Millisecond {
 		t.Errorf("wait %v, want the 200ms holds", w)
 	}
 	if w, _ := h.Wait(50*time.Millisecond, true); w != 50*time.Millisecond {
 		t.Errorf("wait %v, want it bounded by the 50ms left", w)
 	}
-	if _, known := Holds(l2, "order:{id}").Wait(0, false); known {
+	if _, known := NewHolds(l2).For("order:{id}").Wait(0, false); known {
 		t.Error("another Locker shares the estimate")
 	}
-	if _, known := Holds(l1, "item:{id}").Wait(0, false); known {
+	if _, known := NewHolds(l1).For("item:{id}").Wait(0, false); known {
 		t.Error("another name shares the estimate")
 	}
 }

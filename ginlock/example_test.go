@@ -17,7 +17,15 @@ import (
 // use the template "order:{id}", so they exclude each other, on every
 // instance sharing the Redis.
 func Example() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
 	defer client.Close()
 	locker, err := lockmw.New(client)
 	if err != nil {
@@ -27,6 +35,7 @@ func Example() {
 
 	lockOrder := ginlock.New(locker, ginlock.Param("id"), ginlock.WithName("order:{id}"))
 	r := gin.New()
+	r.ContextWithFallback = true // c carries the lease context: ginlock requires it
 	r.Use(gin.Recovery())
 	r.POST("/orders/:id/pay", lockOrder, func(c *gin.Context) {
 		// c.Request.Context() is cancelled if the lock is lost: stop then.
@@ -43,7 +52,15 @@ func Example() {
 // Take the key from a JSON body and queue for up to two seconds instead of
 // answering 409 at once. The handler still reads the whole body.
 func ExampleJSONField() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
 	defer client.Close()
 	locker, err := lockmw.New(client)
 	if err != nil {
@@ -52,6 +69,7 @@ func ExampleJSONField() {
 	defer locker.Close()
 
 	r := gin.New()
+	r.ContextWithFallback = true // c carries the lease context: ginlock requires it
 	r.POST("/transfers", ginlock.New(locker, ginlock.JSONField("from.account"),
 		ginlock.WithName("account:{id}"), ginlock.WithWait(2*time.Second)),
 		func(c *gin.Context) {
@@ -69,7 +87,15 @@ func ExampleJSONField() {
 
 // A custom KeyFunc and a busy response in the service's own format.
 func ExampleWithBusyHandler() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
 	defer client.Close()
 	locker, err := lockmw.New(client)
 	if err != nil {
@@ -86,6 +112,7 @@ func ExampleWithBusyHandler() {
 		return t + "/" + c.Param("cart"), nil
 	}
 	r := gin.New()
+	r.ContextWithFallback = true // c carries the lease context: ginlock requires it
 	r.PUT("/carts/:cart", ginlock.New(locker, tenantCart, ginlock.WithName("cart:{tenant/cart}"),
 		ginlock.WithBusyHandler(func(c *gin.Context, err error) {
 			c.Header("Retry-After", fmt.Sprint(ginlock.RetryAfterSeconds(err)))
@@ -94,7 +121,40 @@ func ExampleWithBusyHandler() {
 		func(c *gin.Context) { c.Status(http.StatusOK) })
 }
 
-// Retry-After is the holder's remaining lease in whole seconds, rounded up.
+// Stream a report while holding the lock, and skip the lock for dry runs.
+func ExampleWithStreaming() {
+	client := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	r := gin.New()
+	r.ContextWithFallback = true
+	r.GET("/accounts/:id/export", ginlock.New(locker, ginlock.Param("id"), ginlock.WithName("account:{id}"),
+		ginlock.WithStreaming(), // rows leave as they are written, not after the release
+		ginlock.WithSkip(func(c *gin.Context) bool { return c.Query("dry_run") == "1" })),
+		func(c *gin.Context) {
+			for i := range 3 {
+				fmt.Fprintf(c.Writer, "row %d\n", i)
+				c.Writer.Flush()
+			}
+		})
+}
+
+// For an error that does not come from the middleware, Retry-After is the
+// holder's remaining lease in whole seconds, rounded up. (The middleware's
+// own busy errors carry its estimate of the wait.)
 func ExampleRetryAfterSeconds() {
 	busy := &lockmw.NotAcquiredError{Key: "order:42", RetryAfter: 1500 * time.Millisecond}
 	fmt.Println(ginlock.RetryAfterSeconds(busy))

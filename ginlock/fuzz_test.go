@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -39,10 +41,13 @@ func FuzzKeyExtractors(f *testing.F) {
 	f.Add(" ", "id=+", []byte(`{"order":{"id":"x","id":"y"}}`))
 	f.Add("\u2028", "%zz=1&id=2", []byte("\xef\xbb\xbf{\"order\":{\"id\":\"1\"}}"))
 	f.Add("-", "id=1&id", []byte(`{"order":[1,2]}`))
+	f.Add("0", "id=0", []byte(`{"order":{"id":-0.000e-99999999999999}}`))
+	f.Add("42", "id=42", []byte(`{"order":{"id":420.00e-1}}`))
+	f.Add("x", "id=x", []byte(`{"order":{"id":-1.5e-3}}`))
 
 	srv := redistest.Start(f)
 	l := newLocker(f, srv)
-	e := gin.New()
+	e := newGin()
 	var gotKey string
 	var gotBody []byte
 	handler := func(c *gin.Context) {
@@ -141,7 +146,36 @@ func jsonOrderID(body []byte) (string, bool) {
 	case string:
 		return v, true
 	case json.Number:
-		return v.String(), true
+		return canonical(v.String())
 	}
 	return "", false
+}
+
+// canonical is the oracle for JSON numbers: the exact value (math/big) in
+// plain decimal, so that 42, 42.0 and 4.2e1 give "42". A value whose
+// decimal form could not fit a key is reported as unusable.
+func canonical(lit string) (string, bool) {
+	mant, exp, hasExp := strings.Cut(strings.ToLower(lit), "e")
+	if strings.Trim(mant, "-0.") == "" {
+		return "0", true
+	}
+	if hasExp {
+		if e, err := strconv.Atoi(exp); err != nil || e > 2*lockmw.MaxKeyLen || e < -2*lockmw.MaxKeyLen {
+			return "", false
+		}
+	}
+	r, ok := new(big.Rat).SetString(lit)
+	if !ok {
+		return "", false
+	}
+	if r.IsInt() {
+		return r.Num().String(), true
+	}
+	// The denominator divides 10^k for the k digits after the point.
+	for k := 1; ; k++ {
+		scaled := new(big.Rat).Mul(r, new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(k)), nil)))
+		if scaled.IsInt() {
+			return r.FloatString(k), true
+		}
+	}
 }

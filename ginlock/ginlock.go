@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockmw/lockmw/internal/adapt"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -64,7 +66,7 @@ func New(locker *lockmw.Locker, key KeyFunc, opts ...Option) gin.HandlerFunc {
 	if cfg.err != nil {
 		panic(cfg.err.Error())
 	}
-	m := &middleware{locker: locker, keyFunc: key, cfg: cfg}
+	m := &middleware{locker: locker, keyFunc: key, cfg: cfg, holds: adapt.NewHolds(locker)}
 	m.setupTelemetry()
 	return m.handle
 }
@@ -73,6 +75,7 @@ type middleware struct {
 	locker  *lockmw.Locker
 	keyFunc KeyFunc
 	cfg     *config
+	holds   *adapt.Holds // hold durations by lock name, for Retry-After
 
 	tracer   trace.Tracer
 	requests metric.Int64Counter
@@ -109,6 +112,9 @@ func (m *middleware) lockName(c *gin.Context) string {
 }
 
 func (m *middleware) handle(c *gin.Context) {
+	if m.cfg.skip != nil && m.cfg.skip(c) {
+		return // c.Next() follows: gin runs the rest of the chain
+	}
 	req := c.Request
 	name := m.lockName(c)
 	ctx, span := m.tracer.Start(req.Context(), SpanName, trace.WithAttributes(attrName.String(name)))
@@ -129,6 +135,10 @@ func (m *middleware) handle(c *gin.Context) {
 	if err != nil {
 		outcome = OutcomeInvalid
 		finished = true
+		if errors.Is(err, ErrMisconfigured) {
+			outcome = OutcomeError
+			m.misconfigured(c, span, err)
+		}
 		m.reject(c, m.cfg.onError, err)
 		return
 	}
@@ -141,12 +151,18 @@ func (m *middleware) handle(c *gin.Context) {
 	} else {
 		lease, err = m.locker.TryAcquire(ctx, key, opts...)
 	}
-	span.SetAttributes(attrWaitMS.Int64(time.Since(start).Milliseconds()))
+	acquiredAt := time.Now()
+	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
+	hold := m.holds.For(name)
 	if err != nil {
 		finished = true
 		switch {
 		case errors.Is(err, lockmw.ErrNotAcquired):
 			outcome = OutcomeBusy
+			wait, known := hold.Wait(lockmw.RetryAfter(err))
+			if known {
+				err = &estimatedError{err: err, wait: wait}
+			}
 			m.reject(c, m.cfg.onBusy, err)
 		case errors.Is(err, lockmw.ErrInvalidKey):
 			outcome = OutcomeInvalid
@@ -158,6 +174,8 @@ func (m *middleware) handle(c *gin.Context) {
 			outcome = OutcomeError
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
+			m.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "ginlock: lock unavailable",
+				slog.String("lock.name", name), slog.String("key", key), slog.Any("error", err))
 			m.reject(c, m.cfg.onError, err)
 		}
 		return
@@ -166,24 +184,95 @@ func (m *middleware) handle(c *gin.Context) {
 	outcome = OutcomeAcquired
 
 	prev, hadPrev := c.Get(leaseKey)
+	writer := c.Writer
+	var held *heldWriter
+	if !m.cfg.streaming {
+		held = newHeldWriter(writer)
+		c.Writer = held
+	}
 	defer func() {
-		c.Request = req
+		c.Request, c.Writer = req, writer
 		if hadPrev {
 			c.Set(leaseKey, prev)
 		} else {
 			c.Delete(leaseKey)
 		}
+		// The lock was lost if its context ended with ErrLost before the
+		// release, or the release found it gone.
+		cause := context.Cause(lease.Context())
+		lost := errors.Is(cause, lockmw.ErrLost)
 		// Release even when the request's context has ended (the core
 		// bounds the call by the lease TTL), keeping its trace.
-		if err := lease.Release(context.WithoutCancel(ctx)); errors.Is(err, lockmw.ErrLost) {
+		relErr := lease.Release(context.WithoutCancel(ctx))
+		hold.Observe(time.Since(acquiredAt))
+		if errors.Is(relErr, lockmw.ErrLost) && !lost {
+			lost, cause = true, relErr
+		}
+		if !finished {
+			return // a panic: what the handler wrote is dropped for gin.Recovery's answer
+		}
+		if lost {
 			outcome = OutcomeLost
+			span.RecordError(cause)
+			span.SetStatus(codes.Error, "lock lost while the handlers ran")
+			m.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "ginlock: lock lost while the handlers ran",
+				slog.String("lock.name", name), slog.String("key", key), slog.Any("cause", cause))
+			answered := writer.Written() || (held != nil && (held.Written() || held.Status() != http.StatusOK))
+			if !answered {
+				err := fmt.Errorf("ginlock: lock %q was lost while the handlers ran: %w", key, cause)
+				held = nil // nothing to send from the handler
+				_ = c.Error(err)
+				m.cfg.onError(c, err)
+				if !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
+					DefaultErrorHandler(c, err)
+				}
+			}
+		} else if relErr != nil {
+			span.RecordError(relErr) // the lock expires after its TTL
+		}
+		if held != nil {
+			held.commit()
 		}
 	}()
 	c.Request = req.WithContext(lease.Context())
+	if !m.cfg.requestContextOnly && c.Done() == nil {
+		// gin's Context does not reach c.Request's context: a handler that
+		// used c as its context would not see a lost lock, and locking the
+		// same key with c would wait for this very lock.
+		outcome = OutcomeError
+		finished = true
+		err := fmt.Errorf("%w: the gin engine does not set ContextWithFallback: set engine.ContextWithFallback = true "+
+			"(so that the *gin.Context carries the lease context), or give ginlock.WithRequestContextOnly() "+
+			"if every handler uses c.Request.Context()", ErrMisconfigured)
+		m.misconfigured(c, span, err)
+		held = nil
+		c.Writer = writer
+		m.reject(c, m.cfg.onError, err)
+		return
+	}
 	c.Set(leaseKey, lease)
 	c.Next()
 	finished = true
 }
+
+// misconfigured reports a setup mistake loudly: an error span and an error
+// log line, besides the 500 answer.
+func (m *middleware) misconfigured(c *gin.Context, span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+	m.cfg.logger.LogAttrs(c.Request.Context(), slog.LevelError, "ginlock: middleware misconfigured for route",
+		slog.String("route", c.FullPath()), slog.Any("error", err))
+}
+
+// estimatedError is a busy error with the middleware's estimate of the wait
+// (see RetryAfterSeconds).
+type estimatedError struct {
+	err  error
+	wait time.Duration
+}
+
+func (e *estimatedError) Error() string { return e.err.Error() }
+func (e *estimatedError) Unwrap() error { return e.err }
 
 // leaseKey is where the lease is kept in the gin.Context.
 type leaseKeyType struct{}
@@ -207,7 +296,7 @@ func (m *middleware) key(c *gin.Context) (string, error) {
 		id, err = checkID("the lock key's identifier", id)
 	}
 	if err != nil {
-		if errors.Is(err, ErrNoKey) {
+		if errors.Is(err, ErrNoKey) || errors.Is(err, ErrMisconfigured) {
 			return "", err
 		}
 		return "", fmt.Errorf("%w: %w", ErrNoKey, err)
@@ -219,9 +308,10 @@ func (m *middleware) key(c *gin.Context) (string, error) {
 	return key, nil
 }
 
-// reject writes h's response, or the default one if h wrote nothing, and
-// aborts the chain.
+// reject records err in c.Errors, writes h's response, or the default one
+// if h wrote nothing, and aborts the chain.
 func (m *middleware) reject(c *gin.Context, h ErrorHandler, err error) {
+	_ = c.Error(err)
 	h(c, err)
 	if !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
 		if errors.Is(err, lockmw.ErrNotAcquired) {
@@ -236,15 +326,17 @@ func (m *middleware) reject(c *gin.Context, h ErrorHandler, err error) {
 // Problem types of the default responses, RFC 9457 "type" URIs that lead to
 // this documentation.
 const (
-	ProblemBusy         = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBusy"
-	ProblemNoKey        = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemNoKey"
-	ProblemBodyTooLarge = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBodyTooLarge"
-	ProblemUnavailable  = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemUnavailable"
+	ProblemBusy          = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBusy"
+	ProblemNoKey         = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemNoKey"
+	ProblemBodyTooLarge  = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemBodyTooLarge"
+	ProblemUnavailable   = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemUnavailable"
+	ProblemLost          = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemLost"
+	ProblemMisconfigured = "https://pkg.go.dev/github.com/lockmw/lockmw/ginlock#ProblemMisconfigured"
 )
 
 const (
 	problemContentType   = "application/problem+json"
-	defaultRetryAfterSec = 1 // Retry-After when the holder's TTL is unknown
+	defaultRetryAfterSec = 1 // Retry-After when the wait is unknown, and on 503
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -261,9 +353,8 @@ func WriteProblem(c *gin.Context, p Problem) {
 	c.Render(p.Status, problemRender{p})
 }
 
-// DefaultBusyHandler answers 409 Conflict with a Retry-After header: the
-// holder's remaining lease (lockmw.RetryAfter(err)) in whole seconds, rounded
-// up, and at least 1.
+// DefaultBusyHandler answers 409 Conflict with a Retry-After header of
+// RetryAfterSeconds(err).
 func DefaultBusyHandler(c *gin.Context, err error) {
 	c.Header("Retry-After", strconv.Itoa(RetryAfterSeconds(err)))
 	detail := "the resource is being changed by another request; retry later"
@@ -274,20 +365,39 @@ func DefaultBusyHandler(c *gin.Context, err error) {
 	WriteProblem(c, Problem{Type: ProblemBusy, Title: "Resource busy", Status: http.StatusConflict, Detail: detail})
 }
 
-// RetryAfterSeconds returns the Retry-After value for a busy error: the
-// holder's remaining lease in whole seconds, rounded up, and 1 when unknown.
+// RetryAfterSeconds returns the Retry-After value for a busy error, in whole
+// seconds, rounded up, and at least 1. For the errors the middleware hands to
+// its busy handler it is the expected wait: the moving average of how long
+// this process's requests held locks of the same name (and Locker), bounded
+// by the holder's remaining lease (lockmw.RetryAfter), or that remaining
+// lease while no hold has been seen. For other errors it is the remaining
+// lease; 1 when nothing is known.
 func RetryAfterSeconds(err error) int {
-	d, ok := lockmw.RetryAfter(err)
+	var est *estimatedError
+	d, ok := time.Duration(0), false
+	if errors.As(err, &est) {
+		d, ok = est.wait, true
+	} else {
+		d, ok = lockmw.RetryAfter(err)
+	}
 	if !ok || d <= 0 {
 		return defaultRetryAfterSec
 	}
-	return int(math.Ceil(d.Seconds()))
+	return max(1, int(math.Ceil(d.Seconds())))
 }
 
-// DefaultErrorHandler answers 400 Bad Request for ErrNoKey (413 Content Too
-// Large for ErrBodyTooLarge), and 503 Service Unavailable otherwise: Redis
-// unavailable, the Locker closed, or the request's context ended while
-// waiting. The 503 detail does not expose the underlying error.
+// DefaultErrorHandler answers:
+//
+//   - 400 Bad Request for ErrNoKey (413 Content Too Large for
+//     ErrBodyTooLarge), with the reason in the detail;
+//   - 409 Conflict (type ProblemLost) for lockmw.ErrLost: the lock was lost
+//     while the handlers ran and they wrote no response, so whether their
+//     work took effect is unknown;
+//   - 500 Internal Server Error for ErrMisconfigured, without the details
+//     (they are logged);
+//   - 503 Service Unavailable with Retry-After: 1 otherwise: Redis
+//     unavailable, the Locker closed, or the request's context ended while
+//     waiting. The detail does not expose the underlying error.
 func DefaultErrorHandler(c *gin.Context, err error) {
 	switch {
 	case errors.Is(err, ErrBodyTooLarge):
@@ -296,11 +406,18 @@ func DefaultErrorHandler(c *gin.Context, err error) {
 	case errors.Is(err, ErrNoKey):
 		WriteProblem(c, Problem{Type: ProblemNoKey, Title: "Missing or invalid resource key",
 			Status: http.StatusBadRequest, Detail: strings.TrimPrefix(err.Error(), "ginlock: ")})
+	case errors.Is(err, lockmw.ErrLost):
+		WriteProblem(c, Problem{Type: ProblemLost, Title: "Lock lost", Status: http.StatusConflict,
+			Detail: "the resource's lock was lost while the request ran, so its effect is unknown; check the resource before retrying"})
+	case errors.Is(err, ErrMisconfigured):
+		WriteProblem(c, Problem{Type: ProblemMisconfigured, Title: "Server misconfigured",
+			Status: http.StatusInternalServerError, Detail: "the lock middleware is set up wrong for this route"})
 	default:
 		detail := "the lock service is unavailable; retry later"
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			detail = "the request ended while waiting for the lock"
 		}
+		c.Header("Retry-After", strconv.Itoa(defaultRetryAfterSec))
 		WriteProblem(c, Problem{Type: ProblemUnavailable, Title: "Lock service unavailable",
 			Status: http.StatusServiceUnavailable, Detail: detail})
 	}

@@ -224,7 +224,7 @@ func TestMissingOrInvalidKey(t *testing.T) {
 	var ran atomic.Int64
 	handler := func(c *gin.Context) { ran.Add(1); c.String(http.StatusOK, "ok") }
 	failing := func(*gin.Context) (string, error) { return "", errors.New("no tenant in the token") }
-	e := gin.New()
+	e := newGin()
 	named := ginlock.WithName("order:{id}")
 	e.GET("/p/:id", ginlock.New(l, ginlock.Param("id"), named), handler)
 	e.GET("/q", ginlock.New(l, ginlock.Query("id"), named), handler)
@@ -414,7 +414,7 @@ func TestLostLockCancelsTheHandler(t *testing.T) {
 func TestPanicReleasesTheLock(t *testing.T) {
 	srv := redistest.Start(t)
 	l, other := newLocker(t, srv), newLocker(t, srv)
-	e := gin.New()
+	e := newGin()
 	e.Use(gin.Recovery())
 	e.POST("/orders/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) { panic("payment provider exploded") })
@@ -467,7 +467,7 @@ func TestCustomHandlers(t *testing.T) {
 	defer lease.Release(context.Background())
 	l := newLocker(t, srv)
 	var gotErr error
-	e := gin.New()
+	e := newGin()
 	e.POST("/custom/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
 		ginlock.WithBusyHandler(func(c *gin.Context, err error) {
 			left, _ := lockmw.RetryAfter(err)

@@ -30,9 +30,17 @@ var (
 	newLockerOn = lockmwtest.NewLockerOn
 )
 
+// newGin returns a new engine whose *gin.Context carries the request's
+// context, as ginlock requires.
+func newGin() *gin.Engine {
+	e := gin.New()
+	e.ContextWithFallback = true
+	return e
+}
+
 // newEngine returns an engine serving handlers on method and path.
 func newEngine(method, path string, handlers ...gin.HandlerFunc) *gin.Engine {
-	e := gin.New()
+	e := newGin()
 	e.Handle(method, path, handlers...)
 	return e
 }

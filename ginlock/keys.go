@@ -9,10 +9,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/lockmw/lockmw/internal/adapt"
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // A KeyFunc returns the identifier of the resource a request works on, such as
@@ -33,13 +34,26 @@ var (
 	// ErrBodyTooLarge means a JSON body was longer than the limit of
 	// JSONField; it comes wrapped in ErrNoKey. The default response is 413.
 	ErrBodyTooLarge = errors.New("ginlock: request body too large")
+
+	// ErrMisconfigured means the middleware is set up wrong for the route:
+	// Param names a parameter the route does not have, or the engine does
+	// not set ContextWithFallback (see WithRequestContextOnly). The default
+	// response is 500, and the middleware logs the error.
+	ErrMisconfigured = errors.New("ginlock: middleware misconfigured")
 )
 
-// Param takes the identifier from the path parameter name (":name" in the
-// route).
+// Param takes the identifier from the path parameter name (":name" or
+// "*name" in the route). A route without that parameter is a setup mistake,
+// not a bad request: the middleware answers 500 with an error matching
+// ErrMisconfigured, and logs it.
 func Param(name string) KeyFunc {
+	what := "path parameter " + strconv.Quote(name)
 	return func(c *gin.Context) (string, error) {
-		return checkID("path parameter "+strconv.Quote(name), c.Param(name))
+		v, ok := c.Params.Get(name)
+		if !ok && c.FullPath() != "" { // "": no route matched (NoRoute), no parameters at all
+			return "", fmt.Errorf("%w: route %q has no %s", ErrMisconfigured, c.FullPath(), what)
+		}
+		return checkID(what, v)
 	}
 }
 
@@ -64,8 +78,12 @@ func Header(name string) KeyFunc {
 // JSONField takes the identifier from a field of the JSON request body, read
 // up to DefaultMaxBodyBytes (see JSONFieldLimit). path names the field with
 // dots: "order.id" is {"order": {"id": ...}}, and a segment of digits indexes
-// an array ("items.0.sku"). The field must hold a string, or a number, which
-// is used as written ("42", "4.2e1"). The body is restored for the handlers,
+// an array ("items.0.sku"). The field must hold a string, used as it is, or
+// a number, written in canonical decimal form: no exponent, no sign for zero,
+// no leading zeros and no trailing zeros after the point. So 42, 42.0, 4.2e1
+// and 420e-1 all lock "42", the same key as the string "42", while the
+// string "42.0" stays "42.0". A number whose canonical form makes the key
+// too long is refused (400). The body is restored for the handlers,
 // and also stored under gin.BodyBytesKey, so c.ShouldBindBodyWith does not
 // read it again. JSONField panics if path is empty or has an empty segment.
 func JSONField(path string) KeyFunc {
@@ -122,7 +140,7 @@ func JSONFieldLimit(path string, maxBytes int64) KeyFunc {
 		case string:
 			return checkID(what, v)
 		case json.Number:
-			return v.String(), nil
+			return canonicalNumber(what, v.String())
 		default:
 			return "", fmt.Errorf("%s is %s, not a string or number", what, jsonKind(v))
 		}
@@ -180,15 +198,63 @@ func single(what string, values []string) (string, error) {
 }
 
 // checkID accepts a non-empty identifier of valid UTF-8 without control
-// characters.
+// characters (the rule grpclock applies too).
 func checkID(what, id string) (string, error) {
-	switch {
-	case id == "":
-		return "", fmt.Errorf("%s is missing or empty", what)
-	case !utf8.ValidString(id):
-		return "", fmt.Errorf("%s is not valid UTF-8", what)
-	case strings.IndexFunc(id, unicode.IsControl) >= 0:
-		return "", fmt.Errorf("%s contains control characters", what)
+	if err := adapt.CheckID(what, id); err != nil {
+		return "", errors.New(strings.TrimPrefix(err.Error(), adapt.ErrBadID.Error()+": "))
 	}
 	return id, nil
+}
+
+// canonicalNumber writes a JSON number literal (already validated by the
+// decoder) in canonical decimal form, without ever expanding more digits
+// than a key can hold.
+func canonicalNumber(what, lit string) (string, error) {
+	neg := strings.HasPrefix(lit, "-")
+	lit = strings.TrimPrefix(lit, "-")
+	mant, expPart, _ := strings.Cut(strings.ToLower(lit), "e")
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	// The value is digits × 10^exp.
+	exp := -len(frac)
+	if expPart != "" {
+		e, err := strconv.Atoi(expPart)
+		if err != nil || e > 1<<20 || e < -(1<<20) {
+			if strings.Trim(digits, "0") == "" {
+				return "0", nil
+			}
+			return "", fmt.Errorf("%s is a number too large or too precise for a key", what)
+		}
+		exp += e
+	}
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	digits = trimmed
+	if digits == "" {
+		return "0", nil
+	}
+	var b strings.Builder
+	if neg {
+		b.WriteByte('-')
+	}
+	switch {
+	case exp >= 0:
+		if len(digits)+exp > lockmw.MaxKeyLen {
+			return "", fmt.Errorf("%s is a number too large for a key", what)
+		}
+		b.WriteString(digits)
+		b.WriteString(strings.Repeat("0", exp))
+	case -exp >= len(digits):
+		if -exp > lockmw.MaxKeyLen {
+			return "", fmt.Errorf("%s is a number too precise for a key", what)
+		}
+		b.WriteString("0.")
+		b.WriteString(strings.Repeat("0", -exp-len(digits)))
+		b.WriteString(digits)
+	default:
+		b.WriteString(digits[:len(digits)+exp])
+		b.WriteByte('.')
+		b.WriteString(digits[len(digits)+exp:])
+	}
+	return b.String(), nil
 }

@@ -2,6 +2,7 @@ package ginlock
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -35,7 +36,12 @@ type config struct {
 	onError     ErrorHandler
 	tp          trace.TracerProvider
 	mp          metric.MeterProvider
-	err         error // first invalid option
+	logger      *slog.Logger
+	skip        func(*gin.Context) bool
+	streaming   bool // send responses as written, before the release
+	// requestContextOnly: the engine need not set ContextWithFallback
+	requestContextOnly bool
+	err                error // first invalid option
 }
 
 func newConfig(opts []Option) *config {
@@ -44,6 +50,9 @@ func newConfig(opts []Option) *config {
 		if o != nil {
 			o.apply(c)
 		}
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
 	}
 	return c
 }
@@ -92,8 +101,9 @@ func WithAcquireOptions(opts ...lockmw.AcquireOption) Option {
 }
 
 // WithBusyHandler replaces the 409 response written when another request holds
-// the lock (or WithWait ran out). err matches lockmw.ErrNotAcquired, and
-// lockmw.RetryAfter(err) tells how long the holder's lease has left.
+// the lock (or WithWait ran out). err matches lockmw.ErrNotAcquired;
+// RetryAfterSeconds(err) is the middleware's estimate of the wait, and
+// lockmw.RetryAfter(err) how long the holder's lease has left.
 func WithBusyHandler(h ErrorHandler) Option {
 	return optionFunc(func(c *config) {
 		if h != nil {
@@ -104,8 +114,10 @@ func WithBusyHandler(h ErrorHandler) Option {
 
 // WithErrorHandler replaces the response written when the lock could not be
 // tried: err matches ErrNoKey (the request carries no usable key; also
-// ErrBodyTooLarge), lockmw.ErrUnavailable, lockmw.ErrClosed, or the request
-// context's error.
+// ErrBodyTooLarge), ErrMisconfigured, lockmw.ErrUnavailable,
+// lockmw.ErrClosed, or the request context's error. It also answers a
+// request whose lock was lost while its handlers ran when they wrote no
+// response: err then matches lockmw.ErrLost.
 func WithErrorHandler(h ErrorHandler) Option {
 	return optionFunc(func(c *config) {
 		if h != nil {
@@ -124,6 +136,44 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // counter. Without it the global provider is used.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// WithLogger sets the logger for failures an operator should see: Redis
+// unavailable, a lock lost while the handlers ran (Warn), and setup mistakes
+// (Error). Without it slog.Default() is used.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithSkip leaves the requests for which skip returns true to the rest of
+// the chain without a lock, a span or a Redis call: for example a dry-run
+// flag, or safe methods on a group of routes.
+func WithSkip(skip func(c *gin.Context) bool) Option {
+	return optionFunc(func(c *config) { c.skip = skip })
+}
+
+// WithStreaming sends the handlers' response as they write it, as gin does
+// without the middleware. By default the middleware holds the response
+// until the lock is released, so that a client that has read its complete
+// response and sends its next request on the same resource never finds its
+// own finished request still holding the lock. Use WithStreaming for large
+// or streamed responses (server-sent events, downloads) that should not be
+// held in memory; a handler that calls Flush (or hijacks the connection)
+// streams from then on in any case. With it, the client can receive the
+// response before the release, and a next request sent at once may get 409.
+func WithStreaming() Option {
+	return optionFunc(func(c *config) { c.streaming = true })
+}
+
+// WithRequestContextOnly lets the middleware run on an engine that does not
+// set ContextWithFallback, for handlers that use c.Request.Context() and
+// never the *gin.Context itself as their context. Without fallback, the
+// *gin.Context is neither cancelled when the lock is lost nor carries the
+// lease, so lockmw calls made with c on the same key would wait for this
+// request's own lock. By default the middleware refuses such an engine: it
+// answers 500 (ErrMisconfigured) and logs how to fix it.
+func WithRequestContextOnly() Option {
+	return optionFunc(func(c *config) { c.requestContextOnly = true })
 }
 
 // template is a parsed WithName template: prefix + identifier + suffix.

@@ -32,7 +32,7 @@ func TestSpansNestUnderOtelgin(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	l := newLocker(t, srv, lockmw.WithTracerProvider(tp))
 
-	e := gin.New()
+	e := newGin()
 	e.Use(otelgin.Middleware("orders", otelgin.WithTracerProvider(tp)))
 	e.POST("/orders/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
 		ginlock.WithTracerProvider(tp), ginlock.WithMeterProvider(mp)),

@@ -17,19 +17,44 @@
 //		grpc.ChainStreamInterceptor(grpclock.StreamServerInterceptor(locker, grpclock.Metadata("x-item-id"), locked)),
 //	)
 //
+// Give the Redis client short timeouts and no retries of its own
+// (DialTimeout, ReadTimeout, WriteTimeout of a few hundred milliseconds,
+// MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true): go-redis
+// otherwise repeats a timed-out call up to MaxRetries times, and a Redis
+// outage is answered only after all of them.
+//
 // # Status codes
 //
+// Clients get fixed messages that reveal nothing of the server (no Redis
+// address, no lockmw error text, no configuration advice); the cause is
+// recorded on the span and logged (WithLogger).
+//
 //   - codes.Aborted: the lock is held by another call (or WithWait ran out).
-//     The status carries an errdetails.RetryInfo with the holder's
-//     remaining lease time when Redis reported it. Aborted is the gRPC code
-//     for concurrency conflicts that the client may retry.
+//     The status carries an errdetails.RetryInfo with the expected wait, and
+//     the trailer grpc-retry-pushback-ms carries it in milliseconds, so
+//     gRPC's built-in retry policy (with Aborted among its retryable codes)
+//     waits that long. The wait is the moving average (weight 1/4 for the
+//     newest) of how long this process held locks of the same name and
+//     Locker, bounded by the holder's remaining lease; while no hold has
+//     been seen, the holder's remaining lease. Aborted is the gRPC code for
+//     concurrency conflicts that the client may retry.
 //   - codes.Unavailable: Redis could not be reached (lockmw.ErrUnavailable)
 //     or the Locker is closed.
 //   - codes.InvalidArgument: the key is missing or empty (ErrMissingKey),
-//     too long, or the KeyFunc failed. A KeyFunc may return its own status.
+//     too long, not valid UTF-8 or holds control characters (ginlock's
+//     rule), or the KeyFunc failed; also a client-streaming or bidirectional
+//     stream that ended before the first message WithFirstMessage waits
+//     for. A KeyFunc may return its own status, which is sent as it is.
 //   - codes.Canceled, codes.DeadlineExceeded: the call ended while waiting.
-//   - codes.Internal: the interceptor is misconfigured for the method (the
-//     request is not the type the getter expects, a bad template).
+//   - codes.Internal: the interceptor is misconfigured for the method
+//     (ErrMisconfigured: the request is not the type the getter expects, a
+//     bad template, a WithFirstMessage type the handler does not receive);
+//     logged at Error. A server-streaming call that ends before its request
+//     message also gets Internal ("cardinality violation"), from gRPC
+//     itself, before the interceptor can answer.
+//   - codes.Aborted also answers a call whose lock was lost while the
+//     handler ran, when the handler returned a plain error (such as its
+//     context's); a status the handler returned is sent as it is.
 //
 // # The handler
 //
@@ -46,7 +71,8 @@
 // ctx, since no message has arrived when the interceptor runs; with
 // WithFirstMessage the interceptor receives the first message, takes the
 // key from it, and hands it to the handler's first RecvMsg. The lock is held
-// for the whole stream.
+// for the whole stream. On a server-streaming method a call without its
+// request message is answered Internal by gRPC (see above).
 //
 // # Telemetry
 //
@@ -55,8 +81,8 @@
 // handler is installed) and the parent of lockmw's acquire and release spans
 // and of the handler's spans. Its attributes are lock.name (the template),
 // lock.outcome (acquired|lost|busy|timeout|invalid|error), lock.wait_ms and,
-// once acquired, lock.fence. Only error (Redis unavailable) and lost set
-// the span status to Error: a busy lock is an expected answer, not a
-// failure. The counter grpclock.calls counts locked calls by lock.name and
+// once acquired, lock.fence. Only error (Redis unavailable), lost and a
+// misconfigured interceptor set the span status to Error: a busy lock is an
+// expected answer, not a failure. The counter grpclock.calls counts locked calls by lock.name and
 // lock.outcome.
 package grpclock

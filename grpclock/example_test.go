@@ -26,7 +26,15 @@ import (
 // message), the lock is "item:<id>" and is reported as "item:{id}".
 // Other methods are not locked.
 func ExampleUnaryServerInterceptor() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
 	locker, err := lockmw.New(rdb)
 	if err != nil {
 		log.Fatal(err)
@@ -46,7 +54,15 @@ func ExampleUnaryServerInterceptor() {
 // Streams take their key from metadata, or with WithFirstMessage from their
 // first message, which the handler still receives.
 func ExampleStreamServerInterceptor() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
 	locker, err := lockmw.New(rdb)
 	if err != nil {
 		log.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,7 +19,8 @@ import (
 
 // Malformed templates, request fields and metadata never panic: the call
 // either runs holding exactly the key the template spells, or fails with
-// InvalidArgument (bad key) or Internal (bad template).
+// InvalidArgument (bad key: empty, too long, not UTF-8, control characters,
+// as ginlock rules) or Internal (bad template).
 //
 //	go test -fuzz FuzzKeys ./grpclock
 func FuzzKeys(f *testing.F) {
@@ -27,6 +30,9 @@ func FuzzKeys(f *testing.F) {
 	f.Add("}{", "x", true)
 	f.Add("a{b", strings.Repeat("k", lockmw.MaxKeyLen), true)
 	f.Add("{id}", "\x00\xff{}", true)
+	f.Add("item:{id}", "a\x7fb", false)
+	f.Add("item:{id}", "a\u0085b", false)
+	f.Add("item:{id}", "\xff", false)
 	srv := redistest.Start(f)
 	rdb := srv.Client(f)
 	locker := newLocker(f, srv)
@@ -57,7 +63,7 @@ func FuzzKeys(f *testing.F) {
 			if code != codes.Internal {
 				t.Fatalf("template %q: code %v (%v), want Internal", tmpl, code, err)
 			}
-		case value == "" || len(want) > lockmw.MaxKeyLen:
+		case value == "" || len(want) > lockmw.MaxKeyLen || !utf8.ValidString(value) || strings.IndexFunc(value, unicode.IsControl) >= 0:
 			if code != codes.InvalidArgument {
 				t.Fatalf("key %q: code %v (%v), want InvalidArgument", want, code, err)
 			}

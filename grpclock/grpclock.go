@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"reflect"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -17,10 +19,12 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/lockmw/lockmw/internal/adapt"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -54,12 +58,14 @@ const (
 //   - The handler gets the lease context: it carries the call's values and
 //     deadline, and is cancelled if the lock is lost. The lock is released
 //     when the handler returns, also when it panics.
-//   - A busy lock fails the call with codes.Aborted and, when the holder's
-//     remaining TTL is known, an errdetails.RetryInfo carrying it; with
-//     WithWait the call waits instead, at most until its deadline.
+//   - A busy lock fails the call with codes.Aborted, an
+//     errdetails.RetryInfo and a grpc-retry-pushback-ms trailer carrying
+//     the expected wait (see the package documentation); with WithWait the
+//     call waits instead, at most until its deadline.
 //   - Redis unavailable (or the Locker closed) gives codes.Unavailable; a
 //     missing or invalid key gives codes.InvalidArgument; a call cancelled
 //     or timed out while waiting gives codes.Canceled or DeadlineExceeded.
+//     Clients get fixed messages; causes go to the span and the log.
 //   - If the lock was lost and the handler returned a plain (non-status)
 //     error, such as the context's, the call fails with codes.Aborted.
 //   - Calls the selector leaves out go straight to the handler without
@@ -73,7 +79,7 @@ func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) 
 		if !locked {
 			return handler(ctx, req)
 		}
-		call, err := in.lock(ctx, info.FullMethod, tmpl, req)
+		call, err := in.lock(ctx, info.FullMethod, tmpl, req, func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
 		if err != nil {
 			return nil, err
 		}
@@ -90,8 +96,12 @@ func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) 
 // A stream's key comes from the call (Metadata, or a KeyFunc reading ctx:
 // req is nil), or, with WithFirstMessage, from its first message, which is
 // received before the lock is taken and re-delivered to the handler's first
-// RecvMsg. A stream that ends before its first message fails with
-// codes.InvalidArgument.
+// RecvMsg. A client-streaming or bidirectional stream that ends before its
+// first message fails with codes.InvalidArgument. On a server-streaming
+// method gRPC itself answers codes.Internal ("cardinality violation: received
+// no request message") the moment the message is found missing, before any
+// interceptor can answer; the lock is not taken and the handler does not
+// run.
 func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) grpc.StreamServerInterceptor {
 	in := newInterceptor(locker, key, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
@@ -104,18 +114,17 @@ func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option)
 			first = in.cfg.newFirst(info.FullMethod)
 			if err := ss.RecvMsg(first); err != nil {
 				if errors.Is(err, io.EOF) {
-					return status.Errorf(codes.InvalidArgument,
-						"grpclock: %s: the stream ended before its first message, which carries the lock key", info.FullMethod)
+					return status.Error(codes.InvalidArgument, msgNoFirstMessage)
 				}
 				return err
 			}
 		}
-		call, err := in.lock(ss.Context(), info.FullMethod, tmpl, first)
+		call, err := in.lock(ss.Context(), info.FullMethod, tmpl, first, ss.SetTrailer)
 		if err != nil {
 			return err
 		}
 		defer func() { err = call.finish(err) }()
-		return handler(srv, &lockedStream{ServerStream: ss, ctx: call.lease.Context(), first: first})
+		return handler(srv, &lockedStream{ServerStream: ss, ctx: call.lease.Context(), first: first, in: in, method: info.FullMethod})
 	}
 }
 
@@ -123,8 +132,10 @@ func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option)
 // and the peeked first message delivered again.
 type lockedStream struct {
 	grpc.ServerStream
-	ctx   context.Context
-	first any // nil once delivered
+	ctx    context.Context
+	first  any // nil once delivered
+	in     *interceptor
+	method string
 }
 
 func (s *lockedStream) Context() context.Context { return s.ctx }
@@ -137,7 +148,10 @@ func (s *lockedStream) RecvMsg(m any) error {
 	}
 	first := s.first
 	s.first = nil
-	return redeliver(m, first)
+	if err := redeliver(m, first); err != nil {
+		return s.in.misconfigured(s.ctx, s.method, err)
+	}
+	return nil
 }
 
 // redeliver copies the peeked message src into the handler's message dst.
@@ -154,8 +168,7 @@ func redeliver(dst, src any) error {
 		dv.Elem().Set(sv.Elem())
 		return nil
 	}
-	return status.Errorf(codes.Internal,
-		"grpclock: the handler receives %T but WithFirstMessage made %T; make them the same type", dst, src)
+	return fmt.Errorf("%w: the handler receives %T but WithFirstMessage made %T; make them the same type", ErrMisconfigured, dst, src)
 }
 
 type interceptor struct {
@@ -164,6 +177,7 @@ type interceptor struct {
 	cfg    *config
 	tracer trace.Tracer
 	calls  metric.Int64Counter
+	holds  *adapt.Holds // hold durations by lock name, for RetryInfo
 }
 
 func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *interceptor {
@@ -188,21 +202,39 @@ func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *intercep
 		otel.Handle(err)
 		calls, _ = noop.NewMeterProvider().Meter(ScopeName).Int64Counter("grpclock.calls")
 	}
-	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tp.Tracer(ScopeName), calls: calls}
+	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tp.Tracer(ScopeName), calls: calls, holds: adapt.NewHolds(locker)}
 }
 
 // lockedCall is one call holding its lock.
 type lockedCall struct {
-	in      *interceptor
-	callCtx context.Context // the call's own context, under the span
-	lease   *lockmw.Lease
-	span    trace.Span
-	name    string
+	in         *interceptor
+	callCtx    context.Context // the call's own context, under the span
+	lease      *lockmw.Lease
+	span       trace.Span
+	name       string
+	acquiredAt time.Time
+	hold       *adapt.Hold
 }
 
+// Messages sent to clients: stable, and free of server internals (addresses,
+// configuration advice), which go to the span and the log instead.
+const (
+	msgMissingKey     = "grpclock: the call carries no lock key"
+	msgInvalidKey     = "grpclock: the call's lock key is invalid"
+	msgNoFirstMessage = "grpclock: the stream ended before its first message, which carries the lock key"
+	msgUnavailable    = "grpclock: the lock service is unavailable; retry later"
+	msgMisconfigured  = "grpclock: the server is misconfigured for this method"
+	msgLost           = "grpclock: the lock was lost while the call ran; its effect is unknown"
+)
+
+// retryPushbackKey is the trailer through which gRPC's retry policy takes
+// the server's retry delay, in milliseconds.
+const retryPushbackKey = "grpc-retry-pushback-ms"
+
 // lock starts the call's span, finds its key and takes the lock. On
-// failure the span is ended and the error is a gRPC status.
-func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any) (*lockedCall, error) {
+// failure the span is ended and the error is a gRPC status; a busy call's
+// retry delay also goes to setTrailer.
+func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, setTrailer func(metadata.MD)) (*lockedCall, error) {
 	name := tmpl
 	if name == "" {
 		name = method
@@ -210,20 +242,32 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any) (
 	ctx, span := in.tracer.Start(ctx, SpanName, trace.WithAttributes(attrName.String(name)))
 	before, after, err := splitTemplate(tmpl)
 	if err != nil {
-		return nil, in.fail(ctx, span, name, outcomeInvalid, status.Errorf(codes.Internal, "grpclock: %s: %v", method, err))
+		err = fmt.Errorf("%w: %w", ErrMisconfigured, err)
+		return nil, in.fail(ctx, span, name, outcomeInvalid, in.misconfigured(ctx, method, err), err)
 	}
 	id, err := in.key(ctx, method, req)
-	if err == nil && id == "" {
-		err = fmt.Errorf("%w: %s: the key is empty", ErrMissingKey, method)
+	if err == nil {
+		if id == "" {
+			err = fmt.Errorf("%w: %s: the key is empty", ErrMissingKey, method)
+		} else if cerr := adapt.CheckID("the lock key", id); cerr != nil {
+			err = fmt.Errorf("%s: %w", method, cerr)
+		}
 	}
 	if err != nil {
-		if _, isStatus := status.FromError(err); !isStatus {
-			if !errors.Is(err, ErrMissingKey) {
-				err = fmt.Errorf("grpclock: %s: cannot find the lock key: %w", method, err)
-			}
-			err = status.Error(codes.InvalidArgument, err.Error())
+		if errors.Is(err, ErrMisconfigured) {
+			return nil, in.fail(ctx, span, name, outcomeInvalid, in.misconfigured(ctx, method, err), err)
 		}
-		return nil, in.fail(ctx, span, name, outcomeInvalid, err)
+		st := err
+		if _, isStatus := status.FromError(err); !isStatus {
+			msg := msgInvalidKey
+			if errors.Is(err, ErrMissingKey) {
+				msg = msgMissingKey
+			}
+			st = status.Error(codes.InvalidArgument, msg)
+			in.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "grpclock: call refused: no usable lock key",
+				slog.String("method", method), slog.Any("error", err))
+		}
+		return nil, in.fail(ctx, span, name, outcomeInvalid, st, err)
 	}
 	key := id
 	if tmpl != "" {
@@ -237,22 +281,45 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any) (
 	} else {
 		lease, err = in.locker.TryAcquire(ctx, key, lockmw.WithName(name))
 	}
-	span.SetAttributes(attrWaitMS.Int64(time.Since(start).Milliseconds()))
+	acquiredAt := time.Now()
+	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
+	hold := in.holds.For(name)
 	if err != nil {
-		outcome, st := acquireStatus(ctx, method, key, err)
-		return nil, in.fail(ctx, span, name, outcome, st)
+		outcome, st := acquireStatus(ctx, key, err, hold)
+		if outcome == outcomeBusy {
+			if d, ok := retryDelayOf(st); ok {
+				setTrailer(metadata.Pairs(retryPushbackKey, strconv.FormatInt(max(1, d.Milliseconds()), 10)))
+			}
+		}
+		switch outcome {
+		case outcomeError:
+			in.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "grpclock: lock unavailable",
+				slog.String("method", method), slog.String("key", key), slog.Any("error", err))
+		case outcomeInvalid:
+			in.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "grpclock: call refused: no usable lock key",
+				slog.String("method", method), slog.Any("error", err))
+		}
+		return nil, in.fail(ctx, span, name, outcome, st, err)
 	}
 	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
-	return &lockedCall{in: in, callCtx: ctx, lease: lease, span: span, name: name}, nil
+	return &lockedCall{in: in, callCtx: ctx, lease: lease, span: span, name: name, acquiredAt: acquiredAt, hold: hold}, nil
+}
+
+// misconfigured logs a setup mistake and returns the status the client
+// gets for it.
+func (in *interceptor) misconfigured(ctx context.Context, method string, err error) error {
+	in.cfg.logger.LogAttrs(ctx, slog.LevelError, "grpclock: interceptor misconfigured for method",
+		slog.String("method", method), slog.Any("error", err))
+	return status.Error(codes.Internal, msgMisconfigured)
 }
 
 // acquireStatus maps a failed acquisition to an outcome and a gRPC status.
-func acquireStatus(ctx context.Context, method, key string, err error) (string, error) {
+// A busy call's RetryInfo is the expected wait (see adapt.Hold.Wait).
+func acquireStatus(ctx context.Context, key string, err error, hold *adapt.Hold) (string, error) {
 	switch {
 	case errors.Is(err, lockmw.ErrNotAcquired):
-		st := status.New(codes.Aborted, fmt.Sprintf("grpclock: %s: lock %q is held by another call; retry later", method, key))
-		if d, ok := lockmw.RetryAfter(err); ok && d > 0 {
-			st = status.New(codes.Aborted, fmt.Sprintf("grpclock: %s: lock %q is held by another call; retry in %v", method, key, d))
+		st := status.New(codes.Aborted, fmt.Sprintf("grpclock: lock %q is held by another call; retry later", key))
+		if d, ok := hold.Wait(lockmw.RetryAfter(err)); ok && d > 0 {
 			if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
 				st = withInfo
 			}
@@ -261,29 +328,42 @@ func acquireStatus(ctx context.Context, method, key string, err error) (string, 
 	case ctx.Err() != nil:
 		return outcomeTimeout, status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, lockmw.ErrInvalidKey):
-		return outcomeInvalid, status.Errorf(codes.InvalidArgument, "grpclock: %s: %v", method, err)
-	case errors.Is(err, lockmw.ErrUnavailable), errors.Is(err, lockmw.ErrClosed):
-		return outcomeError, status.Errorf(codes.Unavailable, "grpclock: %s: cannot take lock %q: %v", method, key, err)
-	default:
-		return outcomeError, status.Errorf(codes.Internal, "grpclock: %s: cannot take lock %q: %v", method, key, err)
+		return outcomeInvalid, status.Error(codes.InvalidArgument, msgInvalidKey)
+	default: // lockmw.ErrUnavailable, lockmw.ErrClosed
+		return outcomeError, status.Error(codes.Unavailable, msgUnavailable)
 	}
 }
 
-// fail records a call that did not get its lock and ends its span. Busy
-// and cancelled calls are normal outcomes, not span errors.
-func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome string, err error) error {
+// retryDelayOf returns the RetryInfo delay of a status error.
+func retryDelayOf(err error) (time.Duration, bool) {
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// fail records a call that did not get its lock, with cause (which the
+// client does not see) on the span, and ends the span. Busy and cancelled
+// calls are normal outcomes, not span errors.
+func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome string, st, cause error) error {
 	span.SetAttributes(attrOutcome.String(outcome))
 	switch outcome {
 	case outcomeBusy:
 	case outcomeError:
-		span.RecordError(err)
-		span.SetStatus(otelcodes.Error, err.Error())
+		span.RecordError(cause)
+		span.SetStatus(otelcodes.Error, cause.Error())
 	default:
-		span.RecordError(err)
+		span.RecordError(cause)
+		if errors.Is(cause, ErrMisconfigured) {
+			span.SetStatus(otelcodes.Error, cause.Error())
+		}
 	}
 	in.calls.Add(ctx, 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
 	span.End()
-	return err
+	return st
 }
 
 // finish releases the lock after the handler returned (or panicked), ends
@@ -293,6 +373,7 @@ func (c *lockedCall) finish(handlerErr error) error {
 	cause := context.Cause(c.lease.Context())
 	lost := errors.Is(cause, lockmw.ErrLost)
 	relErr := c.lease.Release(context.WithoutCancel(c.callCtx))
+	c.hold.Observe(time.Since(c.acquiredAt))
 	if errors.Is(relErr, lockmw.ErrLost) && !lost {
 		lost, cause = true, relErr
 	}
@@ -301,8 +382,10 @@ func (c *lockedCall) finish(handlerErr error) error {
 		outcome = outcomeLost
 		c.span.RecordError(cause)
 		c.span.SetStatus(otelcodes.Error, cause.Error())
+		c.in.cfg.logger.LogAttrs(c.callCtx, slog.LevelWarn, "grpclock: lock lost while the call ran",
+			slog.String("lock.name", c.name), slog.String("key", c.lease.Key()), slog.Any("cause", cause))
 		if _, isStatus := status.FromError(handlerErr); handlerErr != nil && !isStatus {
-			handlerErr = status.Errorf(codes.Aborted, "grpclock: lock %q was lost while the call ran: %v", c.lease.Key(), cause)
+			handlerErr = status.Error(codes.Aborted, msgLost)
 		}
 	} else if relErr != nil {
 		c.span.RecordError(relErr) // the lock expires after its TTL

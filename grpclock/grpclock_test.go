@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -295,6 +296,8 @@ func TestInvalidKey(t *testing.T) {
 			return "", status.Error(codes.PermissionDenied, "not yours")
 		}, "1", nil, codes.PermissionDenied},
 		{"key too long", grpclock.FromRequest(), strings.Repeat("x", lockmw.MaxKeyLen+1), nil, codes.InvalidArgument},
+		{"control character", grpclock.FromRequest(), "a\x01b", nil, codes.InvalidArgument}, // refused by ginlock too
+		{"DEL character", grpclock.Getter((*order).GetItem), "a\x7f", nil, codes.InvalidArgument},
 		{"getter of another type", grpclock.Getter(func(o *other) string { return o.ID }), "1", nil, codes.Internal},
 	}
 	before := lockCommands(t, srv)
@@ -346,10 +349,12 @@ func TestStreamKeySources(t *testing.T) {
 		}
 	})
 	t.Run("getter without WithFirstMessage", func(t *testing.T) {
-		conn := serve(t, locker, buy, server{key: grpclock.Getter((*order).GetItem), opts: []grpclock.Option{itemMethods}, streamOps: noPeek})
+		var logs syncBuffer
+		conn := serve(t, locker, buy, server{key: grpclock.Getter((*order).GetItem),
+			opts: []grpclock.Option{itemMethods, grpclock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}, streamOps: noPeek})
 		_, err := call(t.Context(), conn, "stream", &order{Item: "5"})
-		if st := wantCode(t, err, codes.Internal); !strings.Contains(st.Message(), "WithFirstMessage") {
-			t.Errorf("message %q does not say how to fix it", st.Message())
+		if st := wantCode(t, err, codes.Internal); strings.Contains(st.Message(), "WithFirstMessage") || !strings.Contains(logs.String(), "WithFirstMessage") {
+			t.Errorf("message %q, log %q: want the advice in the log, not sent to the client", st.Message(), logs.String())
 		}
 	})
 	t.Run("no first message", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package grpclock_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +36,7 @@ const (
 	methodBuy    = "/test.Shop/Buy"
 	methodOrders = "/test.Shop/Orders"
 	methodPing   = "/test.Shop/Ping"
+	methodWatch  = "/test.Shop/Watch" // server-streaming: one order in, replies out
 )
 
 type jsonCodec struct{}
@@ -79,6 +82,20 @@ func shopDesc(buy buyFunc) *grpc.ServiceDesc {
 			unary("Ping", func(ctx context.Context, o *order) (*order, error) { return o, nil }),
 		},
 		Streams: []grpc.StreamDesc{{
+			StreamName:    "Watch",
+			ServerStreams: true,
+			Handler: func(_ any, stream grpc.ServerStream) error {
+				o := new(order)
+				if err := stream.RecvMsg(o); err != nil {
+					return err
+				}
+				reply, err := buy(stream.Context(), o)
+				if err != nil {
+					return err
+				}
+				return stream.SendMsg(reply)
+			},
+		}, {
 			StreamName:    "Orders",
 			ServerStreams: true,
 			ClientStreams: true,
@@ -103,7 +120,10 @@ func shopDesc(buy buyFunc) *grpc.ServiceDesc {
 	}
 }
 
-var ordersDesc = &grpc.StreamDesc{StreamName: "Orders", ServerStreams: true, ClientStreams: true}
+var (
+	ordersDesc = &grpc.StreamDesc{StreamName: "Orders", ServerStreams: true, ClientStreams: true}
+	watchDesc  = &grpc.StreamDesc{StreamName: "Watch", ServerStreams: true}
+)
 
 // server is what serve builds: one service instance.
 type server struct {
@@ -264,4 +284,22 @@ func waitFor[T any](t testing.TB, ch <-chan T, limit time.Duration, what string)
 		var zero T
 		return zero
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 )
 
 // ErrMissingKey means a call carried no lock key: the request field or
@@ -16,13 +14,24 @@ import (
 // codes.InvalidArgument and Redis is not touched.
 var ErrMissingKey = errors.New("grpclock: missing lock key")
 
+// ErrMisconfigured means the interceptor is set up wrong for a method: the
+// request is not the type FromRequest or Getter expects, a Selector returned
+// a bad template, or WithFirstMessage makes a type the handler does not
+// receive. The call fails with codes.Internal and a fixed message; the
+// details are logged (WithLogger) and recorded on the span.
+var ErrMisconfigured = errors.New("grpclock: interceptor misconfigured")
+
 // A KeyFunc returns the lock key for one call, or the resource id that the
 // method's name template turns into a key (see Selector). req is the request
 // message of a unary call; for a stream it is the first message with
 // WithFirstMessage, and nil otherwise.
 //
-// An empty key, or an error, fails the call with codes.InvalidArgument; an
-// error that is already a gRPC status (status.Error) is returned as it is.
+// An empty key, a key that is not valid UTF-8 or holds control characters
+// (the rule ginlock applies too), or an error, fails the call with
+// codes.InvalidArgument and a fixed message (the cause goes to the span and
+// the log); an error matching ErrMisconfigured fails it with codes.Internal;
+// an error that is already a gRPC status (status.Error) is returned as it
+// is.
 type KeyFunc func(ctx context.Context, fullMethod string, req any) (string, error)
 
 // A Keyer is a request message that names its own lock key.
@@ -31,15 +40,14 @@ type Keyer interface {
 }
 
 // FromRequest takes the key from the request's LockKey method (see Keyer).
-// A request that is not a Keyer fails with codes.Internal: the interceptor
-// was installed on the wrong methods.
+// A request that is not a Keyer fails with codes.Internal (ErrMisconfigured):
+// the interceptor was installed on the wrong methods.
 func FromRequest() KeyFunc {
 	return func(_ context.Context, fullMethod string, req any) (string, error) {
 		k, ok := req.(Keyer)
 		if !ok {
-			return "", status.Errorf(codes.Internal,
-				"grpclock: %s: request %T has no LockKey method; lock only methods whose requests implement grpclock.Keyer%s",
-				fullMethod, req, streamHint(req))
+			return "", fmt.Errorf("%w: %s: request %T has no LockKey method; lock only methods whose requests implement grpclock.Keyer%s",
+				ErrMisconfigured, fullMethod, req, streamHint(req))
 		}
 		return k.LockKey(), nil
 	}
@@ -50,8 +58,8 @@ func FromRequest() KeyFunc {
 //
 //	grpclock.Getter((*pb.BuyRequest).GetItemId)
 //
-// A request of another type fails with codes.Internal: the interceptor was
-// installed on the wrong methods.
+// A request of another type fails with codes.Internal (ErrMisconfigured):
+// the interceptor was installed on the wrong methods.
 func Getter[T any](get func(T) string) KeyFunc {
 	if get == nil {
 		panic("grpclock.Getter: nil getter")
@@ -60,9 +68,8 @@ func Getter[T any](get func(T) string) KeyFunc {
 		m, ok := req.(T)
 		if !ok {
 			var want T
-			return "", status.Errorf(codes.Internal,
-				"grpclock: %s: request is %T, the key getter wants %T; restrict the interceptor with WithMethods%s",
-				fullMethod, req, want, streamHint(req))
+			return "", fmt.Errorf("%w: %s: request is %T, the key getter wants %T; restrict the interceptor with WithMethods%s",
+				ErrMisconfigured, fullMethod, req, want, streamHint(req))
 		}
 		return get(m), nil
 	}

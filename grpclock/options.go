@@ -2,6 +2,7 @@ package grpclock
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -31,6 +32,7 @@ type config struct {
 	newFirst func(fullMethod string) any
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
+	logger   *slog.Logger
 }
 
 func newConfig(opts []Option) *config {
@@ -38,7 +40,18 @@ func newConfig(opts []Option) *config {
 	for _, o := range opts {
 		o.apply(c)
 	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
 	return c
+}
+
+// WithLogger sets the logger for what clients are not told: the cause of
+// codes.Unavailable and of a lost lock (Warn), of codes.InvalidArgument
+// (Info), and setup mistakes behind codes.Internal (Error). Without it
+// slog.Default() is used.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
 }
 
 // WithMethods locks only the listed methods, each under its name template

@@ -173,7 +173,19 @@ type server struct {
 }
 
 func newServer(name, addr string, lock bool, charge time.Duration, logger *slog.Logger) (*server, error) {
-	s := &server{name: name, client: redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})}
+	// The client settings a lock needs: Redis calls bounded by short
+	// timeouts, and no retries inside go-redis, so that a Redis outage is
+	// answered (503) after one timeout, not after MaxRetries of them.
+	s := &server{name: name, client: redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		PoolSize:              64,
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})}
 	var err error
 	s.locker, err = lockmw.New(s.client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
@@ -185,10 +197,11 @@ func newServer(name, addr string, lock bool, charge time.Duration, logger *slog.
 		// Buyers queue for the item for up to 10s instead of being
 		// turned away with 409.
 		handlers = append(handlers, ginlock.New(s.locker, ginlock.Param("sku"),
-			ginlock.WithName("item:{sku}"), ginlock.WithWait(10*time.Second)))
+			ginlock.WithName("item:{sku}"), ginlock.WithWait(10*time.Second), ginlock.WithLogger(logger)))
 	}
 	handlers = append(handlers, s.buy(charge))
 	r := gin.New()
+	r.ContextWithFallback = true // the *gin.Context carries the lease context too
 	r.POST("/items/:sku/buy", handlers...)
 	s.http = httptest.NewServer(r)
 	return s, nil

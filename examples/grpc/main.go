@@ -227,7 +227,18 @@ var shopDesc = grpc.ServiceDesc{
 // startInstance serves the shop on a loopback port with its own Redis
 // client and Locker, as a separate process would, and returns its address.
 func startInstance(name, addr string, logger *slog.Logger, locked bool) (string, func()) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	// The client settings a lock needs: Redis calls bounded by short
+	// timeouts, and no retries inside go-redis, so that a Redis outage is
+	// answered (Unavailable) after one timeout, not after MaxRetries of them.
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
 	locker, err := lockmw.New(rdb, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)
@@ -238,6 +249,7 @@ func startInstance(name, addr string, logger *slog.Logger, locked bool) (string,
 			grpclock.Getter((*BuyRequest).GetItem),
 			grpclock.WithMethods(map[string]string{buyMethod: "item:{id}"}),
 			grpclock.WithWait(time.Second), // queue briefly; past that, Aborted with RetryInfo
+			grpclock.WithLogger(logger),
 		)))
 	}
 	srv := grpc.NewServer(opts...)

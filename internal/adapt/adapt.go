@@ -1,0 +1,112 @@
+// Package adapt holds what the request adapters ginlock and grpclock share:
+// the rule for the identifiers they lock, and the estimate of how long a busy
+// lock will stay held, which both send to clients as the time to wait before
+// retrying.
+package adapt
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+	"weak"
+)
+
+// ErrBadID is wrapped by CheckID's errors.
+var ErrBadID = errors.New("unusable identifier")
+
+// CheckID accepts a non-empty identifier of valid UTF-8 without control
+// characters; what names it in the error.
+func CheckID(what, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: %s is missing or empty", ErrBadID, what)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrBadID, what)
+	case strings.IndexFunc(id, unicode.IsControl) >= 0:
+		return fmt.Errorf("%w: %s contains control characters", ErrBadID, what)
+	}
+	return nil
+}
+
+// holdWeight is the weight of the newest hold in the moving average.
+const holdWeight = 0.25
+
+// holdKey names one lock family: a lock name (a template such as
+// "order:{id}") of one Locker. The Locker is held weakly, so that the
+// estimates of a closed and dropped Locker do not keep it alive.
+type holdKey struct {
+	locker any // weak.Pointer to the Locker
+	name   string
+}
+
+var holds sync.Map // holdKey -> *Hold: shared by every adapter in the process
+
+// Holds finds the hold estimates of one Locker, by lock name. ginlock and
+// grpclock share one estimate per Locker and name.
+type Holds struct {
+	locker any      // weak.Pointer to the Locker
+	names  sync.Map // name -> *Hold, a local cache of holds
+}
+
+// NewHolds returns the estimates of the Locker identified by locker (any
+// pointer unique to it).
+func NewHolds[T any](locker *T) *Holds {
+	return &Holds{locker: weak.Make(locker)}
+}
+
+// For returns the estimate of the locks named name.
+func (h *Holds) For(name string) *Hold {
+	if v, ok := h.names.Load(name); ok {
+		return v.(*Hold)
+	}
+	v, _ := holds.LoadOrStore(holdKey{locker: h.locker, name: name}, new(Hold))
+	h.names.Store(name, v)
+	return v.(*Hold)
+}
+
+// A Hold is the moving average of how long the locks of one name were held
+// by this process.
+type Hold struct {
+	mu  sync.Mutex
+	avg time.Duration
+}
+
+// Observe adds one hold duration: from the acquisition to the release.
+func (h *Hold) Observe(d time.Duration) {
+	if d <= 0 {
+		d = time.Nanosecond
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.avg == 0 {
+		h.avg = d
+		return
+	}
+	h.avg += time.Duration(holdWeight * float64(d-h.avg))
+	if h.avg <= 0 {
+		h.avg = time.Nanosecond
+	}
+}
+
+// Wait estimates how long a request that found the lock busy should wait
+// before retrying: the moving average of the holds observed, bounded by the
+// holder's remaining TTL (left, when known: ok). With no hold observed yet
+// it is the remaining TTL. known is false when neither is known.
+func (h *Hold) Wait(left time.Duration, ok bool) (wait time.Duration, known bool) {
+	h.mu.Lock()
+	avg := h.avg
+	h.mu.Unlock()
+	switch {
+	case avg > 0 && ok && left > 0:
+		return min(avg, left), true
+	case avg > 0:
+		return avg, true
+	case ok && left > 0:
+		return left, true
+	}
+	return 0, false
+}

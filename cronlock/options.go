@@ -39,6 +39,11 @@ type config struct {
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
 	errs     []error
+
+	// Scheduler only.
+	queue       bool
+	parser      cron.ScheduleParser
+	clockOffset time.Duration // tests: this host's clock minus the true time
 }
 
 // Option configures Singleton and New.
@@ -90,6 +95,28 @@ func WithSchedule(s cron.Schedule) Option {
 			return
 		}
 		c.schedule = s
+	})
+}
+
+// WithQueue makes a Scheduler's fire that finds the run of an earlier fire
+// still going wait for it, until the fire after it is due, instead of
+// being skipped on every instance (the default, like
+// cron.SkipIfStillRunning across instances). Waiting fires run in order
+// of arrival. Singleton ignores it.
+func WithQueue() Option {
+	return optionFunc(func(c *config) { c.queue = true })
+}
+
+// WithParser sets the parser of Scheduler.AddJob's specs (default
+// cron.ParseStandard), e.g. cron.NewParser with cron.Second for a seconds
+// field. Pass the parser the Cron was built with.
+func WithParser(p cron.ScheduleParser) Option {
+	return optionFunc(func(c *config) {
+		if p == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithParser(nil): give a cron.ScheduleParser, e.g. cron.NewParser(...)", lockmw.ErrInvalidOption))
+			return
+		}
+		c.parser = p
 	})
 }
 

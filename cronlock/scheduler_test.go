@@ -1,0 +1,160 @@
+package cronlock_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/lockmw/lockmw/cronlock"
+	"github.com/lockmw/lockmw/internal/redistest"
+)
+
+// secondsParser parses six-field specs, seconds first.
+var secondsParser = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// host is how one simulated instance is off: its timer late by late, its
+// clock off by offset.
+type host struct {
+	name   string
+	late   time.Duration
+	offset time.Duration
+}
+
+// fireTally counts the runs of each fire, by scheduled time.
+type fireTally struct {
+	started time.Time // when every scheduler had started
+	mu      sync.Mutex
+	runs map[time.Time][]string // fire → instances that ran it
+}
+
+func (f *fireTally) add(at time.Time, inst string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.runs == nil {
+		f.runs = map[time.Time][]string{}
+	}
+	f.runs[at] = append(f.runs[at], inst)
+}
+
+// distinct returns how many fires ran.
+func (f *fireTally) distinct() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.runs)
+}
+
+// check fails t unless every fire, each interval, from the third whole
+// interval after every scheduler had started, to before the last fire run,
+// ran exactly once. Earlier fires belong to the start: a host whose clock is
+// off by the whole interval can win a fire the others did not schedule, or
+// claim its next one while another instance still runs the first. It returns how
+// many fires ran 0, 1 and 2+ times.
+func (f *fireTally) check(t *testing.T, every time.Duration) (hist [3]int) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var fires []time.Time
+	for at := range f.runs {
+		fires = append(fires, at)
+	}
+	sort.Slice(fires, func(i, j int) bool { return fires[i].Before(fires[j]) })
+	if len(fires) < 3 {
+		t.Fatalf("only %d fires ran", len(fires))
+	}
+	var bad []string
+	for at := f.started.Truncate(every).Add(3 * every); at.Before(fires[len(fires)-1]); at = at.Add(every) {
+		n := len(f.runs[at])
+		hist[min(n, 2)]++
+		if n != 1 {
+			bad = append(bad, fmt.Sprintf("%s: %d runs %v", at.Format("15:04:05.000"), n, f.runs[at]))
+		}
+	}
+	if len(bad) > 0 {
+		for _, at := range fires {
+			t.Logf("%s %v", at.Format("15:04:05.000"), f.runs[at])
+		}
+		t.Errorf("fires not run exactly once:\n%s", strings.Join(bad, "\n"))
+	}
+	return hist
+}
+
+// runHosts starts one Scheduler per host on srv, each with its own client,
+// Locker and cron.Cron, scheduling job "report" every second, and stops
+// them when fires distinct fires have run. The job takes 10 ms.
+func runHosts(t *testing.T, srv *redistest.Server, hosts []host, fires int, logs *recordLogger, opts ...cronlock.Option) *fireTally {
+	t.Helper()
+	tally := &fireTally{}
+	var scheds []*cron.Cron
+	for _, h := range hosts {
+		client := srv.Client(t)
+		locker := newLockerOn(t, client)
+		c := cron.New(cron.WithSeconds(), cron.WithChain(delayed(h.late)))
+		s, err := cronlock.NewScheduler(c, locker, client, append([]cronlock.Option{
+			cronlock.WithInstance(h.name), cronlock.WithLogger(logs), cronlock.WithParser(secondsParser),
+			cronlock.WithClockOffset(h.offset)}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := h.name
+		if _, err := s.AddJob("report", "* * * * * *", cronlock.Func(func(ctx context.Context) error {
+			at, ok := cronlock.FireTime(ctx)
+			if !ok {
+				t.Error("the job's context has no fire time")
+			}
+			tally.add(at, name)
+			time.Sleep(10 * time.Millisecond) // the job's work
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		scheds = append(scheds, c)
+	}
+	for _, c := range scheds {
+		c.Start()
+	}
+	tally.started = time.Now()
+	eventually(t, time.Duration(fires+10)*time.Second, fmt.Sprintf("%d fires", fires), func() bool { return tally.distinct() >= fires })
+	stopAll(scheds)
+	return tally
+}
+
+// Three instances, one of them late or with its clock off, run each fire
+// of a one-second schedule exactly once: the first claim of a fire wins,
+// later claims of it are refused, whatever the skew below the interval.
+// No hold time is involved.
+func TestSchedulerOneRunPerFire(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		odd  host // the third instance
+	}{
+		{"in step", host{name: "host-c"}},
+		{"one timer 300ms late", host{name: "host-c", late: 300 * time.Millisecond}},
+		{"one timer 700ms late", host{name: "host-c", late: 700 * time.Millisecond}},
+		{"one clock 1s ahead", host{name: "host-c", offset: time.Second}},
+		{"one clock 1s behind", host{name: "host-c", offset: -time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			logs := &recordLogger{}
+			tally := runHosts(t, srv, []host{{name: "host-a"}, {name: "host-b"}, tc.odd}, 10, logs)
+			hist := tally.check(t, time.Second)
+			if t.Failed() {
+				for _, e := range logs.find(false, "") {
+					t.Logf("%s %v", e.msg, e.kv)
+				}
+			}
+			t.Logf("fires run 0 times: %d, once: %d, 2+ times: %d; claim refusals logged: %d",
+				hist[0], hist[1], hist[2], logs.count(false, "claimed by another"))
+			if errs := logs.find(true, ""); len(errs) != 0 {
+				t.Errorf("error logs, want none: %v", errs)
+			}
+		})
+	}
+}

@@ -173,7 +173,7 @@ func (s *singleton) run(ctx context.Context, span trace.Span, lease *lockmw.Leas
 	})
 	base := lease.Context()
 	if at, ok := FireTime(ctx); ok {
-		base = context.WithValue(base, fireKey{}, at)
+		base = fire.WithTime(base, at)
 	}
 	jobCtx, cancelJob := context.WithCancelCause(base)
 	var capTimer *time.Timer

@@ -19,17 +19,10 @@ import (
 // other's fires. Give each job its own name.
 var ErrDuplicateJob = errors.New("cronlock: two jobs with one name")
 
-// maxGap bounds the fires counted in one gap log.
-const maxGap = 1000
-
-// fireKey is the context key of the running fire's scheduled time.
-type fireKey struct{}
-
 // FireTime returns the scheduled time of the fire a job runs for, from the
 // context a Scheduler's job gets; false outside such a run.
 func FireTime(ctx context.Context) (time.Time, bool) {
-	t, ok := ctx.Value(fireKey{}).(time.Time)
-	return t, ok
+	return fire.TimeOf(ctx)
 }
 
 // A Scheduler adds jobs to a robfig/cron v3 Cron so that each fire of a
@@ -159,7 +152,7 @@ func (s *singleton) fireClaimed(j cron.Job) {
 		s.tel.skipped(ctx, span, reasonUnavailable, err)
 		return
 	}
-	ctx = context.WithValue(ctx, fireKey{}, at)
+	ctx = fire.WithTime(ctx, at)
 	kv := []any{"job", s.name, "instance", s.cfg.instance, "fire", at}
 	claim, err := s.claims.Claim(ctx, s.name, at, s.cfg.instance)
 	if err != nil {
@@ -201,13 +194,7 @@ func (s *singleton) fireClaimed(j cron.Job) {
 // reportGap logs at Error the fires between the previous claim and at that
 // no instance claimed: every instance refused or missed them.
 func (s *singleton) reportGap(ctx context.Context, claim fire.Claim, at time.Time) {
-	if claim.Fire.IsZero() {
-		return
-	}
-	var missed []time.Time
-	for t := s.sched.Next(claim.Fire); !t.IsZero() && t.Before(at) && len(missed) < maxGap; t = s.sched.Next(t) {
-		missed = append(missed, t)
-	}
+	missed := fire.Missed(claim, at, s.sched.Next)
 	if len(missed) == 0 {
 		return
 	}

@@ -30,7 +30,7 @@ type host struct {
 type fireTally struct {
 	started time.Time // when every scheduler had started
 	mu      sync.Mutex
-	runs map[time.Time][]string // fire → instances that ran it
+	runs    map[time.Time][]string // fire → instances that ran it
 }
 
 func (f *fireTally) add(at time.Time, inst string) {

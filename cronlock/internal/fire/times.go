@@ -1,6 +1,7 @@
 package fire
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -48,4 +49,19 @@ func (r *Times) At(now time.Time, slack time.Duration) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// timeKey is the context key of a run's fire time.
+type timeKey struct{}
+
+// WithTime returns ctx carrying at, the scheduled time of the fire a job
+// runs for.
+func WithTime(ctx context.Context, at time.Time) context.Context {
+	return context.WithValue(ctx, timeKey{}, at)
+}
+
+// TimeOf returns the fire time WithTime put in ctx.
+func TimeOf(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(timeKey{}).(time.Time)
+	return t, ok
 }

@@ -2,10 +2,12 @@ package cronlock_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,5 +158,163 @@ func TestSchedulerOneRunPerFire(t *testing.T) {
 				t.Errorf("error logs, want none: %v", errs)
 			}
 		})
+	}
+}
+
+// A fire that finds the run of the previous fire still going is skipped on
+// every instance, with a log naming the running fire and its instance; with
+// WithQueue it waits and runs after it. Each fire runs at most once, and
+// no two runs overlap.
+func TestSchedulerRunStillGoing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		queue bool
+	}{{"skip (default)", false}, {"WithQueue", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			logs := &recordLogger{}
+			tally := &fireTally{}
+			var running, overlaps atomic.Int64
+			var long atomic.Pointer[time.Time] // the fire whose run is long
+			var scheds []*cron.Cron
+			for _, name := range []string{"host-a", "host-b"} {
+				client := srv.Client(t)
+				c := cron.New(cron.WithSeconds())
+				opts := []cronlock.Option{cronlock.WithInstance(name), cronlock.WithLogger(logs), cronlock.WithParser(secondsParser)}
+				if tc.queue {
+					opts = append(opts, cronlock.WithQueue())
+				}
+				s, err := cronlock.NewScheduler(c, newLockerOn(t, client), client, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.AddJob("slow", "* * * * * *", cronlock.Func(func(ctx context.Context) error {
+					if running.Add(1) > 1 {
+						overlaps.Add(1)
+					}
+					defer running.Add(-1)
+					at, _ := cronlock.FireTime(ctx)
+					tally.add(at, name)
+					// The third fire run takes 1.5 s, spanning the next fire.
+					if tally.distinct() == 3 && long.CompareAndSwap(nil, &at) {
+						time.Sleep(1500 * time.Millisecond)
+					}
+					return nil
+				})); err != nil {
+					t.Fatal(err)
+				}
+				scheds = append(scheds, c)
+				c.Start()
+			}
+			eventually(t, 20*time.Second, "the long run and two fires after it", func() bool {
+				l := long.Load()
+				if l == nil {
+					return false
+				}
+				tally.mu.Lock()
+				defer tally.mu.Unlock()
+				return len(tally.runs[l.Add(3*time.Second)]) > 0
+			})
+			stopAll(scheds)
+
+			if n := overlaps.Load(); n != 0 {
+				t.Errorf("%d runs overlapped another", n)
+			}
+			l := *long.Load()
+			next := l.Add(time.Second)
+			tally.mu.Lock()
+			for at, who := range tally.runs {
+				if len(who) != 1 {
+					t.Errorf("fire %v ran %d times: %v", at, len(who), who)
+				}
+			}
+			nextRuns := len(tally.runs[next])
+			tally.mu.Unlock()
+			busy := logs.find(false, "still going")
+			if tc.queue {
+				if nextRuns != 1 {
+					t.Errorf("with WithQueue the fire after the long run ran %d times, want 1 (after it)", nextRuns)
+				}
+				return
+			}
+			if nextRuns != 0 {
+				t.Errorf("the fire after the long run ran %d times, want it skipped", nextRuns)
+			}
+			found := false
+			for _, e := range busy {
+				if e.kv["fire"] == next && e.kv["running_fire"] == l && e.kv["running_on"] != nil {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no busy skip of fire %v names the running fire %v and its instance: %v", next, l, busy)
+			}
+		})
+	}
+}
+
+// A job name is one job: a second job under a name is refused by a
+// Scheduler, and a Singleton wrapping a second job panics, both with
+// ErrDuplicateJob, instead of letting the jobs take each other's fires.
+func TestOneNamePerJob(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	locker := newLockerOn(t, client)
+	s, err := cronlock.NewScheduler(cron.New(), locker, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := cron.FuncJob(func() {})
+	if _, err := s.AddJob("sweep", "@hourly", job); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddJob("sweep", "@daily", job); !errors.Is(err, cronlock.ErrDuplicateJob) {
+		t.Errorf("a second job named sweep: %v, want ErrDuplicateJob", err)
+	}
+	if _, err := s.AddJob("other", "@daily", job); err != nil {
+		t.Errorf("a second job under its own name: %v", err)
+	}
+
+	c := cron.New(cron.WithChain(cronlock.Singleton(locker, "all-jobs")))
+	if _, err := c.AddFunc("@hourly", func() {}); err != nil {
+		t.Fatal(err)
+	}
+	v := recoverRun(cron.FuncJob(func() { _, _ = c.AddFunc("@daily", func() {}) }))
+	if err, ok := v.(error); !ok || !errors.Is(err, cronlock.ErrDuplicateJob) {
+		t.Errorf("a second job under one Singleton in cron.WithChain: panic %v, want ErrDuplicateJob", v)
+	}
+}
+
+// Fires that no instance claimed are logged at Error, with their count,
+// by the instance that claims the next fire.
+func TestSchedulerGapIsError(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	// The last claim was five seconds ago, as if every instance had been
+	// down or refused the fires since.
+	last := time.Now().Truncate(time.Second).Add(-5 * time.Second)
+	if err := client.HSet(context.Background(), "cronlock:{gappy}:fired", "fire", last.UnixMilli(), "by", "host-gone").Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &recordLogger{}
+	c := cron.New(cron.WithSeconds())
+	s, err := cronlock.NewScheduler(c, newLockerOn(t, client), client, cronlock.WithLogger(logs), cronlock.WithParser(secondsParser))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	if _, err := s.AddJob("gappy", "* * * * * *", cron.FuncJob(func() { runs.Add(1) })); err != nil {
+		t.Fatal(err)
+	}
+	c.Start()
+	eventually(t, 10*time.Second, "a run", func() bool { return runs.Load() > 0 })
+	stopAll([]*cron.Cron{c})
+	gaps := logs.find(true, "run by no instance")
+	if len(gaps) == 0 {
+		t.Fatalf("no Error log of the fires run by no instance: %v", logs.find(true, ""))
+	}
+	if n, _ := gaps[0].kv["count"].(int); n < 4 || gaps[0].kv["previous_by"] != "host-gone" {
+		t.Errorf("gap log %v: want at least 4 fires after the claim of host-gone", gaps[0].kv)
 	}
 }

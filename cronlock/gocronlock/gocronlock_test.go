@@ -41,8 +41,8 @@ type logCounter struct {
 }
 
 func (h *logCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler        { return h }
-func (h *logCounter) WithGroup(string) slog.Handler             { return h }
+func (h *logCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *logCounter) WithGroup(string) slog.Handler            { return h }
 func (h *logCounter) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", r.Level, r.Message)

@@ -58,8 +58,11 @@ func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapp
 
 // New returns a cron.JobWrapper under which each fire of the job runs on one
 // instance only, among every instance whose Locker shares the Redis and key
-// prefix. Use it in cron.WithChain, where all the scheduler's jobs share the
-// lock name, or per job with cron.NewChain(...).Then(job).
+// prefix, as long as the instances' timers differ by less than MinHold:
+// the hold-based protocol described in the package overview. Prefer a
+// Scheduler, which claims each fire by its scheduled time and needs no
+// hold. The wrapper wraps one job (cron.NewChain(...).Then(job)); wrapping
+// a second panics with ErrDuplicateJob.
 //
 // At each fire the wrapper makes one attempt to take the lock name. If
 // another instance holds it, the fire is skipped (logged with Info, counted

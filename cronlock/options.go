@@ -14,7 +14,8 @@ import (
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// Defaults for the hold times.
+// Defaults for Singleton's hold times; a Scheduler holds no lock after a
+// run.
 const (
 	// DefaultMinHold is MinHold when neither WithMinHold nor WithSchedule is
 	// given: instances whose timers differ by less than a second run a fire
@@ -53,7 +54,7 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// WithMinHold sets how long, at least, the lock stays held after a run
+// WithMinHold (Singleton only) sets how long, at least, the lock stays held after a run
 // starts, even if the job returns sooner (ShedLock's lockAtLeastFor): an
 // instance whose timer fires up to d later finds the lock busy and skips the
 // fire instead of running it again. d must be shorter than the time between
@@ -84,7 +85,7 @@ func WithMaxHold(d time.Duration) Option {
 	})
 }
 
-// WithSchedule gives the job's schedule, from which MinHold is derived at
+// WithSchedule (Singleton only) gives the job's schedule, from which MinHold is derived at
 // each fire: half the time from the run's start to the next fire, at most
 // MaxDerivedMinHold. Pass the same schedule the job is added with, e.g.
 // from cron.ParseStandard(spec) or cron.Every(d).

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
 	"github.com/lockmw/lockmw/cronlock"
@@ -316,5 +317,62 @@ func TestSchedulerGapIsError(t *testing.T) {
 	}
 	if n, _ := gaps[0].kv["count"].(int); n < 4 || gaps[0].kv["previous_by"] != "host-gone" {
 		t.Errorf("gap log %v: want at least 4 fires after the claim of host-gone", gaps[0].kv)
+	}
+}
+
+// After a 3 s Redis stall, the fires after it run again, each once: a
+// claim or acquisition cut short by the stall leaves nothing behind that
+// blocks the job for a lease TTL.
+func TestSchedulerAfterRedisStall(t *testing.T) {
+	srv := redistest.Start(t)
+	logs := &recordLogger{}
+	tally := &fireTally{}
+	var scheds []*cron.Cron
+	for _, name := range []string{"host-a", "host-b"} {
+		client := srv.Client(t, func(o *redis.Options) {
+			o.ReadTimeout = 500 * time.Millisecond
+			o.WriteTimeout = 500 * time.Millisecond
+		})
+		c := cron.New(cron.WithSeconds())
+		s, err := cronlock.NewScheduler(c, newLockerOn(t, client), client,
+			cronlock.WithInstance(name), cronlock.WithLogger(logs), cronlock.WithParser(secondsParser))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AddJob("stalled", "* * * * * *", cronlock.Func(func(ctx context.Context) error {
+			at, _ := cronlock.FireTime(ctx)
+			tally.add(at, name)
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		scheds = append(scheds, c)
+		c.Start()
+	}
+	eventually(t, 10*time.Second, "two fires", func() bool { return tally.distinct() >= 2 })
+	srv.Pause(t)
+	time.Sleep(3 * time.Second) // the stall itself, not a wait for an outcome
+	srv.Resume(t)
+	resumed := time.Now()
+	before := tally.distinct()
+	eventually(t, 15*time.Second, "four fires after the stall", func() bool { return tally.distinct() >= before+4 })
+	stopAll(scheds)
+
+	tally.mu.Lock()
+	defer tally.mu.Unlock()
+	last := time.Time{}
+	for at := range tally.runs {
+		if at.After(last) {
+			last = at
+		}
+	}
+	// From the first whole second after the resume, every fire runs once.
+	for at := resumed.Truncate(time.Second).Add(2 * time.Second); at.Before(last); at = at.Add(time.Second) {
+		if n := len(tally.runs[at]); n != 1 {
+			t.Errorf("fire %s after the stall ran %d times, want 1 (runs: %v)", at.Format("15:04:05"), n, tally.runs)
+		}
+	}
+	if n := logs.count(true, "could not be claimed"); n == 0 {
+		t.Logf("no claim failed during the stall")
 	}
 }

@@ -210,3 +210,156 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("Lock of a job not added with NewJob = %v, want ErrUnknownJob", err)
 	}
 }
+
+// A fire that finds the run of the previous one still going is skipped on
+// every instance (ErrRunning, logged with the running fire); with
+// WithQueue it runs after it. Runs never overlap, and the job gets a lease
+// context that is live while it runs.
+func TestRunStillGoing(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		queue bool
+	}{{"skip (default)", false}, {"WithQueue", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t)
+			logs := &logCounter{}
+			runs := &tally{runs: map[time.Time][]string{}}
+			var mu sync.Mutex
+			running, overlaps := 0, 0
+			var long time.Time
+			var scheds []gocron.Scheduler
+			for _, name := range []string{"host-a", "host-b"} {
+				client := srv.Client(t)
+				opts := []gocronlock.Option{gocronlock.WithInstance(name), gocronlock.WithLogger(slog.New(logs))}
+				if tc.queue {
+					opts = append(opts, gocronlock.WithQueue())
+				}
+				jl, err := gocronlock.New(lockmwtest.NewLockerOn(t, client, lockmw.WithTTL(time.Second)), client, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, err := gocron.NewScheduler()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := jl.NewJob(s, "slow", "* * * * * *", true, func(ctx context.Context) error {
+					at, _ := gocronlock.FireTime(ctx)
+					mu.Lock()
+					running++
+					if running > 1 {
+						overlaps++
+					}
+					isLong := long.IsZero() && runs.distinct() == 2
+					if isLong {
+						long = at
+					}
+					mu.Unlock()
+					runs.add(at, name)
+					if isLong {
+						time.Sleep(1500 * time.Millisecond) // spans the next fire and a lease TTL
+						if err := context.Cause(ctx); err != nil {
+							t.Errorf("the lease context ended during the run: %v", err)
+						}
+					}
+					mu.Lock()
+					running--
+					mu.Unlock()
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				scheds = append(scheds, s)
+				s.Start()
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				mu.Lock()
+				l := long
+				mu.Unlock()
+				if !l.IsZero() {
+					runs.mu.Lock()
+					done := len(runs.runs[l.Add(3*time.Second)]) > 0
+					runs.mu.Unlock()
+					if done {
+						break
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no long run and three fires after it in 20s")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			for _, s := range scheds {
+				_ = s.Shutdown()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if overlaps != 0 {
+				t.Errorf("%d runs overlapped another", overlaps)
+			}
+			runs.mu.Lock()
+			defer runs.mu.Unlock()
+			for at, who := range runs.runs {
+				if len(who) != 1 {
+					t.Errorf("fire %v ran %d times: %v", at, len(who), who)
+				}
+			}
+			next := len(runs.runs[long.Add(time.Second)])
+			if tc.queue {
+				if next != 1 {
+					t.Errorf("with WithQueue the fire after the long run ran %d times, want 1", next)
+				}
+				return
+			}
+			if next != 0 {
+				t.Errorf("the fire after the long run ran %d times, want it skipped", next)
+			}
+			want := "INFO gocronlock: skip: the run of an earlier fire is still going job=slow"
+			found := false
+			for _, r := range logs.find(want) {
+				if strings.Contains(r, "running_fire="+long.String()) && strings.Contains(r, "running_on=host-") {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no skip log names the running fire %v and its host:\n%s", long, strings.Join(logs.find(""), "\n"))
+			}
+		})
+	}
+}
+
+// Fires that no instance claimed are logged at Error by the instance that
+// claims the next one.
+func TestGapIsError(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	last := time.Now().Truncate(time.Second).Add(-5 * time.Second)
+	if err := client.HSet(context.Background(), "cronlock:{gappy}:fired", "fire", last.UnixMilli(), "by", "host-gone").Err(); err != nil {
+		t.Fatal(err)
+	}
+	logs := &logCounter{}
+	jl, err := gocronlock.New(lockmwtest.NewLockerOn(t, client), client, gocronlock.WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := gocron.NewScheduler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{}, 10)
+	if _, err := jl.NewJob(s, "gappy", "* * * * * *", true, func(context.Context) error { ran <- struct{}{}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job never ran")
+	}
+	_ = s.Shutdown()
+	gaps := logs.find("ERROR gocronlock: fires run by no instance")
+	if len(gaps) == 0 || !strings.Contains(gaps[0], "previous_by=host-gone") {
+		t.Errorf("no Error log of the fires after host-gone's claim:\n%s", strings.Join(logs.find(""), "\n"))
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/lockmw/lockmw/cronlock"
 	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // secondsParser parses six-field specs, seconds first.
@@ -374,5 +375,47 @@ func TestSchedulerAfterRedisStall(t *testing.T) {
 	}
 	if n := logs.count(true, "could not be claimed"); n == 0 {
 		t.Logf("no claim failed during the stall")
+	}
+}
+
+// Bad arguments to NewScheduler, AddJob and Schedule are errors matched by
+// errors.Is; the hold options of Singleton are refused by a Scheduler.
+func TestSchedulerRejectsBadInput(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	locker := newLockerOn(t, client)
+	job := cron.FuncJob(func() {})
+	if _, err := cronlock.NewScheduler(nil, locker, client); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Errorf("nil Cron: %v", err)
+	}
+	if _, err := cronlock.NewScheduler(cron.New(), nil, client); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Errorf("nil Locker: %v", err)
+	}
+	if _, err := cronlock.NewScheduler(cron.New(), locker, nil); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Errorf("nil client: %v", err)
+	}
+	if _, err := cronlock.NewScheduler(cron.New(), locker, client, cronlock.WithParser(nil)); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Errorf("WithParser(nil): %v", err)
+	}
+	s, err := cronlock.NewScheduler(cron.New(), locker, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, job, spec string
+		opts            []cronlock.Option
+		want            error
+	}{
+		{"empty name", "", "@hourly", nil, lockmw.ErrInvalidKey},
+		{"bad spec", "a", "every tuesday", nil, lockmw.ErrInvalidOption},
+		{"WithMinHold", "b", "@hourly", []cronlock.Option{cronlock.WithMinHold(time.Second)}, lockmw.ErrInvalidOption},
+		{"WithSchedule", "c", "@hourly", []cronlock.Option{cronlock.WithSchedule(cron.Every(time.Hour))}, lockmw.ErrInvalidOption},
+	} {
+		if _, err := s.AddJob(tc.job, tc.spec, job, tc.opts...); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := s.Schedule("d", nil, job); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Errorf("nil schedule: %v", err)
 	}
 }

@@ -245,9 +245,8 @@ func (s *singleton) skip(ctx context.Context, span trace.Span, err error) {
 		if holder := s.holder(ctx); holder != "" {
 			kv = append(kv, "holder", holder)
 		}
-		if left, ok := lockmw.RetryAfter(err); ok {
-			kv = append(kv, "holder_ttl", left)
-		}
+		// No holder_ttl: the key's TTL is the lease's, renewed by the
+		// watchdog, and says nothing of when the run or its hold ends.
 		s.cfg.logger.Info("cronlock: skip: another instance holds the lock", kv...)
 		s.tel.skipped(ctx, span, reasonBusy, err)
 		return

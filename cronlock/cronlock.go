@@ -12,6 +12,7 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockmw/lockmw/cronlock/internal/fire"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -57,8 +58,11 @@ func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapp
 
 // New returns a cron.JobWrapper under which each fire of the job runs on one
 // instance only, among every instance whose Locker shares the Redis and key
-// prefix. Use it in cron.WithChain, where all the scheduler's jobs share the
-// lock name, or per job with cron.NewChain(...).Then(job).
+// prefix, as long as the instances' timers differ by less than MinHold:
+// the hold-based protocol described in the package overview. Prefer a
+// Scheduler, which claims each fire by its scheduled time and needs no
+// hold. The wrapper wraps one job (cron.NewChain(...).Then(job)); wrapping
+// a second panics with ErrDuplicateJob.
 //
 // At each fire the wrapper makes one attempt to take the lock name. If
 // another instance holds it, the fire is skipped (logged with Info, counted
@@ -75,20 +79,37 @@ func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapp
 // Errors match lockmw.ErrInvalidKey (empty or overlong name) or
 // lockmw.ErrInvalidOption.
 func New(locker *lockmw.Locker, name string, opts ...Option) (cron.JobWrapper, error) {
+	s, err := newSingleton(locker, name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.wrap, nil
+}
+
+// newJobConfig builds and checks the configuration opts give.
+func newJobConfig(opts []Option) (config, error) {
+	cfg := config{logger: cron.DefaultLogger}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if cfg.minSet && cfg.maxHold > 0 && cfg.minHold > cfg.maxHold {
+		cfg.errs = append(cfg.errs, fmt.Errorf("%w: WithMinHold(%v) exceeds WithMaxHold(%v): the lock cannot be held both at least and at most that long", lockmw.ErrInvalidOption, cfg.minHold, cfg.maxHold))
+	}
+	return cfg, errors.Join(cfg.errs...)
+}
+
+// newSingleton checks New's arguments and returns the state of one job.
+func newSingleton(locker *lockmw.Locker, name string, opts ...Option) (*singleton, error) {
 	if locker == nil {
 		return nil, fmt.Errorf("%w: cronlock: nil Locker: create one with lockmw.New", lockmw.ErrInvalidOption)
 	}
 	if name == "" || len(name) > lockmw.MaxKeyLen {
 		return nil, fmt.Errorf("%w: cronlock: job name %q: give a name of 1 to %d bytes", lockmw.ErrInvalidKey, name, lockmw.MaxKeyLen)
 	}
-	cfg := config{logger: cron.DefaultLogger}
-	for _, o := range opts {
-		o.apply(&cfg)
-	}
-	if cfg.minSet && cfg.maxHold > 0 && cfg.minHold > cfg.maxHold {
-		cfg.errs = append(cfg.errs, fmt.Errorf("%w: WithMinHold(%v) exceeds WithMaxHold(%v): the lock cannot be held both at least and at most that long", lockmw.ErrInvalidOption, cfg.minHold, cfg.maxHold))
-	}
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newJobConfig(opts)
+	if err != nil {
 		return nil, fmt.Errorf("cronlock %q: %w", name, err)
 	}
 	if cfg.instance == "" {
@@ -98,8 +119,7 @@ func New(locker *lockmw.Locker, name string, opts ...Option) (cron.JobWrapper, e
 	if err != nil {
 		return nil, fmt.Errorf("cronlock %q: telemetry: %w", name, err)
 	}
-	s := &singleton{locker: locker, name: name, cfg: cfg, tel: tel, holderKey: "cronlock:{" + name + "}:holder"}
-	return s.wrap, nil
+	return &singleton{locker: locker, name: name, cfg: cfg, tel: tel, holderKey: "cronlock:{" + name + "}:holder"}, nil
 }
 
 // singleton is the state behind one New wrapper.
@@ -109,9 +129,19 @@ type singleton struct {
 	cfg       config
 	tel       *telemetry
 	holderKey string
+	wrapped   atomic.Int64 // jobs wrapped: one at most
+
+	// Set for the jobs of a Scheduler, which claim fires.
+	claims *fire.Store
+	times  *fire.Times
+	sched  cron.Schedule // the job's schedule by this host's clock
 }
 
 func (s *singleton) wrap(j cron.Job) cron.Job {
+	if s.wrapped.Add(1) > 1 {
+		// Two jobs under one lock name would take each other's fires.
+		panic(fmt.Errorf("%w: cronlock.Singleton %q wraps a second job: one wrapper per job (not in cron.WithChain), each with its own name, or use Scheduler", ErrDuplicateJob, s.name))
+	}
 	return cron.FuncJob(func() { s.fire(j) })
 }
 
@@ -127,9 +157,15 @@ func (s *singleton) fire(j cron.Job) {
 	}
 	s.recordHolder(ctx)
 	minHold := s.minHold(start)
-	var lostDuringRun atomic.Bool
 	log.Info("cronlock: run", "job", s.name, "instance", s.cfg.instance, "fence", lease.Fence(), "min_hold", minHold)
+	s.run(ctx, span, lease, start, minHold, j)
+}
 
+// run runs j under lease, with the lease context if j takes one; the lock
+// is released when j returns, or minHold after start if later.
+func (s *singleton) run(ctx context.Context, span trace.Span, lease *lockmw.Lease, start time.Time, minHold time.Duration, j cron.Job) {
+	log := s.cfg.logger
+	var lostDuringRun atomic.Bool
 	release := sync.OnceFunc(func() {
 		err := lease.Release(context.Background())
 		// A loss during the run has been logged already; after Close the
@@ -138,7 +174,11 @@ func (s *singleton) fire(j cron.Job) {
 			log.Error(err, "cronlock: release", "job", s.name, "instance", s.cfg.instance)
 		}
 	})
-	jobCtx, cancelJob := context.WithCancelCause(lease.Context())
+	base := lease.Context()
+	if at, ok := FireTime(ctx); ok {
+		base = fire.WithTime(base, at)
+	}
+	jobCtx, cancelJob := context.WithCancelCause(base)
 	var capTimer *time.Timer
 	if s.cfg.maxHold > 0 {
 		capTimer = time.AfterFunc(s.cfg.maxHold, func() {
@@ -205,9 +245,8 @@ func (s *singleton) skip(ctx context.Context, span trace.Span, err error) {
 		if holder := s.holder(ctx); holder != "" {
 			kv = append(kv, "holder", holder)
 		}
-		if left, ok := lockmw.RetryAfter(err); ok {
-			kv = append(kv, "holder_ttl", left)
-		}
+		// No holder_ttl: the key's TTL is the lease's, renewed by the
+		// watchdog, and says nothing of when the run or its hold ends.
 		s.cfg.logger.Info("cronlock: skip: another instance holds the lock", kv...)
 		s.tel.skipped(ctx, span, reasonBusy, err)
 		return

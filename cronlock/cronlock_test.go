@@ -220,6 +220,7 @@ func TestPanicReleasesLock(t *testing.T) {
 	}
 
 	recovered := &recordLogger{}
+	singleton = cronlock.Singleton(l, "panicky", cronlock.WithMinHold(time.Minute), cronlock.WithLogger(logs))
 	if v := recoverRun(cron.NewChain(cron.Recover(recovered), singleton).Then(panicking)); v != nil {
 		t.Fatalf("cron.Recover outside Singleton let %v through", v)
 	}

@@ -1,38 +1,65 @@
 // Package cronlock makes each scheduled fire of a robfig/cron v3 job run
-// once across every instance of a service, not once per host.
+// exactly once across every instance of a service, not once per host.
 //
-// Wrap a job with Singleton (or New, which returns an error instead of
-// panicking) and schedule it on every instance:
+// Add jobs through a Scheduler on every instance:
 //
-//	sched := cron.Every(time.Minute)
-//	c.Schedule(sched, cronlock.Singleton(locker, "nightly-report",
-//		cronlock.WithSchedule(sched))(cronlock.Func(report)))
+//	c := cron.New()
+//	s, err := cronlock.NewScheduler(c, locker, rdb)
+//	...
+//	s.AddJob("invoice-sweep", "*/5 * * * *", cronlock.Func(sweep))
+//	c.Start()
 //
-// # One run per fire
+// # One run per fire: claim the fire, not a hold
 //
-// At each fire every instance makes one attempt at the lock named after the
-// job; the winner runs the job, the others skip the fire. Instances do not
-// agree on a fire by its time (their clocks differ): the lock key is the job
-// name alone, and the winner keeps the lock for at least MinHold after its
-// run starts, even when the job returns sooner, so an instance whose timer
-// fires up to MinHold later finds the lock busy and skips (ShedLock's
-// lockAtLeastFor). After the job returns, the lock is released in the
-// background once MinHold has passed: the cron goroutine is not held longer
-// than the job. Closing the Locker during that time releases the lock
-// early, so a host shut down just after a run can let a late host run the
-// same fire again.
+// A fire is named by its scheduled time. Scheduler wraps the job's
+// schedule, so each instance knows the time of the fire it is running
+// (the latest time its schedule handed to cron that is not after its
+// clock; a robfig JobWrapper alone cannot see it), and the job finds it
+// with FireTime. At each fire the instance runs one Lua script on the
+// job's claim record, the hash "cronlock:{NAME}:fired": if the fire is
+// later than the recorded high-water mark, the mark becomes this fire
+// and the instance runs it; otherwise the claim is refused and the fire
+// skipped here. Comparing and raising the mark is one atomic step in
+// Redis, and the record is one small hash per job (no key per fire, no
+// expiry). The winner then takes a lockmw lease on the job name for the
+// run: watchdog, lost-lock context, fence, WithMaxHold, all as before,
+// and released as soon as the job returns.
 //
-// MinHold is, in order of precedence: WithMinHold; half the time from the
-// run's start to the next fire of WithSchedule's schedule, at most
-// MaxDerivedMinHold; DefaultMinHold. A JobWrapper cannot see the schedule it
-// runs under, hence WithSchedule. MinHold must stay below the time between
-// fires minus the timer skew, or fires are skipped as busy.
+// Skew. No fire ever runs twice, whatever the skew: every instance names
+// a fire by the same scheduled time and the mark only rises. No fire is
+// skipped by every instance as long as, for any two instances, the
+// difference of (clock offset minus timer lateness) stays below the
+// schedule's interval: the instance that handles fires first claims each
+// fire before anyone can claim the next. A host whose clock is ahead by a
+// second on a one-second schedule claims every fire first (a second early
+// by the true clock); one behind by a second is refused every time. Past
+// that bound, or when every instance was down, a fire can be claimed by no
+// one: the instance that claims a later fire logs it at Error ("fires run
+// by no instance", with their count) and counts it in cronlock.gaps.
 //
-// A job longer than MinHold keeps the lock for as long as it runs: the
-// Locker's watchdog renews the lease, and later fires on every instance are
-// skipped as busy (cluster-wide cron.SkipIfStillRunning). WithMaxHold caps
-// a stuck job: its context is cancelled with cause ErrMaxHold and its lock
-// released.
+// A job still running at its next fire: by default that fire is skipped
+// on every instance (its claimant finds the lease held, and logs the fire
+// and instance still running, at Info); WithQueue makes it wait for the
+// run, until the fire after it is due, and run then. A run's time
+// includes the skew of the instance running it: keep the job shorter than
+// the interval minus the skew, or use WithQueue.
+//
+// Every instance must compute the same fire times: use cron expressions,
+// or cron.Every(d), which Scheduler aligns to multiples of d. The claim
+// record lives in the Redis of the client given to NewScheduler: give the
+// Locker's own client (on Redlock, one of its Redis). A claim whose reply
+// was lost and replayed by the client is recognized by its token.
+//
+// # Singleton: the hold-based wrapper
+//
+// Singleton (and New) are the older cron.JobWrappers, kept for code that
+// cannot add jobs through a Scheduler. They make one attempt at the lock
+// named after the job and keep it for at least MinHold after the run
+// starts (ShedLock's lockAtLeastFor), so that an instance whose timer fires
+// up to MinHold later finds it busy; WithMinHold and WithSchedule set it.
+// A hold is a guess about skew: too short runs a fire twice, too long
+// skips the next one. A Singleton wraps one job: wrapping a second (as
+// cron.WithChain does for every job) panics with ErrDuplicateJob.
 //
 // # Contexts, failures, panics
 //
@@ -45,23 +72,27 @@
 // When Redis cannot be asked at fire time, the fire is skipped, never run
 // unguarded, and logged with Error; the next fire tries again. A job that
 // panics releases its lock at once and the panic goes on unchanged, so
-// cron.Recover placed outside Singleton still logs it.
+// cron.Recover placed outside still logs it.
 //
 // # Logs and telemetry
 //
 // Runs and skips are logged through a cron.Logger (WithLogger) with the
-// keys job, instance (WithInstance, default HOSTNAME:PID) and, for busy
-// skips, holder (the instance that took the lock last, with
-// WithHolderRecord) and holder_ttl. Busy skips are Info, unavailable skips
-// and failed, lost or panicked runs are Error.
+// keys job, instance (WithInstance, default HOSTNAME:PID) and fire. A fire
+// claimed by another instance is logged at Info with claimed_fire and
+// claimed_by; a fire skipped because a run is still going with
+// running_fire and running_on. Fires run by no instance, Redis failures
+// and failed, lost or panicked runs are logged at Error.
 //
 // Tracer and meter scope: ScopeName. Every fire is one span cronlock.run
 // (attributes cron.job, cron.instance, cron.outcome, cron.skip_reason,
 // lock.fence), parent of lockmw's acquire span and of the job's own spans
 // through the lease context; a skipped fire has cron.outcome "skipped", and
-// a busy skip is not a span error. Metrics:
+// a busy or claimed skip is not a span error. Metrics:
 // cronlock.runs (by cron.job and cron.outcome: ok, error, panic, lost,
-// max_hold), cronlock.skips (by cron.job and cron.skip_reason: busy,
-// unavailable) and cronlock.run.duration (seconds, by cron.job and
-// cron.outcome).
+// max_hold), cronlock.skips (by cron.job and cron.skip_reason: claimed,
+// busy, unavailable), cronlock.gaps (fires run by no instance) and
+// cronlock.run.duration (seconds, by cron.job and cron.outcome).
+//
+// For github.com/go-co-op/gocron/v2 use the subpackage gocronlock, which
+// applies the same protocol through gocron's distributed Locker.
 package cronlock

@@ -13,8 +13,61 @@ import (
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// Every instance of a service schedules the same job; each fire runs on one
-// of them. The job gets the lease context and stops if the lock is lost.
+// Every instance of a service adds the same job through a Scheduler; each
+// fire runs on the first instance to claim it. The job gets the lease
+// context, with the scheduled time of its fire.
+func ExampleScheduler() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	locker, err := lockmw.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	logger := cron.VerbosePrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
+	c := cron.New(cron.WithLogger(logger), cron.WithChain(cron.Recover(logger)))
+	s, err := cronlock.NewScheduler(c, locker, rdb, cronlock.WithLogger(logger))
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := s.AddJob("invoice-sweep", "*/5 * * * *", cronlock.Func(func(ctx context.Context) error {
+		fire, _ := cronlock.FireTime(ctx) // the same on every instance
+		return sweepInvoices(ctx, fire)   // ctx ends if the lock is lost
+	})); err != nil {
+		log.Fatal(err) // a bad spec, or a second job named invoice-sweep
+	}
+	c.Start()
+	defer c.Stop()
+}
+
+// A job that may outlast its interval: with WithQueue a fire that finds the
+// previous run still going waits for it instead of being skipped; WithMaxHold
+// caps a stuck run.
+func ExampleWithQueue() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	locker, err := lockmw.New(rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	c := cron.New()
+	s, err := cronlock.NewScheduler(c, locker, rdb)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := s.Schedule("reindex", cron.Every(time.Minute), cronlock.Func(reindex),
+		cronlock.WithQueue(), cronlock.WithMaxHold(10*time.Minute)); err != nil {
+		log.Fatal(err)
+	}
+	c.Start()
+	defer c.Stop()
+}
+
+// Singleton is the hold-based wrapper, for one job: the lock is kept for
+// MinHold after the run starts, so that a late timer finds it busy.
 func ExampleSingleton() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
@@ -28,40 +81,11 @@ func ExampleSingleton() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	logger := cron.VerbosePrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
-	c := cron.New(cron.WithLogger(logger))
-	c.Schedule(sched, cron.NewChain(
-		cron.Recover(logger), // outside Singleton: panics release the lock, then are logged
-		cronlock.Singleton(locker, "invoice-sweep",
-			cronlock.WithSchedule(sched), // MinHold: half the time to the next fire
-			cronlock.WithLogger(logger),
-			cronlock.WithHolderRecord(rdb)), // skip logs name the holder
-	).Then(cronlock.Func(func(ctx context.Context) error {
-		return sweepInvoices(ctx) // ctx ends if the lock is lost
-	})))
-	c.Start()
-	defer c.Stop()
-}
-
-// In cron.WithChain the wrapper applies to every job of the scheduler, all
-// under one lock name; MinHold and MaxHold are then given explicitly.
-func ExampleSingleton_withChain() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
-
-	c := cron.New(cron.WithChain(
-		cronlock.Singleton(locker, "billing-cron",
-			cronlock.WithMinHold(10*time.Second),
-			cronlock.WithMaxHold(30*time.Minute)),
-	))
-	if _, err := c.AddFunc("@hourly", func() { log.Print("hourly billing run") }); err != nil {
-		log.Fatal(err)
-	}
+	c := cron.New()
+	c.Schedule(sched, cronlock.Singleton(locker, "invoice-sweep",
+		cronlock.WithSchedule(sched), // MinHold: half the time to the next fire
+		cronlock.WithMaxHold(30*time.Minute),
+	)(cronlock.Func(func(ctx context.Context) error { return sweepInvoices(ctx, time.Now()) })))
 	c.Start()
 	defer c.Stop()
 }
@@ -86,4 +110,6 @@ func ExampleNew() {
 	defer c.Stop()
 }
 
-func sweepInvoices(ctx context.Context) error { return ctx.Err() }
+func sweepInvoices(ctx context.Context, _ time.Time) error { return ctx.Err() }
+
+func reindex(ctx context.Context) error { return ctx.Err() }

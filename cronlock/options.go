@@ -14,7 +14,8 @@ import (
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// Defaults for the hold times.
+// Defaults for Singleton's hold times; a Scheduler holds no lock after a
+// run.
 const (
 	// DefaultMinHold is MinHold when neither WithMinHold nor WithSchedule is
 	// given: instances whose timers differ by less than a second run a fire
@@ -39,6 +40,11 @@ type config struct {
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
 	errs     []error
+
+	// Scheduler only.
+	queue       bool
+	parser      cron.ScheduleParser
+	clockOffset time.Duration // tests: this host's clock minus the true time
 }
 
 // Option configures Singleton and New.
@@ -48,7 +54,7 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-// WithMinHold sets how long, at least, the lock stays held after a run
+// WithMinHold (Singleton only) sets how long, at least, the lock stays held after a run
 // starts, even if the job returns sooner (ShedLock's lockAtLeastFor): an
 // instance whose timer fires up to d later finds the lock busy and skips the
 // fire instead of running it again. d must be shorter than the time between
@@ -79,7 +85,7 @@ func WithMaxHold(d time.Duration) Option {
 	})
 }
 
-// WithSchedule gives the job's schedule, from which MinHold is derived at
+// WithSchedule (Singleton only) gives the job's schedule, from which MinHold is derived at
 // each fire: half the time from the run's start to the next fire, at most
 // MaxDerivedMinHold. Pass the same schedule the job is added with, e.g.
 // from cron.ParseStandard(spec) or cron.Every(d).
@@ -90,6 +96,28 @@ func WithSchedule(s cron.Schedule) Option {
 			return
 		}
 		c.schedule = s
+	})
+}
+
+// WithQueue makes a Scheduler's fire that finds the run of an earlier fire
+// still going wait for it, until the fire after it is due, instead of
+// being skipped on every instance (the default, like
+// cron.SkipIfStillRunning across instances). Waiting fires run in order
+// of arrival. Singleton ignores it.
+func WithQueue() Option {
+	return optionFunc(func(c *config) { c.queue = true })
+}
+
+// WithParser sets the parser of Scheduler.AddJob's specs (default
+// cron.ParseStandard), e.g. cron.NewParser with cron.Second for a seconds
+// field. Pass the parser the Cron was built with.
+func WithParser(p cron.ScheduleParser) Option {
+	return optionFunc(func(c *config) {
+		if p == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: WithParser(nil): give a cron.ScheduleParser, e.g. cron.NewParser(...)", lockmw.ErrInvalidOption))
+			return
+		}
+		c.parser = p
 	})
 }
 

@@ -23,6 +23,7 @@ const (
 	metricRuns        = "cronlock.runs"
 	metricSkips       = "cronlock.skips"
 	metricRunDuration = "cronlock.run.duration"
+	metricGaps        = "cronlock.gaps"
 
 	attrJob        = attribute.Key("cron.job")
 	attrInstance   = attribute.Key("cron.instance")
@@ -41,6 +42,7 @@ const (
 
 	reasonBusy        = "busy"
 	reasonUnavailable = "unavailable"
+	reasonClaimed     = "claimed"
 )
 
 // telemetry holds one Singleton's tracer and instruments.
@@ -49,6 +51,7 @@ type telemetry struct {
 	runs        metric.Int64Counter
 	skips       metric.Int64Counter
 	runDuration metric.Float64Histogram
+	gaps        metric.Int64Counter
 	job         attribute.KeyValue
 }
 
@@ -61,13 +64,15 @@ func newTelemetry(name string, tp trace.TracerProvider, mp metric.MeterProvider)
 	}
 	m := mp.Meter(ScopeName)
 	t := &telemetry{tracer: tp.Tracer(ScopeName), job: attrJob.String(name)}
-	var errs [3]error
+	var errs [4]error
 	t.runs, errs[0] = m.Int64Counter(metricRuns, metric.WithUnit("{run}"),
 		metric.WithDescription("Fires this instance ran, by cron.job and cron.outcome (ok, error, panic, lost, max_hold)."))
 	t.skips, errs[1] = m.Int64Counter(metricSkips, metric.WithUnit("{fire}"),
 		metric.WithDescription("Fires this instance skipped, by cron.job and cron.skip_reason (busy: another run holds the lock; unavailable: Redis could not be asked)."))
 	t.runDuration, errs[2] = m.Float64Histogram(metricRunDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time a job ran, by cron.job and cron.outcome."))
+	t.gaps, errs[3] = m.Int64Counter(metricGaps, metric.WithUnit("{fire}"),
+		metric.WithDescription("Fires of a Scheduler's job that no instance claimed, counted by the instance that claimed a later fire, by cron.job."))
 	return t, errors.Join(errs[:]...)
 }
 
@@ -80,12 +85,17 @@ func (t *telemetry) start(instance string) (context.Context, trace.Span) {
 // skipped ends a fire's span and counts the skip. Busy is not a span error.
 func (t *telemetry) skipped(ctx context.Context, span trace.Span, reason string, err error) {
 	span.SetAttributes(attrOutcome.String("skipped"), attrSkipReason.String(reason))
-	if reason != reasonBusy {
+	if reason != reasonBusy && reason != reasonClaimed {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
 	t.skips.Add(ctx, 1, metric.WithAttributes(t.job, attrSkipReason.String(reason)))
+}
+
+// gap counts n fires that no instance claimed.
+func (t *telemetry) gap(ctx context.Context, n int) {
+	t.gaps.Add(ctx, int64(n), metric.WithAttributes(t.job))
 }
 
 // ran ends a fire's span and records the run.

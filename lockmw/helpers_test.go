@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(redlockHolderEnv); spec != "" {
 		os.Exit(runRedlockHolder(spec))
 	}
+	if spec := os.Getenv(xprocWorkerEnv); spec != "" {
+		os.Exit(runProcessWorker(spec))
+	}
 	os.Exit(m.Run())
 }
 

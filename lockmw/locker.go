@@ -407,7 +407,6 @@ func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys l
 // newEarlyLease makes the lease for a lock handed over by h before Redis
 // confirmed it (see handover).
 func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover, fair bool) (*Lease, error) {
-	<-h.placed // the lease's calls go after the transfer
 	s := l.makeLease(leaseParent, key, keys, ac, token, h.fence, time.Now(), fair)
 	s.early = h
 	if !l.keeper.addPending(s, h.deadline) {

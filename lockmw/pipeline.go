@@ -13,8 +13,7 @@ import (
 //
 // Up to maxTrips round trips are on the wire at once, and the calls for
 // one lock keep their order: a call is not sent while an earlier call for
-// the same lock key is on the wire or waiting (the early hand-over in
-// waiting.go relies on it). A call that finds a round trip free, nothing
+// the same lock key is on the wire or waiting. A call that finds a round trip free, nothing
 // queued and its key idle sends at once, from its own goroutine, with its
 // own context. Other calls queue; when a round trip ends, its sender picks
 // the queued calls whose keys are idle (up to maxBatch, in arrival order,
@@ -130,44 +129,24 @@ func (b *batcher) setNX(ctx context.Context, lock, fence, token string, ttl time
 }
 
 // call sends c, whose ctx is set here, through a round trip and returns
-// once it is answered. Once c has its place in its key's lane (on the wire
-// or queued), it calls ctx's onPlaced function, if any: any call for the
-// same lock made after that goes after c.
+// once it is answered.
 func (b *batcher) call(ctx context.Context, c *scriptCall) {
 	c.ctx = ctx
 	c.slot = maphash.String(b.seed, c.keys[0]) % keySlots
-	placed, _ := ctx.Value(placedKey{}).(func())
 
 	b.mu.Lock()
 	if b.trips < maxTrips && len(b.queue) == 0 && b.inflight[c.slot] == 0 {
 		b.trips++
 		b.inflight[c.slot]++
 		b.mu.Unlock()
-		if placed != nil {
-			placed()
-		}
 		b.send([]*scriptCall{c})
 	} else {
 		b.queue = append(b.queue, c)
 		b.mu.Unlock()
-		if placed != nil {
-			placed()
-		}
 		if batch := <-c.wake; batch != nil {
 			b.send(batch)
 		}
 	}
-}
-
-// placedKey carries the function set by onPlaced.
-type placedKey struct{}
-
-// onPlaced returns ctx, under which a call through the batcher runs placed
-// once it has its place in its lock's lane: the early hand-over starts the
-// waiter only then, so that the waiter's own calls cannot overtake the
-// transfer that gives it the lock.
-func onPlaced(ctx context.Context, placed func()) context.Context {
-	return context.WithValue(ctx, placedKey{}, placed)
 }
 
 // done recycles c.

@@ -92,11 +92,6 @@ type handover struct {
 	fence    uint64
 	deadline time.Time
 	done     chan struct{} // closed when settled
-	// placed is closed once the transfer has its place in the lock's
-	// lane (onPlaced): the waiter's lease is made after that, so its calls
-	// queue behind the transfer.
-	placed    chan struct{}
-	placeOnce sync.Once
 
 	mu      sync.Mutex
 	lease   *Lease // the waiter's, once made
@@ -108,12 +103,8 @@ type handover struct {
 }
 
 func newHandover(fence uint64, deadline time.Time) *handover {
-	return &handover{fence: fence, deadline: deadline, done: make(chan struct{}), placed: make(chan struct{})}
+	return &handover{fence: fence, deadline: deadline, done: make(chan struct{})}
 }
-
-// place records that the transfer has its place in the lock's lane, or
-// will never have one.
-func (h *handover) place() { h.placeOnce.Do(func() { close(h.placed) }) }
 
 // wait returns once h is settled, or its deadline has passed (the
 // releasing lease's token is gone from Redis by then), or ctx ends: a
@@ -356,9 +347,8 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
-	defer h.place()
 	sentAt := time.Now()
-	t, err := l.waits.transfer(onPlaced(ctx, h.place), s.keys, s.token, w.token, w.ttl, true)
+	t, err := l.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
@@ -400,9 +390,8 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
-	defer h.place()
 	sentAt := time.Now()
-	ho, err := l.waits.releaseHandoff(onPlaced(ctx, h.place), s.keys, s.token, *next, reserved)
+	ho, err := l.waits.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
 	switch {
 	case err != nil:
 		return 0, err

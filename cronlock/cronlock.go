@@ -113,7 +113,7 @@ func newSingleton(locker *lockmw.Locker, name string, opts ...Option) (*singleto
 		return nil, fmt.Errorf("cronlock %q: %w", name, err)
 	}
 	if cfg.instance == "" {
-		cfg.instance = defaultInstance()
+		cfg.instance = fire.DefaultInstance()
 	}
 	tel, err := newTelemetry(name, cfg.tp, cfg.mp)
 	if err != nil {

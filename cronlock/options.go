@@ -2,8 +2,6 @@ package cronlock
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -174,12 +172,4 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // global one).
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.mp = mp })
-}
-
-func defaultInstance() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return host + ":" + strconv.Itoa(os.Getpid())
 }

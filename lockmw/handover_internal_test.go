@@ -64,7 +64,7 @@ func liveAfter(s *Lease, at time.Time) bool {
 func tryUntil(t *testing.T, l *Locker, key string) *Lease {
 	t.Helper()
 	var lease *Lease
-	waitUntil(t, 10*time.Second, "the lock to be free", func() bool {
+	waitFor(t, 10*time.Second, "the lock to be free", func() bool {
 		s, err := l.TryAcquire(context.Background(), key)
 		if err != nil && !errors.Is(err, ErrNotAcquired) {
 			t.Fatal(err)
@@ -73,18 +73,6 @@ func tryUntil(t *testing.T, l *Locker, key string) *Lease {
 		return s != nil
 	})
 	return lease
-}
-
-// waitUntil polls cond until it holds, failing the test after limit.
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", limit, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // roomWaiters counts l's default-mode and fair waiters for key.
@@ -133,11 +121,11 @@ func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair b
 	}
 	gotB := acquireAsync(l, key, mode...)
 	if fair {
-		waitUntil(t, 10*time.Second, "b to queue", func() bool { return queued(t, admin, key) == 1 })
+		waitFor(t, 10*time.Second, "b to queue", func() bool { return queued(t, admin, key) == 1 })
 		next = acquireAsync(l, key, append(mode, opts...)...)
-		waitUntil(t, 10*time.Second, "the next waiter to queue", func() bool { return queued(t, admin, key) == 2 })
+		waitFor(t, 10*time.Second, "the next waiter to queue", func() bool { return queued(t, admin, key) == 2 })
 	} else {
-		waitUntil(t, 10*time.Second, "b to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
+		waitFor(t, 10*time.Second, "b to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
 	}
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -148,7 +136,7 @@ func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair b
 	}
 	if !fair {
 		next = acquireAsync(l, key, append(mode, opts...)...)
-		waitUntil(t, 10*time.Second, "the next waiter to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
+		waitFor(t, 10*time.Second, "the next waiter to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
 	}
 	return b, next
 }
@@ -242,7 +230,7 @@ func TestStaleFairGrantIsIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	gotW := acquireAsync(lw, key, Fair(), WithLeaseTTL(3*time.Second))
-	waitUntil(t, 10*time.Second, "w to queue", func() bool { return queued(t, admin, key) == 1 })
+	waitFor(t, 10*time.Second, "w to queue", func() bool { return queued(t, admin, key) == 1 })
 	entry, err := admin.LIndex(ctx, keys.queue, 0).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +277,7 @@ func TestEarlyHandOverServesFairWaitersFirst(t *testing.T) {
 
 	b, gotC := earlyChain(t, l, admin, key, false)
 	gotF := acquireAsync(lf, key, Fair())
-	waitUntil(t, 10*time.Second, "the fair waiter to queue", func() bool { return queued(t, admin, key) == 1 })
+	waitFor(t, 10*time.Second, "the fair waiter to queue", func() bool { return queued(t, admin, key) == 1 })
 	if err := b.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func New(locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Loc
 		return nil, fmt.Errorf("gocronlock.New: %w", err)
 	}
 	if cfg.instance == "" {
-		cfg.instance = defaultInstance()
+		cfg.instance = fire.DefaultInstance()
 	}
 	return &Locker{locker: locker, claims: fire.NewStore(rdb), cfg: cfg, jobs: map[string]*job{}}, nil
 }

@@ -3,8 +3,6 @@ package gocronlock
 import (
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 
 	"github.com/jonboulle/clockwork"
 
@@ -70,12 +68,4 @@ func WithClock(clock clockwork.Clock) Option {
 		}
 		c.clock = clock
 	})
-}
-
-func defaultInstance() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	return host + ":" + strconv.Itoa(os.Getpid())
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -165,7 +166,9 @@ func runProcessContention(b *testing.B, servers []*redistest.Server, mode, key s
 	time.Sleep(*xprocWarmUp)
 	ts := monoNanos()
 	before := commandsOn(b, servers)
+	statsBefore := commandStatsOn(b, servers)
 	time.Sleep(*xprocWindow)
+	statsAfter := commandStatsOn(b, servers)
 	after := commandsOn(b, servers)
 	te := monoNanos()
 	for _, w := range workers {
@@ -199,8 +202,11 @@ func runProcessContention(b *testing.B, servers []*redistest.Server, mode, key s
 	if len(c.holds) < 2 {
 		b.Fatalf("only %d acquisitions in the %v window", len(c.holds), *xprocWindow)
 	}
-	// Every server counted the INFO that read "before".
-	c.commands = after - before - int64(len(servers))
+	// Every server counted the INFO that read "before", and the two that
+	// read the command statistics.
+	c.commands = after - before - 3*int64(len(servers))
+	b.Logf("%d processes, %d acquisitions; Redis commands per acquisition: %s",
+		procs, len(c.holds), commandMix(statsBefore, statsAfter, len(c.holds)))
 	slices.SortFunc(c.holds, func(a, b interval) int { return a.start.Compare(b.start) })
 	return c
 }
@@ -212,6 +218,51 @@ func commandsOn(tb testing.TB, servers []*redistest.Server) int64 {
 		n += serverCommands(tb, s)
 	}
 	return n
+}
+
+// commandStatsOn sums INFO commandstats calls per command over servers.
+func commandStatsOn(tb testing.TB, servers []*redistest.Server) map[string]int64 {
+	calls := map[string]int64{}
+	for _, s := range servers {
+		for k, v := range s.Info(tb, "commandstats") {
+			name, ok := strings.CutPrefix(k, "cmdstat_")
+			if !ok {
+				continue
+			}
+			// "calls=12,usec=34,..."
+			field, _, _ := strings.Cut(v, ",")
+			n, err := strconv.ParseInt(strings.TrimPrefix(field, "calls="), 10, 64)
+			if err != nil {
+				tb.Fatalf("commandstats %s=%q: %v", k, v, err)
+			}
+			calls[name] += n
+		}
+	}
+	return calls
+}
+
+// commandMix formats the commands counted between two commandstats
+// readings per acquisition, most frequent first.
+func commandMix(before, after map[string]int64, acqs int) string {
+	type count struct {
+		name string
+		n    int64
+	}
+	var cs []count
+	for name, n := range after {
+		if name == "info" {
+			continue
+		}
+		if d := n - before[name]; d > 0 {
+			cs = append(cs, count{name, d})
+		}
+	}
+	slices.SortFunc(cs, func(a, b count) int { return int(b.n - a.n) })
+	var out []string
+	for _, c := range cs {
+		out = append(out, fmt.Sprintf("%s %.2f", c.name, float64(c.n)/float64(acqs)))
+	}
+	return strings.Join(out, ", ")
 }
 
 // startProcessWorker runs this test binary as one worker (see

@@ -15,6 +15,15 @@ import (
 // while someone waits on that lock. A lost message costs a waiter latency,
 // never liveness: every waiter also wakes on a timer.
 
+// A grant channel nobody watches any more stays subscribed for
+// subscriptionLinger: a process that waits in line for the same lock again
+// soon (a worker that asks for it again once it has released it) then needs
+// neither SUBSCRIBE nor UNSUBSCRIBE, nor the round trip before its waiter
+// may queue. Grants that arrive meanwhile find no waiter and are passed on
+// (Locker.handTo). Release channels do not linger: transfer.lua counts
+// their subscribers as Lockers that wait.
+const subscriptionLinger = 2 * time.Second
+
 // subscriber multiplexes a Locker's channel subscriptions.
 type subscriber struct {
 	client  redis.UniversalClient
@@ -38,6 +47,10 @@ type watch struct {
 	refs  int
 	conn  *subConn
 	ready chan struct{} // closed when Redis confirmed the subscription
+	idle  *time.Timer   // while refs is 0: unsubscribes when it fires
+	// lingers: stays subscribed for subscriptionLinger after the last
+	// unwatch.
+	lingers bool
 }
 
 func newSubscriber(client redis.UniversalClient) *subscriber {
@@ -54,8 +67,9 @@ var errSubscriberClosed = errors.New("lockmw: subscriber closed")
 
 // watch subscribes to channel (if nobody already has) and waits until Redis
 // has confirmed the subscription, so that a message published after watch
-// returns is delivered. Every successful watch needs one unwatch.
-func (s *subscriber) watch(ctx context.Context, channel string) error {
+// returns is delivered. Every successful watch needs one unwatch. With
+// linger, the channel stays subscribed for a while after the last unwatch.
+func (s *subscriber) watch(ctx context.Context, channel string, linger bool) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -68,7 +82,7 @@ func (s *subscriber) watch(ctx context.Context, channel string) error {
 			s.mu.Unlock()
 			return err
 		}
-		w = &watch{conn: conn, ready: make(chan struct{})}
+		w = &watch{conn: conn, ready: make(chan struct{}), lingers: linger}
 		s.chans[channel] = w
 		conn.chans++
 		var subErr error
@@ -82,6 +96,10 @@ func (s *subscriber) watch(ctx context.Context, channel string) error {
 			s.mu.Unlock()
 			return subErr
 		}
+	}
+	if w.idle != nil {
+		w.idle.Stop() // should it fire meanwhile, expire sees refs > 0
+		w.idle = nil
 	}
 	w.refs++
 	s.mu.Unlock()
@@ -108,7 +126,8 @@ const subscribeTimeout = time.Second
 
 var errSubscribeTimeout = errors.New("lockmw: redis did not confirm the subscription")
 
-// unwatch drops one watch of channel, unsubscribing after the last.
+// unwatch drops one watch of channel; after the last, the channel is
+// unsubscribed once it has not been watched for subscriptionLinger.
 func (s *subscriber) unwatch(channel string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,6 +138,32 @@ func (s *subscriber) unwatch(channel string) {
 	if w.refs--; w.refs > 0 {
 		return
 	}
+	confirmed := false
+	select {
+	case <-w.ready:
+		confirmed = true
+	default: // never confirmed (a timeout, a resharding): drop it now
+	}
+	if !w.lingers || !confirmed {
+		s.unsubscribe(channel, w)
+		return
+	}
+	w.idle = time.AfterFunc(subscriptionLinger, func() { s.expire(channel, w) })
+}
+
+// expire unsubscribes channel if w is still its watch and nobody watches it.
+func (s *subscriber) expire(channel string, w *watch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.chans[channel] != w || w.refs > 0 {
+		return
+	}
+	s.unsubscribe(channel, w)
+}
+
+// unsubscribe forgets channel and tells Redis. Caller holds s.mu.
+func (s *subscriber) unsubscribe(channel string, w *watch) {
+	w.idle = nil
 	s.drop(channel, w)
 	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
 	defer cancel()
@@ -204,6 +249,9 @@ func (s *subscriber) close() {
 	}
 	s.conns = nil
 	for ch, w := range s.chans {
+		if w.idle != nil {
+			w.idle.Stop()
+		}
 		delete(s.chans, ch)
 		select {
 		case <-w.ready:

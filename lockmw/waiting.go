@@ -509,7 +509,7 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 
 	// Once subscribed, retry: a release may have come since the attempt.
 	retry := true
-	if err := l.watchUntil(opCtx, giveUp, keys.notify); err == nil {
+	if err := l.watchUntil(opCtx, giveUp, keys.notify, false); err == nil {
 		defer l.waits.subscriber().unwatch(keys.notify)
 	} else if opCtx.Err() != nil {
 		return nil, ctxErr(opCtx, key)
@@ -655,7 +655,7 @@ func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, key
 
 func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, entry string, known bool, giveUp time.Time) (*Lease, error) {
 	channel := keys.grants + l.id
-	if err := l.watchUntil(opCtx, giveUp, channel); err != nil {
+	if err := l.watchUntil(opCtx, giveUp, channel, true); err != nil {
 		if opCtx.Err() != nil {
 			return nil, ctxErr(opCtx, key)
 		}
@@ -858,12 +858,13 @@ func signal(c chan struct{}) {
 }
 
 // watchUntil subscribes to channel, giving up when ctx ends or, for a
-// bounded wait (WithWait), at giveUp.
-func (l *Locker) watchUntil(ctx context.Context, giveUp time.Time, channel string) error {
+// bounded wait (WithWait), at giveUp. A channel of grants (grants) lingers
+// (see subscriptionLinger).
+func (l *Locker) watchUntil(ctx context.Context, giveUp time.Time, channel string, grants bool) error {
 	if !giveUp.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, giveUp)
 		defer cancel()
 	}
-	return l.waits.subscriber().watch(ctx, channel)
+	return l.waits.subscriber().watch(ctx, channel, grants)
 }

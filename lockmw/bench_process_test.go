@@ -34,7 +34,8 @@ var (
 
 // xprocWorkerEnv makes the test binary act as one contender of
 // BenchmarkContendedProcesses (see TestMain): the value is
-// "MODE KEY ADDR[,ADDR...]" with MODE one of the xproc* constants.
+// "MODE KEY ADDR[,ADDR...] I N" with MODE one of the xproc* constants, for
+// worker I of N.
 const xprocWorkerEnv = "LOCKMW_TEST_XPROC_WORKER"
 
 const (
@@ -42,6 +43,11 @@ const (
 	xprocFair    = "fair"    // lockmw.New, Acquire with Fair()
 	xprocRedlock = "redlock" // lockmw.NewRedlock over every ADDR, Acquire
 	xprocRaw     = "raw"     // SET NX PX, 1 ms sleep between attempts, compare-and-delete
+	// xprocRing is no lock at all: the processes pass a turn around a ring,
+	// each PUBLISHing to the next when its 2 ms are up. It is the ceiling
+	// of any hand-off that tells the next process through Redis: what one
+	// PUBLISH and one wake-up of another process cost on this machine.
+	xprocRing = "ring"
 )
 
 // xprocMaxRun bounds a worker's life on its own: it stops after this long
@@ -98,6 +104,7 @@ func BenchmarkContendedProcesses(b *testing.B) {
 		{"fair", xprocFair, func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }},
 		{"redlock5", xprocRedlock, func(b *testing.B) []*redistest.Server { return redistest.StartN(b, 5) }},
 		{"raw-setnx-poll1ms", xprocRaw, func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }},
+		{"ceiling-publish-ring", xprocRing, func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }},
 	}
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
@@ -144,7 +151,7 @@ func runProcessContention(b *testing.B, servers []*redistest.Server, mode, key s
 	spec := fmt.Sprintf("%s %s %s", mode, key, strings.Join(addrs, ","))
 	workers := make([]*xprocWorker, procs)
 	for i := range workers {
-		workers[i] = startProcessWorker(b, spec)
+		workers[i] = startProcessWorker(b, fmt.Sprintf("%s %d %d", spec, i, procs))
 	}
 	for i, w := range workers {
 		select {
@@ -220,7 +227,8 @@ func commandsOn(tb testing.TB, servers []*redistest.Server) int64 {
 	return n
 }
 
-// commandStatsOn sums INFO commandstats calls per command over servers.
+// commandStatsOn sums INFO commandstats calls per command over servers,
+// and the microseconds Redis spent running them (the key "µs of Redis CPU").
 func commandStatsOn(tb testing.TB, servers []*redistest.Server) map[string]int64 {
 	calls := map[string]int64{}
 	for _, s := range servers {
@@ -230,12 +238,21 @@ func commandStatsOn(tb testing.TB, servers []*redistest.Server) map[string]int64
 				continue
 			}
 			// "calls=12,usec=34,..."
-			field, _, _ := strings.Cut(v, ",")
-			n, err := strconv.ParseInt(strings.TrimPrefix(field, "calls="), 10, 64)
-			if err != nil {
-				tb.Fatalf("commandstats %s=%q: %v", k, v, err)
+			for _, field := range strings.Split(v, ",") {
+				f, val, _ := strings.Cut(field, "=")
+				if f != "calls" && f != "usec" {
+					continue
+				}
+				n, err := strconv.ParseInt(val, 10, 64)
+				if err != nil {
+					tb.Fatalf("commandstats %s=%q: %v", k, v, err)
+				}
+				if f == "usec" {
+					calls["µs of Redis CPU"] += n
+				} else {
+					calls[name] += n
+				}
 			}
-			calls[name] += n
 		}
 	}
 	return calls
@@ -340,7 +357,8 @@ func runProcessWorker(spec string) int {
 		return 2
 	}
 	var mode, key, addrs string
-	if _, err := fmt.Sscan(spec, &mode, &key, &addrs); err != nil {
+	var idx, procs int
+	if _, err := fmt.Sscan(spec, &mode, &key, &addrs, &idx, &procs); err != nil {
 		return fail(fmt.Errorf("bad spec %q: %w", spec, err))
 	}
 	var clients []redis.UniversalClient
@@ -376,6 +394,27 @@ func runProcessWorker(spec string) int {
 				return nil, err
 			}
 			return func() error { return lease.Release(context.Background()) }, nil
+		}
+	case xprocRing:
+		client := clients[0]
+		ps := client.Subscribe(ctx, fmt.Sprintf("%s:%d", key, idx))
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil { // the subscription's confirmation
+			return fail(err)
+		}
+		turns := ps.Channel()
+		next := fmt.Sprintf("%s:%d", key, (idx+1)%procs)
+		first := idx == 0
+		acquire = func(ctx context.Context) (func() error, error) {
+			if !first {
+				select {
+				case <-turns:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			first = false
+			return func() error { return client.Publish(context.Background(), next, "").Err() }, nil
 		}
 	case xprocRaw:
 		client := clients[0]

@@ -56,6 +56,9 @@ type renewScheduler struct {
 	mu     sync.Mutex
 	queue  leaseQueue
 	closed bool
+	// held counts the leases in stateHeld by lock key: whether this Locker
+	// holds a lock is what decides how its waiters wait (see holds).
+	held   map[string]int
 	wakeAt time.Time // when the loop's timer fires next
 
 	wake    chan struct{}
@@ -70,6 +73,7 @@ func newRenewScheduler(b backend, tel *telemetry, logger *slog.Logger, drift fun
 		logger:  logger,
 		drift:   drift,
 		wake:    make(chan struct{}, 1),
+		held:    make(map[string]int),
 		wakeAt:  time.Now().Add(time.Hour), // run's first timer
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -88,6 +92,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	}
 	k := &l.keep
 	k.state = stateHeld
+	s.held[l.keys.lock]++
 	k.deadline = sentAt.Add(l.ttl - s.drift(l.ttl))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
@@ -108,6 +113,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	}
 	k := &l.keep
 	k.state, k.pending = stateHeld, true
+	s.held[l.keys.lock]++
 	k.deadline, k.fireAt, k.slack = deadline, deadline, 0
 	heap.Push(&s.queue, l)
 	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
@@ -145,6 +151,7 @@ func (s *renewScheduler) lose(l *Lease, cause *LostError) {
 		return
 	}
 	k.state, k.lost = stateLost, cause
+	s.unhold(l)
 	if k.index >= 0 {
 		heap.Remove(&s.queue, k.index)
 	}
@@ -179,6 +186,7 @@ func (s *renewScheduler) remove(l *Lease) (leaseState, *LostError, time.Time) {
 		deadline = k.deadline
 	}
 	k.state = stateReleased
+	s.unhold(l)
 	if k.index >= 0 {
 		heap.Remove(&s.queue, k.index)
 	}
@@ -194,6 +202,7 @@ func (s *renewScheduler) close() []*Lease {
 		return nil
 	}
 	s.closed = true
+	clear(s.held)
 	held := make([]*Lease, 0, len(s.queue))
 	for _, l := range s.queue {
 		l.keep.state = stateClosed
@@ -205,6 +214,20 @@ func (s *renewScheduler) close() []*Lease {
 	close(s.done)
 	<-s.stopped
 	return held
+}
+
+// unhold uncounts l, which leaves stateHeld. Caller holds s.mu.
+func (s *renewScheduler) unhold(l *Lease) {
+	if s.held[l.keys.lock]--; s.held[l.keys.lock] <= 0 {
+		delete(s.held, l.keys.lock)
+	}
+}
+
+// holds reports whether a lease of this Locker holds the lock key lock.
+func (s *renewScheduler) holds(lock string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held[lock] > 0
 }
 
 // poke wakes the scheduler loop to look at the queue again.
@@ -259,6 +282,7 @@ func (s *renewScheduler) collect(now time.Time) (batch, lost []*Lease) {
 		if !now.Before(k.deadline) {
 			heap.Pop(&s.queue)
 			k.state = stateLost
+			s.unhold(l)
 			reason := LostDeadline
 			if !l.watchdog {
 				reason = LostExpired // it was meant to expire: no renewal was due
@@ -330,6 +354,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 		default:
 			heap.Remove(&s.queue, k.index)
 			k.state = stateLost
+			s.unhold(l)
 			k.lost = &LostError{Key: l.key, Reason: r.ownership.lostReason()}
 			lost = append(lost, l)
 		}

@@ -34,7 +34,8 @@ type Locker struct {
 	logger  *slog.Logger
 
 	roomsMu sync.Mutex
-	rooms   map[string]*room // by lock key
+	rooms   map[string]*room     // by lock key
+	hot     map[string]time.Time // by lock key: see markHot
 
 	// flights counts releases and hand-overs under way; Close waits for
 	// them, so that it leaves no lock of its own behind.
@@ -94,6 +95,7 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 		logger:  cfg.logger,
 		closing: make(chan struct{}),
 		rooms:   make(map[string]*room),
+		hot:     make(map[string]time.Time),
 		cleaner: newCleaner(cfg.logger),
 	}
 	l.keeper = newRenewScheduler(b, tel, cfg.logger, cfg.drift)
@@ -291,18 +293,32 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 	if ac.fair {
 		return l.acquireFair(opCtx, leaseParent, key, keys, ac, wait, giveUp)
 	}
-	if wait && l.hasDefaultWaiters(keys) {
+	holderTTL := time.Duration(0)
+	switch {
+	case wait && l.hasDefaultWaiters(keys):
 		// Queue behind this Locker's waiters rather than race them.
-		return l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, 0)
+	case wait && l.isHot(keys) && l.linesUp(keys, ac):
+		// Waiters of other Lockers are queued: line up behind them (see
+		// lineup.go) rather than make an attempt that finds the lock held.
+		return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+	default:
+		lease, ttl, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		if !wait || (!giveUp.IsZero() && !time.Now().Before(giveUp)) {
+			return nil, &NotAcquiredError{Key: key, RetryAfter: ttl}
+		}
+		if l.linesUp(keys, ac) {
+			return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+		}
+		holderTTL = ttl
 	}
-	lease, holderTTL, err := l.attempt(opCtx, leaseParent, key, keys, ac)
-	if lease != nil || err != nil {
-		return lease, err
+	lease, lineUp, err := l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, holderTTL)
+	if lineUp {
+		return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
 	}
-	if !wait || (!giveUp.IsZero() && !time.Now().Before(giveUp)) {
-		return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
-	}
-	return l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, holderTTL)
+	return lease, err
 }
 
 // waitBackoff waits by retrying with backoff.

@@ -151,6 +151,9 @@ type acquireConfig struct {
 	fair     bool
 	name     string
 	errs     []error
+	// stayInRoom: a default-mode waiter does not line up in the lock's
+	// queue (Redis refused the queue's script while the slot moved).
+	stayInRoom bool
 }
 
 // AcquireOption configures one Acquire, TryAcquire or Do call.

@@ -123,6 +123,7 @@ type handoff struct {
 	local     bool      // the waiter is this Locker's: the caller wakes it
 	reserved  uint64    // when local: the fence reserved for that waiter's next hand-over
 	next      string    // when local: the entry of the fair waiter now first in line, or ""
+	more      bool      // when handed over: others are still queued for the lock
 }
 
 // releaseHandoff releases the lock held by token: it hands it to the first
@@ -142,7 +143,7 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token, ea
 	code, _ := vals[0].(int64)
 	switch code {
 	case 2, 3:
-		want := 3
+		want := 4
 		if code == 2 {
 			want = 5
 		}
@@ -156,6 +157,10 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token, ea
 			r, _ := vals[3].(int64)
 			h.reserved = uint64(r)
 			h.next, _ = vals[4].(string)
+			h.more = h.next != ""
+		} else {
+			more, _ := vals[3].(int64)
+			h.more = more == 1
 		}
 		return h, nil
 	}

@@ -273,25 +273,28 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 	return busy[min(need, len(busy))-1]
 }
 
-// rollback releases a failed acquisition on every master, in parallel. It
-// waits (a second at most) for the masters in granted, so that a failed
-// attempt leaves nothing behind on the masters that granted it; the others
-// get the release queued after the acquisition and run it as soon as they
-// answer it. A master where the lock may be token's (all but those in
-// settled) whose release gets no answer either (it is paused, say, and will
-// run the acquisition when it resumes) is handed to the cleaner.
+// rollback releases a failed acquisition, in parallel, on every master
+// where the lock may be token's: all but those in settled, which answered
+// that another owner holds it (or failed before running the request), so
+// a lost race costs no release where it was lost. It waits (a second at
+// most) for the masters in granted, so that a failed attempt leaves nothing
+// behind on the masters that granted it; the others get the release queued
+// after the acquisition and run it as soon as they answer it. A release
+// that gets no answer either (the master is paused, say, and will run the
+// acquisition when it resumes) is handed to the cleaner.
 func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, granted, settled []bool) {
 	replies := make(chan masterReply, len(b.masters))
 	calls := []masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}}
 	for i, m := range b.masters {
+		if settled[i] {
+			continue // answered that the lock is another owner's, or failed before running
+		}
 		c := &masterCall{master: i, calls: calls, reply: replies}
-		if !settled[i] {
-			c.after = func(r masterReply) {
-				if r.cmds[0].Err() != nil {
-					only := make([]bool, len(b.masters))
-					only[i] = true
-					b.takeBackOn(k, token, ttl, only)
-				}
+		c.after = func(r masterReply) {
+			if r.cmds[0].Err() != nil {
+				only := make([]bool, len(b.masters))
+				only[i] = true
+				b.takeBackOn(k, token, ttl, only)
 			}
 		}
 		m.submit(c)

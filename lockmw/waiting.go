@@ -56,6 +56,7 @@ type waiter struct {
 	wake      chan struct{}  // default mode: a release was heard, or you lead now
 	grant     chan grantInfo // fair mode: the lock was handed over
 	delivered bool           // fair mode: a grant was sent on grant (or claimed)
+	passOn    bool           // default mode: leaves its room to line up in the queue
 	// busySent and busyCounter are, in fair mode, the sent time of the last
 	// attempt that found the lock held (or of the request that queued w)
 	// and the fence counter that attempt saw. A grant whose fence is above
@@ -318,11 +319,26 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockKeys, token string
 		}
 	}
 	sentAt := time.Now()
-	h, err := l.waits.releaseHandoff(ctx, keys, token, "", 0)
+	h, err := l.releaseHandoff(ctx, keys, token, "", 0)
 	if err == nil && h.local {
 		l.handTo(keys, h.to, h.fence, sentAt, h.reserved, h.next)
 	}
 	return h.ownership, err
+}
+
+// releaseHandoff runs the backend's releaseHandoff. A lock handed to a
+// waiter with others queued behind it is hot (see markHot); this Locker's
+// default-mode waiters for it then line up behind the new holder (see
+// wakeDefaultHead).
+func (l *Locker) releaseHandoff(ctx context.Context, keys lockKeys, token, early string, earlyFence uint64) (handoff, error) {
+	h, err := l.waits.releaseHandoff(ctx, keys, token, early, earlyFence)
+	if err == nil && h.to != "" {
+		if h.more {
+			l.markHot(keys)
+		}
+		l.wakeDefaultHead(keys)
+	}
+	return h, err
 }
 
 // releaseLease releases s, whose validity ends at deadline (zero when
@@ -361,7 +377,7 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 		// lock to one of them.
 		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
 		sentAt := time.Now()
-		ho, err := l.waits.releaseHandoff(ctx, s.keys, s.token, "", 0)
+		ho, err := l.releaseHandoff(ctx, s.keys, s.token, "", 0)
 		if err == nil && ho.local {
 			l.handTo(s.keys, ho.to, ho.fence, sentAt, ho.reserved, ho.next)
 		}
@@ -391,7 +407,7 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	ho, err := l.waits.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
+	ho, err := l.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
 	switch {
 	case err != nil:
 		return 0, err
@@ -498,7 +514,11 @@ func (l *Locker) forgetFair(keys lockKeys, token string) {
 // waitDefault waits in key's room for a release and retries, as the room's
 // first waiter, until it gets the lock. holderTTL is what the failed first
 // attempt reported (0 when the call skipped it to queue behind others).
-func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, giveUp time.Time, holderTTL time.Duration) (*Lease, error) {
+// lineUp reports, with no lease and no error, an attempt that found the
+// lock held by another Locker: the caller lines up in the lock's queue
+// instead (see lineup.go), and the room's next waiter is woken to do the
+// same.
+func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, giveUp time.Time, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
 	w := &waiter{token: newToken(), ttl: ac.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1)}
 	l.roomsMu.Lock()
 	r := l.join(keys)
@@ -512,7 +532,7 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 	if err := l.watchUntil(opCtx, giveUp, keys.notify, false); err == nil {
 		defer l.waits.subscriber().unwatch(keys.notify)
 	} else if opCtx.Err() != nil {
-		return nil, ctxErr(opCtx, key)
+		return nil, false, ctxErr(opCtx, key)
 	} else {
 		l.logger.Debug("lockmw: waiting without release notifications", slog.String("key", key), slog.Any("error", err))
 	}
@@ -523,9 +543,15 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 		if retry && l.leads(r, w) {
 			lease, ttl, err := l.attempt(opCtx, leaseParent, key, keys, ac)
 			if lease != nil || err != nil {
-				return lease, err
+				return lease, false, err
 			}
 			holderTTL = ttl
+			if l.linesUp(keys, ac) && (giveUp.IsZero() || time.Now().Before(giveUp)) {
+				l.roomsMu.Lock()
+				w.passOn = true
+				l.roomsMu.Unlock()
+				return nil, true, nil
+			}
 		}
 		retry = false
 		sleep := holderTTL
@@ -535,7 +561,7 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 		if !giveUp.IsZero() {
 			left := time.Until(giveUp)
 			if left <= 0 {
-				return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+				return nil, false, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
 			}
 			sleep = min(sleep, left)
 		}
@@ -545,21 +571,22 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 			// A release in this Locker handed the lock over.
 			defer l.flights.done()
 			if g.early != nil {
-				return l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, false)
+				lease, err := l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, false)
+				return lease, false, err
 			}
 			lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, false)
 			if lease != nil {
 				lease.reserved.Store(g.reserved)
 			}
-			return lease, err
+			return lease, false, err
 		case <-w.wake:
 			retry = true
 		case <-timer.C:
 			retry = true // the holder's TTL ran out, or the wait did
 		case <-opCtx.Done():
-			return nil, ctxErr(opCtx, key)
+			return nil, false, ctxErr(opCtx, key)
 		case <-l.closing:
-			return nil, ErrClosed
+			return nil, false, ErrClosed
 		}
 		if !timer.Stop() {
 			select {
@@ -592,8 +619,11 @@ func (l *Locker) leaveDefault(r *room, w *waiter) {
 	for i, x := range r.defaults {
 		if x == w {
 			r.defaults = append(r.defaults[:i], r.defaults[i+1:]...)
-			if i == 0 && len(r.defaults) > 0 && len(w.wake) > 0 {
-				signal(r.defaults[0].wake) // pass on a release w heard but did not use
+			if i == 0 && len(r.defaults) > 0 && (len(w.wake) > 0 || w.passOn) {
+				// Pass on a release w heard but did not use, or, when w
+				// lines up in the queue, its lead: the next waiter retries
+				// and lines up too.
+				signal(r.defaults[0].wake)
 			}
 			break
 		}
@@ -642,7 +672,9 @@ func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, key
 	l.roomsMu.Lock()
 	r := l.join(keys)
 	r.fair[token] = w
-	known := r.fairBusy > 0 // a fair waiter or holder here: the lock is busy
+	// A fair waiter or holder here, or a hand-over that left others queued:
+	// the lock is busy, and the queue likely exists.
+	known := r.fairBusy > 0 || l.isHotLocked(keys)
 	r.fairBusy++
 	l.roomsMu.Unlock()
 

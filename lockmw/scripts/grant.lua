@@ -27,8 +27,9 @@ end
 -- waiter ahead is gone, and the caller takes the lock itself.
 --
 -- Returns {2, fence, token, reserved, next} for a waiter of self, {3, fence,
--- token} for one that was published to, {4} when skip was reached (popped),
--- nil when no live waiter was queued.
+-- token, more} for one that was published to (more: 1 when others are still
+-- queued behind it), {4} when skip was reached (popped), nil when no live
+-- waiter was queued.
 local function grant(lock, fence, queue, chanprefix, pub, self, skip, first, early, early_fence)
   local e = first
   if e == '' then
@@ -51,7 +52,7 @@ local function grant(lock, fence, queue, chanprefix, pub, self, skip, first, ear
       end
       local r = redis.call('INCRBY', fence, 2)
       if redis.call(pub, chanprefix .. id, t .. ' ' .. (r - 1) .. ' ' .. r .. ' ' .. (n or '')) > 0 then
-        return {3, r - 1, t}
+        return {3, r - 1, t, n and 1 or 0}
       end
     end
     e = n

@@ -19,8 +19,8 @@
 -- gets the lock; the waiter that was next stays first in line.
 --
 -- Returns {1} when the lock was deleted (and the release notified), {2,
--- fence, token, reserved, next} or {3, fence, token} when it was handed to a
--- fair waiter (see grant), {0} when it no longer exists, {-1} when another
+-- fence, token, reserved, next} or {3, fence, token, more} when it was
+-- handed to a fair waiter (see grant), {0} when it no longer exists, {-1} when another
 -- owner holds it (left untouched).
 local owner = redis.call('GET', KEYS[1])
 if owner == false then

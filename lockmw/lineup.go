@@ -1,0 +1,109 @@
+package lockmw
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// This file is how waiters of different Lockers (processes) take turns
+// without a herd.
+//
+// A Locker's own waiters for a lock it holds wait in its room (waiting.go):
+// its release hands the lock to the first of them, in-process. A waiter
+// whose lock is held by another Locker lines up in the lock's queue in
+// Redis instead, whatever its mode: the holder's release hands the lock
+// straight to the first live entry (grant.lua), and only that entry's
+// Locker is told, on its grant channel. A release thus wakes one waiter,
+// not the first waiter of every process, and the lock is never free while
+// waiters are queued, so nobody barges in between. Default mode keeps what
+// it is for: a lock nobody waits on costs no queue bookkeeping, and a first
+// attempt on a lock that is free takes it at once. The lease of a default
+// waiter that came through the queue is released like a Fair one (by
+// release.lua, which hands over).
+//
+// The safety of a lease that becomes live this way is that of every grant
+// (see doc.go, "Safety"): the queue only decides who is next.
+
+// hotFor is how long a lock stays hot after a release of this Locker
+// handed it on with others still queued.
+const hotFor = time.Second
+
+// maxHot bounds the hot locks a Locker remembers.
+const maxHot = 1024
+
+// markHot records that the lock of keys was just handed on with waiters
+// still queued behind the new holder: an Acquire of this Locker for it in
+// the next hotFor joins the queue with one RPUSHX (enqueue) instead of a
+// full attempt that would find the lock held.
+func (l *Locker) markHot(keys lockKeys) {
+	now := time.Now()
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if len(l.hot) >= maxHot {
+		for k, t := range l.hot {
+			if now.Sub(t) >= hotFor {
+				delete(l.hot, k)
+			}
+		}
+		if len(l.hot) >= maxHot {
+			clear(l.hot)
+		}
+	}
+	l.hot[keys.lock] = now
+}
+
+// isHotLocked reports whether the lock of keys is hot, forgetting it once
+// it is not. Caller holds l.roomsMu.
+func (l *Locker) isHotLocked(keys lockKeys) bool {
+	t, ok := l.hot[keys.lock]
+	if ok && time.Since(t) >= hotFor {
+		delete(l.hot, keys.lock)
+		return false
+	}
+	return ok
+}
+
+// isHot is isHotLocked for a caller that does not hold l.roomsMu.
+func (l *Locker) isHot(keys lockKeys) bool {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	return l.isHotLocked(keys)
+}
+
+// wakeDefaultHead wakes the first default-mode waiter of keys, if any,
+// after a release handed the lock to a queued waiter: the lock did not
+// become free, so no release notification comes. The woken waiter retries
+// and, finding the lock held by another Locker, lines up in the queue.
+func (l *Locker) wakeDefaultHead(keys lockKeys) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if r := l.rooms[keys.lock]; r != nil && len(r.defaults) > 0 {
+		signal(r.defaults[0].wake)
+	}
+}
+
+// linesUp reports whether a default-mode waiter for keys should line up in
+// the lock's queue: the lock is not held by this Locker (whose release
+// would hand it over in-process), and the waiter has not fallen back to its
+// room (see lineUp).
+func (l *Locker) linesUp(keys lockKeys, ac *acquireConfig) bool {
+	return !ac.stayInRoom && !l.keeper.holds(keys.lock)
+}
+
+// lineUp waits for key in the lock's queue, as a Fair waiter does. While
+// the lock's Cluster slot is being moved, Redis refuses the queue's script
+// (TRYAGAIN: its keys are not all on one node, the queue not existing on
+// either), longer than a waiter retries: the waiter then waits in its room
+// instead, on release notifications, whose attempts need only the lock and
+// its counter.
+func (l *Locker) lineUp(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, giveUp time.Time) (*Lease, error) {
+	lease, err := l.acquireFair(opCtx, leaseParent, key, keys, ac, true, giveUp)
+	if err == nil || opCtx.Err() != nil || !slotMoving(err) {
+		return lease, err
+	}
+	l.logger.Debug("lockmw: waiting without the queue while the slot moves", slog.String("key", key), slog.Any("error", err))
+	ac.stayInRoom = true
+	lease, _, err = l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, 0)
+	return lease, err
+}

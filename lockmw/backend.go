@@ -25,6 +25,7 @@ type acquireReply struct {
 	acquired  bool
 	fence     uint64        // when acquired: the new fencing token
 	holderTTL time.Duration // when busy: the holder's remaining TTL, 0 if unknown
+	queued    bool          // Redlock: the attempt queued the caller's wait entry
 }
 
 // ownership is what a compare-and-act script found under the lock key.

@@ -41,10 +41,11 @@ func TestConformanceRedis(t *testing.T) {
 		Leftovers: func(t testing.TB, key string) []string {
 			return redisLeftovers(t, admin, []*redis.Client{admin}, key, false)
 		},
-		Fair:     true,
-		Queued:   func(t testing.TB, key string) int { return queued(t, admin, key) },
-		Notifies: true,
-		Requests: func(t testing.TB) int64 { return requests(t, admin) },
+		Fair:                 true,
+		Queued:               func(t testing.TB, key string) int { return queued(t, admin, key) },
+		QueuesDefaultWaiters: true,
+		Notifies:             true,
+		Requests:             func(t testing.TB) int64 { return requests(t, admin) },
 	})
 }
 
@@ -105,9 +106,10 @@ func TestConformanceRedisCluster(t *testing.T) {
 		Leftovers: func(t testing.TB, key string) []string {
 			return redisLeftovers(t, admin, masters, key, true)
 		},
-		Fair:     true,
-		Queued:   func(t testing.TB, key string) int { return queued(t, admin, key) },
-		Notifies: true,
+		Fair:                 true,
+		Queued:               func(t testing.TB, key string) int { return queued(t, admin, key) },
+		QueuesDefaultWaiters: true,
+		Notifies:             true,
 		Requests: func(t testing.TB) int64 {
 			var n int64
 			for _, m := range masters {
@@ -160,6 +162,7 @@ func TestConformanceRedlock(t *testing.T) {
 		Kill:          each((*redistest.Server).Kill),
 		Restart:       each((*redistest.Server).Restart),
 		KillLosesData: true,
+		Notifies:      true,
 		Leftovers: func(t testing.TB, key string) []string {
 			var out []string
 			for i, a := range admins {

@@ -86,7 +86,18 @@
 //     elapsed − drift. Any two majorities share a master, and that master
 //     refuses a second token until the first is gone there. Fences are the
 //     maximum over the winning majority, raised on a majority before the
-//     lease is returned (see NewRedlock).
+//     lease is returned (see NewRedlock). Which masters an attempt asks
+//     (the first majority, the others when one of those does not grant
+//     it) does not matter to this: any majority that granted it shares a
+//     master with any other. A renewal may also take a free master where
+//     the lease was never held (redlock_renew.lua): that is what an
+//     acquisition does there, and D still moves only when a majority
+//     confirmed the renewal, dated from its send time.
+//
+// Waiting adds no way to become live. A waiter of another Locker lines up
+// in the lock's queue and is handed the lock by a Fair grant (above),
+// whatever its mode; a Redlock waiter is woken by the release on the first
+// master and then makes an ordinary attempt.
 //
 // Two properties of the wire keep these steps in the order the argument
 // assumes. Calls for one lock leave in the order they were made: a

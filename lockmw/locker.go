@@ -288,6 +288,9 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		if ac.fair {
 			return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
 		}
+		if b, ok := l.backend.(*redlockBackend); ok && b.subs != nil {
+			return l.waitRedlock(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+		}
 		return l.waitBackoff(opCtx, leaseParent, key, keys, ac, wait, giveUp)
 	}
 	if ac.fair {

@@ -59,9 +59,18 @@ var (
 	raiseSource string
 	//go:embed scripts/redlock_release.lua
 	redlockReleaseSource string
+	//go:embed scripts/redlock_acquire.lua
+	redlockAcquireSource string
+	//go:embed scripts/redlock_wake.lua
+	redlockWakeSource string
+	//go:embed scripts/redlock_renew.lua
+	redlockRenewSource string
 
 	raiseScript          = redis.NewScript(raiseSource)
 	redlockReleaseScript = redis.NewScript(redlockReleaseSource)
+	redlockAcquireScript = redis.NewScript(redlockAcquireSource)
+	redlockWakeScript    = redis.NewScript(redlockWakeSource)
+	redlockRenewScript   = redis.NewScript(redlockRenewSource)
 )
 
 // NewRedlock returns a Locker that keeps each lock on a majority of N
@@ -89,9 +98,17 @@ var (
 // persistence must stay down for at least the longest lease TTL before
 // rejoining, or two holders can overlap. Fence every write to shared state.
 //
-// Waiting (Acquire) retries with backoff: there are no release
-// notifications, and Fair gives ErrInvalidOption. The Locker does not own
-// the clients: close them after the Locker. Each client's ReadTimeout
+// An attempt asks the first N/2+1 masters, and the others as soon as one
+// of those does not grant it or they have not all answered within a few
+// milliseconds; the lease's first renewal (after TTL/3) takes the other
+// masters that are free, so a lease held past it survives the loss of up
+// to N/2 masters, and one released before it is held on a bare majority
+// (the loss of one of its masters then ends it at its deadline). Waiting
+// (Acquire) is on wakes, not polling: the first master keeps a wait queue
+// of the Lockers' waiters, and a release there wakes the first, which
+// then makes an attempt; a waiter whose wake is lost retries when the
+// holder's TTL runs out. Fair gives ErrInvalidOption. The Locker does not
+// own the clients: close them after the Locker. Each client's ReadTimeout
 // bounds how long a paused master can delay its own queue, not the
 // decisions the other masters make.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
@@ -105,6 +122,8 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 		return nil, err
 	}
 	b.cleaner, b.logger = l.cleaner, l.logger
+	l.id = newToken()[:16]
+	newRedlockWaits(l, b, clients[0])
 	return l, nil
 }
 
@@ -116,7 +135,27 @@ type redlockBackend struct {
 	// have taken there (see rollback); the Locker's.
 	cleaner *cleaner
 	logger  *slog.Logger
+	// subs hears wakes on the first master (see redlock_wait.go); self is
+	// the Locker's id, which names its wake channel; onWake is told when a
+	// release woke a waiter (the lock is contended).
+	subs   *subscriber
+	self   string
+	onWake func(lockKeys)
+	// held is, by lock key and token, where a lease's lock may be (a
+	// *heldOn): its release goes there only.
+	held sync.Map
 }
+
+// heldOn is where a Redlock lease's lock may be.
+type heldOn struct {
+	mu       sync.Mutex
+	masters  []bool // the lock may be the lease's there
+	renewing int    // renewals on the wire, which may take more masters
+}
+
+// hedgeAfter is how long an attempt waits for the first quorum of masters
+// before it asks the others too.
+const hedgeAfter = 5 * time.Millisecond
 
 func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error) {
 	n := len(clients)
@@ -154,14 +193,53 @@ func (b *redlockBackend) close() {
 	for _, m := range b.masters {
 		m.close()
 	}
+	if b.subs != nil {
+		b.subs.close()
+	}
 }
 
 func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
+	return b.acquireQueued(ctx, k, token, ttl, "")
+}
+
+// acquireQueued makes one attempt. It asks the first quorum of masters
+// (the first master by redlock_acquire.lua, the others by a plain SET NX
+// PX and INCR), and the other masters too as soon as one of those does not
+// grant it or they have not all answered within hedgeAfter: a quorum is a
+// quorum whichever masters form it, and asking only as many as needed
+// saves each acquisition and release the calls to the rest. entry, if not
+// empty, is the caller's wait-queue entry: queued in the reply says that
+// the first master found the lock held and queued it there.
+func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string) (acquireReply, error) {
 	n, q := len(b.masters), b.quorum
-	replies := b.fanOut([]masterScript{{acquireScript, []string{k.lock, k.fence}, []any{token, millis(ttl)}}})
+	replies := make(chan masterReply, n)
+	sent := make([]bool, n)
+	unsent := n
+	send := func(i int) {
+		call := masterScript{plain: true, keys: []string{k.lock, k.fence}, args: []any{token, millis(ttl)}}
+		if i == 0 {
+			call = masterScript{script: redlockAcquireScript, keys: []string{k.lock, k.fence, k.queue}, args: []any{token, millis(ttl), entry}}
+		}
+		sent[i] = true
+		unsent--
+		b.masters[i].submit(&masterCall{master: i, calls: []masterScript{call}, reply: replies})
+	}
+	sendRest := func() {
+		for i := range n {
+			if !sent[i] {
+				send(i)
+			}
+		}
+	}
+	for i := range q {
+		send(i)
+	}
+	hedge := time.NewTimer(hedgeAfter)
+	defer hedge.Stop()
 
 	var (
 		won, failed int
+		queued      bool
 		granted     = make([]bool, n)
 		settled     = make([]bool, n)     // the lock is known not to be token's there
 		fences      = make([]int64, 0, n) // fences of the masters that granted, in answer order
@@ -181,13 +259,19 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 		var r masterReply
 		select {
 		case r = <-replies:
+		case <-hedge.C:
+			sendRest()
+			continue
 		case <-ctx.Done():
+			for i := range n {
+				settled[i] = settled[i] || !sent[i]
+			}
 			b.rollback(k, token, ttl, granted, settled)
 			return acquireReply{}, ctx.Err()
 		}
 		vals, err := r.cmds[0].Int64Slice()
 		if err == nil && len(vals) != 2 {
-			err = fmt.Errorf("acquire script returned %d values, want 2", len(vals))
+			err = fmt.Errorf("acquire returned %d values, want 2", len(vals))
 		}
 		switch {
 		case err != nil:
@@ -201,14 +285,21 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 		default:
 			settled[r.master] = true
 			busyTTLs = append(busyTTLs, time.Duration(max(vals[1], 0))*time.Millisecond)
+			queued = queued || (r.master == 0 && entry != "")
 		}
+		if err != nil || vals[0] != 1 {
+			sendRest() // the first quorum cannot grant it alone
+		}
+	}
+	for i := range n {
+		settled[i] = settled[i] || !sent[i] // never asked: not token's there
 	}
 	if won < q {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
-			return acquireReply{}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
+			return acquireReply{queued: queued}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
-		return acquireReply{holderTTL: freeIn(busyTTLs, q-won)}, nil
+		return acquireReply{holderTTL: freeIn(busyTTLs, q-won), queued: queued}, nil
 	}
 
 	fence, err := b.settleFence(ctx, k, token, fences)
@@ -216,8 +307,18 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 		b.rollback(k, token, ttl, granted, settled)
 		return acquireReply{}, err
 	}
+	// The release goes where the lock may be token's: where it was granted,
+	// and where the request may yet run or did without an answer.
+	maybe := make([]bool, n)
+	for i := range n {
+		maybe[i] = !settled[i]
+	}
+	b.held.Store(heldKey(k, token), &heldOn{masters: maybe})
 	return acquireReply{acquired: true, fence: uint64(fence)}, nil
 }
+
+// heldKey names a lease in redlockBackend.held.
+func heldKey(k lockKeys, token string) string { return k.lock + "\x00" + token }
 
 // settleFence returns the holder's fence, M, the largest counter its
 // winning masters returned, once a quorum of masters has counter >= M
@@ -235,7 +336,7 @@ func (b *redlockBackend) settleFence(ctx context.Context, k lockKeys, token stri
 		return m, nil // the grants themselves set a quorum's counters to M
 	}
 	n, q := len(b.masters), b.quorum
-	replies := b.fanOut([]masterScript{{raiseScript, []string{k.lock, k.fence}, []any{token, m}}})
+	replies := b.fanOut([]masterScript{{script: raiseScript, keys: []string{k.lock, k.fence}, args: []any{token, m}}})
 	var owned, other int
 	var errs []error
 	for owned < q && n-other >= q {
@@ -284,14 +385,14 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // acquisition when it resumes) is handed to the cleaner.
 func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, granted, settled []bool) {
 	replies := make(chan masterReply, len(b.masters))
-	calls := []masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}}
+	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	for i, m := range b.masters {
 		if settled[i] {
 			continue // answered that the lock is another owner's, or failed before running
 		}
 		c := &masterCall{master: i, calls: calls, reply: replies}
 		c.after = func(r masterReply) {
-			if r.cmds[0].Err() != nil {
+			if err := r.cmds[0].Err(); err != nil && !errors.Is(err, ErrClosed) {
 				only := make([]bool, len(b.masters))
 				only[i] = true
 				b.takeBackOn(k, token, ttl, only)
@@ -326,7 +427,7 @@ func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, g
 // parallel, and unmarks those that answered; nil once none is left.
 func (b *redlockBackend) releaseOn(ctx context.Context, k lockKeys, token string, masters []bool) error {
 	replies := make(chan masterReply, len(b.masters))
-	calls := []masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}}
+	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	sent := 0
 	for i, m := range b.masters {
 		if masters[i] {
@@ -350,14 +451,47 @@ func (b *redlockBackend) releaseOn(ctx context.Context, k lockKeys, token string
 	return errors.Join(errs...)
 }
 
+// release releases token's lock on the masters where it may be (all of
+// them for a token this backend did not acquire), the first master waking
+// the first waiter of the lock's queue. A master not asked counts as one
+// where the lock is not token's.
 func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
 	n, q := len(b.masters), b.quorum
-	replies := b.fanOut([]masterScript{{redlockReleaseScript, []string{k.lock}, []any{token}}})
+	var where []bool // nil: every master
+	if v, ok := b.held.LoadAndDelete(heldKey(k, token)); ok {
+		h := v.(*heldOn)
+		h.mu.Lock()
+		if h.renewing == 0 {
+			// A renewal on the wire may take masters yet: then every
+			// master gets the release, queued after that renewal.
+			where = h.masters
+		}
+		h.masters = nil // renewals answered from now on record nothing
+		h.mu.Unlock()
+	}
+	replies := make(chan masterReply, n)
 	var t tally
+	for i, m := range b.masters {
+		if where != nil && !where[i] {
+			t.add(missing, nil)
+			continue
+		}
+		call := masterScript{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}
+		if i == 0 && b.subs != nil {
+			call.keys, call.args = []string{k.lock, k.queue}, []any{token, k.grants}
+		}
+		m.submit(&masterCall{master: i, calls: []masterScript{call}, reply: replies})
+	}
 	for !t.decided(n, q) {
 		select {
 		case r := <-replies:
 			v, err := r.cmds[0].Int64()
+			if v == 2 { // deleted, and a waiter woken
+				v = 1
+				if b.onWake != nil {
+					b.onWake(k)
+				}
+			}
 			t.add(ownershipOf(v), b.masterErr(r.master, err))
 		case <-ctx.Done():
 			return 0, ctx.Err()
@@ -366,13 +500,67 @@ func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) 
 	return t.result(n, q)
 }
 
+// renew renews each lease on every master (redlock_renew.lua): where it
+// is held it is extended, and a free master where it never was is taken,
+// which spreads a lease acquired on a bare quorum over the others.
 func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
 	n, q := len(b.masters), b.quorum
-	calls := make([]masterScript, len(reqs))
+	held := make([]*heldOn, len(reqs))
 	for i, r := range reqs {
-		calls[i] = masterScript{renewScript, []string{r.keys.lock}, []any{r.token, millis(r.ttl)}}
+		if v, ok := b.held.Load(heldKey(r.keys, r.token)); ok {
+			h := v.(*heldOn)
+			h.mu.Lock()
+			if h.masters != nil {
+				held[i] = h
+				h.renewing++
+			}
+			h.mu.Unlock()
+		}
 	}
-	replies := b.fanOut(calls)
+	// Each master's answer records where a lease was taken, even one that
+	// comes after the renewal was decided; once all have answered, the
+	// renewal is off the wire.
+	var answered sync.WaitGroup
+	answered.Add(n)
+	go func() {
+		answered.Wait()
+		for _, h := range held {
+			if h != nil {
+				h.mu.Lock()
+				h.renewing--
+				h.mu.Unlock()
+			}
+		}
+	}()
+	record := func(r masterReply) {
+		defer answered.Done()
+		for i, c := range r.cmds {
+			if v, err := c.Int64(); err == nil && v == 2 && held[i] != nil {
+				h := held[i]
+				h.mu.Lock()
+				if h.masters != nil {
+					h.masters[r.master] = true
+				}
+				h.mu.Unlock()
+			}
+		}
+	}
+	replies := make(chan masterReply, n)
+	for m := range b.masters {
+		calls := make([]masterScript, len(reqs))
+		for i, r := range reqs {
+			retake := "0"
+			if h := held[i]; h != nil {
+				h.mu.Lock()
+				if h.masters != nil && !h.masters[m] {
+					retake = "1"
+				}
+				h.mu.Unlock()
+			}
+			calls[i] = masterScript{script: redlockRenewScript, keys: []string{r.keys.lock}, args: []any{r.token, millis(r.ttl), retake}}
+		}
+		b.masters[m].submit(&masterCall{master: m, calls: calls, reply: replies, after: record})
+	}
 	tallies := make([]tally, len(reqs))
 	open := len(reqs)
 collect:
@@ -389,6 +577,9 @@ collect:
 				continue
 			}
 			v, err := c.Int64()
+			if v == 2 { // taken where the lease was not held (recorded by record)
+				v = 1
+			}
 			t.add(ownershipOf(v), b.masterErr(r.master, err))
 			if t.decided(n, q) {
 				open--
@@ -468,11 +659,15 @@ func (b *redlockBackend) fanOut(calls []masterScript) <-chan masterReply {
 	return replies
 }
 
-// masterScript is one script invocation, the same for every master.
+// masterScript is one script invocation, or with plain a plain
+// acquisition: SET keys[0] args[0] NX PX args[1], then INCR keys[1], run
+// one after the other (answered as the acquire script is: {1, fence} or
+// {0, 0}, the holder's TTL not asked).
 type masterScript struct {
 	script *redis.Script
 	keys   []string
 	args   []any
+	plain  bool
 }
 
 // masterCall is a request queued for one master: scripts sent together in
@@ -483,7 +678,8 @@ type masterCall struct {
 	reply  chan<- masterReply
 	cmds   []*redis.Cmd
 	// after, if set, is called with the reply once it is sent, by the
-	// master's sender (it must not block); not for a closed master.
+	// master's sender (it must not block), or by submit when the master is
+	// closed (the reply's errors then match ErrClosed).
 	after func(masterReply)
 }
 
@@ -549,7 +745,11 @@ func (m *master) fail(c *masterCall, err error) {
 		cmds[i] = redis.NewCmd(context.Background())
 		cmds[i].SetErr(err)
 	}
-	c.reply <- masterReply{master: c.master, cmds: cmds}
+	r := masterReply{master: c.master, cmds: cmds}
+	c.reply <- r
+	if c.after != nil {
+		c.after(r)
+	}
 }
 
 // take moves into batch the queued calls that go in the next round trip:
@@ -620,17 +820,51 @@ func (m *master) run() {
 func (m *master) exec(batch []*masterCall) {
 	ctx := context.Background() // bounded by the client's read and write timeouts
 	pipe := m.client.Pipeline()
+	type plainCmds struct {
+		call      *redis.Cmd
+		set, incr *redis.Cmd
+	}
+	var plains []plainCmds
 	for _, c := range batch {
 		c.cmds = make([]*redis.Cmd, len(c.calls))
 		for i, s := range c.calls {
+			if s.plain {
+				c.cmds[i] = redis.NewCmd(ctx)
+				plains = append(plains, plainCmds{
+					call: c.cmds[i],
+					set:  sendOnce(ctx, pipe, redis.NewCmd(ctx, "set", s.keys[0], s.args[0], "nx", "px", s.args[1])),
+					incr: sendOnce(ctx, pipe, redis.NewCmd(ctx, "incr", s.keys[1])),
+				})
+				continue
+			}
 			c.cmds[i] = s.script.EvalSha(ctx, once{pipe}, s.keys, s.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
+	for _, p := range plains {
+		switch err := p.set.Err(); {
+		case errors.Is(err, redis.Nil):
+			p.call.SetVal([]any{int64(0), int64(0)})
+		case err != nil:
+			p.call.SetErr(err)
+		case p.incr.Err() != nil:
+			// Taken, but no fence drawn: the caller counts the master as
+			// failed and gives the lock back there (rollback). Not wrapped:
+			// the lock was set, so this must not read as a Redis reply that
+			// says the request did not run (mayHaveRun).
+			p.call.SetErr(fmt.Errorf("lock set but no fence drawn: %v", p.incr.Err()))
+		default:
+			n, _ := p.incr.Int64()
+			p.call.SetVal([]any{int64(1), n})
+		}
+	}
 
 	var resend redis.Pipeliner
 	for _, c := range batch {
 		for i, cmd := range c.cmds {
+			if c.calls[i].plain {
+				continue
+			}
 			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 				if resend == nil {
 					resend = m.client.Pipeline()

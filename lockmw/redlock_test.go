@@ -106,8 +106,9 @@ func TestNewRedlockRejectsBadMasters(t *testing.T) {
 	}
 }
 
-// A Redlock lease is held on every master, excludes other Lockers, and is
-// gone from every master after Release.
+// A Redlock lease is held on every master once its first renewal (after
+// TTL/3) has spread it from the quorum its acquisition took, excludes other
+// Lockers, and is gone from every master after Release.
 func TestRedlockAcquireRelease(t *testing.T) {
 	masters := redistest.StartN(t, 3)
 	l, rival := newRedlock(t, masters), newRedlock(t, masters)
@@ -116,7 +117,8 @@ func TestRedlockAcquireRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// TryAcquire returns once a majority granted it; the rest follow.
+	// TryAcquire returns once a majority granted it; the renewal takes
+	// the rest.
 	for i, m := range masters {
 		eventually(t, 5*time.Second, func() error {
 			if m.Client(t).Exists(ctx, lockKey("k")).Val() != 1 {

@@ -1,0 +1,279 @@
+package lockmw
+
+import (
+	"context"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is how a Redlock Acquire waits for a busy lock: on wakes, not
+// by polling, and one waiter at a time.
+//
+// The first master keeps, beside its copy of the lock, a wait queue of
+// "<locker id> <waiter id>" entries. A waiter's attempt that finds the lock
+// held there queues its entry in the same script (redlock_acquire.lua), so
+// no release can fall between the two; a Locker whose release just woke a
+// waiter knows others wait, and its next Acquire of the lock queues with
+// one RPUSHX instead of an attempt. The holder's release on the first
+// master wakes the first waiter still listening, on its Locker's wake
+// channel (redlock_release.lua), and only that waiter tries. A wake grants
+// nothing: the waiter makes an ordinary attempt, decided by a quorum as
+// every other (see redlock.go), so this file adds no way for a lease to
+// become live. If the attempt loses (its wake came before the release
+// reached the other masters, or a newcomer took the lock first), the
+// waiter retries after a short backoff, or queues again when the first
+// master says the lock is held.
+//
+// A lost wake (the first master down or restarted, a dropped message, a
+// waiter that gave up as it was woken and could not pass its turn on)
+// costs latency, never liveness: a queued waiter also retries when the
+// holder's TTL would have run out.
+
+// newRedlockWaits gives b a wake channel on the first master for the
+// Locker l.
+func newRedlockWaits(l *Locker, b *redlockBackend, first redis.UniversalClient) {
+	b.self = l.id
+	b.subs = newSubscriber(first)
+	b.subs.deliver = l.deliverWake
+	b.onWake = l.markHot
+}
+
+// deliverWake routes a wake from the first master to its waiter; a wake
+// for a waiter that is gone is passed on to the next.
+func (l *Locker) deliverWake(channel, payload string) {
+	base, ok := strings.CutSuffix(channel, ":g:"+l.id)
+	if !ok {
+		return
+	}
+	l.roomsMu.Lock()
+	var w *waiter
+	if r := l.rooms[base]; r != nil {
+		w = r.fair[payload]
+	}
+	if w != nil {
+		signal(w.wake)
+	}
+	l.roomsMu.Unlock()
+	if w == nil {
+		l.passWakeOn(newLockKeysFromBase(base))
+	}
+}
+
+// passWakeOn wakes the next waiter of keys, in the background.
+func (l *Locker) passWakeOn(keys lockKeys) {
+	b := l.backend.(*redlockBackend)
+	l.flights.start()
+	go func() {
+		defer l.flights.done()
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+		defer cancel()
+		err := redlockWakeScript.Run(ctx, once{b.masters[0].client}, []string{keys.queue}, keys.grants).Err()
+		if err != nil {
+			l.logger.Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
+				slog.String("lock", keys.lock), slog.Any("error", err))
+		}
+	}()
+}
+
+// waitRedlock acquires key on a Redlock backend: one attempt when !wait,
+// else attempts woken by releases (see the top of this file) until one
+// succeeds, fails, or the wait ends.
+func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+	b := l.backend.(*redlockBackend)
+	if !wait {
+		lease, reply, err := l.attemptQueued(opCtx, leaseParent, key, keys, ac, "")
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		retryAfter := reply.holderTTL
+		if retryAfter == 0 {
+			// Masters asked with a plain SET do not tell the holder's TTL.
+			retryAfter = b.holderTTL(opCtx, keys)
+		}
+		return nil, &NotAcquiredError{Key: key, RetryAfter: retryAfter}
+	}
+	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
+	entry := l.id + " " + w.token
+	l.roomsMu.Lock()
+	r := l.join(keys)
+	r.fair[w.token] = w
+	l.roomsMu.Unlock()
+	queued := false
+	defer func() { l.leaveRedlock(r, w, entry, queued) }()
+
+	channel := keys.grants + l.id
+	if err := l.watchOn(opCtx, b.subs, giveUp, channel); err == nil {
+		defer b.subs.unwatch(channel)
+	} else if opCtx.Err() != nil {
+		return nil, ctxErr(opCtx, key)
+	} else {
+		l.logger.Debug("lockmw: waiting without wakes", slog.String("key", key), slog.Any("error", err))
+	}
+
+	retry := true
+	if l.isHot(keys) {
+		// Others were waiting when this Locker's release woke one: queue
+		// behind them without an attempt that would find the lock held.
+		n, err := sendOnce(opCtx, b.masters[0].client, redis.NewIntCmd(opCtx, "rpushx", keys.queue, entry)).Result()
+		if err == nil && n > 0 {
+			queued, retry = true, false
+		}
+	}
+	var (
+		holderTTL time.Duration
+		backoff   = minBackoff
+	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if retry {
+			e := entry
+			if queued {
+				e = "" // already queued: do not queue twice
+			}
+			lease, reply, err := l.attemptQueued(opCtx, leaseParent, key, keys, ac, e)
+			if lease != nil || err != nil {
+				return lease, err
+			}
+			holderTTL = reply.holderTTL
+			queued = queued || reply.queued
+		}
+		retry = false
+		var sleep time.Duration
+		if queued {
+			// Woken by the holder's release; the timer is for a lost wake.
+			sleep = holderTTL
+			if sleep <= 0 {
+				sleep = ac.ttl
+			}
+			sleep += mathrand.N(sleep/8 + 1)
+		} else {
+			// The lock is changing hands (or the first master is away):
+			// try again shortly.
+			sleep = backoff/2 + mathrand.N(backoff/2+1)
+			backoff = min(backoff*2, maxBackoff)
+		}
+		if !giveUp.IsZero() {
+			left := time.Until(giveUp)
+			if left <= 0 {
+				return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+			}
+			sleep = min(sleep, left)
+		}
+		timer.Reset(sleep)
+		select {
+		case <-w.wake:
+			queued, retry, backoff = false, true, minBackoff // popped by the release that woke w
+		case <-timer.C:
+			retry = true
+		case <-opCtx.Done():
+			return nil, ctxErr(opCtx, key)
+		case <-l.closing:
+			return nil, ErrClosed
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// leaveRedlock takes w out of its room and, if it is still queued, out of
+// the wait queue; a wake w got and did not use goes to the next waiter.
+func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
+	l.roomsMu.Lock()
+	delete(r.fair, w.token)
+	woken := len(w.wake) > 0
+	l.unref(r)
+	l.roomsMu.Unlock()
+	if woken {
+		l.passWakeOn(r.keys)
+	}
+	if !queued {
+		return
+	}
+	b := l.backend.(*redlockBackend)
+	l.flights.start()
+	go func() {
+		defer l.flights.done()
+		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+		defer cancel()
+		n, err := sendOnce(ctx, b.masters[0].client, redis.NewIntCmd(ctx, "lrem", r.keys.queue, 1, entry)).Result()
+		switch {
+		case err != nil:
+			l.logger.Debug("lockmw: could not leave the wait queue; the entry is dropped when its turn comes",
+				slog.String("lock", r.keys.lock), slog.Any("error", err))
+		case n == 0:
+			// Popped meanwhile: a wake is on its way to nobody, and
+			// deliverWake passes it on.
+		}
+	}()
+}
+
+// attemptQueued is attempt for a Redlock waiter: entry, if not empty, is
+// queued on the first master when it finds the lock held.
+func (l *Locker) attemptQueued(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, entry string) (*Lease, acquireReply, error) {
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return nil, acquireReply{}, ErrClosed
+	}
+	b := l.backend.(*redlockBackend)
+	token := newToken()
+	sentAt := time.Now()
+	reply, err := b.acquireQueued(opCtx, keys, token, ac.ttl, entry)
+	if err != nil {
+		return nil, reply, l.attemptErr(opCtx, key, err)
+	}
+	if !reply.acquired {
+		return nil, reply, nil
+	}
+	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
+	return lease, reply, err
+}
+
+// watchOn subscribes to channel on subs, giving up when ctx ends or at
+// giveUp; the channel lingers (see subscriptionLinger).
+func (l *Locker) watchOn(ctx context.Context, subs *subscriber, giveUp time.Time, channel string) error {
+	if !giveUp.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, giveUp)
+		defer cancel()
+	}
+	return subs.watch(ctx, channel, true)
+}
+
+// holderTTL asks every master for the lock's remaining TTL and returns
+// when enough of them free up for a quorum (see freeIn); 0 when unknown. A
+// master that does not answer within holderTTLWait counts as free.
+func (b *redlockBackend) holderTTL(ctx context.Context, keys lockKeys) time.Duration {
+	replies := b.fanOut([]masterScript{{script: pttlScript, keys: []string{keys.lock}}})
+	timer := time.NewTimer(holderTTLWait)
+	defer timer.Stop()
+	var busy []time.Duration
+	for range b.masters {
+		select {
+		case r := <-replies:
+			if d, err := r.cmds[0].Int64(); err == nil && d > 0 {
+				busy = append(busy, time.Duration(d)*time.Millisecond)
+			}
+			continue
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		break
+	}
+	return freeIn(busy, len(busy)-len(b.masters)+b.quorum)
+}
+
+// pttlScript reads a lock's remaining TTL on one master, through its queue.
+var pttlScript = redis.NewScript(`return redis.call('PTTL', KEYS[1])`)
+
+// holderTTLWait bounds holderTTL.
+const holderTTLWait = 100 * time.Millisecond

@@ -1,0 +1,241 @@
+package lockmw_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// redlockQueueLen waits until the wait queue of key on the first master
+// holds n entries.
+func redlockQueueLen(t *testing.T, first *redistest.Server, key string, n int64) {
+	t.Helper()
+	c := first.Client(t)
+	eventually(t, 10*time.Second, func() error {
+		got, err := c.LLen(context.Background(), queueKey(key)).Result()
+		if err != nil {
+			return err
+		}
+		if got != n {
+			return fmt.Errorf("wait queue holds %d waiters, want %d", got, n)
+		}
+		return nil
+	})
+}
+
+// setCalls sums the SET calls the masters have served: one per master an
+// attempt asks.
+func setCalls(t *testing.T, masters []*redistest.Server) int64 {
+	t.Helper()
+	var n int64
+	for _, m := range masters {
+		n += commandCalls(t, m, "set")
+	}
+	return n
+}
+
+// TestRedlockWakesOneWaiterAtATime queues waiters of eight Redlock Lockers
+// behind a holder, on five masters, and checks that each release wakes
+// one of them, the next in arrival order, whose attempt is the only one
+// made: no waiter polls and no release starts a herd.
+func TestRedlockWakesOneWaiterAtATime(t *testing.T) {
+	masters := redistest.StartN(t, 5)
+	ctx := context.Background()
+	const key, waiters = "redlock:order", 8
+	// A long TTL keeps the waiters' fallback timers out of the way.
+	holder := newRedlock(t, masters, lockmw.WithTTL(time.Minute))
+	first, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		who   int
+		lease *lockmw.Lease
+		err   error
+	}
+	got := make(chan result, waiters)
+	for i := range waiters {
+		l := newRedlock(t, masters, lockmw.WithTTL(time.Minute))
+		go func() {
+			lease, err := l.Acquire(ctx, key)
+			got <- result{i, lease, err}
+		}()
+		redlockQueueLen(t, masters[0], key, int64(i+1))
+	}
+
+	release, last := first, first.Fence()
+	for want := range waiters {
+		sets := setCalls(t, masters)
+		if err := release.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var r result
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("release %d woke nobody", want)
+		}
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", r.who, r.err)
+		}
+		if r.who != want {
+			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
+		}
+		// One attempt: the woken waiter's, on a quorum (all five masters
+		// if the first three were slow to answer). A herd would show
+		// here as up to 3 SETs for each of the other waiters.
+		if n := setCalls(t, masters) - sets; n < 3 || n > 5 {
+			t.Fatalf("hand-over %d: %d SET calls, want 3 to 5 (one attempt)", want, n)
+		}
+		if r.lease.Fence() <= last {
+			t.Fatalf("fence %d after %d", r.lease.Fence(), last)
+		}
+		last = r.lease.Fence()
+		select {
+		case extra := <-got:
+			t.Fatalf("waiter %d acquired while waiter %d holds the lock", extra.who, r.who)
+		default:
+		}
+		release = r.lease
+	}
+	if err := release.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range masters {
+		eventually(t, 5*time.Second, func() error {
+			if keys := liveLockKeys(t, m); len(keys) > 0 {
+				return fmt.Errorf("master %d keeps %v", i, keys)
+			}
+			return nil
+		})
+	}
+}
+
+// TestRedlockLostWakeCostsLatency drops the wait queue behind a queued
+// waiter's back (as a restarted first master would): the release wakes
+// nobody, and the waiter still gets the lock, when the holder's TTL would
+// have run out.
+func TestRedlockLostWakeCostsLatency(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	ctx := context.Background()
+	const key, ttl = "redlock:lost-wake", time.Second
+	holder := newRedlock(t, masters, lockmw.WithTTL(ttl))
+	waiter := newRedlock(t, masters, lockmw.WithTTL(ttl))
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lease, err := waiter.Acquire(ctx, key)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	redlockQueueLen(t, masters[0], key, 1)
+	if err := masters[0].Client(t).Del(ctx, queueKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * ttl):
+		t.Fatalf("the waiter did not get the lock within %v of a release that woke nobody", 10*ttl)
+	}
+}
+
+// TestRedlockWaiterGivingUpLeavesTheQueue: a queued waiter that gives up
+// takes its entry out of the wait queue, and the next release wakes the
+// waiter behind it.
+func TestRedlockWaiterGivingUpLeavesTheQueue(t *testing.T) {
+	masters := redistest.StartN(t, 3)
+	ctx := context.Background()
+	const key = "redlock:give-up"
+	holder := newRedlock(t, masters, lockmw.WithTTL(time.Minute))
+	held, err := holder.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quitter, patient := newRedlock(t, masters), newRedlock(t, masters)
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := quitter.Acquire(ctx, key, lockmw.WithWait(300*time.Millisecond))
+		gaveUp <- err
+	}()
+	redlockQueueLen(t, masters[0], key, 1)
+	got := make(chan *lockmw.Lease, 1)
+	go func() {
+		lease, err := patient.Acquire(ctx, key)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lease
+	}()
+	redlockQueueLen(t, masters[0], key, 2)
+	if err := <-gaveUp; !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("quitter: %v, want ErrNotAcquired", err)
+	}
+	redlockQueueLen(t, masters[0], key, 1)
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case lease := <-got:
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the release did not wake the waiter behind the one that gave up")
+	}
+}
+
+// TestRedlockLeaseSpreadsAtFirstRenewal: an acquisition takes a quorum of
+// masters; its first renewal takes the others that are free, so that a held
+// lease survives the loss of as many masters as Redlock tolerates.
+func TestRedlockLeaseSpreadsAtFirstRenewal(t *testing.T) {
+	masters := redistest.StartN(t, 5)
+	ctx := context.Background()
+	const ttl = 900 * time.Millisecond
+	l, rival := newRedlock(t, masters), newRedlock(t, masters)
+	lease, err := l.Acquire(ctx, "spread", lockmw.WithLeaseTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range masters {
+		eventually(t, 5*time.Second, func() error {
+			if len(liveLockKeys(t, m)) != 1 {
+				return fmt.Errorf("master %d does not hold the lease", i)
+			}
+			return nil
+		})
+	}
+	// Two masters lost: the lease is still held on three, and renewed.
+	masters[0].Kill(t)
+	masters[1].Kill(t)
+	time.Sleep(2 * ttl)
+	if err := lease.Context().Err(); err != nil {
+		t.Fatalf("lease ended with 3 of 5 masters holding it: %v", context.Cause(lease.Context()))
+	}
+	if _, err := rival.TryAcquire(ctx, "spread"); !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("rival: %v, want ErrNotAcquired", err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("Release with 3 of 5 masters up: %v", err)
+	}
+	for i, m := range masters[2:] {
+		if keys := liveLockKeys(t, m); len(keys) > 0 {
+			t.Errorf("master %d keeps %v after Release", i+2, keys)
+		}
+	}
+}

@@ -76,9 +76,10 @@
 //     lost. The waiter's own release waits for that answer, so it cannot
 //     reach Redis first. Its fence was reserved (drawn, INCRBY 2, by the
 //     transfer or grant that gave the releaser the lock), so it is above
-//     the releaser's and below every later holder's. When fair waiters of
-//     other Lockers have queued meanwhile, the transfer refuses, the
-//     waiter's lease ends, and only then is the lock handed to them.
+//     the releaser's and below every later holder's. Waiters of other
+//     Lockers that queued meanwhile keep their places: the transfer still
+//     replaces the releaser's token by the waiter's, keeping the queue's
+//     mark, and the waiter's release hands the lock to them.
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's
 //     token and fence, is made only while that lease is live, and ends
 //     when it ends.

@@ -185,8 +185,7 @@ func (s *renewScheduler) remove(l *Lease) (leaseState, *LostError, time.Time) {
 	if !k.pending {
 		deadline = k.deadline
 	}
-	k.state = stateReleased
-	s.unhold(l)
+	k.state = stateReleased // still counted in held until released (see released)
 	if k.index >= 0 {
 		heap.Remove(&s.queue, k.index)
 	}
@@ -223,7 +222,19 @@ func (s *renewScheduler) unhold(l *Lease) {
 	}
 }
 
-// holds reports whether a lease of this Locker holds the lock key lock.
+// released uncounts l, which remove took out of stateHeld, once its
+// release is done: until then the lock is still this Locker's to hand
+// over, and a new Acquire of it waits in the room for that.
+func (s *renewScheduler) released(l *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.unhold(l)
+	}
+}
+
+// holds reports whether a lease of this Locker holds the lock key lock, or
+// is being released.
 func (s *renewScheduler) holds(lock string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

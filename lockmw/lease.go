@@ -123,6 +123,9 @@ func (s *Lease) release(ctx context.Context) error {
 	if prev == stateClosed {
 		return ErrClosed
 	}
+	if prev == stateHeld {
+		defer l.keeper.released(s)
+	}
 
 	// Work under the lease stops before anyone else can take the lock.
 	s.cancel(nil)

@@ -372,9 +372,9 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 		h.settle(l, sentAt, t.reserve(), "", nil)
 		return owned, nil
 	case t.fairQueue:
-		// Fair waiters (of other Lockers) queued behind s: they are served
-		// first. The waiter's lease ends here, before release.lua hands the
-		// lock to one of them.
+		// (A forced transfer keeps queued waiters' places and hands over,
+		// so this answer does not come; should it, the waiter's lease ends
+		// here, before release.lua hands the lock to one of them.)
 		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
 		sentAt := time.Now()
 		ho, err := l.releaseHandoff(ctx, s.keys, s.token, "", 0)

@@ -10,9 +10,10 @@
 -- ARGV[4]  NUMSUB, or SHARDNUMSUB on Redis Cluster
 -- ARGV[5]  PUBLISH, or SPUBLISH on Redis Cluster
 -- ARGV[6]  "1": the waiter has already started (its Locker knew the owner's
---          lease to be valid), so hand over whoever else waits in default
---          mode; "0": only when nobody else waits. Either way, fair
---          waiters queued behind the owner are served first ({3}).
+--          lease to be valid), so hand over whoever else waits, also
+--          ahead of waiters queued behind the owner (they keep their
+--          places, and the waiter's release serves them); "0": only when
+--          nobody else waits, and never past queued waiters ({3}).
 --
 -- The fence counter moves by 2: the waiter's fence is the returned value
 -- minus 1 (or, when it started early, the value its Locker reserved at the
@@ -22,19 +23,25 @@
 -- 1 if other Lockers wait too); {1} when others wait and the
 -- lock was deleted and the release published, for all to try; {3} when fair
 -- waiters are queued (the caller releases with release.lua, which hands
--- over to them); {0} when the lock no longer exists; {-1} when another owner
+-- over to them; only when not started); {0} when the lock no longer exists; {-1} when another owner
 -- holds it (left untouched).
 local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}
 end
-local tok, mark = string.match(owner, '^([^+]*)(%+?)')
+local tok, mark, first = string.match(owner, '^([^+]*)(%+?)(.*)$')
 if tok ~= ARGV[1] then
   return {-1}
 end
-local marked = mark == '+'
-if marked then
-  return {3}
+if mark == '+' then
+  if ARGV[6] ~= '1' then
+    return {3}
+  end
+  -- The waiter has started: it goes before the waiters queued meanwhile,
+  -- which keep their places (the mark and the first in line stay), and
+  -- its release hands the lock to them.
+  redis.call('SET', KEYS[1], ARGV[2] .. '+' .. first, 'PX', ARGV[3])
+  return {2, redis.call('INCRBY', KEYS[2], 2), 1}
 end
 local others = redis.call('PUBSUB', ARGV[4], KEYS[3])[2] > 1
 if ARGV[6] ~= '1' then

@@ -548,9 +548,14 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 			holderTTL = ttl
 			if l.linesUp(keys, ac) && (giveUp.IsZero() || time.Now().Before(giveUp)) {
 				l.roomsMu.Lock()
-				w.passOn = true
+				// Not if a release of this Locker handed w the lock
+				// meanwhile: w takes it below.
+				lineUp := !w.delivered
+				w.passOn = lineUp
 				l.roomsMu.Unlock()
-				return nil, true, nil
+				if lineUp {
+					return nil, true, nil
+				}
 			}
 		}
 		retry = false

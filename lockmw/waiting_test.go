@@ -446,6 +446,7 @@ func TestEarlyHandOverIsConfirmedOrCancelled(t *testing.T) {
 		// The previous waiter's UNSUBSCRIBE may not have reached Redis
 		// yet: wait for it, so that the count below is the new waiter's.
 		eventually(t, 5*time.Second, subscribers(0))
+		sets := commandCalls(t, srv, "set")
 		got := make(chan *lockmw.Lease, 1)
 		go func() {
 			lease, err := l.Acquire(ctx, key, lockmw.WithWait(10*time.Second))
@@ -454,8 +455,16 @@ func TestEarlyHandOverIsConfirmedOrCancelled(t *testing.T) {
 			}
 			got <- lease
 		}()
-		// The waiter is in its room once it has subscribed.
+		// The waiter is in its room once it has subscribed, and has made
+		// the attempt it makes then (its second: a release may have come
+		// while it subscribed).
 		eventually(t, 5*time.Second, subscribers(1))
+		eventually(t, 5*time.Second, func() error {
+			if n := commandCalls(t, srv, "set") - sets; n < 2 {
+				return fmt.Errorf("the waiter has made %d attempts, want 2", n)
+			}
+			return nil
+		})
 		return got
 	}
 

@@ -84,11 +84,24 @@ func (l *Locker) wakeDefaultHead(keys lockKeys) {
 }
 
 // linesUp reports whether a default-mode waiter for keys should line up in
-// the lock's queue: the lock is not held by this Locker (whose release
-// would hand it over in-process), and the waiter has not fallen back to its
-// room (see lineUp).
+// the lock's queue: the lock is neither held by this Locker (whose release
+// would hand it over in-process) nor being handed to one of its waiters
+// (between a release's transfer and the waiter's lease), and the waiter has
+// not fallen back to its room (see lineUp).
 func (l *Locker) linesUp(keys lockKeys, ac *acquireConfig) bool {
-	return !ac.stayInRoom && !l.keeper.holds(keys.lock)
+	if ac.stayInRoom || l.keeper.holds(keys.lock) {
+		return false
+	}
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if r := l.rooms[keys.lock]; r != nil {
+		for _, w := range r.fair {
+			if w.delivered {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // lineUp waits for key in the lock's queue, as a Fair waiter does. While

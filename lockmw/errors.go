@@ -43,9 +43,9 @@ var (
 
 	// ErrUnavailable means Redis (or the store, such as etcd) could not be
 	// reached, answered with an error, or answered too slowly for the lease
-	// to be valid. The lock state
-	// is unknown to the caller but safe: an acquisition that may have landed
-	// expires after its TTL. The underlying error is wrapped too.
+	// to be valid. The lock state is unknown to the caller but safe: an
+	// acquisition that may have landed expires after its TTL. The
+	// underlying error is wrapped too.
 	ErrUnavailable = errors.New("lockmw: store unavailable")
 
 	// ErrNotReplicated means an acquisition under WithWaitReplicas took the

@@ -139,9 +139,9 @@ type etcdStore struct {
 	c *clientv3.Client
 
 	mu     sync.Mutex
-	slots  map[time.Duration]*slot         // the shared lease per TTL
-	shared map[clientv3.LeaseID]*lease     // shared leases that may be alive, for Close
-	held   map[string]*entry               // by token: keys this store created and has not deleted
+	slots  map[time.Duration]*slot     // the shared lease per TTL
+	shared map[clientv3.LeaseID]*lease // shared leases that may be alive, for Close
+	held   map[string]*entry           // by token: keys this store created and has not deleted
 	closed bool
 }
 

@@ -2,7 +2,12 @@
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: test bench chaos lint demo redis-server
+.PHONY: test bench chaos lint demo redis-server etcd-server
+
+# ETCD_MODULE is the nested module of the etcd store (its own go.mod, so
+# that importing the core does not bring etcd into a module graph); the
+# root's ./... does not enter it.
+ETCD_MODULE := lockmw/etcd
 
 # redis-server: install Debian's redis-server when it is not on PATH. Tests
 # start their own servers on free loopback ports; none needs to be running.
@@ -14,8 +19,19 @@ redis-server:
 	}
 	@redis-server --version
 
-test: redis-server
+# etcd-server: install Debian's etcd-server (etcd 3.4) when etcd is not on
+# PATH. The etcd tests start their own members on free loopback ports.
+etcd-server:
+	@command -v etcd >/dev/null 2>&1 || { \
+		echo "etcd not found: installing etcd-server with apt-get"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; \
+	}
+	@etcd --version | head -1
+
+test: redis-server etcd-server
 	$(GO) test -race -count=1 -timeout 15m ./...
+	cd $(ETCD_MODULE) && $(GO) test -race -count=1 -timeout 15m ./...
 
 # chaos: the randomized safety checker (TestChaos) for CHAOS_DURATION per
 # store; CHAOS_ARGS adds flags, e.g. CHAOS_ARGS='-chaos.seed=42 -chaos.store=redis'.
@@ -31,6 +47,8 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
+	cd $(ETCD_MODULE) && $(GO) vet ./...
+	cd $(ETCD_MODULE) && $(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
 
 demo:
 	$(GO) run ./examples/quickstart

@@ -1,0 +1,792 @@
+//go:build unix
+
+package etcdtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+)
+
+// Raft timing of every member, fast so that a lost leader is replaced
+// within about a second.
+const (
+	// HeartbeatInterval is the members' --heartbeat-interval.
+	HeartbeatInterval = 50 * time.Millisecond
+	// ElectionTimeout is the members' --election-timeout.
+	ElectionTimeout = 500 * time.Millisecond
+)
+
+const (
+	// readyTimeout bounds how long Start, Restart, Leader and MoveLeader
+	// wait for the state they promise.
+	readyTimeout = 20 * time.Second
+	// exitTimeout bounds how long Kill and cleanup wait for a SIGKILLed
+	// process to be reaped.
+	exitTimeout = 10 * time.Second
+	// startAttempts is how many sets of ports StartCluster tries when a
+	// member cannot bind the port it was given.
+	startAttempts = 5
+	// probeTimeout bounds each status request of the waits.
+	probeTimeout = 500 * time.Millisecond
+	// pollEvery is how often the waits ask again.
+	pollEvery = 20 * time.Millisecond
+	// logCap is how many bytes of a member's output are kept in memory.
+	logCap = 256 << 10
+	// tailLines is how many lines of output failure messages quote.
+	tailLines = 40
+)
+
+const installHint = "install it with `apt-get install etcd-server` " +
+	"(or run `make test`, which installs it), or set LOCKMW_ETCD to its path"
+
+// Option configures the members started by Start and StartCluster.
+type Option func(*config)
+
+type config struct {
+	args []string
+}
+
+// WithArgs appends extra command-line flags to every member, for example
+// WithArgs("--quota-backend-bytes=16777216"). They come after the package's
+// own flags, so they take precedence, and are used again by Restart.
+func WithArgs(args ...string) Option {
+	return func(c *config) { c.args = append(c.args, args...) }
+}
+
+// Cluster is a set of etcd members started together by StartCluster (or a
+// single one, by Start). All methods are safe for concurrent use.
+type Cluster struct {
+	bin     string
+	args    []string
+	token   string
+	initial string // --initial-cluster, fixed once started
+	members []*Server
+}
+
+// Server is one etcd member owned by a test. Its ports and data directory
+// stay the same for its whole life, across Kill and Restart. All methods
+// are safe for concurrent use.
+type Server struct {
+	c    *Cluster
+	name string
+	dir  string
+	out  *logBuffer
+
+	// Set by the first start, read-only afterwards.
+	clientPort, peerPort int
+	id                   uint64
+	probe                *clientv3.Client
+
+	// live is true while the process runs and is not paused.
+	live atomic.Bool
+
+	mu      sync.Mutex
+	proc    *process // nil when not running
+	stopped bool     // set by cleanup; the member cannot be used afterwards
+}
+
+// process is one run of etcd.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once cmd.Wait has returned
+	err  error         // cmd.Wait's result, valid after done is closed
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Start starts a single-member etcd on free 127.0.0.1 ports, with its data
+// directory under t.TempDir(), and returns once it has elected itself
+// leader. At t.Cleanup its process group is SIGKILLed and waited for. Start
+// calls t.Fatalf, with the tail of etcd's output, if etcd is missing or does
+// not become ready within 20 seconds; it never skips the test.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	return StartCluster(t, 1, opts...).members[0]
+}
+
+// StartCluster starts an n-member etcd cluster, each member with its own
+// data directory and its own client and peer ports on 127.0.0.1, and
+// returns once every member reports the same leader. It has Start's
+// guarantees otherwise.
+func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("etcdtest.StartCluster: n = %d, want at least 1", n)
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	bin, err := findBinary()
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	root := t.TempDir()
+	c := &Cluster{bin: bin, args: cfg.args, token: "etcdtest-" + randomHex(8)}
+	for i := range n {
+		name := fmt.Sprintf("m%d", i)
+		c.members = append(c.members, &Server{c: c, name: name, dir: filepath.Join(root, name), out: &logBuffer{}})
+	}
+	t.Cleanup(func() { c.cleanup(t) })
+	for attempt := 1; ; attempt++ {
+		portTaken, err := c.firstStart()
+		if err == nil {
+			return c
+		}
+		if !portTaken || attempt == startAttempts {
+			t.Fatalf("etcdtest: starting %d member(s) (attempt %d): %v", n, attempt, err)
+		}
+	}
+}
+
+// firstStart picks ports, starts every member and waits for a leader. On
+// failure it stops them all again and reports whether a port was taken.
+func (c *Cluster) firstStart() (portTaken bool, err error) {
+	ports, err := freePorts(2 * len(c.members))
+	if err != nil {
+		return false, err
+	}
+	var initial []string
+	for i, s := range c.members {
+		s.clientPort, s.peerPort = ports[2*i], ports[2*i+1]
+		initial = append(initial, s.name+"="+s.peerURL())
+		s.out.reset()
+		if err := os.RemoveAll(s.dir); err != nil {
+			return false, err
+		}
+		if s.probe != nil {
+			_ = s.probe.Close()
+		}
+		if s.probe, err = newClient([]string{s.Endpoint()}); err != nil {
+			return false, err
+		}
+	}
+	c.initial = strings.Join(initial, ",")
+	for _, s := range c.members {
+		s.mu.Lock()
+		err := s.launchLocked()
+		s.mu.Unlock()
+		if err != nil {
+			c.stopAll()
+			return false, err
+		}
+	}
+	if err = c.waitAllReady(); err == nil {
+		return false, nil
+	}
+	c.stopAll()
+	for _, s := range c.members {
+		if strings.Contains(s.out.String(), "address already in use") {
+			portTaken = true
+		}
+	}
+	return portTaken, fmt.Errorf("%v\n%s", err, c.tails())
+}
+
+func (c *Cluster) stopAll() {
+	for _, s := range c.members {
+		s.mu.Lock()
+		_ = s.killLocked()
+		s.mu.Unlock()
+	}
+}
+
+// waitAllReady waits until every member reports the same leader, and
+// checks that the members are the ones started (by name and client URL),
+// recording their IDs.
+func (c *Cluster) waitAllReady() error {
+	deadline := time.Now().Add(readyTimeout)
+	var last string
+	for {
+		_, ids, err := c.agreedLeader(c.members)
+		if err == nil {
+			err = c.checkMembers(ids)
+			if err == nil {
+				for i, s := range c.members {
+					s.id = ids[i]
+				}
+				return nil
+			}
+		}
+		last = err.Error()
+		for _, s := range c.members {
+			if p := s.currentProc(); p == nil || p.exited() {
+				return fmt.Errorf("member %s exited while starting", s.name)
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no agreed leader within %v (last: %s)", readyTimeout, last)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// checkMembers checks, through the first member, that the cluster's members
+// are ours: each name with our client URL and the ID its member reported.
+func (c *Cluster) checkMembers(ids []uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+	defer cancel()
+	resp, err := c.members[0].probe.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("member list: %v", err)
+	}
+	if len(resp.Members) != len(c.members) {
+		return fmt.Errorf("member list has %d members, want %d", len(resp.Members), len(c.members))
+	}
+	for i, s := range c.members {
+		found := false
+		for _, m := range resp.Members {
+			if m.Name == s.name && m.ID == ids[i] && slices.Contains(m.ClientURLs, s.Endpoint()) {
+				found = true
+			}
+		}
+		if !found {
+			return fmt.Errorf("member list %v has no member %s with ID %x and client URL %s", resp.Members, s.name, ids[i], s.Endpoint())
+		}
+	}
+	return nil
+}
+
+// agreedLeader asks each of members for its status and returns the leader
+// ID they all report (non-zero) and their own IDs.
+func (c *Cluster) agreedLeader(members []*Server) (uint64, []uint64, error) {
+	ids := make([]uint64, len(members))
+	leaders := make([]uint64, len(members))
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, s := range members {
+		wg.Go(func() {
+			st, err := s.status()
+			if err != nil {
+				errs[i] = fmt.Errorf("member %s: %v", s.name, err)
+				return
+			}
+			ids[i], leaders[i] = st.Header.MemberId, st.Leader
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, nil, err
+	}
+	for i, s := range members {
+		if leaders[i] == 0 {
+			return 0, nil, fmt.Errorf("member %s has no leader", s.name)
+		}
+		if leaders[i] != leaders[0] {
+			return 0, nil, fmt.Errorf("members disagree on the leader: %x and %x", leaders[0], leaders[i])
+		}
+	}
+	return leaders[0], ids, nil
+}
+
+// status asks the member for its status, bounded by probeTimeout.
+func (s *Server) status() (*clientv3.StatusResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	return s.probe.Status(ctx, s.Endpoint())
+}
+
+// Members returns the cluster's members, in the order they were created.
+func (c *Cluster) Members() []*Server { return slices.Clone(c.members) }
+
+// Endpoints returns every member's client URL ("http://127.0.0.1:PORT").
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, s := range c.members {
+		eps = append(eps, s.Endpoint())
+	}
+	return eps
+}
+
+// Client returns a new etcd client for every member, closed at t.Cleanup.
+// See Server.Client for its defaults and opts.
+func (c *Cluster) Client(t testing.TB, opts ...func(*clientv3.Config)) *clientv3.Client {
+	t.Helper()
+	return clientFor(t, c.Endpoints(), opts)
+}
+
+// Leader waits until the running, unpaused members agree on a leader that
+// is one of them, and returns it. It calls t.Fatalf if they do not within
+// 20 seconds (for example because fewer than a quorum are running).
+func (c *Cluster) Leader(t testing.TB) *Server {
+	t.Helper()
+	s, err := c.waitLeader(nil)
+	if err != nil {
+		t.Fatalf("etcdtest: Leader: %v\n%s", err, c.tails())
+	}
+	return s
+}
+
+// waitLeader waits until the live members agree on a live leader (one
+// accepted by want, when want is set) and returns it.
+func (c *Cluster) waitLeader(want func(*Server) bool) (*Server, error) {
+	deadline := time.Now().Add(readyTimeout)
+	var last string
+	for {
+		var live []*Server
+		for _, s := range c.members {
+			if s.live.Load() {
+				live = append(live, s)
+			}
+		}
+		if len(live) == 0 {
+			return nil, errors.New("no member is running")
+		}
+		id, _, err := c.agreedLeader(live)
+		if err == nil {
+			err = fmt.Errorf("leader %x is not a running member", id)
+			for _, s := range live {
+				if s.id == id {
+					if want == nil || want(s) {
+						return s, nil
+					}
+					err = fmt.Errorf("leader is still %s", s.name)
+				}
+			}
+		}
+		last = err.Error()
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no agreed leader within %v (last: %s)", readyTimeout, last)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// MoveLeader hands leadership to member to (etcd's MoveLeader, sent to the
+// current leader) and returns once the running members agree that to leads.
+// It does nothing if to already leads.
+func (c *Cluster) MoveLeader(t testing.TB, to *Server) {
+	t.Helper()
+	if to.c != c {
+		t.Fatalf("etcdtest: MoveLeader: %s is not a member of this cluster", to.name)
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		leader, err := c.waitLeader(nil)
+		if err != nil {
+			t.Fatalf("etcdtest: MoveLeader to %s: %v\n%s", to.name, err, c.tails())
+		}
+		if leader == to {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = leader.probe.MoveLeader(ctx, to.id)
+		cancel()
+		if err == nil {
+			if _, err = c.waitLeader(func(s *Server) bool { return s == to }); err != nil {
+				t.Fatalf("etcdtest: MoveLeader to %s: %v\n%s", to.name, err, c.tails())
+			}
+			return
+		}
+		// Leadership may have changed between the two calls: ask again.
+		if time.Now().After(deadline) {
+			t.Fatalf("etcdtest: MoveLeader from %s to %s: %v\n%s", leader.name, to.name, err, c.tails())
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// Cluster returns the cluster s belongs to (for Start, a cluster of one).
+func (s *Server) Cluster() *Cluster { return s.c }
+
+// Name returns the member's name (m0, m1, ...).
+func (s *Server) Name() string { return s.name }
+
+// ID returns the member's ID, as etcd reports it.
+func (s *Server) ID() uint64 { return s.id }
+
+// Addr returns the member's client address, "127.0.0.1:PORT", for example
+// to put a proxy in front of it.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.clientPort) }
+
+// Endpoint returns the member's client URL, "http://127.0.0.1:PORT".
+func (s *Server) Endpoint() string { return "http://" + s.Addr() }
+
+// Endpoints returns the member's client URL alone, as a client's
+// Endpoints. Use Cluster.Endpoints for every member.
+func (s *Server) Endpoints() []string { return []string{s.Endpoint()} }
+
+// DataDir returns the member's data directory.
+func (s *Server) DataDir() string { return s.dir }
+
+func (s *Server) peerURL() string { return "http://127.0.0.1:" + strconv.Itoa(s.peerPort) }
+
+// Client returns a new etcd client for this member alone, closed at
+// t.Cleanup. By default it logs nothing and reconnects within 200 ms of the
+// member coming back (gRPC's reconnection backoff capped); each opt is
+// applied to the configuration (Endpoints already set) before the client is
+// created.
+func (s *Server) Client(t testing.TB, opts ...func(*clientv3.Config)) *clientv3.Client {
+	t.Helper()
+	return clientFor(t, s.Endpoints(), opts)
+}
+
+// ClientConfig returns the configuration Client starts from, for endpoints
+// (for example a proxy's Addr).
+func ClientConfig(endpoints ...string) clientv3.Config {
+	return clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  20 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   200 * time.Millisecond,
+			},
+			MinConnectTimeout: time.Second,
+		})},
+	}
+}
+
+func clientFor(t testing.TB, endpoints []string, opts []func(*clientv3.Config)) *clientv3.Client {
+	t.Helper()
+	cfg := ClientConfig(endpoints...)
+	for _, f := range opts {
+		f(&cfg)
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatalf("etcdtest: client for %v: %v", endpoints, err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	return cli
+}
+
+func newClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(ClientConfig(endpoints...))
+}
+
+// Pause sends SIGSTOP to the member. It keeps its sockets, so clients can
+// still connect and write, but nothing is answered until Resume; its peers
+// elect another leader if it led. Pause fails the test if the member is not
+// running.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.signalLocked(syscall.SIGSTOP); err != nil {
+		t.Fatalf("etcdtest: Pause %s: %v\n%s", s.name, err, s.out.tail(s.name))
+	}
+	s.live.Store(false)
+}
+
+// Resume sends SIGCONT to the member, undoing Pause. Resume fails the test
+// if the member is not running.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.signalLocked(syscall.SIGCONT); err != nil {
+		t.Fatalf("etcdtest: Resume %s: %v\n%s", s.name, err, s.out.tail(s.name))
+	}
+	s.live.Store(true)
+}
+
+// Kill sends SIGKILL to the member and waits until the process has exited,
+// so that when Kill returns its ports are closed. Its data directory stays
+// for Restart. Killing a member that is not running does nothing.
+func (s *Server) Kill(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		t.Fatalf("etcdtest: Kill %s: member already stopped by its cleanup", s.name)
+	}
+	if err := s.killLocked(); err != nil {
+		t.Fatalf("etcdtest: Kill %s: %v\n%s", s.name, err, s.out.tail(s.name))
+	}
+}
+
+// Restart starts the member again, on the same ports and data directory
+// (killing it first if it runs or is paused), so that it rejoins its
+// cluster with the data it had written. It returns once the member answers;
+// when a quorum of members is running with it, also once it reports a
+// leader. Restart fails the test, with the tail of the member's output, if
+// that does not happen within 20 seconds.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		t.Fatalf("etcdtest: Restart %s: member already stopped by its cleanup", s.name)
+	}
+	if err := s.killLocked(); err != nil {
+		t.Fatalf("etcdtest: Restart %s: %v\n%s", s.name, err, s.out.tail(s.name))
+	}
+	fmt.Fprintf(s.out, "--- etcdtest: restart of %s ---\n", s.name)
+	if err := s.launchLocked(); err != nil {
+		t.Fatalf("etcdtest: Restart %s: %v", s.name, err)
+	}
+	if err := s.waitRestarted(s.proc); err != nil {
+		t.Fatalf("etcdtest: Restart %s: %v\n%s", s.name, err, s.c.tails())
+	}
+}
+
+// waitRestarted waits until the member answers with its own ID and, if a
+// quorum is live, reports a leader.
+func (s *Server) waitRestarted(p *process) error {
+	deadline := time.Now().Add(readyTimeout)
+	var last string
+	for {
+		if p.exited() {
+			return fmt.Errorf("exited while restarting (%v)", p.err)
+		}
+		live := 0
+		for _, m := range s.c.members {
+			if m.live.Load() {
+				live++
+			}
+		}
+		quorum := live > len(s.c.members)/2
+		st, err := s.status()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case st.Header.MemberId != s.id:
+			last = fmt.Sprintf("answered by member %x, not %x", st.Header.MemberId, s.id)
+		case quorum && st.Leader == 0:
+			last = "no leader yet"
+		default:
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %v (last: %s)", readyTimeout, last)
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+func (s *Server) currentProc() *process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+// launchLocked starts the member's process; it does not wait for it.
+func (s *Server) launchLocked() error {
+	if err := os.MkdirAll(filepath.Dir(s.dir), 0o700); err != nil {
+		return err
+	}
+	args := []string{
+		"--name", s.name,
+		"--data-dir", s.dir,
+		"--listen-client-urls", s.Endpoint(),
+		"--advertise-client-urls", s.Endpoint(),
+		"--listen-peer-urls", s.peerURL(),
+		"--initial-advertise-peer-urls", s.peerURL(),
+		"--initial-cluster", s.c.initial,
+		"--initial-cluster-state", "new",
+		"--initial-cluster-token", s.c.token,
+		"--heartbeat-interval", strconv.Itoa(int(HeartbeatInterval / time.Millisecond)),
+		"--election-timeout", strconv.Itoa(int(ElectionTimeout / time.Millisecond)),
+		"--snapshot-count", "10000",
+		"--logger", "zap",
+		"--log-outputs", "stderr",
+		"--log-level", "warn",
+	}
+	args = append(args, s.c.args...)
+	cmd := exec.Command(s.c.bin, args...)
+	cmd.Env = etcdEnv()
+	cmd.Stdout = s.out
+	cmd.Stderr = s.out
+	cmd.SysProcAttr = sysProcAttr()
+	// Wait must not hang on the output pipe if something inherited it.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %v", s.c.bin, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	s.proc = p
+	s.live.Store(true)
+	return nil
+}
+
+// etcdEnv is the test's environment without ETCD_* variables, which etcd
+// reads as flags.
+func etcdEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ETCD_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// signalLocked sends sig to the running member's process group.
+func (s *Server) signalLocked(sig syscall.Signal) error {
+	if s.stopped {
+		return errors.New("member already stopped by its cleanup")
+	}
+	if s.proc == nil || s.proc.exited() {
+		return errors.New("member is not running (killed, or exited on its own)")
+	}
+	return syscall.Kill(-s.proc.cmd.Process.Pid, sig)
+}
+
+// killLocked SIGKILLs the member's process group, if there is a process,
+// and waits for it to be reaped. SIGKILL also ends a stopped process.
+func (s *Server) killLocked() error {
+	s.live.Store(false)
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	if !p.exited() {
+		// The group may already be gone; ESRCH is fine.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = p.cmd.Process.Kill()
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(exitTimeout):
+		return fmt.Errorf("pid %d did not exit within %v of SIGKILL", p.cmd.Process.Pid, exitTimeout)
+	}
+}
+
+// cleanup is registered with t.Cleanup by StartCluster.
+func (c *Cluster) cleanup(t testing.TB) {
+	for _, s := range c.members {
+		s.mu.Lock()
+		if !s.stopped {
+			s.stopped = true
+			if p := s.proc; p != nil && p.exited() {
+				t.Logf("etcdtest: member %s had exited before cleanup (%v)\n%s", s.name, p.err, s.out.tail(s.name))
+			}
+			if err := s.killLocked(); err != nil {
+				t.Errorf("etcdtest: stopping %s: %v\n%s", s.name, err, s.out.tail(s.name))
+			}
+			if s.probe != nil {
+				_ = s.probe.Close()
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// tails quotes every member's latest output.
+func (c *Cluster) tails() string {
+	var b strings.Builder
+	for _, s := range c.members {
+		b.WriteString(s.out.tail(s.name))
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// findBinary returns the etcd binary to run.
+func findBinary() (string, error) {
+	if env := os.Getenv("LOCKMW_ETCD"); env != "" {
+		bin, err := exec.LookPath(env)
+		if err != nil {
+			return "", fmt.Errorf("LOCKMW_ETCD=%q is not an executable (%v): "+
+				"fix or unset it to use etcd from PATH; to get etcd, %s", env, err, installHint)
+		}
+		return bin, nil
+	}
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return "", errors.New("etcd not found on PATH: " + installHint)
+	}
+	return bin, nil
+}
+
+// freePorts asks the kernel for n distinct free 127.0.0.1 ports. Someone
+// else may take one before etcd binds it; StartCluster retries then.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// logBuffer collects a member's stdout and stderr, keeping the last logCap
+// bytes. It is written by os/exec's copying goroutine and read by tests.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - logCap; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
+
+func (b *logBuffer) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = nil
+}
+
+// tail returns the last tailLines lines of output, formatted for a failure
+// message.
+func (b *logBuffer) tail(name string) string {
+	out := bytes.TrimRight([]byte(b.String()), "\n")
+	if len(out) == 0 {
+		return "etcd " + name + " output: (empty)"
+	}
+	lines := bytes.Split(out, []byte("\n"))
+	if len(lines) > tailLines {
+		lines = lines[len(lines)-tailLines:]
+	}
+	return "etcd " + name + " output (last lines):\n\t" + string(bytes.Join(lines, []byte("\n\t")))
+}

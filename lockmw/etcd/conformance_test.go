@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,7 +67,15 @@ func runConformance(t *testing.T, name string, c *etcdtest.Cluster) {
 		Pause:   each((*etcdtest.Server).Pause),
 		Resume:  each((*etcdtest.Server).Resume),
 		Kill:    each((*etcdtest.Server).Kill),
-		Restart: each((*etcdtest.Server).Restart),
+		// Members restart together: one alone has no quorum, and
+		// Restart waits for it to answer.
+		Restart: func(t testing.TB) {
+			var wg sync.WaitGroup
+			for _, m := range c.Members() {
+				wg.Go(func() { m.Restart(t) })
+			}
+			wg.Wait()
+		},
 		Leftovers: func(t testing.TB, key string) []string {
 			var out []string
 			for _, e := range entries(t, admin, key) {

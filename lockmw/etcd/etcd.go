@@ -93,8 +93,11 @@ package etcd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -141,7 +144,9 @@ type etcdStore struct {
 	mu     sync.Mutex
 	slots  map[time.Duration]*slot     // the shared lease per TTL
 	shared map[clientv3.LeaseID]*lease // shared leases that may be alive, for Close
+	id     string                      // names this store's keys
 	held   map[string]*entry           // by token: keys this store created and has not deleted
+	dirs   map[string]*slots           // by lock directory
 	closed bool
 }
 
@@ -167,11 +172,30 @@ type lease struct {
 	gone    bool // etcd said it does not exist
 }
 
-// entry is a key this store created: the lease it is under and its create
-// revision.
+// entry is the key of one acquisition or queue entry (by token). Guarded
+// by etcdStore.mu.
 type entry struct {
+	dir  string
+	slot int
+	name string // D + the store's id + "." + slot
+	// lease is the lease the key is (or may be) under; nil before the
+	// first request.
 	lease *lease
-	rev   int64
+	rev   int64 // the key's create revision; 0 until known
+	// quarantined: a request that failed without an answer may have
+	// created the key, or a release may not have deleted it: the name is
+	// never used again.
+	quarantined bool
+}
+
+// slots are the key names of one lock in use by this store: a name is
+// reused once its key is known to be gone, so that a lock's directory
+// keeps few distinct names (etcd scans every name a range ever held, until
+// compaction).
+type slots struct {
+	free  []int
+	next  int
+	inUse int
 }
 
 // errLeaseGone means etcd no longer has a lease: its keys are deleted.
@@ -182,7 +206,9 @@ func newStore(c *clientv3.Client) *etcdStore {
 		c:      c,
 		slots:  make(map[time.Duration]*slot),
 		shared: make(map[clientv3.LeaseID]*lease),
+		id:     newID(),
 		held:   make(map[string]*entry),
+		dirs:   make(map[string]*slots),
 	}
 }
 
@@ -324,20 +350,25 @@ func (s *etcdStore) remaining(id int64) time.Duration {
 	return 0
 }
 
-// Acquire creates D+token under a lease only when no key of D exists.
+// Acquire creates the token's key under a lease only when no key of D
+// exists.
 func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, ttl)
 	defer cancel()
 	d := dir(k)
-	key := d + token
+	e, err := s.newEntry(d, token)
+	if err != nil {
+		return store.Reply{}, err
+	}
 	for try := 0; ; try++ {
 		le, err := s.leaseFor(ctx, ttl, renewed)
 		if err != nil {
+			s.dropEntry(token, e, true)
 			return store.Reply{}, err
 		}
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(d), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(key, "", clientv3.WithLease(le.id))).
+			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id))).
 			Else(clientv3.OpGet(d, clientv3.WithFirstCreate()...)).
 			Commit()
 		if err != nil {
@@ -345,9 +376,15 @@ func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl 
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) && try == 0 {
 				continue // the lease expired unseen: a new one
 			}
+			// The key may have been created: the entry stays, for the
+			// Locker's give-back, and its name is never used again.
+			s.mu.Lock()
+			e.lease, e.quarantined = le, true
+			s.mu.Unlock()
 			return store.Reply{}, err
 		}
 		if !resp.Succeeded {
+			s.dropEntry(token, e, true)
 			r := store.Reply{Seen: resp.Header.Revision}
 			if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
 				r.HolderTTL = s.remaining(rr.Kvs[0].Lease)
@@ -356,47 +393,56 @@ func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl 
 		}
 		rev := resp.Header.Revision
 		s.mu.Lock()
-		s.held[token] = &entry{lease: le, rev: rev}
+		e.lease, e.rev = le, rev
 		from := le.confirmed
 		s.mu.Unlock()
 		return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: from}, nil
 	}
 }
 
-// Release deletes D+token if it is still the key the acquisition created.
+// Release deletes the token's key if it is still the key the acquisition
+// created (its create revision).
 func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
-	key := dir(k) + token
 	s.mu.Lock()
 	e := s.held[token]
+	var rev int64
+	if e != nil {
+		rev = e.rev
+	}
 	s.mu.Unlock()
 	if e == nil {
-		// A key a failed request may have created, or one already given
-		// up: its name is its token's alone.
-		resp, err := s.c.Delete(ctx, key)
+		return store.Missing, nil // no key was ever sent for token, or it is gone
+	}
+	if rev == 0 {
+		// A request that failed without an answer may have created the
+		// key: its name is quarantined (never reused), so deleting by name
+		// deletes nothing else.
+		resp, err := s.c.Delete(ctx, e.name)
 		if err != nil {
 			return 0, err
 		}
+		s.dropEntry(token, e, false)
 		if resp.Deleted > 0 {
 			return store.Owned, nil
 		}
 		return store.Missing, nil
 	}
 	resp, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.rev)).
-		Then(clientv3.OpDelete(key)).
-		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
+		If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", rev)).
+		Then(clientv3.OpDelete(e.name)).
+		Else(clientv3.OpGet(e.name, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
 		// The key may stay; no new key joins it under its lease, which
-		// then expires once the Locker's holdings on it end.
+		// then expires once the Locker's holdings on it end, and its name
+		// is not used again.
+		s.mu.Lock()
+		e.quarantined = true
+		s.mu.Unlock()
 		s.retire(e.lease)
 		return 0, err
 	}
-	s.mu.Lock()
-	if s.held[token] == e {
-		delete(s.held, token)
-	}
-	s.mu.Unlock()
+	s.dropEntry(token, e, false)
 	if resp.Succeeded {
 		return store.Owned, nil
 	}
@@ -411,12 +457,17 @@ func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (sto
 // all at once.
 func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	res := make([]store.RenewResult, len(reqs))
-	entries := make([]*entry, len(reqs))
+	type ref struct {
+		name  string
+		rev   int64
+		lease *lease
+	}
+	refs := make([]*ref, len(reqs))
 	leaseErr := make(map[*lease]error)
 	s.mu.Lock()
 	for i, r := range reqs {
-		if e := s.held[r.Token]; e != nil {
-			entries[i] = e
+		if e := s.held[r.Token]; e != nil && e.rev != 0 {
+			refs[i] = &ref{name: e.name, rev: e.rev, lease: e.lease}
 			leaseErr[e.lease] = nil
 		}
 	}
@@ -443,8 +494,8 @@ func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []stor
 			var ops []clientv3.Op
 			var idx []int
 			for i := lo; i < hi; i++ {
-				if entries[i] != nil {
-					ops = append(ops, clientv3.OpGet(dir(reqs[i].Key)+reqs[i].Token, clientv3.WithKeysOnly()))
+				if refs[i] != nil {
+					ops = append(ops, clientv3.OpGet(refs[i].name, clientv3.WithKeysOnly()))
 					idx = append(idx, i)
 				}
 			}
@@ -465,17 +516,17 @@ func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []stor
 	}
 	wg.Wait()
 
-	for i, e := range entries {
+	for i, r := range refs {
 		switch {
-		case e == nil:
+		case r == nil:
 			res[i].Ownership = store.Missing
-		case errors.Is(leaseErr[e.lease], errLeaseGone):
+		case errors.Is(leaseErr[r.lease], errLeaseGone):
 			res[i].Ownership = store.Missing
-		case leaseErr[e.lease] != nil:
-			res[i].Err = leaseErr[e.lease]
+		case leaseErr[r.lease] != nil:
+			res[i].Err = leaseErr[r.lease]
 		case readErr[i] != nil:
 			res[i].Err = readErr[i]
-		case rev[i] == e.rev:
+		case rev[i] == r.rev:
 			res[i].Ownership = store.Owned
 		case rev[i] == 0:
 			res[i].Ownership = store.Missing
@@ -486,57 +537,73 @@ func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []stor
 	return res
 }
 
-// Enqueue creates D+token if it is missing and says whether it is the
-// lowest key of D, or which key is just below it.
+// Enqueue creates the token's key if it is missing and says whether it is
+// the lowest key of D, or which key is just below it.
 func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, ttl)
 	defer cancel()
 	d := dir(k)
-	key := d + token
+	s.mu.Lock()
+	e := s.held[token]
+	s.mu.Unlock()
+	if e == nil {
+		var err error
+		if e, err = s.newEntry(d, token); err != nil {
+			return store.Reply{}, err
+		}
+	}
 	for try := 0; ; try++ {
 		if try == 4 {
 			return store.Reply{}, errors.New("etcd: the queue kept changing under the request; try again")
 		}
 		s.mu.Lock()
-		e := s.held[token]
-		if e != nil && e.lease.gone {
-			e = nil
+		le, rev := e.lease, e.rev
+		if le != nil && le.gone {
+			le = nil
 		}
 		s.mu.Unlock()
-		var le *lease
-		if e != nil {
-			le = e.lease
-		} else {
+		if le == nil {
 			var err error
 			if le, err = s.leaseFor(ctx, ttl, renewed); err != nil {
+				s.mu.Lock()
+				unsent := rev == 0 && !e.quarantined
+				s.mu.Unlock()
+				if unsent {
+					s.dropEntry(token, e, true)
+				}
 				return store.Reply{}, err
 			}
 		}
-		elseOps := []clientv3.Op{clientv3.OpGet(key)}
-		if e != nil {
-			elseOps = append(elseOps, clientv3.OpGet(d, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(e.rev-1))...))
+		elseOps := []clientv3.Op{clientv3.OpGet(e.name)}
+		if rev != 0 {
+			elseOps = append(elseOps, clientv3.OpGet(d, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...))
 		}
 		resp, err := s.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, "", clientv3.WithLease(le.id)),
+			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
+			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id)),
 				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
 			Else(elseOps...).
 			Commit()
 		if err != nil {
 			s.retire(le)
+			s.mu.Lock()
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				s.mu.Lock()
 				le.gone = true
 				s.mu.Unlock()
 				continue
 			}
+			e.quarantined = true // the key may have been created
+			if e.lease == nil {
+				e.lease = le
+			}
+			s.mu.Unlock()
 			return store.Reply{}, err
 		}
 		if resp.Succeeded {
-			// Queued now: D+token is the newest key of D.
+			// Queued now: the key is the newest of D.
 			rev := resp.Header.Revision
 			s.mu.Lock()
-			s.held[token] = &entry{lease: le, rev: rev}
+			e.lease, e.rev = le, rev
 			from := le.confirmed
 			s.mu.Unlock()
 			kvs := resp.Responses[1].GetResponseRange().Kvs
@@ -546,15 +613,16 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 			return store.Reply{Predecessor: string(kvs[1].Key), Seen: rev}, nil
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs[0]
-		if e == nil || own.CreateRevision != e.rev {
-			// Queued by an earlier request whose answer was lost, or
-			// not as recorded: record it and ask again.
+		if own.CreateRevision != rev {
+			// Created by an earlier request whose answer was lost: record
+			// it and ask again.
 			s.mu.Lock()
-			ne := &entry{lease: e.leaseOr(le), rev: own.CreateRevision}
+			e.rev = own.CreateRevision
 			if sh := s.shared[clientv3.LeaseID(own.Lease)]; sh != nil {
-				ne.lease = sh
+				e.lease = sh
+			} else if e.lease == nil {
+				e.lease = le
 			}
-			s.held[token] = ne
 			s.mu.Unlock()
 			continue
 		}
@@ -563,34 +631,32 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 		}
 		// First: the lock is token's. Date it from a renewal of its lease
 		// confirmed after the read, if the last one is not recent.
-		if time.Since(s.confirmedOf(e.lease)) >= ttl/3 {
-			if err := s.keepAlive(ctx, e.lease); errors.Is(err, errLeaseGone) {
+		s.mu.Lock()
+		le = e.lease
+		s.mu.Unlock()
+		if time.Since(s.confirmedOf(le)) >= ttl/3 {
+			if err := s.keepAlive(ctx, le); errors.Is(err, errLeaseGone) {
 				continue // the key went with its lease: queue anew
 			} else if err != nil {
 				return store.Reply{}, err
 			}
 		}
-		return store.Reply{Acquired: true, Fence: uint64(e.rev), ValidFrom: s.confirmedOf(e.lease)}, nil
+		return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: s.confirmedOf(le)}, nil
 	}
-}
-
-// leaseOr returns e's lease, or le when e is nil.
-func (e *entry) leaseOr(le *lease) *lease {
-	if e == nil {
-		return le
-	}
-	return e.lease
 }
 
 // WaitTurn watches D for the deletion of the predecessor or of token's own
 // key, renewing the own key's lease meanwhile.
 func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
 	d := dir(k)
-	own := d + token
 	s.mu.Lock()
 	e := s.held[token]
+	var le *lease
+	if e != nil {
+		le = e.lease
+	}
 	s.mu.Unlock()
-	if e == nil {
+	if le == nil {
 		return nil // not queued: Enqueue again
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -599,8 +665,8 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 	tick := time.NewTicker(max(ttl/6, 100*time.Millisecond))
 	defer tick.Stop()
 	for {
-		if time.Since(s.confirmedOf(e.lease)) >= ttl/3 {
-			if err := s.keepAlive(ctx, e.lease); errors.Is(err, errLeaseGone) {
+		if time.Since(s.confirmedOf(le)) >= ttl/3 {
+			if err := s.keepAlive(ctx, le); errors.Is(err, errLeaseGone) {
 				return nil // the entry went with its lease: queue anew
 			}
 		}
@@ -615,7 +681,7 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 				return nil // compacted, or no leader: ask again
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE && (string(ev.Kv.Key) == r.Predecessor || string(ev.Kv.Key) == own) {
+				if ev.Type == mvccpb.DELETE && (string(ev.Kv.Key) == r.Predecessor || string(ev.Kv.Key) == e.name) {
 					return nil
 				}
 			}
@@ -680,4 +746,60 @@ func (s *etcdStore) Close() error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// newEntry records a new key name of lock directory d for token.
+func (s *etcdStore) newEntry(d, token string) (*entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	if e := s.held[token]; e != nil {
+		return e, nil
+	}
+	sl := s.dirs[d]
+	if sl == nil {
+		sl = &slots{}
+		s.dirs[d] = sl
+	}
+	n := sl.next
+	if len(sl.free) > 0 {
+		n = sl.free[len(sl.free)-1]
+		sl.free = sl.free[:len(sl.free)-1]
+	} else {
+		sl.next++
+	}
+	sl.inUse++
+	e := &entry{dir: d, slot: n, name: d + s.id + "." + strconv.Itoa(n)}
+	s.held[token] = e
+	return e, nil
+}
+
+// dropEntry forgets token's entry e, whose key is known to be gone (or,
+// with never, was never sent): its name is free again unless quarantined.
+func (s *etcdStore) dropEntry(token string, e *entry, never bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[token] == e {
+		delete(s.held, token)
+	}
+	if e.quarantined && !never {
+		return
+	}
+	sl := s.dirs[e.dir]
+	if sl == nil {
+		return
+	}
+	sl.free = append(sl.free, e.slot)
+	if sl.inUse--; sl.inUse == 0 {
+		delete(s.dirs, e.dir)
+	}
+}
+
+// newID returns 8 random bytes in hex: a store's name in its keys.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -64,9 +64,9 @@ func runConformance(t *testing.T, name string, c *etcdtest.Cluster) {
 			l, err := etcd.New(c.Client(t, func(cfg *clientv3.Config) { cfg.Endpoints = eps }), opts...)
 			return l, all((*etcdtest.Proxy).Cut), all((*etcdtest.Proxy).Heal), err
 		},
-		Pause:   each((*etcdtest.Server).Pause),
-		Resume:  each((*etcdtest.Server).Resume),
-		Kill:    each((*etcdtest.Server).Kill),
+		Pause:  each((*etcdtest.Server).Pause),
+		Resume: each((*etcdtest.Server).Resume),
+		Kill:   each((*etcdtest.Server).Kill),
 		// Members restart together: one alone has no quorum, and
 		// Restart waits for it to answer.
 		Restart: func(t testing.TB) {

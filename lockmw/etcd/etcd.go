@@ -9,10 +9,13 @@
 // A lock on key K with prefix P (lockmw.WithPrefix, default "lockmw:") is
 // the directory D = P+K+"/" (with "%" and "/" in P and K escaped as %25 and
 // %2F, so that no lock's directory holds another's). Each acquisition,
-// and each fair waiter, creates one key D+token (its random 128-bit
-// token), attached to an etcd lease. The lock is held by the key of D with
-// the lowest create revision, and that revision is the holder's fence
-// (Lease.Fence): etcd revisions are cluster-wide and strictly rising.
+// and each fair waiter, creates one key in D, D+id+"."+n (id names the
+// Locker; n is a slot number the Locker reuses once the slot's last key is
+// known to be deleted, so that a lock's directory does not accumulate
+// names, which etcd's range scans would visit until compaction), attached
+// to an etcd lease. The lock is held by the key of D with the lowest
+// create revision, and that revision is the holder's fence (Lease.Fence):
+// etcd revisions are cluster-wide and strictly rising.
 //
 // # Leases
 //
@@ -35,8 +38,8 @@
 //
 // # Safety: how a lease becomes live
 //
-// The invariant: while a lockmw lease with token t is live, the key D+t
-// exists and has the lowest create revision in D. Two live leases would
+// The invariant: while a lockmw lease with token t is live, t's key (D+t
+// for short) exists and has the lowest create revision in D. Two live leases would
 // need two keys each lowest in D, which cannot be. Every way a lease
 // becomes live keeps it:
 //
@@ -70,17 +73,21 @@
 //     lease was alive when the renewal arrived lives until s + TTL at least.
 //
 // Release and renewal compare the key's create revision with the one the
-// acquisition saw, and the key's name holds the acquisition's own 128-bit
-// token, so they never touch a successor's key (etcd issue 22082) or
-// another acquisition of the same Locker (10756: two concurrency.Mutex on
-// one session share a key and do not exclude each other). A queued waiter
-// whose own key vanished (its lease expired) notices, through its watch on
-// its own key or the failing renewal of its lease, and queues again, rather
-// than waiting on or acquiring through a key that is gone (19597, 11456).
-// Transactions with more than one write are never sent: a request that
-// failed without an answer may still have created its key, and the Locker
-// deletes that key by its token-bearing name (and stops adding keys to its
-// etcd lease, so that the lease expires once its holdings end).
+// acquisition saw, so they never touch a successor's key (etcd issue
+// 22082: Mutex.Unlock deletes by name). Every acquisition, also two of
+// one Locker on one etcd lease, has a key name of its own while its key
+// may exist, so acquisitions of one Locker exclude each other (10756: two
+// concurrency.Mutex on one session share a key and do not). A name is
+// reused only after a definite answer said its key was deleted or never
+// created; a request that failed without an answer may still have created
+// its key, so its name is quarantined (never reused), the Locker deletes
+// that key by name (no one else has the name), and the store stops adding
+// keys to that etcd lease, so that the lease expires once its holdings end.
+// A queued waiter whose own key vanished (its lease expired) notices,
+// through its watch on its own key or the failing renewal of its lease,
+// and queues again, rather than waiting on or acquiring through a key that
+// is gone (19597, 11456): acquisition is only ever reported from a read
+// that saw the waiter's own key lowest in D.
 //
 // # Waiting
 //

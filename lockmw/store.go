@@ -59,6 +59,10 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 		return nil, err
 	}
 	b.prefix = l.cfg.prefix
+	if l.cfg.waitReplicas > 0 {
+		_ = l.Close()
+		return nil, fmt.Errorf("%w: WithWaitReplicas waits for Redis replicas; this store replicates on its own: drop the option", ErrInvalidOption)
+	}
 	if err := s.CheckTTL(l.cfg.ttl); err != nil {
 		_ = l.Close()
 		return nil, err

@@ -114,6 +114,9 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("New with WithTTL(%v): %v, want ErrInvalidOption", ttl, err)
 		}
 	}
+	if _, err := etcd.New(cli, lockmw.WithWaitReplicas(1, time.Second)); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Errorf("New with WithWaitReplicas: %v, want ErrInvalidOption", err)
+	}
 	l := newLocker(t, cli)
 	ctx := bg(t)
 	for _, ttl := range []time.Duration{time.Second, 3500 * time.Millisecond} {

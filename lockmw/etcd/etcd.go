@@ -470,12 +470,16 @@ func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []stor
 		lease *lease
 	}
 	refs := make([]*ref, len(reqs))
-	leaseErr := make(map[*lease]error)
+	leaseErr := make(map[*lease]error) // written once every renewal is in
+	var leases []*lease
 	s.mu.Lock()
 	for i, r := range reqs {
 		if e := s.held[r.Token]; e != nil && e.rev != 0 {
 			refs[i] = &ref{name: e.name, rev: e.rev, lease: e.lease}
-			leaseErr[e.lease] = nil
+			if _, seen := leaseErr[e.lease]; !seen {
+				leaseErr[e.lease] = nil
+				leases = append(leases, e.lease)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -487,7 +491,7 @@ func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []stor
 		// readErr is per request: the read of its chunk failed.
 		readErr = make([]error, len(reqs))
 	)
-	for le := range leaseErr {
+	for _, le := range leases {
 		wg.Go(func() {
 			err := s.keepAlive(ctx, le)
 			mu.Lock()

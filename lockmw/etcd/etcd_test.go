@@ -319,3 +319,44 @@ func TestClose(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
+
+// One Locker renews leases of two TTLs (two etcd leases) together, while a
+// lease without watchdog beside them expires on time: it has an etcd lease
+// of its own, which nothing renews.
+func TestRenewalsAndExpiry(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	l := newLocker(t, cli)
+	ctx := bg(t)
+	var kept []*lockmw.Lease
+	for i, ttl := range []time.Duration{testTTL, testTTL, 3 * time.Second, 3 * time.Second} {
+		lease, err := l.Acquire(ctx, fmt.Sprintf("r%d", i), lockmw.WithLeaseTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, lease)
+	}
+	once, err := l.Acquire(ctx, "once", lockmw.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The lease without watchdog ends (a TTL after it was taken), and only
+	// then can another Locker take its key.
+	other := newLocker(t, cli)
+	next, err := other.Acquire(ctx, "once")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cause := context.Cause(once.Context()); !errors.Is(cause, lockmw.ErrLost) {
+		t.Fatalf("the lease without watchdog was live when another Locker took its key (cause %v)", cause)
+	}
+	_ = next.Release(ctx)
+	// Meanwhile, over a TTL, the others were renewed.
+	for _, s := range kept {
+		if err := s.Context().Err(); err != nil {
+			t.Fatalf("lease %q ended: %v", s.Key(), context.Cause(s.Context()))
+		}
+		if err := s.Release(ctx); err != nil {
+			t.Fatalf("Release of %q: %v", s.Key(), err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package conformance_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/lockmw/lockmw/internal/conformance"
@@ -14,6 +15,7 @@ import (
 func ExampleRun() {
 	var t *testing.T // in a real test: func TestConformanceX(t *testing.T) { ... }
 	srv := redistest.Start(t)
+	admin := srv.Client(t)
 	conformance.Run(t, conformance.Store{
 		Name: "redis",
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
@@ -26,8 +28,18 @@ func ExampleRun() {
 		// Redis without persistence forgets the fence counters.
 		KillLosesData: true,
 		Leftovers: func(t testing.TB, key string) []string {
-			// List the lock, queue entries and subscriptions kept for key.
-			return nil
+			// The lock and the fair queue; a full listing also names the
+			// subscriptions to the key's channels (PUBSUB CHANNELS).
+			lock := lockmw.DefaultPrefix + "{" + key + "}"
+			var out []string
+			for _, k := range []string{lock, lock + ":q"} {
+				if n, err := admin.Exists(context.Background(), k).Result(); err != nil {
+					t.Fatal(err)
+				} else if n > 0 {
+					out = append(out, k)
+				}
+			}
+			return out
 		},
 		Notifies: true,
 	})

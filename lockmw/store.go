@@ -88,16 +88,16 @@ func (b *storeBackend) storeKey(k lockKeys) store.Key {
 	return store.Key{Prefix: b.prefix, Name: name}
 }
 
-// acquire is one attempt, for callers of the generic backend; the Locker's
-// own attempts on a store go through storeAttempt, which dates the lease
-// from the store's ValidFrom.
-func (b *storeBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
-	r, err := b.st.Acquire(ctx, b.storeKey(k), token, ttl, true)
-	if err != nil {
-		return acquireReply{}, err
-	}
-	return acquireReply{acquired: r.Acquired, fence: r.Fence, holderTTL: r.HolderTTL}, nil
+// acquire is not used: a Locker on a store acquires through storeAttempt
+// and waitQueue, which date the lease from the store's ValidFrom (it may
+// precede the request's send time, which attempt would use instead).
+func (b *storeBackend) acquire(context.Context, lockKeys, string, time.Duration) (acquireReply, error) {
+	return acquireReply{}, errStoreAcquire
 }
+
+// errStoreAcquire reports a store acquisition made through the generic
+// backend path.
+var errStoreAcquire = errors.New("lockmw: internal error: a store's locks are acquired through storeAttempt")
 
 func (b *storeBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
 	o, err := b.st.Release(ctx, b.storeKey(k), token)

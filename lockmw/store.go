@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -77,6 +78,9 @@ type storeBackend struct {
 	notifier store.Notifier // nil: waiters back off
 	queue    store.Queue    // nil: no Fair
 	prefix   string         // the Locker's key prefix
+
+	gatesMu sync.Mutex
+	gates   map[string]*gate // default-mode waiters by key (see enterGate)
 }
 
 // storeKey returns the store's name of the lock whose Redis-shaped keys

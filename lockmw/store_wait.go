@@ -44,6 +44,7 @@ func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context,
 	}
 	backoff := minBackoff
 	var timer *time.Timer
+	gated := false
 	for {
 		lease, reply, err := l.storeAttempt(sb, opCtx, leaseParent, key, keys, sk, ac)
 		if lease != nil || err != nil {
@@ -52,6 +53,24 @@ func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context,
 		busy := &NotAcquiredError{Key: key, RetryAfter: reply.HolderTTL}
 		if !wait {
 			return nil, busy
+		}
+		if sb.notifier != nil && !gated {
+			// One waiter per key and Locker waits for the store's word;
+			// the others queue behind it here.
+			leave, waited, err := sb.enterGate(opCtx, key, giveUp, l.closing)
+			switch {
+			case errors.Is(err, ErrClosed):
+				return nil, ErrClosed
+			case err != nil && opCtx.Err() != nil:
+				return nil, ctxErr(opCtx, key)
+			case err != nil:
+				return nil, busy // WithWait ran out
+			}
+			defer leave()
+			gated = true
+			if waited {
+				continue // the lock may have changed hands meanwhile
+			}
 		}
 		var d time.Duration
 		if sb.notifier != nil {
@@ -216,3 +235,67 @@ func (l *Locker) leaveQueue(sb *storeBackend, opCtx context.Context, keys lockKe
 func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
+
+// gate lets one default-mode waiter per key and Locker wait for the
+// store's notification and retry; the others wait for the gate, so that a
+// release sets off one attempt per Locker, not one per waiting goroutine.
+type gate struct {
+	turn chan struct{} // holds a token while nobody is through the gate
+	refs int           // waiters through or at the gate; guarded by storeBackend.gatesMu
+}
+
+// enterGate waits until the caller is the one waiter through key's gate,
+// or opCtx ends, giveUp passes (errGaveUp) or the Locker closes
+// (ErrClosed). waited says whether it had to wait; leave lets the next one
+// through.
+func (b *storeBackend) enterGate(opCtx context.Context, key string, giveUp time.Time, closing <-chan struct{}) (leave func(), waited bool, err error) {
+	b.gatesMu.Lock()
+	if b.gates == nil {
+		b.gates = make(map[string]*gate)
+	}
+	g := b.gates[key]
+	if g == nil {
+		g = &gate{turn: make(chan struct{}, 1)}
+		g.turn <- struct{}{}
+		b.gates[key] = g
+	}
+	g.refs++
+	b.gatesMu.Unlock()
+	unref := func() {
+		b.gatesMu.Lock()
+		if g.refs--; g.refs == 0 {
+			delete(b.gates, key)
+		}
+		b.gatesMu.Unlock()
+	}
+	leave = func() {
+		g.turn <- struct{}{}
+		unref()
+	}
+	select {
+	case <-g.turn:
+		return leave, false, nil
+	default:
+	}
+	var deadline <-chan time.Time
+	if !giveUp.IsZero() {
+		t := time.NewTimer(time.Until(giveUp))
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case <-g.turn:
+		return leave, true, nil
+	case <-opCtx.Done():
+		err = opCtx.Err()
+	case <-closing:
+		err = ErrClosed
+	case <-deadline:
+		err = errGaveUp
+	}
+	unref()
+	return nil, false, err
+}
+
+// errGaveUp is enterGate's error when WithWait ran out.
+var errGaveUp = errors.New("lockmw: the wait ran out")

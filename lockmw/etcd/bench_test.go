@@ -194,3 +194,30 @@ func runContended(tb testing.TB, ms []mutexLike, key string, n int) contendedRun
 	}
 	return r
 }
+
+// BenchmarkContendedOneLocker is BenchmarkContended with the 16 contenders
+// sharing one Locker (goroutines of one process), for lockmw alone:
+// concurrency.Mutexes on one Session do not exclude each other.
+func BenchmarkContendedOneLocker(b *testing.B) {
+	srv := etcdtest.Start(b)
+	for _, k := range kinds[:2] {
+		b.Run(k.name, func(b *testing.B) {
+			m := k.make(b, srv.Client(b))
+			ms := make([]mutexLike, contenders)
+			for i := range ms {
+				ms[i] = m
+			}
+			key := "one-locker-" + k.name
+			runContended(b, ms, key, contenders)
+			reqs := served(b, srv)
+			b.ResetTimer()
+			r := runContended(b, ms, key, b.N)
+			b.StopTimer()
+			reqs = served(b, srv) - reqs
+			b.ReportMetric(float64(r.n)/r.wall.Seconds(), "acq/s")
+			b.ReportMetric(r.util, "util")
+			b.ReportMetric(float64(r.p99)/float64(time.Millisecond), "wait-p99-ms")
+			b.ReportMetric(float64(reqs)/float64(r.n), "reqs/acq")
+		})
+	}
+}

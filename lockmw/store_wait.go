@@ -15,7 +15,10 @@ import (
 //
 // Default mode: an attempt that finds the lock busy waits until the store
 // says it may be free (store.Notifier), then tries again; waiters may barge
-// ahead of each other. A store without notifications is polled with the
+// ahead of each other. Within one Locker only one waiter per key waits for
+// the store's word (enterGate); the others wait for it to be done, then
+// try once and take its place, so a release costs one attempt per waiting
+// Locker, not one per waiting goroutine. A store without notifications is polled with the
 // same capped, jittered backoff as Redlock. A notification wait is bounded
 // by the holder's TTL (or the waiter's own), so a lost notification costs
 // latency, never liveness.

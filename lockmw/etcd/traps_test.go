@@ -238,3 +238,51 @@ func TestTrapAcquiredOnlyWithLiveKey(t *testing.T) {
 		}
 	}
 }
+
+// Default-mode waiters of one Locker do not all retry on every release:
+// one per key waits for etcd's word, the others queue behind it in the
+// Locker. Without that, n waiters would make about n²/2 attempts in all.
+func TestOneLockerWaitersDoNotHerd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
+	ctx := bg(t)
+	holder, err := newLocker(t, cli).Acquire(ctx, "herd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(t, cli)
+	const n = 12
+	var started, done sync.WaitGroup
+	for range n {
+		started.Add(1)
+		done.Go(func() {
+			started.Done()
+			lease, err := l.Acquire(ctx, "herd")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = lease.Release(ctx)
+		})
+	}
+	started.Wait()
+	// Every waiter has made its first attempt and queued (nothing in
+	// etcd shows it): the count of requests stops growing.
+	var before int64
+	waitFor(t, 10*time.Second, "waiters settled", func() bool {
+		a := served(t, srv)
+		time.Sleep(100 * time.Millisecond)
+		before = served(t, srv)
+		return before-a <= 2 // at most a renewal of the holder
+	})
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done.Wait()
+	// Each hand-over: the release, the next attempt, one failed attempt of
+	// the waiter next through the gate and its watch; a little slack for
+	// renewals.
+	if got, limit := served(t, srv)-before, int64(6*n); got > limit {
+		t.Fatalf("%d requests for %d hand-overs within one Locker, want at most %d: waiters herd", got, n, limit)
+	}
+}

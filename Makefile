@@ -40,8 +40,9 @@ CHAOS_ARGS ?=
 chaos: redis-server
 	$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 ./lockmw/ -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
-bench: redis-server
+bench: redis-server etcd-server
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/
+	cd $(ETCD_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
@@ -49,6 +50,7 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
 	cd $(ETCD_MODULE) && $(GO) vet ./...
 	cd $(ETCD_MODULE) && $(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
+	cd examples/etcd && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@latest ./...
 
 demo:
 	$(GO) run ./examples/quickstart

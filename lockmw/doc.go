@@ -83,6 +83,13 @@
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's
 //     token and fence, is made only while that lease is live, and ends
 //     when it ends.
+//   - Another store (etcd.New, package lockmw/etcd, a module of its
+//     own): the store reports the lock acquired with a time v no later
+//     than the moment from which it keeps the lock for TTL, and D = v +
+//     TTL − drift; renewals as above. The store's package argues why its
+//     lock is held by one token at a time and why its fence is above every
+//     earlier holder's (etcd: the key of the lock's directory with the
+//     lowest create revision holds it, and that revision is the fence).
 //   - Redlock: the token is set on a majority of N masters, D = s + TTL −
 //     elapsed − drift. Any two majorities share a master, and that master
 //     refuses a second token until the first is gone there. Fences are the
@@ -126,6 +133,11 @@
 // migrated. WithWaitReplicas makes acquisitions wait for replica
 // acknowledgement (WAIT) and roll back without it; replication stays
 // asynchronous, so fencing tokens remain what protects the data.
+//
+// etcd.New (package lockmw/etcd, in the module
+// github.com/lockmw/lockmw/lockmw/etcd, so that importing lockmw alone never
+// builds the etcd client) keeps locks in etcd, with the same leases,
+// watchdog, waiting and telemetry.
 //
 // # Redis keys
 //

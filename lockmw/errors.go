@@ -37,14 +37,16 @@ var (
 	// Nothing was sent to Redis.
 	ErrInvalidOption = errors.New("lockmw: invalid option")
 
-	// ErrNilClient means New was given a nil Redis client.
-	ErrNilClient = errors.New("lockmw: nil redis client")
+	// ErrNilClient means New (or a store's constructor, such as etcd.New)
+	// was given a nil client.
+	ErrNilClient = errors.New("lockmw: nil client")
 
-	// ErrUnavailable means Redis could not be reached, answered with an
-	// error, or answered too slowly for the lease to be valid. The lock state
-	// is unknown to the caller but safe: an acquisition that may have landed
-	// expires after its TTL. The underlying error is wrapped too.
-	ErrUnavailable = errors.New("lockmw: redis unavailable")
+	// ErrUnavailable means Redis (or the store, such as etcd) could not be
+	// reached, answered with an error, or answered too slowly for the lease
+	// to be valid. The lock state is unknown to the caller but safe: an
+	// acquisition that may have landed expires after its TTL. The
+	// underlying error is wrapped too.
+	ErrUnavailable = errors.New("lockmw: store unavailable")
 
 	// ErrNotReplicated means an acquisition under WithWaitReplicas took the
 	// lock, but fewer replicas than asked acknowledged it in time, so it was

@@ -399,7 +399,7 @@ func (s *renewScheduler) finishLost(lost []*Lease) {
 
 // errRenewalUnanswered explains a deadline that passed while a renewal was
 // still waiting for Redis' answer.
-var errRenewalUnanswered = errors.New("redis has not answered the last renewal")
+var errRenewalUnanswered = errors.New("the store (Redis, etcd) has not answered the last renewal")
 
 // retryDelay is how long the watchdog waits after a failed renewal.
 func retryDelay(ttl time.Duration) time.Duration {

@@ -284,6 +284,9 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		}
 		giveUp = start.Add(ac.wait)
 	}
+	if sb, ok := l.backend.(*storeBackend); ok {
+		return l.waitStore(sb, opCtx, leaseParent, key, keys, ac, wait, giveUp)
+	}
 	if l.waits == nil {
 		if ac.fair {
 			return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)

@@ -1,0 +1,816 @@
+// Package etcd keeps lockmw locks in etcd: New returns a *lockmw.Locker
+// whose leases, watchdog, validity deadlines, nesting, waiting and
+// telemetry are lockmw's, and whose locks are etcd keys. It lives in its
+// own module (github.com/lockmw/lockmw/lockmw/etcd), so programs that only
+// import lockmw do not build the etcd client.
+//
+// # Keys
+//
+// A lock on key K with prefix P (lockmw.WithPrefix, default "lockmw:") is
+// the directory D = P+K+"/" (with "%" and "/" in P and K escaped as %25 and
+// %2F, so that no lock's directory holds another's). Each acquisition,
+// and each fair waiter, creates one key in D, D+id+"."+n (id names the
+// Locker; n is a slot number the Locker reuses once the slot's last key is
+// known to be deleted, so that a lock's directory does not accumulate
+// names, which etcd's range scans would visit until compaction), attached
+// to an etcd lease. The lock is held by the key of D with the lowest
+// create revision, and that revision is the holder's fence (Lease.Fence):
+// etcd revisions are cluster-wide and strictly rising.
+//
+// # Leases
+//
+// The Locker keeps one etcd lease per TTL for all its locks (a lease
+// acquired WithoutWatchdog gets a lease of its own, never renewed, so that
+// it expires on time). lockmw's own watchdog renews it (KeepAliveOnce, at
+// a third of the TTL, in one round trip per tick), and the lease's
+// validity counts from when the renewal was sent, minus drift, as for
+// Redis: the etcd client's keepalive dates its deadline from the reply,
+// which can be late, so it is not used. A lease lost in etcd (expired while
+// the Locker could not reach it) deletes its keys; the Locker grants a new
+// one for later acquisitions.
+//
+// etcd lease TTLs are whole seconds, and etcd raises one under its minimum
+// (about 2s with the default election timeout) without saying so. So the
+// TTL (lockmw.WithTTL, lockmw.WithLeaseTTL) must be a whole number of
+// seconds, at least MinTTL: New or Acquire fails with an error matching
+// lockmw.ErrInvalidOption otherwise. The default, lockmw.DefaultTTL (10s),
+// is fine.
+//
+// # Safety: how a lease becomes live
+//
+// The invariant: while a lockmw lease with token t is live, t's key (D+t
+// for short) exists and has the lowest create revision in D. Two live leases would
+// need two keys each lowest in D, which cannot be. Every way a lease
+// becomes live keeps it:
+//
+//   - Acquisition (default mode, also TryAcquire with Fair): one
+//     transaction creates D+t only if no key of D exists (a compare on the
+//     create revision of the whole range D), so D+t is alone, hence lowest.
+//     Keys created later get higher revisions, so it stays lowest while it
+//     exists. It exists until this Locker deletes it or its etcd lease
+//     expires, not before v + TTL on the leader's clock, v being the send
+//     time of the lease's grant or last confirmed renewal (a renewal is
+//     confirmed only while the lease lives; leader changes only extend
+//     leases); the lease's deadline is v + TTL − drift. Fence: the
+//     transaction's revision, the key's create revision. Any earlier
+//     holder's key was created before it (it was deleted, with a revision
+//     above its creation, before D became empty), so its fence is lower.
+//   - Fair (queue): one transaction creates D+t if missing and reads D's
+//     keys by create revision; it is acquired only when no key of D has a
+//     lower create revision than D+t (read in the same transaction, or, for
+//     an entry already queued, its own key and the last key below it read
+//     together). Then it is lowest, and stays so as above; ValidFrom is the
+//     send time of the last confirmed renewal of D+t's lease (renewed first
+//     if older than TTL/3: a renewal confirmed after the read proves the
+//     key was still there, as only its lease's expiry or this Locker could
+//     remove it). Fence: D+t's create revision. Earlier holders were lower
+//     keys of D, all deleted before D+t became lowest; later holders' keys
+//     are created, or become lowest, after D+t is gone, with higher
+//     revisions, since a key lower than D+t cannot appear while it exists.
+//   - Renewal: KeepAliveOnce of the etcd lease, sent at s, and a read of
+//     D+t with the create revision the acquisition saw; both must succeed:
+//     D = max(D, s + TTL − drift). A key that existed at the read and whose
+//     lease was alive when the renewal arrived lives until s + TTL at least.
+//
+// Release and renewal compare the key's create revision with the one the
+// acquisition saw, so they never touch a successor's key (etcd issue
+// 22082: Mutex.Unlock deletes by name). Every acquisition, also two of
+// one Locker on one etcd lease, has a key name of its own while its key
+// may exist, so acquisitions of one Locker exclude each other (10756: two
+// concurrency.Mutex on one session share a key and do not). A name is
+// reused only after a definite answer said its key was deleted or never
+// created; a request that failed without an answer may still have created
+// its key, so its name is quarantined (never reused), the Locker deletes
+// that key by name (no one else has the name), and the store stops adding
+// keys to that etcd lease, so that the lease expires once its holdings end.
+// A queued waiter whose own key vanished (its lease expired) notices,
+// through its watch on its own key or the failing renewal of its lease,
+// and queues again, rather than waiting on or acquiring through a key that
+// is gone (19597, 11456): acquisition is only ever reported from a read
+// that saw the waiter's own key lowest in D.
+//
+// # Waiting
+//
+// Default mode: a waiter watches D for a deletion after the revision its
+// failed attempt saw, then tries again; waiters may barge. Fair mode
+// (lockmw.Fair): waiters queue by create revision, and each watches only
+// the key just before its own (no herd). Fair waiters are served before
+// default ones: a default attempt succeeds only on an empty D.
+package etcd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MinTTL is the shortest lease TTL the etcd store accepts. TTLs must also
+// be whole seconds.
+const MinTTL = 2 * time.Second
+
+// maxTxnOps is etcd's default limit on operations in one transaction
+// (--max-txn-ops).
+const maxTxnOps = 128
+
+// New returns a Locker keeping its locks in the etcd cluster client talks
+// to. Options are lockmw's; the TTL must be a whole number of seconds, at
+// least MinTTL (see the package documentation).
+//
+// The Locker does not own the client: close the client after the Locker.
+// Every etcd request of an acquisition is bounded by the lease TTL (an
+// answer later than that is worthless) and by ctx; renewals by the TTL.
+func New(client *clientv3.Client, opts ...lockmw.Option) (*lockmw.Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: etcd.New needs a connected client, e.g. clientv3.New(clientv3.Config{Endpoints: []string{\"localhost:2379\"}})", lockmw.ErrNilClient)
+	}
+	s := newStore(client)
+	l, err := store.NewLocker(s, opts)
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return l.(*lockmw.Locker), nil
+}
+
+// etcdStore keeps locks as keys under etcd leases.
+type etcdStore struct {
+	c *clientv3.Client
+
+	mu     sync.Mutex
+	slots  map[time.Duration]*slot     // the shared lease per TTL
+	shared map[clientv3.LeaseID]*lease // shared leases that may be alive, for Close
+	id     string                      // names this store's keys
+	held   map[string]*entry           // by token: keys this store created and has not deleted
+	dirs   map[string]*slots           // by lock directory
+	closed bool
+}
+
+// slot is the shared lease for one TTL. mu serializes its refresh.
+type slot struct {
+	mu  sync.Mutex
+	cur *lease
+}
+
+// lease is one etcd lease. confirmed and retired are guarded by
+// etcdStore.mu.
+type lease struct {
+	id   clientv3.LeaseID
+	ttl  time.Duration
+	solo bool // granted for one holding WithoutWatchdog; never renewed by the store
+	// confirmed is the send time of the last grant or renewal etcd
+	// confirmed: the lease lives until confirmed + ttl on etcd's clock.
+	confirmed time.Time
+	// retired: no new keys go under it (it is gone, or a request that
+	// failed without an answer may have left a key under it), so it
+	// expires once the holdings on it end.
+	retired bool
+	gone    bool // etcd said it does not exist
+}
+
+// entry is the key of one acquisition or queue entry (by token). Guarded
+// by etcdStore.mu.
+type entry struct {
+	dir  string
+	slot int
+	name string // D + the store's id + "." + slot
+	// lease is the lease the key is (or may be) under; nil before the
+	// first request.
+	lease *lease
+	rev   int64 // the key's create revision; 0 until known
+	// quarantined: a request that failed without an answer may have
+	// created the key, or a release may not have deleted it: the name is
+	// never used again.
+	quarantined bool
+}
+
+// slots are the key names of one lock in use by this store: a name is
+// reused once its key is known to be gone, so that a lock's directory
+// keeps few distinct names (etcd scans every name a range ever held, until
+// compaction).
+type slots struct {
+	free  []int
+	next  int
+	inUse int
+}
+
+// errLeaseGone means etcd no longer has a lease: its keys are deleted.
+var errLeaseGone = errors.New("etcd lease expired or revoked")
+
+func newStore(c *clientv3.Client) *etcdStore {
+	return &etcdStore{
+		c:      c,
+		slots:  make(map[time.Duration]*slot),
+		shared: make(map[clientv3.LeaseID]*lease),
+		id:     newID(),
+		held:   make(map[string]*entry),
+		dirs:   make(map[string]*slots),
+	}
+}
+
+// CheckTTL accepts whole seconds, at least MinTTL.
+func (s *etcdStore) CheckTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl%time.Second != 0 {
+		return fmt.Errorf("%w: TTL %v: etcd leases count whole seconds and last at least %v: use a TTL such as %v (lockmw.WithTTL, lockmw.WithLeaseTTL)",
+			lockmw.ErrInvalidOption, ttl, MinTTL, max(MinTTL, ttl.Truncate(time.Second)+time.Second))
+	}
+	return nil
+}
+
+// dir is the etcd key prefix of the lock k, ending in "/".
+func dir(k store.Key) string { return escape(k.Prefix) + escape(k.Name) + "/" }
+
+var escaper = strings.NewReplacer("%", "%25", "/", "%2F")
+
+func escape(s string) string {
+	if !strings.ContainsAny(s, "%/") {
+		return s
+	}
+	return escaper.Replace(s)
+}
+
+// errClosed is returned by calls after Close.
+var errClosed = lockmw.ErrClosed
+
+// leaseFor returns the lease a new key of ttl goes under: the shared one,
+// fresh (confirmed less than ttl/3 ago), or, for a holding that is not
+// renewed, a lease of its own.
+func (s *etcdStore) leaseFor(ctx context.Context, ttl time.Duration, renewed bool) (*lease, error) {
+	if !renewed {
+		return s.grant(ctx, ttl, true)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, errClosed
+	}
+	sl := s.slots[ttl]
+	if sl == nil {
+		sl = &slot{}
+		s.slots[ttl] = sl
+	}
+	s.mu.Unlock()
+
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if cur := sl.cur; cur != nil {
+		s.mu.Lock()
+		fresh := !cur.retired && time.Since(cur.confirmed) < ttl/3
+		usable := !cur.retired
+		s.mu.Unlock()
+		if fresh {
+			return cur, nil
+		}
+		if usable {
+			err := s.keepAlive(ctx, cur)
+			if err == nil {
+				return cur, nil
+			}
+			if !errors.Is(err, errLeaseGone) {
+				return nil, err
+			}
+		}
+	}
+	le, err := s.grant(ctx, ttl, false)
+	if err != nil {
+		return nil, err
+	}
+	sl.cur = le
+	return le, nil
+}
+
+// grant asks etcd for a new lease of ttl.
+func (s *etcdStore) grant(ctx context.Context, ttl time.Duration, solo bool) (*lease, error) {
+	sent := time.Now()
+	resp, err := s.c.Grant(ctx, int64(ttl/time.Second))
+	if err != nil {
+		return nil, err
+	}
+	le := &lease{id: resp.ID, ttl: ttl, solo: solo, confirmed: sent}
+	if !solo {
+		s.mu.Lock()
+		for id, old := range s.shared {
+			// Not renewed for three TTLs: long expired.
+			if old.gone || time.Since(old.confirmed) > 3*old.ttl {
+				delete(s.shared, id)
+			}
+		}
+		s.shared[le.id] = le
+		s.mu.Unlock()
+	}
+	return le, nil
+}
+
+// keepAlive renews le once. It returns errLeaseGone when etcd no longer
+// has it.
+func (s *etcdStore) keepAlive(ctx context.Context, le *lease) error {
+	sent := time.Now()
+	_, err := s.c.KeepAliveOnce(ctx, le.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		le.gone, le.retired = true, true
+		return errLeaseGone
+	case err != nil:
+		return err
+	}
+	if sent.After(le.confirmed) {
+		le.confirmed = sent
+	}
+	return nil
+}
+
+// retire stops new keys going under le.
+func (s *etcdStore) retire(le *lease) {
+	s.mu.Lock()
+	le.retired = true
+	s.mu.Unlock()
+}
+
+// confirmedOf returns when le was last confirmed.
+func (s *etcdStore) confirmedOf(le *lease) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return le.confirmed
+}
+
+// remaining is how long a holder's key under the lease id has left at
+// least, when the lease is this store's; 0 when unknown.
+func (s *etcdStore) remaining(id int64) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if le := s.shared[clientv3.LeaseID(id)]; le != nil && !le.gone {
+		return max(time.Until(le.confirmed.Add(le.ttl)), 0)
+	}
+	return 0
+}
+
+// Acquire creates the token's key under a lease only when no key of D
+// exists.
+func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	d := dir(k)
+	e, err := s.newEntry(d, token)
+	if err != nil {
+		return store.Reply{}, err
+	}
+	for try := 0; ; try++ {
+		le, err := s.leaseFor(ctx, ttl, renewed)
+		if err != nil {
+			s.dropEntry(token, e, true)
+			return store.Reply{}, err
+		}
+		resp, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(d), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id))).
+			Else(clientv3.OpGet(d, clientv3.WithFirstCreate()...)).
+			Commit()
+		if err != nil {
+			s.retire(le)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) && try == 0 {
+				continue // the lease expired unseen: a new one
+			}
+			// The key may have been created: the entry stays, for the
+			// Locker's give-back, and its name is never used again.
+			s.mu.Lock()
+			e.lease, e.quarantined = le, true
+			s.mu.Unlock()
+			return store.Reply{}, err
+		}
+		if !resp.Succeeded {
+			s.dropEntry(token, e, true)
+			r := store.Reply{Seen: resp.Header.Revision}
+			if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+				r.HolderTTL = s.remaining(rr.Kvs[0].Lease)
+			}
+			return r, nil
+		}
+		rev := resp.Header.Revision
+		s.mu.Lock()
+		e.lease, e.rev = le, rev
+		from := le.confirmed
+		s.mu.Unlock()
+		return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: from}, nil
+	}
+}
+
+// Release deletes the token's key if it is still the key the acquisition
+// created (its create revision).
+func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+	s.mu.Lock()
+	e := s.held[token]
+	var rev int64
+	if e != nil {
+		rev = e.rev
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return store.Missing, nil // no key was ever sent for token, or it is gone
+	}
+	if rev == 0 {
+		// A request that failed without an answer may have created the
+		// key: its name is quarantined (never reused), so deleting by name
+		// deletes nothing else.
+		resp, err := s.c.Delete(ctx, e.name)
+		if err != nil {
+			return 0, err
+		}
+		s.dropEntry(token, e, false)
+		if resp.Deleted > 0 {
+			return store.Owned, nil
+		}
+		return store.Missing, nil
+	}
+	resp, err := s.c.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", rev)).
+		Then(clientv3.OpDelete(e.name)).
+		Else(clientv3.OpGet(e.name, clientv3.WithKeysOnly())).
+		Commit()
+	if err != nil {
+		// The key may stay; no new key joins it under its lease, which
+		// then expires once the Locker's holdings on it end, and its name
+		// is not used again.
+		s.mu.Lock()
+		e.quarantined = true
+		s.mu.Unlock()
+		s.retire(e.lease)
+		return 0, err
+	}
+	s.dropEntry(token, e, false)
+	if resp.Succeeded {
+		return store.Owned, nil
+	}
+	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+		return store.Taken, nil
+	}
+	return store.Missing, nil
+}
+
+// Renew renews each request's etcd lease once (KeepAliveOnce, one per
+// distinct lease) and reads the requests' keys (one transaction per 128),
+// all at once.
+func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+	res := make([]store.RenewResult, len(reqs))
+	type ref struct {
+		name  string
+		rev   int64
+		lease *lease
+	}
+	refs := make([]*ref, len(reqs))
+	leaseErr := make(map[*lease]error) // written once every renewal is in
+	var leases []*lease
+	s.mu.Lock()
+	for i, r := range reqs {
+		if e := s.held[r.Token]; e != nil && e.rev != 0 {
+			refs[i] = &ref{name: e.name, rev: e.rev, lease: e.lease}
+			if _, seen := leaseErr[e.lease]; !seen {
+				leaseErr[e.lease] = nil
+				leases = append(leases, e.lease)
+			}
+		}
+	}
+	s.mu.Unlock()
+
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		rev = make([]int64, len(reqs)) // create revision found; 0: missing
+		// readErr is per request: the read of its chunk failed.
+		readErr = make([]error, len(reqs))
+	)
+	for _, le := range leases {
+		wg.Go(func() {
+			err := s.keepAlive(ctx, le)
+			mu.Lock()
+			leaseErr[le] = err
+			mu.Unlock()
+		})
+	}
+	for lo := 0; lo < len(reqs); lo += maxTxnOps {
+		hi := min(lo+maxTxnOps, len(reqs))
+		wg.Go(func() {
+			var ops []clientv3.Op
+			var idx []int
+			for i := lo; i < hi; i++ {
+				if refs[i] != nil {
+					ops = append(ops, clientv3.OpGet(refs[i].name, clientv3.WithKeysOnly()))
+					idx = append(idx, i)
+				}
+			}
+			if len(ops) == 0 {
+				return
+			}
+			resp, err := s.c.Txn(ctx).Then(ops...).Commit()
+			for j, i := range idx {
+				if err != nil {
+					readErr[i] = err
+					continue
+				}
+				if rr := resp.Responses[j].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
+					rev[i] = rr.Kvs[0].CreateRevision
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	for i, r := range refs {
+		switch {
+		case r == nil:
+			res[i].Ownership = store.Missing
+		case errors.Is(leaseErr[r.lease], errLeaseGone):
+			res[i].Ownership = store.Missing
+		case leaseErr[r.lease] != nil:
+			res[i].Err = leaseErr[r.lease]
+		case readErr[i] != nil:
+			res[i].Err = readErr[i]
+		case rev[i] == r.rev:
+			res[i].Ownership = store.Owned
+		case rev[i] == 0:
+			res[i].Ownership = store.Missing
+		default:
+			res[i].Ownership = store.Taken
+		}
+	}
+	return res
+}
+
+// Enqueue creates the token's key if it is missing and says whether it is
+// the lowest key of D, or which key is just below it.
+func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	d := dir(k)
+	s.mu.Lock()
+	e := s.held[token]
+	s.mu.Unlock()
+	if e == nil {
+		var err error
+		if e, err = s.newEntry(d, token); err != nil {
+			return store.Reply{}, err
+		}
+	}
+	for try := 0; ; try++ {
+		if try == 4 {
+			return store.Reply{}, errors.New("etcd: the queue kept changing under the request; try again")
+		}
+		s.mu.Lock()
+		le, rev := e.lease, e.rev
+		if le != nil && le.gone {
+			le = nil
+		}
+		s.mu.Unlock()
+		if le == nil {
+			var err error
+			if le, err = s.leaseFor(ctx, ttl, renewed); err != nil {
+				s.mu.Lock()
+				unsent := rev == 0 && !e.quarantined
+				s.mu.Unlock()
+				if unsent {
+					s.dropEntry(token, e, true)
+				}
+				return store.Reply{}, err
+			}
+		}
+		elseOps := []clientv3.Op{clientv3.OpGet(e.name)}
+		if rev != 0 {
+			elseOps = append(elseOps, clientv3.OpGet(d, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...))
+		}
+		resp, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
+			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id)),
+				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+			Else(elseOps...).
+			Commit()
+		if err != nil {
+			s.retire(le)
+			s.mu.Lock()
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				le.gone = true
+				s.mu.Unlock()
+				continue
+			}
+			e.quarantined = true // the key may have been created
+			if e.lease == nil {
+				e.lease = le
+			}
+			s.mu.Unlock()
+			return store.Reply{}, err
+		}
+		if resp.Succeeded {
+			// Queued now: the key is the newest of D.
+			rev := resp.Header.Revision
+			s.mu.Lock()
+			e.lease, e.rev = le, rev
+			from := le.confirmed
+			s.mu.Unlock()
+			kvs := resp.Responses[1].GetResponseRange().Kvs
+			if len(kvs) < 2 {
+				return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: from}, nil
+			}
+			return store.Reply{Predecessor: string(kvs[1].Key), Seen: rev}, nil
+		}
+		own := resp.Responses[0].GetResponseRange().Kvs[0]
+		if own.CreateRevision != rev {
+			// Created by an earlier request whose answer was lost: record
+			// it and ask again.
+			s.mu.Lock()
+			e.rev = own.CreateRevision
+			if sh := s.shared[clientv3.LeaseID(own.Lease)]; sh != nil {
+				e.lease = sh
+			} else if e.lease == nil {
+				e.lease = le
+			}
+			s.mu.Unlock()
+			continue
+		}
+		if below := resp.Responses[1].GetResponseRange().Kvs; len(below) > 0 {
+			return store.Reply{Predecessor: string(below[0].Key), Seen: resp.Header.Revision}, nil
+		}
+		// First: the lock is token's. Date it from a renewal of its lease
+		// confirmed after the read, if the last one is not recent.
+		s.mu.Lock()
+		le = e.lease
+		s.mu.Unlock()
+		if time.Since(s.confirmedOf(le)) >= ttl/3 {
+			if err := s.keepAlive(ctx, le); errors.Is(err, errLeaseGone) {
+				continue // the key went with its lease: queue anew
+			} else if err != nil {
+				return store.Reply{}, err
+			}
+		}
+		return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: s.confirmedOf(le)}, nil
+	}
+}
+
+// WaitTurn watches D for the deletion of the predecessor or of token's own
+// key, renewing the own key's lease meanwhile.
+func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
+	d := dir(k)
+	s.mu.Lock()
+	e := s.held[token]
+	var le *lease
+	if e != nil {
+		le = e.lease
+	}
+	s.mu.Unlock()
+	if le == nil {
+		return nil // not queued: Enqueue again
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.c.Watch(wctx, d, clientv3.WithPrefix(), clientv3.WithRev(r.Seen+1), clientv3.WithFilterPut())
+	tick := time.NewTicker(max(ttl/6, 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		if time.Since(s.confirmedOf(le)) >= ttl/3 {
+			if err := s.keepAlive(ctx, le); errors.Is(err, errLeaseGone) {
+				return nil // the entry went with its lease: queue anew
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil || wr.Canceled {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return nil // compacted, or no leader: ask again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE && (string(ev.Kv.Key) == r.Predecessor || string(ev.Kv.Key) == e.name) {
+					return nil
+				}
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// Leave deletes token's entry.
+func (s *etcdStore) Leave(ctx context.Context, k store.Key, token string) error {
+	_, err := s.Release(ctx, k, token)
+	return err
+}
+
+// WaitFree watches D for a deletion after seen.
+func (s *etcdStore) WaitFree(ctx context.Context, k store.Key, seen int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.c.Watch(wctx, dir(k), clientv3.WithPrefix(), clientv3.WithRev(seen+1), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-wch:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !ok || wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
+				return nil
+			}
+		}
+	}
+}
+
+// Close revokes the store's shared leases, deleting whatever keys are
+// left under them (queue entries being given up, keys of failed requests),
+// within a second.
+func (s *etcdStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var ids []clientv3.LeaseID
+	for id, le := range s.shared {
+		if !le.gone {
+			ids = append(ids, id)
+		}
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ids))
+	for i, id := range ids {
+		wg.Go(func() {
+			if _, err := s.c.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// newEntry records a new key name of lock directory d for token.
+func (s *etcdStore) newEntry(d, token string) (*entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errClosed
+	}
+	if e := s.held[token]; e != nil {
+		return e, nil
+	}
+	sl := s.dirs[d]
+	if sl == nil {
+		sl = &slots{}
+		s.dirs[d] = sl
+	}
+	n := sl.next
+	if len(sl.free) > 0 {
+		n = sl.free[len(sl.free)-1]
+		sl.free = sl.free[:len(sl.free)-1]
+	} else {
+		sl.next++
+	}
+	sl.inUse++
+	e := &entry{dir: d, slot: n, name: d + s.id + "." + strconv.Itoa(n)}
+	s.held[token] = e
+	return e, nil
+}
+
+// dropEntry forgets token's entry e, whose key is known to be gone (or,
+// with never, was never sent): its name is free again unless quarantined.
+func (s *etcdStore) dropEntry(token string, e *entry, never bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[token] == e {
+		delete(s.held, token)
+	}
+	if e.quarantined && !never {
+		return
+	}
+	sl := s.dirs[e.dir]
+	if sl == nil {
+		return
+	}
+	sl.free = append(sl.free, e.slot)
+	if sl.inUse--; sl.inUse == 0 {
+		delete(s.dirs, e.dir)
+	}
+}
+
+// newID returns 8 random bytes in hex: a store's name in its keys.
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

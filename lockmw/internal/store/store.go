@@ -1,0 +1,151 @@
+// Package store is the boundary between lockmw's lock logic and a store
+// that holds locks. It is internal to the lockmw module: a store package
+// (such as lockmw/etcd) implements Store, and package lockmw wraps it in a
+// Locker through NewLocker. Leases, waiting, the watchdog's schedule,
+// validity deadlines and telemetry stay in package lockmw; a store only
+// does one step on its objects per call.
+//
+// A store names its own objects from the Locker's prefix and the user's
+// key (Key). Beyond the required Store, a store offers what it has, found
+// by type assertion:
+//
+//   - Notifier: a way to wait until a lock may have become free, for
+//     default-mode waiters (they retry then). Without it, waiters back off.
+//   - Queue: an acquisition that queues (the lock is a queue, as in etcd or
+//     ZooKeeper): it returns the fence when the caller is first, or the
+//     predecessor to wait for. Fair waiting needs it.
+//
+// The safety contract every store must keep, on which lockmw's argument
+// rests (see package lockmw's documentation, "Safety"): when Acquire (or
+// Queue.Enqueue) reports Acquired with ValidFrom v, the lock is held for
+// the token, and nothing but a Release or Leave for that same token can
+// end that holding before v + ttl on the store's clock; and the fence is
+// strictly above the fence of every earlier holding of the same lock. A
+// Renew reporting Owned, sent at time s, extends that to s + ttl.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Key names one lock: the Locker's prefix and the user's key. A store
+// derives the names of its objects from both; two Keys name the same lock
+// exactly when both fields are equal.
+type Key struct {
+	Prefix string
+	Name   string
+}
+
+// Store is what every store implements. Implementations must be safe for
+// concurrent use. Errors are returned as they are; package lockmw wraps
+// them (ErrUnavailable) unless they already match one of its sentinels.
+type Store interface {
+	// CheckTTL reports whether the store can keep a lock for ttl, with an
+	// error matching lockmw.ErrInvalidOption that says what to use instead
+	// when it cannot. Nothing is sent to the store.
+	CheckTTL(ttl time.Duration) error
+	// Acquire makes one attempt to take the lock for token, held for ttl
+	// unless renewed. It never waits for the lock. renewed false means the
+	// holding will never be renewed and must end by itself after ttl: a
+	// store that keeps several holdings alive together (one etcd lease per
+	// Locker and TTL) keeps this one apart.
+	Acquire(ctx context.Context, k Key, token string, ttl time.Duration, renewed bool) (Reply, error)
+	// Release ends token's holding of the lock, or takes token out of the
+	// lock's queue, if it is there; another token's holding or entry is
+	// never touched. It reports what it found.
+	Release(ctx context.Context, k Key, token string) (Ownership, error)
+	// Renew extends each request's holding if its token still holds the
+	// lock, in as few round trips as the store can. It returns one result
+	// per request, in order.
+	Renew(ctx context.Context, reqs []RenewRequest) []RenewResult
+	// Close stops whatever the store runs on its own. Locks still held
+	// end by their TTL. It does not close the store's client.
+	Close() error
+}
+
+// Reply is the outcome of an acquisition attempt that reached the store.
+type Reply struct {
+	// Acquired is true when token now holds the lock.
+	Acquired bool
+	// Fence is, when acquired, the holding's fencing token: above the fence
+	// of every earlier holding of the lock.
+	Fence uint64
+	// ValidFrom is, when acquired, a time on the caller's monotonic clock
+	// no later than the moment from which the store keeps the lock for
+	// ttl: the lease's validity counts from there (usually when the
+	// request, or the last confirmed renewal of what keeps the lock alive,
+	// was sent).
+	ValidFrom time.Time
+	// HolderTTL is, when busy, the holder's remaining TTL; 0 if unknown.
+	HolderTTL time.Duration
+	// Seen is, when busy, a store-defined mark of the state the attempt
+	// saw (etcd: the revision). Notifier.WaitFree and Queue.WaitTurn take
+	// it back, so that no change after the attempt goes unnoticed.
+	Seen int64
+	// Predecessor is, for Queue.Enqueue when not first, the store's name
+	// of the entry queued just before the caller's: Queue.WaitTurn waits
+	// for it to end.
+	Predecessor string
+}
+
+// Ownership is what a compare-and-act step found.
+type Ownership int
+
+// What Release and Renew find.
+const (
+	// Owned: the caller's token held the lock; the step was done.
+	Owned Ownership = iota + 1
+	// Missing: the token holds nothing (it expired, or was released).
+	Missing
+	// Taken: another token holds what the caller's held.
+	Taken
+)
+
+// RenewRequest asks to extend token's holding of a lock for ttl.
+type RenewRequest struct {
+	Key   Key
+	Token string
+	TTL   time.Duration
+}
+
+// RenewResult is one renewal's outcome: Ownership is valid when Err is nil.
+type RenewResult struct {
+	Ownership Ownership
+	Err       error
+}
+
+// Notifier is a store that can tell when a lock may have become free.
+type Notifier interface {
+	// WaitFree returns nil when the lock of k may have become free since
+	// the busy attempt that saw seen (Reply.Seen): a waiter retries then.
+	// A spurious return is allowed; a missed one is not. It returns ctx's
+	// error when ctx ends first, and a store error when it cannot watch.
+	WaitFree(ctx context.Context, k Key, seen int64) error
+}
+
+// Queue is a store whose lock is a queue of entries: the first entry holds
+// the lock, and each other waits for the one before it to end. An entry is
+// named by the token that queued it.
+type Queue interface {
+	// Enqueue puts token's entry at the end of the queue, unless it is
+	// queued already (then it keeps its place; an entry that expired is
+	// queued anew). When the entry is first, the reply is Acquired with
+	// Fence and ValidFrom as for Store.Acquire; else it names the
+	// Predecessor and Seen. renewed is as for Store.Acquire.
+	Enqueue(ctx context.Context, k Key, token string, ttl time.Duration, renewed bool) (Reply, error)
+	// WaitTurn returns nil once the predecessor named by r ended, or
+	// token's own entry ended (expired): the caller calls Enqueue again.
+	// The store keeps token's entry alive while WaitTurn waits. It returns
+	// ctx's error when ctx ends first.
+	WaitTurn(ctx context.Context, k Key, token string, ttl time.Duration, r Reply) error
+	// Leave takes token's entry out of the queue; if the entry had become
+	// first, that ends the holding. Store.Release does the same.
+	Leave(ctx context.Context, k Key, token string) error
+}
+
+// NewLocker is set by package lockmw: it returns a *lockmw.Locker (as any)
+// keeping its locks in s, configured by opts (a []lockmw.Option, as any).
+// Store packages call it from their constructors; the types are any so
+// that this package need not import lockmw.
+var NewLocker func(s Store, opts any) (any, error)

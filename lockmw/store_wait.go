@@ -1,0 +1,304 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+// This file is how Acquire waits for a lock kept in a store behind the
+// internal boundary (store.go).
+//
+// Default mode: an attempt that finds the lock busy waits until the store
+// says it may be free (store.Notifier), then tries again; waiters may barge
+// ahead of each other. Within one Locker only one waiter per key waits for
+// the store's word (enterGate); the others wait for it to be done, then
+// try once and take its place, so a release costs one attempt per waiting
+// Locker, not one per waiting goroutine. A store without notifications is polled with the
+// same capped, jittered backoff as Redlock. A notification wait is bounded
+// by the holder's TTL (or the waiter's own), so a lost notification costs
+// latency, never liveness.
+//
+// Fair mode (store.Queue): the waiter's entry joins the lock's queue and
+// waits for the entry just before it to end (only that one: no herd),
+// then asks again; the first entry holds the lock. A waiter that gives up
+// takes its entry out; if that fails, the Locker's cleaner retries it.
+
+// waitStore runs an acquisition on a store: the dispatch target of wait
+// for a Locker made by newStoreLocker.
+func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+	if err := sb.st.CheckTTL(ac.ttl); err != nil {
+		return nil, err
+	}
+	sk := store.Key{Prefix: l.cfg.prefix, Name: key}
+	if ac.fair {
+		if sb.queue == nil {
+			return nil, fmt.Errorf("%w: Fair needs a store whose locks are queues; this one has none: acquire without Fair", ErrInvalidOption)
+		}
+		if wait {
+			return l.waitQueue(sb, opCtx, leaseParent, key, keys, sk, ac, giveUp)
+		}
+		// A single attempt takes the lock only when nobody holds it or
+		// queues for it: exactly what a default attempt does on a queue.
+	}
+	backoff := minBackoff
+	var timer *time.Timer
+	gated := false
+	for {
+		lease, reply, err := l.storeAttempt(sb, opCtx, leaseParent, key, keys, sk, ac)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		busy := &NotAcquiredError{Key: key, RetryAfter: reply.HolderTTL}
+		if !wait {
+			return nil, busy
+		}
+		if sb.notifier != nil && !gated {
+			// One waiter per key and Locker waits for the store's word;
+			// the others queue behind it here.
+			leave, waited, err := sb.enterGate(opCtx, key, giveUp, l.closing)
+			switch {
+			case errors.Is(err, ErrClosed):
+				return nil, ErrClosed
+			case err != nil && opCtx.Err() != nil:
+				return nil, ctxErr(opCtx, key)
+			case err != nil:
+				return nil, busy // WithWait ran out
+			}
+			defer leave()
+			gated = true
+			if waited {
+				continue // the lock may have changed hands meanwhile
+			}
+		}
+		var d time.Duration
+		if sb.notifier != nil {
+			d = pollAfter(reply.HolderTTL, ac.ttl)
+		} else {
+			d = backoff/2 + mathrand.N(backoff/2+1)
+			backoff = min(backoff*2, maxBackoff)
+			if reply.HolderTTL > 0 {
+				d = min(d, reply.HolderTTL)
+			}
+		}
+		if !giveUp.IsZero() {
+			left := time.Until(giveUp)
+			if left <= 0 {
+				return nil, busy
+			}
+			d = min(d, left)
+		}
+		if sb.notifier != nil {
+			werr := l.untilClosed(opCtx, d, func(ctx context.Context) error {
+				return sb.notifier.WaitFree(ctx, sk, reply.Seen)
+			})
+			if werr != nil && opCtx.Err() == nil && !l.closed.Load() {
+				// The store could not watch: back off before the next
+				// attempt, which reports the store's state.
+				d = backoff/2 + mathrand.N(backoff/2+1)
+				backoff = min(backoff*2, maxBackoff)
+			} else {
+				d = 0
+			}
+		}
+		if d > 0 {
+			if timer == nil {
+				timer = time.NewTimer(d)
+				defer timer.Stop()
+			} else {
+				timer.Reset(d)
+			}
+			select {
+			case <-timer.C:
+			case <-opCtx.Done():
+			case <-l.closing:
+			}
+		}
+		switch {
+		case l.closed.Load():
+			return nil, ErrClosed
+		case opCtx.Err() != nil:
+			return nil, ctxErr(opCtx, key)
+		}
+	}
+}
+
+// untilClosed runs fn with a context that ends after d, when ctx ends, or
+// when the Locker closes.
+func (l *Locker) untilClosed(ctx context.Context, d time.Duration, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-l.closing:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return fn(ctx)
+}
+
+// storeAttempt makes one acquisition on the store. It returns the lease,
+// or the store's busy reply, or an error.
+func (l *Locker) storeAttempt(sb *storeBackend, opCtx, leaseParent context.Context, key string, keys lockKeys, sk store.Key, ac *acquireConfig) (*Lease, store.Reply, error) {
+	// Close waits for attempts under way: one that takes the lock after
+	// Close began gives it back before Close returns.
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return nil, store.Reply{}, ErrClosed
+	}
+	token := newToken()
+	reply, err := sb.st.Acquire(opCtx, sk, token, ac.ttl, ac.watchdog)
+	if err != nil {
+		// The request may have taken the lock all the same: give back
+		// whatever token holds (nothing, most likely; it is unique).
+		l.takeBack(keys, token, "", false, ac.ttl)
+		return nil, store.Reply{}, storeErr(opCtx, key, err)
+	}
+	if !reply.Acquired {
+		return nil, reply, nil
+	}
+	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.Fence, reply.ValidFrom, false)
+	return lease, store.Reply{}, err
+}
+
+// waitQueue waits in the store's queue for the lock: its entry waits for
+// the entry before it to end, then asks again whether it is first.
+func (l *Locker) waitQueue(sb *storeBackend, opCtx, leaseParent context.Context, key string, keys lockKeys, sk store.Key, ac *acquireConfig, giveUp time.Time) (*Lease, error) {
+	token := newToken()
+	for {
+		reply, err := l.enqueue(sb, opCtx, sk, token, ac)
+		if err != nil {
+			l.takeBack(keys, token, "", false, ac.ttl)
+			return nil, storeErr(opCtx, key, err)
+		}
+		if reply.Acquired {
+			return l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.Fence, reply.ValidFrom, false)
+		}
+		d := pollAfter(reply.HolderTTL, ac.ttl)
+		if !giveUp.IsZero() {
+			left := time.Until(giveUp)
+			if left <= 0 {
+				l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
+				return nil, &NotAcquiredError{Key: key, RetryAfter: reply.HolderTTL}
+			}
+			d = min(d, left)
+		}
+		werr := l.untilClosed(opCtx, d, func(ctx context.Context) error {
+			return sb.queue.WaitTurn(ctx, sk, token, ac.ttl, reply)
+		})
+		switch {
+		case l.closed.Load():
+			l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
+			return nil, ErrClosed
+		case opCtx.Err() != nil:
+			l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
+			return nil, ctxErr(opCtx, key)
+		case werr != nil && !isTimeout(werr):
+			// The store could not watch the queue: give up the place, as
+			// a Redis failure ends a wait.
+			l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
+			return nil, unavailable("acquire", key, werr)
+		}
+	}
+}
+
+// enqueue is one Queue.Enqueue, counted as a flight so that Close waits
+// for it.
+func (l *Locker) enqueue(sb *storeBackend, opCtx context.Context, sk store.Key, token string, ac *acquireConfig) (store.Reply, error) {
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return store.Reply{}, ErrClosed
+	}
+	return sb.queue.Enqueue(opCtx, sk, token, ac.ttl, ac.watchdog)
+}
+
+// leaveQueue takes token's entry out of the queue, even if opCtx has
+// ended; if the store cannot be told, the cleaner retries.
+func (l *Locker) leaveQueue(sb *storeBackend, opCtx context.Context, keys lockKeys, sk store.Key, token string, ttl time.Duration) {
+	l.flights.start()
+	defer l.flights.done()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
+	defer cancel()
+	if err := sb.queue.Leave(ctx, sk, token); err != nil {
+		l.takeBack(keys, token, "", false, ttl)
+	}
+}
+
+// isTimeout reports whether err is a context deadline: the wait's own
+// bound, after which the waiter asks the store again.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// gate lets one default-mode waiter per key and Locker wait for the
+// store's notification and retry; the others wait for the gate, so that a
+// release sets off one attempt per Locker, not one per waiting goroutine.
+type gate struct {
+	turn chan struct{} // holds a token while nobody is through the gate
+	refs int           // waiters through or at the gate; guarded by storeBackend.gatesMu
+}
+
+// enterGate waits until the caller is the one waiter through key's gate,
+// or opCtx ends, giveUp passes (errGaveUp) or the Locker closes
+// (ErrClosed). waited says whether it had to wait; leave lets the next one
+// through.
+func (b *storeBackend) enterGate(opCtx context.Context, key string, giveUp time.Time, closing <-chan struct{}) (leave func(), waited bool, err error) {
+	b.gatesMu.Lock()
+	if b.gates == nil {
+		b.gates = make(map[string]*gate)
+	}
+	g := b.gates[key]
+	if g == nil {
+		g = &gate{turn: make(chan struct{}, 1)}
+		g.turn <- struct{}{}
+		b.gates[key] = g
+	}
+	g.refs++
+	b.gatesMu.Unlock()
+	unref := func() {
+		b.gatesMu.Lock()
+		if g.refs--; g.refs == 0 {
+			delete(b.gates, key)
+		}
+		b.gatesMu.Unlock()
+	}
+	leave = func() {
+		g.turn <- struct{}{}
+		unref()
+	}
+	select {
+	case <-g.turn:
+		return leave, false, nil
+	default:
+	}
+	var deadline <-chan time.Time
+	if !giveUp.IsZero() {
+		t := time.NewTimer(time.Until(giveUp))
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case <-g.turn:
+		return leave, true, nil
+	case <-opCtx.Done():
+		err = opCtx.Err()
+	case <-closing:
+		err = ErrClosed
+	case <-deadline:
+		err = errGaveUp
+	}
+	unref()
+	return nil, false, err
+}
+
+// errGaveUp is enterGate's error when WithWait ran out.
+var errGaveUp = errors.New("lockmw: the wait ran out")

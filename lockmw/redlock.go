@@ -240,6 +240,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 	var (
 		won, failed int
 		queued      bool
+		answered0   bool // the first master answered
 		granted     = make([]bool, n)
 		settled     = make([]bool, n)     // the lock is known not to be token's there
 		fences      = make([]int64, 0, n) // fences of the masters that granted, in answer order
@@ -267,12 +268,13 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 				settled[i] = settled[i] || !sent[i]
 			}
 			b.rollback(k, token, ttl, granted, settled)
-			return acquireReply{}, ctx.Err()
+			return acquireReply{queued: entry != "" && (queued || !answered0)}, ctx.Err()
 		}
 		vals, err := r.cmds[0].Int64Slice()
 		if err == nil && len(vals) != 2 {
 			err = fmt.Errorf("acquire returned %d values, want 2", len(vals))
 		}
+		answered0 = answered0 || r.master == 0
 		switch {
 		case err != nil:
 			failed++
@@ -293,6 +295,12 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 	}
 	for i := range n {
 		settled[i] = settled[i] || !sent[i] // never asked: not token's there
+	}
+	if entry != "" && !answered0 {
+		// The first master has not answered: it may queue the entry yet.
+		// Count it queued, so that it is not queued twice; should it not
+		// be, the waiter's timer covers it.
+		queued = true
 	}
 	if won < q {
 		b.rollback(k, token, ttl, granted, settled)

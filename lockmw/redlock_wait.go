@@ -136,11 +136,11 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 				e = "" // already queued: do not queue twice
 			}
 			lease, reply, err := l.attemptQueued(opCtx, leaseParent, key, keys, ac, e)
+			queued = queued || reply.queued // (also when it failed: leaving takes the entry out)
 			if lease != nil || err != nil {
 				return lease, err
 			}
 			holderTTL = reply.holderTTL
-			queued = queued || reply.queued
 		}
 		retry = false
 		var sleep time.Duration

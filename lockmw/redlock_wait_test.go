@@ -86,11 +86,13 @@ func TestRedlockWakesOneWaiterAtATime(t *testing.T) {
 		if r.who != want {
 			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
 		}
-		// One attempt: the woken waiter's, on a quorum (all five masters
-		// if the first three were slow to answer). A herd would show
-		// here as up to 3 SETs for each of the other waiters.
-		if n := setCalls(t, masters) - sets; n < 3 || n > 5 {
-			t.Fatalf("hand-over %d: %d SET calls, want 3 to 5 (one attempt)", want, n)
+		// The woken waiter's attempt, on a quorum (all five masters if the
+		// first three were slow to answer), and a second one if the wake
+		// overtook the release on another master. A herd would show here
+		// as 3 SETs or more for each of the other waiters (21 at the first
+		// hand-over).
+		if n := setCalls(t, masters) - sets; n < 3 || n > 10 {
+			t.Fatalf("hand-over %d: %d SET calls, want 3 to 10 (the woken waiter's attempts only)", want, n)
 		}
 		if r.lease.Fence() <= last {
 			t.Fatalf("fence %d after %d", r.lease.Fence(), last)

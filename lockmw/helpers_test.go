@@ -225,3 +225,58 @@ func acquireMany(t *testing.T, l *lockmw.Locker, n int, ttl time.Duration) []*lo
 	}
 	return leases
 }
+
+// handOver is what a queued waiter's Acquire returned: who is its place in
+// the queue.
+type handOver struct {
+	who   int
+	lease *lockmw.Lease
+	err   error
+}
+
+// assertHandOversInOrder releases first, then each lease a release handed
+// on, and checks that the waiters queued behind it (each sends its result
+// on got) are served one at a time, in queue order, with rising fences.
+// check, if not nil, is called before each release (i counts them from 0)
+// and returns what to check once that release's waiter has the lock: the
+// commands it cost, say. It returns the last waiter's lease, still held.
+func assertHandOversInOrder(t *testing.T, first *lockmw.Lease, got <-chan handOver, waiters int, check func(i int) func()) *lockmw.Lease {
+	t.Helper()
+	ctx := context.Background()
+	release, last := first, first.Fence()
+	for want := range waiters {
+		var after func()
+		if check != nil {
+			after = check(want)
+		}
+		if err := release.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var r handOver
+		select {
+		case r = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("release %d woke nobody", want)
+		}
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", r.who, r.err)
+		}
+		if after != nil {
+			after()
+		}
+		if r.who != want {
+			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
+		}
+		if r.lease.Fence() <= last {
+			t.Fatalf("fence %d after %d: fences must increase", r.lease.Fence(), last)
+		}
+		last = r.lease.Fence()
+		select {
+		case extra := <-got:
+			t.Fatalf("waiter %d acquired while waiter %d holds the lock", extra.who, r.who)
+		default:
+		}
+		release = r.lease
+	}
+	return release
+}

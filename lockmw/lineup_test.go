@@ -38,66 +38,36 @@ func TestDefaultHandsOverToOneWaiterAcrossLockers(t *testing.T) {
 		}
 	}
 
-	type result struct {
-		who   int
-		lease *lockmw.Lease
-		err   error
-	}
-	got := make(chan result, waiters)
+	got := make(chan handOver, waiters)
 	for i := range waiters {
 		l := newLocker(t, srv, lockmw.WithTTL(time.Minute))
 		go func() {
 			lease, err := l.Acquire(ctx, key)
-			got <- result{i, lease, err}
+			got <- handOver{i, lease, err}
 		}()
 		waitQueueLen(t, admin, key, int64(i+1)) // i lined up before i+1 starts
 	}
 
-	release := first
-	lastFence := first.Fence()
-	for want := range waiters {
+	release := assertHandOversInOrder(t, first, got, waiters, func(i int) func() {
 		scripts, sets := scriptCalls(t, srv), commandCalls(t, srv, "set")
-		if err := release.Release(ctx); err != nil {
-			t.Fatal(err)
+		return func() {
+			// The release: two scripts for the first holder (unlock.lua finds
+			// waiters queued and leaves the lock to release.lua), one for the
+			// holders that came through the queue. A herd would show here as
+			// up to 11 more attempts.
+			wantScripts := int64(1)
+			if i == 0 {
+				wantScripts = 2
+			}
+			if calls := scriptCalls(t, srv) - scripts; calls != wantScripts {
+				t.Fatalf("hand-over %d ran %d scripts, want %d (the release)", i, calls, wantScripts)
+			}
+			// One SET: the grant's, inside release.lua. Attempts would add theirs.
+			if calls := commandCalls(t, srv, "set") - sets; calls != 1 {
+				t.Fatalf("hand-over %d ran SET %d times, want 1 (the grant); the lock should go straight to the next waiter", i, calls)
+			}
 		}
-		var r result
-		select {
-		case r = <-got:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("release %d woke nobody", want)
-		}
-		if r.err != nil {
-			t.Fatalf("waiter %d: %v", r.who, r.err)
-		}
-		// The release: two scripts for the first holder (unlock.lua finds
-		// waiters queued and leaves the lock to release.lua), one for the
-		// holders that came through the queue. A herd would show here as
-		// up to 11 more attempts.
-		wantScripts := int64(1)
-		if want == 0 {
-			wantScripts = 2
-		}
-		if calls := scriptCalls(t, srv) - scripts; calls != wantScripts {
-			t.Fatalf("hand-over %d ran %d scripts, want %d (the release)", want, calls, wantScripts)
-		}
-		// One SET: the grant's, inside release.lua. Attempts would add theirs.
-		if calls := commandCalls(t, srv, "set") - sets; calls != 1 {
-			t.Fatalf("hand-over %d ran SET %d times, want 1 (the grant); the lock should go straight to the next waiter", want, calls)
-		}
-		if r.who != want {
-			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
-		}
-		if r.lease.Fence() <= lastFence {
-			t.Fatalf("fence %d after %d: fences must increase", r.lease.Fence(), lastFence)
-		}
-		lastFence = r.lease.Fence()
-		select {
-		case extra := <-got:
-			t.Fatalf("waiter %d acquired while waiter %d holds the lock", extra.who, r.who)
-		default:
-		}
-		release = r.lease
-	}
+	})
 	if err := release.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -53,58 +53,29 @@ func TestRedlockWakesOneWaiterAtATime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		who   int
-		lease *lockmw.Lease
-		err   error
-	}
-	got := make(chan result, waiters)
+	got := make(chan handOver, waiters)
 	for i := range waiters {
 		l := newRedlock(t, masters, lockmw.WithTTL(time.Minute))
 		go func() {
 			lease, err := l.Acquire(ctx, key)
-			got <- result{i, lease, err}
+			got <- handOver{i, lease, err}
 		}()
 		redlockQueueLen(t, masters[0], key, int64(i+1))
 	}
 
-	release, last := first, first.Fence()
-	for want := range waiters {
+	release := assertHandOversInOrder(t, first, got, waiters, func(i int) func() {
 		sets := setCalls(t, masters)
-		if err := release.Release(ctx); err != nil {
-			t.Fatal(err)
+		return func() {
+			// The woken waiter's attempt, on a quorum (all five masters if
+			// the first three were slow to answer), and a second one if the
+			// wake overtook the release on another master. A herd would
+			// show here as 3 SETs or more for each of the other waiters (21
+			// at the first hand-over).
+			if n := setCalls(t, masters) - sets; n < 3 || n > 10 {
+				t.Fatalf("hand-over %d: %d SET calls, want 3 to 10 (the woken waiter's attempts only)", i, n)
+			}
 		}
-		var r result
-		select {
-		case r = <-got:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("release %d woke nobody", want)
-		}
-		if r.err != nil {
-			t.Fatalf("waiter %d: %v", r.who, r.err)
-		}
-		if r.who != want {
-			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
-		}
-		// The woken waiter's attempt, on a quorum (all five masters if the
-		// first three were slow to answer), and a second one if the wake
-		// overtook the release on another master. A herd would show here
-		// as 3 SETs or more for each of the other waiters (21 at the first
-		// hand-over).
-		if n := setCalls(t, masters) - sets; n < 3 || n > 10 {
-			t.Fatalf("hand-over %d: %d SET calls, want 3 to 10 (the woken waiter's attempts only)", want, n)
-		}
-		if r.lease.Fence() <= last {
-			t.Fatalf("fence %d after %d", r.lease.Fence(), last)
-		}
-		last = r.lease.Fence()
-		select {
-		case extra := <-got:
-			t.Fatalf("waiter %d acquired while waiter %d holds the lock", extra.who, r.who)
-		default:
-		}
-		release = r.lease
-	}
+	})
 	if err := release.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -79,55 +79,25 @@ func TestFairHandsOverInArrivalOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	type result struct {
-		who   int
-		lease *lockmw.Lease
-		err   error
-	}
-	got := make(chan result, waiters)
+	got := make(chan handOver, waiters)
 	for i := range waiters {
 		go func() {
 			lease, err := lockers[i%len(lockers)].Acquire(ctx, key, lockmw.Fair())
-			got <- result{i, lease, err}
+			got <- handOver{i, lease, err}
 		}()
 		waitQueueLen(t, admin, key, int64(i+1)) // i joined before i+1 starts
 	}
 
-	release := first
-	lastFence := first.Fence()
-	for want := range waiters {
+	release := assertHandOversInOrder(t, first, got, waiters, func(i int) func() {
 		before := scriptCalls(t, srv)
-		if err := release.Release(ctx); err != nil {
-			t.Fatal(err)
+		return func() {
+			// One script: the release that handed over. A herd of retries
+			// would show here as up to 99 more.
+			if calls := scriptCalls(t, srv) - before; calls != 1 {
+				t.Fatalf("hand-over %d ran %d scripts, want 1 (the release)", i, calls)
+			}
 		}
-		var r result
-		select {
-		case r = <-got:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("release %d woke nobody", want)
-		}
-		if r.err != nil {
-			t.Fatalf("waiter %d: %v", r.who, r.err)
-		}
-		// One script: the release that handed over. A herd of retries would
-		// show here as up to 99 more.
-		if calls := scriptCalls(t, srv) - before; calls != 1 {
-			t.Fatalf("hand-over %d ran %d scripts, want 1 (the release)", want, calls)
-		}
-		if r.who != want {
-			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
-		}
-		if r.lease.Fence() <= lastFence {
-			t.Fatalf("fence %d after %d: fences must increase", r.lease.Fence(), lastFence)
-		}
-		lastFence = r.lease.Fence()
-		select {
-		case extra := <-got:
-			t.Fatalf("waiter %d acquired while waiter %d holds the lock", extra.who, r.who)
-		default:
-		}
-		release = r.lease
-	}
+	})
 	if err := release.Release(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -96,6 +96,14 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 		}
 		return nil, &NotAcquiredError{Key: key, RetryAfter: retryAfter}
 	}
+	// Close waits for waiting acquisitions (a waiter stops when Close
+	// begins): one that may be queued leaves the queue before the backend
+	// closes.
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
 	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
 	entry := l.id + " " + w.token
 	l.roomsMu.Lock()
@@ -119,8 +127,11 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
 		n, err := sendOnce(opCtx, b.masters[0].client, redis.NewIntCmd(opCtx, "rpushx", keys.queue, entry)).Result()
-		if err == nil && n > 0 {
+		switch {
+		case err == nil && n > 0:
 			queued, retry = true, false
+		case err != nil && mayHaveRun(err):
+			queued = true // it may be queued: leaving takes it out; an attempt follows
 		}
 	}
 	var (
@@ -198,23 +209,32 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	if !queued {
 		return
 	}
+	// Taken out by the cleaner, which retries while the first master does
+	// not answer. An entry popped meanwhile (LREM finds nothing) had its
+	// wake sent to nobody here, and deliverWake passed it on.
+	// It goes through the first master's queue, keyed by the lock, so that
+	// it runs after an attempt of w's that may still be on its way there
+	// (and queue the entry).
 	b := l.backend.(*redlockBackend)
-	l.flights.start()
-	go func() {
-		defer l.flights.done()
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
-		defer cancel()
-		n, err := sendOnce(ctx, b.masters[0].client, redis.NewIntCmd(ctx, "lrem", r.keys.queue, 1, entry)).Result()
-		switch {
-		case err != nil:
-			l.logger.Debug("lockmw: could not leave the wait queue; the entry is dropped when its turn comes",
-				slog.String("lock", r.keys.lock), slog.Any("error", err))
-		case n == 0:
-			// Popped meanwhile: a wake is on its way to nobody, and
-			// deliverWake passes it on.
+	keys := r.keys
+	l.cleaner.add(&cleanup{lock: keys.lock, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
+		replies := make(chan masterReply, 1)
+		b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
+			{script: redlockLeaveScript, keys: []string{keys.lock, keys.queue}, args: []any{entry}},
+		}})
+		select {
+		case r := <-replies:
+			return r.cmds[0].Err()
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-	}()
+	}})
 }
+
+// redlockLeaveScript takes a waiter's entry (ARGV[1]) out of the wait
+// queue (KEYS[2]); KEYS[1], the lock, orders it after the lock's earlier
+// calls on the first master.
+var redlockLeaveScript = redis.NewScript(`return redis.call('LREM', KEYS[2], 1, ARGV[1])`)
 
 // attemptQueued is attempt for a Redlock waiter: entry, if not empty, is
 // queued on the first master when it finds the lock held.

@@ -114,7 +114,7 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 	defer func() { l.leaveRedlock(r, w, entry, queued) }()
 
 	channel := keys.grants + l.id
-	if err := l.watchOn(opCtx, b.subs, giveUp, channel); err == nil {
+	if err := watchUntil(opCtx, b.subs, giveUp, channel, true); err == nil {
 		defer b.subs.unwatch(channel)
 	} else if opCtx.Err() != nil {
 		return nil, ctxErr(opCtx, key)
@@ -256,17 +256,6 @@ func (l *Locker) attemptQueued(opCtx, leaseParent context.Context, key string, k
 	}
 	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
 	return lease, reply, err
-}
-
-// watchOn subscribes to channel on subs, giving up when ctx ends or at
-// giveUp; the channel lingers (see subscriptionLinger).
-func (l *Locker) watchOn(ctx context.Context, subs *subscriber, giveUp time.Time, channel string) error {
-	if !giveUp.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, giveUp)
-		defer cancel()
-	}
-	return subs.watch(ctx, channel, true)
 }
 
 // holderTTL asks every master for the lock's remaining TTL and returns

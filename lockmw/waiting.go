@@ -529,7 +529,7 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 
 	// Once subscribed, retry: a release may have come since the attempt.
 	retry := true
-	if err := l.watchUntil(opCtx, giveUp, keys.notify, false); err == nil {
+	if err := watchUntil(opCtx, l.waits.subscriber(), giveUp, keys.notify, false); err == nil {
 		defer l.waits.subscriber().unwatch(keys.notify)
 	} else if opCtx.Err() != nil {
 		return nil, false, ctxErr(opCtx, key)
@@ -692,7 +692,7 @@ func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, key
 
 func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, entry string, known bool, giveUp time.Time) (*Lease, error) {
 	channel := keys.grants + l.id
-	if err := l.watchUntil(opCtx, giveUp, channel, true); err != nil {
+	if err := watchUntil(opCtx, l.waits.subscriber(), giveUp, channel, true); err != nil {
 		if opCtx.Err() != nil {
 			return nil, ctxErr(opCtx, key)
 		}
@@ -894,14 +894,15 @@ func signal(c chan struct{}) {
 	}
 }
 
-// watchUntil subscribes to channel, giving up when ctx ends or, for a
-// bounded wait (WithWait), at giveUp. A channel of grants (grants) lingers
-// (see subscriptionLinger).
-func (l *Locker) watchUntil(ctx context.Context, giveUp time.Time, channel string, grants bool) error {
+// watchUntil subscribes to channel on subs, giving up when ctx ends or,
+// for a bounded wait (WithWait), at giveUp. A channel of grants or wakes
+// (lingers) stays subscribed for a while after its last waiter (see
+// subscriptionLinger).
+func watchUntil(ctx context.Context, subs *subscriber, giveUp time.Time, channel string, lingers bool) error {
 	if !giveUp.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, giveUp)
 		defer cancel()
 	}
-	return l.waits.subscriber().watch(ctx, channel, grants)
+	return subs.watch(ctx, channel, lingers)
 }

@@ -13,15 +13,19 @@ import (
 // This file is how Acquire waits for a lock kept in a store behind the
 // internal boundary (store.go).
 //
-// Default mode: an attempt that finds the lock busy waits until the store
-// says it may be free (store.Notifier), then tries again; waiters may barge
-// ahead of each other. Within one Locker only one waiter per key waits for
-// the store's word (enterGate); the others wait for it to be done, then
-// try once and take its place, so a release costs one attempt per waiting
-// Locker, not one per waiting goroutine. A store without notifications is polled with the
-// same capped, jittered backoff as Redlock. A notification wait is bounded
-// by the holder's TTL (or the waiter's own), so a lost notification costs
-// latency, never liveness.
+// Default mode: an attempt that finds the lock busy waits; a free lock is
+// taken at once, whoever waits. Within one Locker only one waiter per key
+// waits on the store (enterGate); the others wait for it to be done, then
+// try once and take its place, so the store sees one waiter per Locker,
+// not one per goroutine. On a store whose locks are queues (store.Queue)
+// that waiter asks for a place in the queue as a Fair waiter does (which
+// takes a free lock at once, at the cost of an attempt), so a release
+// wakes one waiter across all Lockers. Otherwise it waits until
+// the store says the lock may be free (store.Notifier), then tries again
+// (every waiting Locker tries: they barge); a store without notifications
+// is polled with the same capped, jittered backoff as Redlock. A
+// notification wait is bounded by the holder's TTL (or the waiter's own),
+// so a lost notification costs latency, never liveness.
 //
 // Fair mode (store.Queue): the waiter's entry joins the lock's queue and
 // waits for the entry just before it to end (only that one: no herd),
@@ -44,6 +48,24 @@ func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context,
 		}
 		// A single attempt takes the lock only when nobody holds it or
 		// queues for it: exactly what a default attempt does on a queue.
+	}
+	if wait && sb.queue != nil {
+		// A store whose locks are queues: the Locker's one waiter for
+		// key (the others wait at the gate) asks for a place in the
+		// queue, which takes a free lock at once, as an attempt would,
+		// and otherwise waits for the entry before it only. A release
+		// then wakes one waiter across all Lockers, not every waiting one.
+		leave, _, err := sb.enterGate(opCtx, key, giveUp, l.closing)
+		switch {
+		case errors.Is(err, ErrClosed):
+			return nil, ErrClosed
+		case err != nil && opCtx.Err() != nil:
+			return nil, ctxErr(opCtx, key)
+		case err != nil:
+			return nil, &NotAcquiredError{Key: key} // WithWait ran out
+		}
+		defer leave()
+		return l.waitQueue(sb, opCtx, leaseParent, key, keys, sk, ac, giveUp)
 	}
 	backoff := minBackoff
 	var timer *time.Timer

@@ -83,9 +83,10 @@ func runConformance(t *testing.T, name string, c *etcdtest.Cluster) {
 			}
 			return out
 		},
-		Fair:     true,
-		Queued:   func(t testing.TB, key string) int { return max(len(entries(t, admin, key))-1, 0) },
-		Notifies: true,
+		Fair:                 true,
+		QueuesDefaultWaiters: true,
+		Queued:               func(t testing.TB, key string) int { return max(len(entries(t, admin, key))-1, 0) },
+		Notifies:             true,
 		Requests: func(t testing.TB) int64 {
 			var n int64
 			for _, m := range c.Members() {

@@ -91,11 +91,14 @@
 //
 // # Waiting
 //
-// Default mode: a waiter watches D for a deletion after the revision its
-// failed attempt saw, then tries again; waiters may barge. Fair mode
-// (lockmw.Fair): waiters queue by create revision, and each watches only
-// the key just before its own (no herd). Fair waiters are served before
-// default ones: a default attempt succeeds only on an empty D.
+// Fair mode (lockmw.Fair): waiters queue by create revision, and each
+// watches only the key just before its own (no herd). Default mode takes a
+// free lock at once (a lock nobody waits on costs one transaction to take
+// and one to release); a waiter that finds it busy queues like a Fair one,
+// one per key and Locker (the Locker's other waiters wait for it, then try
+// once), so a release wakes one waiter across all Lockers rather than
+// every waiting one. A default attempt succeeds only on an empty D, so it
+// never passes a queued waiter.
 package etcd
 
 import (

@@ -286,3 +286,57 @@ func TestOneLockerWaitersDoNotHerd(t *testing.T) {
 		t.Fatalf("%d requests for %d hand-overs within one Locker, want at most %d: waiters herd", got, n, limit)
 	}
 }
+
+// Default-mode waiters of many Lockers queue, as Fair ones do: a release
+// wakes the next waiter only, so n hand-overs cost a few requests each,
+// not one attempt per waiting Locker per release (about n²/2 in all).
+func TestDefaultWaitersAcrossLockersDoNotHerd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	admin := srv.Client(t)
+	ctx := bg(t)
+	holder, err := newLocker(t, admin).Acquire(ctx, "herd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 16
+	var done sync.WaitGroup
+	order := make(chan int, n)
+	for i := range n {
+		l := newLocker(t, srv.Client(t))
+		done.Go(func() {
+			lease, err := l.Acquire(ctx, "herd")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			_ = lease.Release(ctx)
+		})
+		// One at a time, so that the queue's order is known.
+		waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, admin, "herd")) == i+2 })
+	}
+	before := served(t, srv)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done.Wait()
+	close(order)
+	next := 0
+	for i := range order {
+		if i != next {
+			t.Errorf("waiter %d acquired in turn %d: default waiters across Lockers are served in queue order", i, next)
+		}
+		next++
+	}
+	// Each hand-over: the release, the next waiter's watch event and its
+	// read, and a renewal now and then; a herd would make n(n+1)/2 failed
+	// attempts besides.
+	got, limit := served(t, srv)-before, int64(4*n)
+	t.Logf("%d requests for %d hand-overs across Lockers", got, n)
+	if got > limit {
+		t.Fatalf("%d requests for %d hand-overs across Lockers, want at most %d: waiters herd", got, n, limit)
+	}
+	if left := entries(t, admin, "herd"); len(left) != 0 {
+		t.Errorf("keys left after every waiter released: %v", left)
+	}
+}

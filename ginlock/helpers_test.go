@@ -1,14 +1,10 @@
 package ginlock_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +12,6 @@ import (
 
 	"github.com/lockmw/lockmw/ginlock"
 	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/lockmw"
 )
 
 func TestMain(m *testing.M) {
@@ -72,44 +67,6 @@ func problem(t testing.TB, rec *httptest.ResponseRecorder, status int) ginlock.P
 	return p
 }
 
-// mustBusy asserts that key is held by someone other than l.
-func mustBusy(t testing.TB, l *lockmw.Locker, key string) {
-	t.Helper()
-	lease, err := l.TryAcquire(context.Background(), key)
-	if err == nil {
-		_ = lease.Release(context.Background())
-		t.Fatalf("TryAcquire(%q) succeeded; the lock should be held", key)
-	}
-	if !errors.Is(err, lockmw.ErrNotAcquired) {
-		t.Fatalf("TryAcquire(%q) = %v, want ErrNotAcquired", key, err)
-	}
-}
-
-// mustFree asserts that key can be taken from l, and gives it back.
-func mustFree(t testing.TB, l *lockmw.Locker, key string) {
-	t.Helper()
-	lease, err := l.TryAcquire(context.Background(), key)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q) = %v; the lock should be free", key, err)
-	}
-	if err := lease.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// post sends a POST with a JSON body to url and returns status and body.
-func post(t testing.TB, client *http.Client, url, body string) (int, string) {
-	t.Helper()
-	resp, err := client.Post(url, "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Errorf("POST %s: %v", url, err)
-		return 0, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // within runs fn in a goroutine and fails the test if it does not return
 // within limit.
 func within(t testing.TB, limit time.Duration, what string, fn func()) {
@@ -123,5 +80,5 @@ func within(t testing.TB, limit time.Duration, what string, fn func()) {
 	}
 }
 
-// lockKey is where lockmw stores the owner token of key with the default prefix.
-func lockKey(key string) string { return lockmw.DefaultPrefix + "{" + key + "}" }
+// lockKey is where lockmw stores the owner token of key with prefix.
+func lockKey(prefix, key string) string { return prefix + "{" + key + "}" }

@@ -1,4 +1,4 @@
-package ginlock_test
+package ginsuite
 
 import (
 	"bytes"
@@ -14,31 +14,27 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockmw/lockmw/ginlock"
-	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// The tests in this file follow requests as clients meet them.
+// The subtests in this file follow requests as clients meet them.
 
 // A client that has read a complete response and at once sends its next
 // request for the same resource, on a new connection, never gets 409 from
 // its own finished request. The body (64 KiB) is larger than net/http's
 // write buffer, so without the middleware holding it back it would leave
 // while the handler still runs its 20 ms of audit logging, lock held.
-func TestNextRequestOfTheSameClientIsNotBusy(t *testing.T) {
-	srv := redistest.Start(t)
+func (r *runner) nextRequestNotBusy(t *testing.T) {
 	body := bytes.Repeat([]byte("x"), 64<<10)
 	e := newEngine(http.MethodPost, "/orders/:id",
-		ginlock.New(newLocker(t, srv), ginlock.Param("id"), ginlock.WithName("order:{id}")),
+		ginlock.New(r.locker(t), ginlock.Param("id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) {
 			c.Data(http.StatusOK, "application/octet-stream", body)
 			time.Sleep(20 * time.Millisecond) // the audit log, after the response was written
@@ -63,9 +59,8 @@ func TestNextRequestOfTheSameClientIsNotBusy(t *testing.T) {
 // is written: the client reads it while the handler, still holding the
 // lock, waits for the client to have it. (Without WithStreaming, the 64 KiB
 // would be held back: the handler would wait in vain.)
-func TestStreamingResponsesLeaveAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	l := newLocker(t, srv)
+func (r *runner) streaming(t *testing.T) {
+	l := r.locker(t)
 	for _, tc := range []struct {
 		name  string
 		opts  []ginlock.Option
@@ -109,11 +104,10 @@ func TestStreamingResponsesLeaveAtOnce(t *testing.T) {
 
 // One resource is one key: a JSON number is written in canonical form, so
 // 42, 42.0, 4.2e1, 420e-1 and the string "42" lock the same item.
-func TestJSONNumbersLockOneKeyPerResource(t *testing.T) {
-	srv := redistest.Start(t)
+func (r *runner) jsonNumbers(t *testing.T) {
 	var key string
 	e := newEngine(http.MethodPost, "/buy",
-		ginlock.New(newLocker(t, srv), ginlock.JSONField("sku"), ginlock.WithName("item:{sku}")),
+		ginlock.New(r.locker(t), ginlock.JSONField("sku"), ginlock.WithName("item:{sku}")),
 		func(c *gin.Context) { key = ginlock.LeaseFrom(c).Key(); c.Status(http.StatusOK) })
 	for body, want := range map[string]string{
 		`{"sku":42}`: "item:42", `{"sku":42.0}`: "item:42", `{"sku":4.2e1}`: "item:42", `{"sku":420E-1}`: "item:42",
@@ -134,21 +128,18 @@ func TestJSONNumbersLockOneKeyPerResource(t *testing.T) {
 // A lock lost while the handlers ran is an error span with outcome lost,
 // counted as lost; a client whose handler wrote nothing gets 409 with type
 // ProblemLost, and one whose handler answered gets that answer.
-func TestLostLockIsReportedAndAnswered(t *testing.T) {
-	srv := redistest.Start(t)
+func (r *runner) lostReported(t *testing.T) {
+	r.needLose(t)
 	recorder := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	l := newLocker(t, srv, lockmw.WithTTL(300*time.Millisecond))
-	rdb := srv.Client(t)
+	l := r.locker(t, lockmw.WithTTL(r.env.ShortTTL))
 	var logs syncBuffer
 	mw := ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithTracerProvider(tp),
 		ginlock.WithMeterProvider(mp), ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	loseLock := func(c *gin.Context) {
-		if err := rdb.Del(c.Request.Context(), lockKey("order:"+c.Param("id"))).Err(); err != nil {
-			t.Error(err)
-		}
+		r.lose(t, "order:"+c.Param("id"))
 		<-c.Request.Context().Done()
 	}
 	e := newGin()
@@ -156,7 +147,7 @@ func TestLostLockIsReportedAndAnswered(t *testing.T) {
 	e.POST("/answers/:id", mw, func(c *gin.Context) { loseLock(c); c.String(http.StatusOK, "charged") })
 
 	var silent, answered *httptest.ResponseRecorder
-	within(t, 10*time.Second, "requests whose lock is lost", func() {
+	within(t, 10*time.Second+2*r.env.ShortTTL, "requests whose lock is lost", func() {
 		silent = serve(e, httptest.NewRequest(http.MethodPost, "/silent/11", nil))
 		answered = serve(e, httptest.NewRequest(http.MethodPost, "/answers/12", nil))
 	})
@@ -175,7 +166,7 @@ func TestLostLockIsReportedAndAnswered(t *testing.T) {
 			t.Errorf("span: lock.outcome %v, status %v; want lost, Error", got, s.Status())
 		}
 	}
-	if n := countOutcomes(t, reader)[ginlock.OutcomeLost]; n != 2 {
+	if n := countOutcomes(t, reader, "")[ginlock.OutcomeLost]; n != 2 {
 		t.Errorf("ginlock.requests{outcome=lost} = %d, want 2", n)
 	}
 	if !strings.Contains(logs.String(), "lost") {
@@ -187,9 +178,8 @@ func TestLostLockIsReportedAndAnswered(t *testing.T) {
 // (the engine sets ContextWithFallback); an engine without fallback is a
 // setup mistake answered 500 and logged before any handler runs, unless
 // WithRequestContextOnly says the handlers use c.Request.Context().
-func TestGinContextIdiom(t *testing.T) {
-	srv := redistest.Start(t)
-	l := newLocker(t, srv)
+func (r *runner) ginContextIdiom(t *testing.T) {
+	l := r.locker(t)
 	var logs syncBuffer
 	logger := ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
 	nested := func(c *gin.Context) {
@@ -225,16 +215,14 @@ func TestGinContextIdiom(t *testing.T) {
 	if rec := serve(plain, httptest.NewRequest(http.MethodPost, "/own/3", nil)); rec.Code != http.StatusNoContent {
 		t.Errorf("WithRequestContextOnly: status %d, want 204", rec.Code)
 	}
-	mustFree(t, newLocker(t, srv), "order:2")
+	mustFree(t, r.locker(t), "order:2")
 }
 
 // Retry-After estimates the wait from how long the lock's holds take, not
 // from the holder's TTL: after quick holds, a request that finds a lock
 // with 3 s of lease left is told to come back sooner than those 3 s.
-func TestRetryAfterEstimatesTheWait(t *testing.T) {
-	srv := redistest.Start(t)
-	rdb := srv.Client(t)
-	l := newLocker(t, srv)
+func (r *runner) retryAfterEstimates(t *testing.T) {
+	l := r.locker(t)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	e := newEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
@@ -258,7 +246,6 @@ func TestRetryAfterEstimatesTheWait(t *testing.T) {
 	go func() { defer close(done); serve(e, httptest.NewRequest(http.MethodPost, "/orders/slow", nil)) }()
 	<-entered
 	rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/slow", nil))
-	left := rdb.PTTL(context.Background(), lockKey("order:slow")).Val()
 	close(release)
 	<-done
 	problem(t, rec, http.StatusConflict)
@@ -271,18 +258,16 @@ func TestRetryAfterEstimatesTheWait(t *testing.T) {
 		t.Skipf("the quick holds took up to %v: too slow to tell the estimate from the TTL", longest)
 	}
 	if want := max(1, int((longest+time.Second-1)/time.Second)); secs > want || secs >= ttlSecs {
-		t.Errorf("Retry-After = %d s, want at most %d s (holds took up to %v), below the holder's %d s lease (PTTL after: %v)",
-			secs, want, longest, ttlSecs, left)
+		t.Errorf("Retry-After = %d s, want at most %d s (holds took up to %v), below the holder's %d s lease",
+			secs, want, longest, ttlSecs)
 	}
 }
 
 // Setup mistakes fail loudly: a Param the route lacks is 500 (not 400 for
 // every request) and logged. Every refusal is recorded in c.Errors for gin
-// loggers, 503 carries Retry-After, and WithSkip passes requests through
-// without a lock.
-func TestSetupMistakesAndOperations(t *testing.T) {
-	srv := redistest.Start(t)
-	l, other := newLocker(t, srv), newLocker(t, srv)
+// loggers, and WithSkip passes requests through without a lock.
+func (r *runner) setupMistakes(t *testing.T) {
+	l, other := r.locker(t), r.locker(t)
 	var logs syncBuffer
 	var mu sync.Mutex
 	var recorded []string
@@ -333,54 +318,4 @@ func TestSetupMistakesAndOperations(t *testing.T) {
 			t.Errorf("request %d: c.Errors %q, want it to mention %q", i, got[min(i, len(got)-1)], want)
 		}
 	}
-
-	// 503 tells the client when to come back.
-	down := newLockerOn(t, srv.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.DialTimeout = 200 * time.Millisecond }))
-	e2 := newEngine(http.MethodPost, "/orders/:id", ginlock.New(down, ginlock.Param("id"),
-		ginlock.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil)))), func(*gin.Context) {})
-	srv.Kill(t)
-	rec := serve(e2, httptest.NewRequest(http.MethodPost, "/orders/1", nil))
-	problem(t, rec, http.StatusServiceUnavailable)
-	if rec.Header().Get("Retry-After") == "" {
-		t.Error("503 without Retry-After")
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// countOutcomes sums ginlock.requests by lock.outcome.
-func countOutcomes(t testing.TB, reader *sdkmetric.ManualReader) map[string]int64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]int64{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "ginlock.requests" {
-				for _, dp := range sum.DataPoints {
-					outcome, _ := dp.Attributes.Value("lock.outcome")
-					counts[outcome.AsString()] += dp.Value
-				}
-			}
-		}
-	}
-	return counts
 }

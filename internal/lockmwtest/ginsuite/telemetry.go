@@ -1,4 +1,4 @@
-package ginlock_test
+package ginsuite
 
 import (
 	"context"
@@ -17,20 +17,18 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockmw/lockmw/ginlock"
-	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
 // Each locked request gets a ginlock.lock span under otelgin's server span,
 // with the core's acquire span and the handler's spans inside it, and is
 // counted by outcome. Busy is not a span error.
-func TestSpansNestUnderOtelgin(t *testing.T) {
-	srv := redistest.Start(t)
+func (r *runner) spansNestUnderOtelgin(t *testing.T) {
 	recorder := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	l := newLocker(t, srv, lockmw.WithTracerProvider(tp))
+	l := r.locker(t, lockmw.WithTracerProvider(tp))
 
 	e := newGin()
 	e.Use(otelgin.Middleware("orders", otelgin.WithTracerProvider(tp)))
@@ -45,7 +43,7 @@ func TestSpansNestUnderOtelgin(t *testing.T) {
 	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/42", nil)); rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
-	holder := newLocker(t, srv)
+	holder := r.locker(t)
 	lease, err := holder.Acquire(context.Background(), "order:43")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +91,40 @@ func TestSpansNestUnderOtelgin(t *testing.T) {
 	if !acquireUnderLock {
 		t.Error("no lockmw.acquire span is a child of the ginlock span")
 	}
+	if counts := countOutcomes(t, reader, "order:{id}"); counts[ginlock.OutcomeAcquired] != 1 || counts[ginlock.OutcomeBusy] != 1 {
+		t.Errorf("ginlock.requests by outcome = %v, want acquired 1, busy 1", counts)
+	}
+}
 
+// A lock lost while the handler runs is reported as outcome lost.
+func (r *runner) lostOutcomeOnTheSpan(t *testing.T) {
+	r.needLose(t)
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	l := r.locker(t, lockmw.WithTTL(r.env.ShortTTL))
+	e := newEngine(http.MethodPost, "/orders/:id",
+		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithTracerProvider(tp)),
+		func(c *gin.Context) {
+			r.lose(t, "order:11")
+			<-c.Request.Context().Done()
+			c.Status(http.StatusOK)
+		})
+	within(t, 10*time.Second+2*r.env.ShortTTL, "a request whose lock is lost", func() {
+		serve(e, httptest.NewRequest(http.MethodPost, "/orders/11", nil))
+	})
+	spans := recorder.Ended()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans, want 1", len(spans))
+	}
+	if got := attrMap(spans[0].Attributes())["lock.outcome"]; got != attribute.StringValue(ginlock.OutcomeLost) {
+		t.Errorf("lock.outcome = %v, want lost", got)
+	}
+}
+
+// countOutcomes sums ginlock.requests by lock.outcome, over the lock name
+// name (all names when empty).
+func countOutcomes(t testing.TB, reader *sdkmetric.ManualReader, name string) map[string]int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -104,45 +135,14 @@ func TestSpansNestUnderOtelgin(t *testing.T) {
 			if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "ginlock.requests" {
 				for _, dp := range sum.DataPoints {
 					outcome, _ := dp.Attributes.Value("lock.outcome")
-					name, _ := dp.Attributes.Value("lock.name")
-					if name.AsString() == "order:{id}" {
+					if n, _ := dp.Attributes.Value("lock.name"); name == "" || n.AsString() == name {
 						counts[outcome.AsString()] += dp.Value
 					}
 				}
 			}
 		}
 	}
-	if counts[ginlock.OutcomeAcquired] != 1 || counts[ginlock.OutcomeBusy] != 1 {
-		t.Errorf("ginlock.requests by outcome = %v, want acquired 1, busy 1", counts)
-	}
-}
-
-// A lock lost while the handler runs is reported as outcome lost.
-func TestLostOutcomeOnTheSpan(t *testing.T) {
-	srv := redistest.Start(t)
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	l := newLocker(t, srv, lockmw.WithTTL(300*time.Millisecond))
-	rdb := srv.Client(t)
-	e := newEngine(http.MethodPost, "/orders/:id",
-		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithTracerProvider(tp)),
-		func(c *gin.Context) {
-			if err := rdb.Del(c, lockKey("order:11")).Err(); err != nil {
-				t.Error(err)
-			}
-			<-c.Request.Context().Done()
-			c.Status(http.StatusOK)
-		})
-	within(t, 10*time.Second, "a request whose lock is lost", func() {
-		serve(e, httptest.NewRequest(http.MethodPost, "/orders/11", nil))
-	})
-	spans := recorder.Ended()
-	if len(spans) != 1 {
-		t.Fatalf("%d spans, want 1", len(spans))
-	}
-	if got := attrMap(spans[0].Attributes())["lock.outcome"]; got != attribute.StringValue(ginlock.OutcomeLost) {
-		t.Errorf("lock.outcome = %v, want lost", got)
-	}
+	return counts
 }
 
 func attrMap(kvs []attribute.KeyValue) map[attribute.Key]attribute.Value {

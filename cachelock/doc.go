@@ -66,7 +66,10 @@
 //
 // At most one load per key runs per fill lease period (WithFillLease,
 // default 5s): a load that outlasts its lease is not installed, and another
-// caller may load meanwhile.
+// caller may load meanwhile, so set WithFillLease above the slowest load.
+// While writes come faster than a load takes, fills keep being revoked:
+// readers then load for themselves (fresh, uncached) rather than get old
+// values.
 //
 // # Redis keys
 //

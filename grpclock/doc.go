@@ -21,7 +21,8 @@
 // (DialTimeout, ReadTimeout, WriteTimeout of a few hundred milliseconds,
 // MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true): go-redis
 // otherwise repeats a timed-out call up to MaxRetries times, and a Redis
-// outage is answered only after all of them.
+// outage is answered only after all of them (measured figures: lockmw's
+// package documentation, section Redis client settings).
 //
 // # Status codes
 //
@@ -31,12 +32,15 @@
 //
 //   - codes.Aborted: the lock is held by another call (or WithWait ran out).
 //     The status carries an errdetails.RetryInfo with the expected wait, and
-//     the trailer grpc-retry-pushback-ms carries it in milliseconds, so
+//     the trailer grpc-retry-pushback-ms carries it in milliseconds (at
+//     least 1), so
 //     gRPC's built-in retry policy (with Aborted among its retryable codes)
 //     waits that long. The wait is the moving average (weight 1/4 for the
 //     newest) of how long this process held locks of the same name and
 //     Locker, bounded by the holder's remaining lease; while no hold has
-//     been seen, the holder's remaining lease. Aborted is the gRPC code for
+//     been seen, the holder's remaining lease: with a 5s TTL and holds of a
+//     few hundred milliseconds, the client is told a few hundred
+//     milliseconds, not 5s. Aborted is the gRPC code for
 //     concurrency conflicts that the client may retry.
 //   - codes.Unavailable: Redis could not be reached (lockmw.ErrUnavailable)
 //     or the Locker is closed.

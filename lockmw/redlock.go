@@ -34,22 +34,9 @@ import (
 // the lease is handed out a quorum of masters must have counter >= M
 // recorded while the holder owned the lock there (the second round, raise
 // script, skipped when a quorum of the winning masters already returned M
-// itself). Why fences strictly increase from one holder A to the next
-// holder B: A's quorum of raised masters and B's winning quorum are both
-// majorities of the same N masters, so they share at least one master m.
-// On m, A owned the lock when its counter was raised to >= M_A; B was
-// granted the lock on m only after A's key there was gone (released or
-// expired), and the grant incremented the same counter, so B's value on m
-// is > M_A, and M_B, the maximum over B's masters, is > M_A too.
-//
-// The argument needs m to have kept its counter: a master restarted without
-// persistence forgets it. The second round raises every master that
-// answers, not only the winning ones, and when all masters grant an
-// acquisition their counters advance together, so while every master is up
-// all of them usually hold M_A, and then up to N/2 may lose their data
-// before B without breaking the order (B's majority keeps one master with
-// its counter). That is not guaranteed when A's fence reached only a
-// majority: masters that must keep fences across data loss need AOF.
+// itself). Why that makes fences strictly increase from one holder to the
+// next, and what it needs of the masters' data, is argued once, in the
+// package documentation (doc.go, section Safety, "Redlock fences").
 
 // Redlock's scripts. Acquisition and renewal are the single-deployment
 // ones (acquire.lua, renew.lua); release has no queue or notification to
@@ -93,10 +80,12 @@ var (
 // Lease.Fence still strictly increases per key across holders, also when
 // successive holders win different majorities, as long as the masters keep
 // their data (a master restarted without persistence forgets its fence
-// counters; see the package README). Redlock's mutual exclusion assumes bounded clock
+// counters); the argument is in the package documentation (section Safety,
+// "Redlock fences"). Redlock's mutual exclusion assumes bounded clock
 // drift, process pauses and network delays; a master restarted without
 // persistence must stay down for at least the longest lease TTL before
-// rejoining, or two holders can overlap. Fence every write to shared state.
+// rejoining, or two holders can overlap (the restart-delay rule, section
+// Redlock of the package documentation). Fence every write to shared state.
 //
 // An attempt asks the first N/2+1 masters, and the others as soon as one
 // of those does not grant it or they have not all answered within a few

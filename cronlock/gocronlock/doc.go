@@ -22,4 +22,8 @@
 // instances' clock offsets plus timer lateness differ by less than the
 // schedule's interval. A fire that no instance claimed is logged at Error
 // by the instance that claims a later one.
+//
+// It logs through a *slog.Logger (WithLogger) and adds no spans or metrics
+// of its own; lockmw's acquire span and lock metrics still apply. Give New
+// the scheduler's clock (WithClock) when gocron is given one.
 package gocronlock

@@ -8,7 +8,10 @@
 // program reports the longest staleness any reader saw against it. A
 // writer that stalls past its lock is then fenced out by the database. At
 // the end it checks that what the cache serves equals what the database
-// holds, for every product and key.
+// holds, for every product and key. It exits with status 1 if the longest
+// staleness exceeds the window plus the writers' commit-to-invalidation
+// time, or if the cache and the database differ at the end. -h lists the
+// flags.
 //
 // The database is SQLite through modernc.org/sqlite (pure Go) in a
 // temporary file unless -driver and -dsn say otherwise; the queries use $N

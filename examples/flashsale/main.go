@@ -5,7 +5,12 @@
 // milliseconds, and writes the stock back: a read-check-write that is not
 // atomic on purpose. ginlock holds the lock item:{sku} around it, so the sale
 // never sells more than it has. With -nolock the same handler runs without
-// the lock, and the sale oversells.
+// the lock, and the sale oversells. Buyers wait for the lock (WithWait(10s))
+// rather than get 409; the program prints units sold against units
+// available and exits with status 1 if it ever oversold with the lock. Each
+// instance's Redis client uses the settings a lock needs (see lockmw's
+// package documentation, section Redis client settings). -h lists the
+// flags (-buyers, -stock, -instances, -charge, -nolock).
 //
 // With REDIS_ADDR set it uses that Redis; otherwise it starts an embedded
 // in-process Redis, so it runs on a machine with no Redis installed:

@@ -3,7 +3,13 @@
 // Each Buy reads the stock, takes a moment to "charge the card", and writes
 // the stock back: a read-check-write that oversells when two buyers
 // interleave. grpclock holds the item's lock around every Buy, so the shop
-// sells exactly its stock; with -nolock it does not, and oversells.
+// sells exactly its stock; with -nolock it does not, and oversells. Each Buy
+// waits up to a second for the lock (grpclock.WithWait); past that a buyer
+// gets Aborted and retries after the RetryInfo delay. The service needs no
+// generated code: it is a hand-written grpc.ServiceDesc with a JSON codec.
+// Each instance's Redis client uses the settings a lock needs (see lockmw's
+// package documentation, section Redis client settings). -h lists the
+// flags.
 //
 // With REDIS_ADDR set it uses that Redis; otherwise it starts an embedded
 // in-process Redis, so it runs on a machine with no Redis installed:

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -35,21 +34,19 @@ const ScopeName = "github.com/lockmw/lockmw/grpclock"
 // SpanName is the name of the span grpclock starts for every locked call.
 const SpanName = "grpclock.lock"
 
+// The attribute keys and lock.outcome values every lockmw adapter reports.
 const (
-	attrName    = attribute.Key("lock.name")
-	attrOutcome = attribute.Key("lock.outcome")
-	attrWaitMS  = attribute.Key("lock.wait_ms")
-	attrFence   = attribute.Key("lock.fence")
-)
+	attrName    = adapt.AttrName
+	attrOutcome = adapt.AttrOutcome
+	attrWaitMS  = adapt.AttrWaitMS
+	attrFence   = adapt.AttrFence
 
-// Values of lock.outcome on grpclock spans and metrics.
-const (
-	outcomeAcquired = "acquired" // the handler ran holding the lock
-	outcomeLost     = "lost"     // the handler ran, and the lock was lost meanwhile
-	outcomeBusy     = "busy"     // held by another call: codes.Aborted
-	outcomeTimeout  = "timeout"  // the call ended while waiting: codes.Canceled or DeadlineExceeded
-	outcomeInvalid  = "invalid"  // no usable key: codes.InvalidArgument (or Internal)
-	outcomeError    = "error"    // Redis unavailable or locker closed: codes.Unavailable
+	outcomeAcquired = adapt.OutcomeAcquired // the handler ran holding the lock
+	outcomeLost     = adapt.OutcomeLost     // the handler ran, and the lock was lost meanwhile
+	outcomeBusy     = adapt.OutcomeBusy     // held by another call: codes.Aborted
+	outcomeTimeout  = adapt.OutcomeTimeout  // the call ended while waiting: codes.Canceled or DeadlineExceeded
+	outcomeInvalid  = adapt.OutcomeInvalid  // no usable key: codes.InvalidArgument (or Internal)
+	outcomeError    = adapt.OutcomeError    // Redis unavailable or locker closed: codes.Unavailable
 )
 
 // UnaryServerInterceptor returns an interceptor that runs each selected
@@ -71,7 +68,9 @@ const (
 //   - Calls the selector leaves out go straight to the handler without
 //     touching Redis.
 //
-// It panics on invalid options (see each option), when the server is built.
+// It panics when the server is built if locker or key is nil or an option
+// is invalid (see each option; the panic's error matches
+// lockmw.ErrInvalidOption). Nil options are skipped.
 func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) grpc.UnaryServerInterceptor {
 	in := newInterceptor(locker, key, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (_ any, err error) {
@@ -187,7 +186,10 @@ func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *intercep
 	if key == nil {
 		panic("grpclock: nil KeyFunc")
 	}
-	cfg := newConfig(opts)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		panic(err)
+	}
 	tp, mp := cfg.tp, cfg.mp
 	if tp == nil {
 		tp = otel.GetTracerProvider()
@@ -240,7 +242,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 		name = method
 	}
 	ctx, span := in.tracer.Start(ctx, SpanName, trace.WithAttributes(attrName.String(name)))
-	before, after, err := splitTemplate(tmpl)
+	template, err := parseTemplate(tmpl)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrMisconfigured, err)
 		return nil, in.fail(ctx, span, name, outcomeInvalid, in.misconfigured(ctx, method, err), err)
@@ -269,10 +271,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 		}
 		return nil, in.fail(ctx, span, name, outcomeInvalid, st, err)
 	}
-	key := id
-	if tmpl != "" {
-		key = before + id + after
-	}
+	key := template.Key(id)
 
 	start := time.Now()
 	var lease *lockmw.Lease
@@ -313,24 +312,29 @@ func (in *interceptor) misconfigured(ctx context.Context, method string, err err
 	return status.Error(codes.Internal, msgMisconfigured)
 }
 
-// acquireStatus maps a failed acquisition to an outcome and a gRPC status.
-// A busy call's RetryInfo is the expected wait (see adapt.Hold.Wait).
+// acquireStatus maps a failed acquisition to its outcome
+// (adapt.AcquireOutcome) and a gRPC status. A busy call's RetryInfo is the
+// expected wait (see adapt.Hold.Wait).
 func acquireStatus(ctx context.Context, key string, err error, hold *adapt.Hold) (string, error) {
-	switch {
-	case errors.Is(err, lockmw.ErrNotAcquired):
+	outcome := adapt.AcquireOutcome(ctx, err)
+	switch outcome {
+	case outcomeBusy:
 		st := status.New(codes.Aborted, fmt.Sprintf("grpclock: lock %q is held by another call; retry later", key))
 		if d, ok := hold.Wait(lockmw.RetryAfter(err)); ok && d > 0 {
 			if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
 				st = withInfo
 			}
 		}
-		return outcomeBusy, st.Err()
-	case ctx.Err() != nil:
-		return outcomeTimeout, status.FromContextError(ctx.Err()).Err()
-	case errors.Is(err, lockmw.ErrInvalidKey):
-		return outcomeInvalid, status.Error(codes.InvalidArgument, msgInvalidKey)
+		return outcome, st.Err()
+	case outcomeTimeout:
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return outcome, status.FromContextError(err).Err()
+	case outcomeInvalid:
+		return outcome, status.Error(codes.InvalidArgument, msgInvalidKey)
 	default: // lockmw.ErrUnavailable, lockmw.ErrClosed
-		return outcomeError, status.Error(codes.Unavailable, msgUnavailable)
+		return outcome, status.Error(codes.Unavailable, msgUnavailable)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -56,18 +55,11 @@ const (
 // matches lockmw.ErrInvalidOption): these are programming errors, found
 // when the routes are set up. Nil options are skipped.
 func New(locker *lockmw.Locker, key KeyFunc, opts ...Option) gin.HandlerFunc {
-	if locker == nil {
-		panic("ginlock: New: nil *lockmw.Locker")
-	}
-	if key == nil {
-		panic("ginlock: New: nil KeyFunc")
-	}
 	cfg, err := newConfig(opts)
-	if err != nil {
-		panic(err)
-	}
-	m := &middleware{locker: locker, keyFunc: key, cfg: cfg, holds: adapt.NewHolds(locker)}
-	m.setupTelemetry()
+	adapt.MustSetup("ginlock.New", locker == nil, key == nil, err)
+	tracer, meter := adapt.Instruments(ScopeName, cfg.tp, cfg.mp)
+	m := &middleware{locker: locker, keyFunc: key, cfg: cfg, holds: adapt.NewHolds(locker), tracer: tracer,
+		requests: adapt.Counter(meter, "ginlock.requests", "{request}", "Requests handled by ginlock middleware, by lock.name and lock.outcome.")}
 	return m.handle
 }
 
@@ -79,24 +71,6 @@ type middleware struct {
 
 	tracer   trace.Tracer
 	requests metric.Int64Counter
-}
-
-func (m *middleware) setupTelemetry() {
-	tp := m.cfg.tp
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	m.tracer = tp.Tracer(ScopeName)
-	mp := m.cfg.mp
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	var err error
-	m.requests, err = mp.Meter(ScopeName).Int64Counter("ginlock.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests handled by ginlock middleware, by lock.name and lock.outcome."))
-	if err != nil {
-		otel.Handle(err)
-	}
 }
 
 // lockName returns the lock.name of a request: the template, or else the
@@ -126,9 +100,7 @@ func (m *middleware) handle(c *gin.Context) {
 		}
 		span.SetAttributes(attrOutcome.String(outcome))
 		span.End()
-		if m.requests != nil {
-			m.requests.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
-		}
+		m.requests.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
 	}()
 
 	key, err := m.key(c)

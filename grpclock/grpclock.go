@@ -10,10 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	"go.opentelemetry.io/otel"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -72,7 +70,7 @@ const (
 // is invalid (see each option; the panic's error matches
 // lockmw.ErrInvalidOption). Nil options are skipped.
 func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) grpc.UnaryServerInterceptor {
-	in := newInterceptor(locker, key, opts)
+	in := newInterceptor("grpclock.UnaryServerInterceptor", locker, key, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (_ any, err error) {
 		tmpl, locked := in.cfg.selector(info.FullMethod)
 		if !locked {
@@ -102,7 +100,7 @@ func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) 
 // interceptor can answer; the lock is not taken and the handler does not
 // run.
 func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) grpc.StreamServerInterceptor {
-	in := newInterceptor(locker, key, opts)
+	in := newInterceptor("grpclock.StreamServerInterceptor", locker, key, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		tmpl, locked := in.cfg.selector(info.FullMethod)
 		if !locked {
@@ -179,32 +177,12 @@ type interceptor struct {
 	holds  *adapt.Holds // hold durations by lock name, for RetryInfo
 }
 
-func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *interceptor {
-	if locker == nil {
-		panic("grpclock: nil *lockmw.Locker")
-	}
-	if key == nil {
-		panic("grpclock: nil KeyFunc")
-	}
+func newInterceptor(what string, locker *lockmw.Locker, key KeyFunc, opts []Option) *interceptor {
 	cfg, err := newConfig(opts)
-	if err != nil {
-		panic(err)
-	}
-	tp, mp := cfg.tp, cfg.mp
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	calls, err := mp.Meter(ScopeName).Int64Counter("grpclock.calls",
-		metric.WithDescription("Locked gRPC calls, by lock.name and lock.outcome."),
-		metric.WithUnit("{call}"))
-	if err != nil {
-		otel.Handle(err)
-		calls, _ = noop.NewMeterProvider().Meter(ScopeName).Int64Counter("grpclock.calls")
-	}
-	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tp.Tracer(ScopeName), calls: calls, holds: adapt.NewHolds(locker)}
+	adapt.MustSetup(what, locker == nil, key == nil, err)
+	tracer, meter := adapt.Instruments(ScopeName, cfg.tp, cfg.mp)
+	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tracer, holds: adapt.NewHolds(locker),
+		calls: adapt.Counter(meter, "grpclock.calls", "{call}", "Locked gRPC calls, by lock.name and lock.outcome.")}
 }
 
 // lockedCall is one call holding its lock.

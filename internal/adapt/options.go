@@ -15,9 +15,9 @@ import (
 //     mistakes in a Misuse.
 //   - Middleware constructors (ginlock.New, grpclock's interceptors), whose
 //     misuse is a programming error found when the routes are set up, panic
-//     with the mistakes (Misuse.Panic). Constructors of long-lived objects
-//     (cachelock.New) return them (Misuse.Err). Either way the error
-//     matches lockmw.ErrInvalidOption.
+//     with the mistakes (MustSetup). Constructors of long-lived objects
+//     (cachelock.New) return them (Misuse.Err). Either way the options'
+//     error matches lockmw.ErrInvalidOption.
 
 // Apply calls apply with each option of opts in order, skipping nil ones.
 func Apply[O comparable](opts []O, apply func(O)) {
@@ -53,10 +53,16 @@ func (m *Misuse) Err() error {
 	return errors.Join(m.errs...)
 }
 
-// Panic panics with Err() if any mistake was recorded: the rule of
-// middleware constructors.
-func (m *Misuse) Panic() {
-	if err := m.Err(); err != nil {
-		panic(err)
+// MustSetup is the misuse rule of a middleware constructor named what (as
+// in "ginlock.New"): it panics if its Locker or KeyFunc is nil (nilLocker,
+// nilKey), or with optionsErr, the mistakes found in its options.
+func MustSetup(what string, nilLocker, nilKey bool, optionsErr error) {
+	switch {
+	case nilLocker:
+		panic(what + ": nil *lockmw.Locker")
+	case nilKey:
+		panic(what + ": nil KeyFunc")
+	case optionsErr != nil:
+		panic(optionsErr)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -112,7 +114,6 @@ func TestMisuse(t *testing.T) {
 	if m.Err() != nil {
 		t.Fatal("a zero Misuse reports a mistake")
 	}
-	m.Panic() // no mistake: no panic
 	m.Addf("x.WithWait(-1s)", "the wait must not be %s", "negative")
 	_, perr := ParseTemplate("order")
 	m.Add(`x.WithName("order")`, perr)
@@ -125,11 +126,46 @@ func TestMisuse(t *testing.T) {
 			t.Errorf("Err() = %q, want it to name %q", err, want)
 		}
 	}
-	defer func() {
-		r, _ := recover().(error)
-		if !errors.Is(r, lockmw.ErrInvalidOption) {
-			t.Errorf("Panic() panicked with %v, want the mistakes", r)
-		}
-	}()
-	m.Panic()
+}
+
+func TestMustSetup(t *testing.T) {
+	MustSetup("x.New", false, false, nil) // no mistake: no panic
+	var m Misuse
+	m.Addf("x.WithWait(-1s)", "negative")
+	for _, tc := range []struct {
+		name              string
+		nilLocker, nilKey bool
+		err               error
+		want              string
+	}{
+		{"nil locker", true, false, nil, "x.New: nil *lockmw.Locker"},
+		{"nil key", false, true, nil, "x.New: nil KeyFunc"},
+		{"options", false, false, m.Err(), "x.WithWait(-1s)"},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), tc.want) {
+					t.Errorf("%s: panic %v, want one saying %q", tc.name, r, tc.want)
+				}
+			}()
+			MustSetup("x.New", tc.nilLocker, tc.nilKey, tc.err)
+		}()
+	}
+}
+
+func TestInstruments(t *testing.T) {
+	tracer, meter := Instruments("x", nil, nil) // the global providers
+	if tracer == nil || meter == nil {
+		t.Fatal("no tracer or meter from the global providers")
+	}
+	if c := Counter(meter, "x.calls", "{call}", "Calls."); c == nil {
+		t.Fatal("no counter")
+	}
+	sdk := sdkmetric.NewMeterProvider()
+	defer func() { _ = sdk.Shutdown(t.Context()) }()
+	if c := Counter(sdk.Meter("x"), "9 is no instrument name", "{call}", "Refused."); c == nil {
+		t.Fatal("no counter for a refused name: want a no-op one")
+	} else {
+		c.Add(t.Context(), 1) // must not panic
+	}
 }

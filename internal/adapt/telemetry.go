@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -52,4 +56,28 @@ func AcquireOutcome(ctx context.Context, err error) string {
 
 func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Instruments returns the tracer and meter of instrumentation scope
+// scope, from tp and mp, or from the global providers where they are nil.
+func Instruments(scope string, tp trace.TracerProvider, mp metric.MeterProvider) (trace.Tracer, metric.Meter) {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return tp.Tracer(scope), mp.Meter(scope)
+}
+
+// Counter creates the counter name on m. If m refuses it, the error goes to
+// otel.Handle and a no-op counter is returned: telemetry never stops an
+// adapter.
+func Counter(m metric.Meter, name, unit, description string) metric.Int64Counter {
+	c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(description))
+	if err != nil {
+		otel.Handle(err)
+		c, _ = noop.NewMeterProvider().Meter("").Int64Counter(name)
+	}
+	return c
 }

@@ -38,13 +38,6 @@ const (
 	OutcomeLost     = adapt.OutcomeLost     // the lock was lost while the handlers ran
 )
 
-const (
-	attrName    = adapt.AttrName
-	attrOutcome = adapt.AttrOutcome
-	attrWaitMS  = adapt.AttrWaitMS
-	attrFence   = adapt.AttrFence
-)
-
 // New returns middleware that holds the lock on the resource named by key
 // while the rest of the chain runs: see the package documentation for keys,
 // responses and telemetry. Requests on one key run their handlers one at a
@@ -91,16 +84,16 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 	req := c.Request
 	name := m.lockName(c)
-	ctx, span := m.tracer.Start(req.Context(), SpanName, trace.WithAttributes(attrName.String(name)))
+	ctx, span := m.tracer.Start(req.Context(), SpanName, trace.WithAttributes(adapt.AttrName.String(name)))
 	outcome := OutcomeError
 	finished := false
 	defer func() {
 		if !finished { // a handler panicked: the lock was released; say so
 			span.SetStatus(codes.Error, "handler panicked")
 		}
-		span.SetAttributes(attrOutcome.String(outcome))
+		span.SetAttributes(adapt.AttrOutcome.String(outcome))
 		span.End()
-		m.requests.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
+		m.requests.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(adapt.AttrName.String(name), adapt.AttrOutcome.String(outcome)))
 	}()
 
 	key, err := m.key(c)
@@ -124,7 +117,7 @@ func (m *middleware) handle(c *gin.Context) {
 		lease, err = m.locker.TryAcquire(ctx, key, opts...)
 	}
 	acquiredAt := time.Now()
-	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
+	span.SetAttributes(adapt.AttrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
 	hold := m.holds.For(name)
 	if err != nil {
 		finished = true
@@ -149,7 +142,7 @@ func (m *middleware) handle(c *gin.Context) {
 		}
 		return
 	}
-	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
+	span.SetAttributes(adapt.AttrFence.Int64(int64(lease.Fence())))
 	outcome = OutcomeAcquired
 
 	prev, hadPrev := c.Get(leaseKey)

@@ -32,13 +32,8 @@ const ScopeName = "github.com/lockmw/lockmw/grpclock"
 // SpanName is the name of the span grpclock starts for every locked call.
 const SpanName = "grpclock.lock"
 
-// The attribute keys and lock.outcome values every lockmw adapter reports.
+// The lock.outcome values every lockmw adapter reports.
 const (
-	attrName    = adapt.AttrName
-	attrOutcome = adapt.AttrOutcome
-	attrWaitMS  = adapt.AttrWaitMS
-	attrFence   = adapt.AttrFence
-
 	outcomeAcquired = adapt.OutcomeAcquired // the handler ran holding the lock
 	outcomeLost     = adapt.OutcomeLost     // the handler ran, and the lock was lost meanwhile
 	outcomeBusy     = adapt.OutcomeBusy     // held by another call: codes.Aborted
@@ -219,7 +214,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 	if name == "" {
 		name = method
 	}
-	ctx, span := in.tracer.Start(ctx, SpanName, trace.WithAttributes(attrName.String(name)))
+	ctx, span := in.tracer.Start(ctx, SpanName, trace.WithAttributes(adapt.AttrName.String(name)))
 	template, err := parseTemplate(tmpl)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrMisconfigured, err)
@@ -259,7 +254,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 		lease, err = in.locker.TryAcquire(ctx, key, lockmw.WithName(name))
 	}
 	acquiredAt := time.Now()
-	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
+	span.SetAttributes(adapt.AttrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
 	hold := in.holds.For(name)
 	if err != nil {
 		outcome, st := acquireStatus(ctx, key, err, hold)
@@ -278,7 +273,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 		}
 		return nil, in.fail(ctx, span, name, outcome, st, err)
 	}
-	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
+	span.SetAttributes(adapt.AttrFence.Int64(int64(lease.Fence())))
 	return &lockedCall{in: in, callCtx: ctx, lease: lease, span: span, name: name, acquiredAt: acquiredAt, hold: hold}, nil
 }
 
@@ -331,7 +326,7 @@ func retryDelayOf(err error) (time.Duration, bool) {
 // client does not see) on the span, and ends the span. Busy and cancelled
 // calls are normal outcomes, not span errors.
 func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome string, st, cause error) error {
-	span.SetAttributes(attrOutcome.String(outcome))
+	span.SetAttributes(adapt.AttrOutcome.String(outcome))
 	switch outcome {
 	case outcomeBusy:
 	case outcomeError:
@@ -343,7 +338,7 @@ func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome 
 			span.SetStatus(otelcodes.Error, cause.Error())
 		}
 	}
-	in.calls.Add(ctx, 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
+	in.calls.Add(ctx, 1, metric.WithAttributes(adapt.AttrName.String(name), adapt.AttrOutcome.String(outcome)))
 	span.End()
 	return st
 }
@@ -372,8 +367,8 @@ func (c *lockedCall) finish(handlerErr error) error {
 	} else if relErr != nil {
 		c.span.RecordError(relErr) // the lock expires after its TTL
 	}
-	c.span.SetAttributes(attrOutcome.String(outcome))
-	c.in.calls.Add(c.callCtx, 1, metric.WithAttributes(attrName.String(c.name), attrOutcome.String(outcome)))
+	c.span.SetAttributes(adapt.AttrOutcome.String(outcome))
+	c.in.calls.Add(c.callCtx, 1, metric.WithAttributes(adapt.AttrName.String(c.name), adapt.AttrOutcome.String(outcome)))
 	c.span.End()
 	return handlerErr
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	mrand "math/rand/v2"
 	"reflect"
 	"slices"
@@ -56,17 +55,8 @@ func New(rdb redis.UniversalClient, locker *lockmw.Locker, opts ...Option) (*Cac
 	if locker == nil {
 		return nil, fmt.Errorf("cachelock.New: %w: pass the lockmw.Locker that Update locks keys with", ErrNilLocker)
 	}
-	cfg := config{
-		prefix:    DefaultPrefix,
-		fillLease: DefaultFillLease,
-		logger:    slog.Default(),
-	}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
-		}
-	}
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, err
 	}
 	cfg.lockOpts = append([]lockmw.AcquireOption{lockmw.WithName("cachelock.update")}, cfg.lockOpts...)
@@ -394,16 +384,10 @@ func (c *Cache) Update(ctx context.Context, resource string, write func(ctx cont
 	if write == nil {
 		return fmt.Errorf("cachelock: Update %q: %w: write is nil", resource, lockmw.ErrInvalidOption)
 	}
-	var ucfg updateConfig
-	for _, o := range opts {
-		if o != nil {
-			o.applyUpdate(&ucfg)
-		}
-	}
-	if err := errors.Join(ucfg.errs...); err != nil {
+	keys, err := newUpdateConfig(opts)
+	if err != nil {
 		return fmt.Errorf("cachelock: Update %q: %w", resource, err)
 	}
-	keys := ucfg.keys
 	if keys == nil {
 		keys = []string{resource}
 	}

@@ -86,7 +86,9 @@
 // cachelock.update and cachelock.invalidate, with attribute cache.outcome
 // (for Fetch: hit, negative, loaded, filled, stale, fallback or error; for
 // Get: hit, negative, miss or error), cache.keys on updates and
-// invalidations, and cache.fence on updates. Metrics: cachelock.hits, cachelock.misses (by cache.outcome),
+// invalidations, and lock.fence on updates: the fencing token of Update's
+// lease, under the key every lockmw adapter uses (it was cache.fence
+// before). Metrics: cachelock.hits, cachelock.misses (by cache.outcome),
 // cachelock.loads (by cache.outcome ok, error or fallback),
 // cachelock.stale_served, cachelock.fills.revoked and
 // cachelock.invalidations (by cache.outcome ok or error). Without

@@ -2,7 +2,7 @@ package cachelock
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"slices"
 	"time"
@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockmw/lockmw/internal/adapt"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -46,7 +47,9 @@ type config struct {
 	prefix          string
 	fillLease       time.Duration
 	staleFor        time.Duration
+	staleSet        bool // WithStaleReads was given
 	negativeTTL     time.Duration
+	negativeSet     bool // WithNegativeCaching was given
 	jitter          float64
 	loadOnFailure   bool
 	invalidateRetry func(ctx context.Context, keys []string) error
@@ -54,7 +57,31 @@ type config struct {
 	tp              trace.TracerProvider
 	mp              metric.MeterProvider
 	logger          *slog.Logger
-	errs            []error
+}
+
+// newConfig applies opts over the defaults, skipping nil ones, and
+// validates the result: the mistakes found are returned, matching
+// lockmw.ErrInvalidOption.
+func newConfig(opts []Option) (config, error) {
+	c := config{prefix: DefaultPrefix, fillLease: DefaultFillLease, logger: slog.Default()}
+	adapt.Apply(opts, func(o Option) { o.apply(&c) })
+	var misuse adapt.Misuse
+	if len(c.prefix) > MaxPrefixLen {
+		misuse.Addf("cachelock.WithPrefix", "prefix is %d bytes, the limit is %d", len(c.prefix), MaxPrefixLen)
+	}
+	if c.fillLease < time.Millisecond {
+		misuse.Addf("cachelock.WithFillLease", "lease %v is shorter than 1ms", c.fillLease)
+	}
+	if c.staleSet && c.staleFor < time.Millisecond {
+		misuse.Addf("cachelock.WithStaleReads", "window %v is shorter than 1ms", c.staleFor)
+	}
+	if c.negativeSet && c.negativeTTL < time.Millisecond {
+		misuse.Addf("cachelock.WithNegativeCaching", "TTL %v is shorter than 1ms", c.negativeTTL)
+	}
+	if c.jitter < 0 || c.jitter >= 1 {
+		misuse.Addf("cachelock.WithTTLJitter", "fraction %v is outside [0, 1)", c.jitter)
+	}
+	return c, misuse.Err()
 }
 
 // Option configures a Cache in New.
@@ -64,21 +91,12 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
-func invalidOption(name, format string, args ...any) error {
-	return fmt.Errorf("%w: cachelock.%s: %s", lockmw.ErrInvalidOption, name, fmt.Sprintf(format, args...))
-}
-
 // WithPrefix sets the prefix of the Redis entry of every key and of the lock
 // key of every Update resource (default "cachelock:"). Caches that share
-// entries need the same prefix.
+// entries need the same prefix. New refuses a prefix longer than
+// MaxPrefixLen.
 func WithPrefix(p string) Option {
-	return optionFunc(func(c *config) {
-		if len(p) > MaxPrefixLen {
-			c.errs = append(c.errs, invalidOption("WithPrefix", "prefix is %d bytes, the limit is %d", len(p), MaxPrefixLen))
-			return
-		}
-		c.prefix = p
-	})
+	return optionFunc(func(c *config) { c.prefix = p })
 }
 
 // WithFillLease sets how long the caller that wins a miss may take to load
@@ -86,13 +104,7 @@ func WithPrefix(p string) Option {
 // no other caller loads the key; a load that outlasts its lease is not
 // installed. Set it above your slowest load.
 func WithFillLease(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < time.Millisecond {
-			c.errs = append(c.errs, invalidOption("WithFillLease", "lease %v is shorter than 1ms", d))
-			return
-		}
-		c.fillLease = d
-	})
+	return optionFunc(func(c *config) { c.fillLease = d })
 }
 
 // WithStaleReads lets Fetch serve stale values: Invalidate keeps an entry's
@@ -108,13 +120,7 @@ func WithFillLease(d time.Duration) Option {
 // Without this option (the default), Invalidate drops the value and callers
 // wait for the fill.
 func WithStaleReads(window time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if window < time.Millisecond {
-			c.errs = append(c.errs, invalidOption("WithStaleReads", "window %v is shorter than 1ms", window))
-			return
-		}
-		c.staleFor = window
-	})
+	return optionFunc(func(c *config) { c.staleFor, c.staleSet = window, true })
 }
 
 // WithNegativeCaching caches "not found" for ttl: when a load returns an
@@ -122,25 +128,13 @@ func WithStaleReads(window time.Duration) Option {
 // return an error matching ErrNotFound without loading, until ttl passes or
 // the key is invalidated.
 func WithNegativeCaching(ttl time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if ttl < time.Millisecond {
-			c.errs = append(c.errs, invalidOption("WithNegativeCaching", "TTL %v is shorter than 1ms", ttl))
-			return
-		}
-		c.negativeTTL = ttl
-	})
+	return optionFunc(func(c *config) { c.negativeTTL, c.negativeSet = ttl, true })
 }
 
 // WithTTLJitter shortens every TTL Fetch installs by a random share of up to
 // frac (in [0, 1)), so that entries filled together do not expire together.
 func WithTTLJitter(frac float64) Option {
-	return optionFunc(func(c *config) {
-		if frac < 0 || frac >= 1 {
-			c.errs = append(c.errs, invalidOption("WithTTLJitter", "fraction %v is outside [0, 1)", frac))
-			return
-		}
-		c.jitter = frac
-	})
+	return optionFunc(func(c *config) { c.jitter = frac })
 }
 
 // WithLoadOnUnavailable makes Fetch call load directly, without caching,
@@ -194,33 +188,45 @@ func WithLogger(l *slog.Logger) Option {
 type UpdateOption interface{ applyUpdate(*updateConfig) }
 
 type updateConfig struct {
-	keys []string
-	errs []error
+	invalidating [][]string // the keys of each Invalidating
 }
 
 type updateOptionFunc func(*updateConfig)
 
 func (f updateOptionFunc) applyUpdate(c *updateConfig) { f(c) }
 
+// newUpdateConfig applies opts, skipping nil ones, and returns the cache
+// keys to invalidate (nil: the resource's own), or the mistakes found.
+func newUpdateConfig(opts []UpdateOption) ([]string, error) {
+	var c updateConfig
+	adapt.Apply(opts, func(o UpdateOption) { o.applyUpdate(&c) })
+	var keys []string
+	var misuse adapt.Misuse
+	var badKeys []error // lockmw.ErrInvalidKey, not a misuse of the option
+	for _, set := range c.invalidating {
+		if len(set) == 0 {
+			misuse.Addf("cachelock.Invalidating", "no cache keys given: name the keys the write makes stale")
+			continue
+		}
+		for _, k := range set {
+			if err := checkKey("Invalidating", k); err != nil {
+				badKeys = append(badKeys, err)
+				break
+			}
+		}
+		keys = append(keys, set...)
+	}
+	return keys, errors.Join(append([]error{misuse.Err()}, badKeys...)...)
+}
+
 // Invalidating names the cache keys an Update invalidates after its write,
 // instead of the key named like the resource: all the keys the changed row
 // is cached under, for example "product:42", "product-sku:ABC" and the list
 // pages that show it. Repeated, the keys add up. Each key must be a valid
 // cache key (lockmw.ErrInvalidKey otherwise), and at least one must be
-// given (lockmw.ErrInvalidOption otherwise).
+// given (lockmw.ErrInvalidOption otherwise): Update checks them before it
+// locks anything.
 func Invalidating(keys ...string) UpdateOption {
 	keys = slices.Clone(keys)
-	return updateOptionFunc(func(c *updateConfig) {
-		if len(keys) == 0 {
-			c.errs = append(c.errs, invalidOption("Invalidating", "no cache keys given: name the keys the write makes stale"))
-			return
-		}
-		for _, k := range keys {
-			if err := checkKey("Invalidating", k); err != nil {
-				c.errs = append(c.errs, err)
-				return
-			}
-		}
-		c.keys = append(c.keys, keys...)
-	})
+	return updateOptionFunc(func(c *updateConfig) { c.invalidating = append(c.invalidating, keys) })
 }

@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockmw/lockmw/internal/adapt"
 )
 
 // ScopeName is the instrumentation scope of cachelock's tracer and meter: the
@@ -23,8 +25,11 @@ const (
 	spanGet        = "cachelock.get"
 
 	attrOutcome = attribute.Key("cache.outcome")
-	attrFence   = attribute.Key("cache.fence")
 	attrKeys    = attribute.Key("cache.keys")
+
+	// attrFence is the fencing token of Update's lease: lock.fence, the key
+	// of every lockmw adapter. Before, cachelock called it cache.fence.
+	attrFence = adapt.AttrFence
 )
 
 // Fetch outcomes, reported as cache.outcome.

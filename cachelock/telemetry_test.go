@@ -46,10 +46,17 @@ func TestTelemetry(t *testing.T) {
 	var outcomes []string
 	for _, s := range spans.Ended() {
 		var outcome string
+		fenced := false
 		for _, a := range s.Attributes() {
-			if a.Key == attribute.Key("cache.outcome") {
+			switch a.Key {
+			case attribute.Key("cache.outcome"):
 				outcome = a.Value.AsString()
+			case attribute.Key("lock.fence"): // the lease's fence, named as by every adapter
+				fenced = a.Value.AsInt64() > 0
 			}
+		}
+		if fenced != (s.Name() == "cachelock.update") {
+			t.Errorf("span %s: lock.fence set: %v, want it on cachelock.update only", s.Name(), fenced)
 		}
 		outcomes = append(outcomes, s.Name()+"="+outcome)
 	}

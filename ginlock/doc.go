@@ -23,7 +23,8 @@
 // parameter), Query, Header, JSONField (a field of a JSON body, which is
 // restored for the handler) or any func(*gin.Context) (string, error).
 // WithName gives a template such as "order:{id}" with exactly one
-// placeholder: the identifier replaces the placeholder to form the lock key
+// placeholder, a non-empty name in braces, and no other braces (the rule
+// grpclock applies too): the identifier replaces the placeholder to form the lock key
 // ("order:42"), and the template itself is the low-cardinality name reported
 // as lock.name in spans and metrics. Routes that must exclude each other (pay
 // and cancel on one order) use the same template. Without WithName the key is

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -30,21 +28,14 @@ const ScopeName = "github.com/lockmw/lockmw/ginlock"
 const SpanName = "ginlock.lock"
 
 // Outcomes reported as lock.outcome on the span and the ginlock.requests
-// counter.
+// counter: the values every lockmw adapter reports.
 const (
-	OutcomeAcquired = "acquired" // the lock was taken and released after the handlers
-	OutcomeBusy     = "busy"     // held by another request: 409
-	OutcomeTimeout  = "timeout"  // the request's context ended while waiting
-	OutcomeError    = "error"    // Redis unavailable or the Locker closed
-	OutcomeInvalid  = "invalid"  // no usable key in the request: 400 or 413
-	OutcomeLost     = "lost"     // the lock was lost while the handlers ran
-)
-
-var (
-	attrName    = attribute.Key("lock.name")
-	attrOutcome = attribute.Key("lock.outcome")
-	attrWaitMS  = attribute.Key("lock.wait_ms")
-	attrFence   = attribute.Key("lock.fence")
+	OutcomeAcquired = adapt.OutcomeAcquired // the lock was taken and released after the handlers
+	OutcomeBusy     = adapt.OutcomeBusy     // held by another request: 409
+	OutcomeTimeout  = adapt.OutcomeTimeout  // the request's context ended while waiting
+	OutcomeError    = adapt.OutcomeError    // Redis unavailable or the Locker closed
+	OutcomeInvalid  = adapt.OutcomeInvalid  // no usable key in the request: 400 or 413
+	OutcomeLost     = adapt.OutcomeLost     // the lock was lost while the handlers ran
 )
 
 // New returns middleware that holds the lock on the resource named by key
@@ -53,21 +44,15 @@ var (
 // time across every instance whose Locker shares the Redis and key prefix.
 //
 // New panics if locker or key is nil or an option is invalid (a template
-// without exactly one placeholder, a negative wait): these are programming
-// errors, found when the routes are set up.
+// without exactly one named placeholder, a negative wait; the panic's error
+// matches lockmw.ErrInvalidOption): these are programming errors, found
+// when the routes are set up. Nil options are skipped.
 func New(locker *lockmw.Locker, key KeyFunc, opts ...Option) gin.HandlerFunc {
-	if locker == nil {
-		panic("ginlock: New: nil *lockmw.Locker")
-	}
-	if key == nil {
-		panic("ginlock: New: nil KeyFunc")
-	}
-	cfg := newConfig(opts)
-	if cfg.err != nil {
-		panic(cfg.err.Error())
-	}
-	m := &middleware{locker: locker, keyFunc: key, cfg: cfg, holds: adapt.NewHolds(locker)}
-	m.setupTelemetry()
+	cfg, err := newConfig(opts)
+	adapt.MustSetup("ginlock.New", locker == nil, key == nil, err)
+	tracer, meter := adapt.Instruments(ScopeName, cfg.tp, cfg.mp)
+	m := &middleware{locker: locker, keyFunc: key, cfg: cfg, holds: adapt.NewHolds(locker), tracer: tracer,
+		requests: adapt.Counter(meter, "ginlock.requests", "{request}", "Requests handled by ginlock middleware, by lock.name and lock.outcome.")}
 	return m.handle
 }
 
@@ -81,29 +66,11 @@ type middleware struct {
 	requests metric.Int64Counter
 }
 
-func (m *middleware) setupTelemetry() {
-	tp := m.cfg.tp
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	m.tracer = tp.Tracer(ScopeName)
-	mp := m.cfg.mp
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	var err error
-	m.requests, err = mp.Meter(ScopeName).Int64Counter("ginlock.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Requests handled by ginlock middleware, by lock.name and lock.outcome."))
-	if err != nil {
-		otel.Handle(err)
-	}
-}
-
 // lockName returns the lock.name of a request: the template, or else the
 // route pattern.
 func (m *middleware) lockName(c *gin.Context) string {
-	if m.cfg.template.text != "" {
-		return m.cfg.template.text
+	if !m.cfg.template.IsZero() {
+		return m.cfg.template.String()
 	}
 	if p := c.FullPath(); p != "" {
 		return p
@@ -117,18 +84,16 @@ func (m *middleware) handle(c *gin.Context) {
 	}
 	req := c.Request
 	name := m.lockName(c)
-	ctx, span := m.tracer.Start(req.Context(), SpanName, trace.WithAttributes(attrName.String(name)))
+	ctx, span := m.tracer.Start(req.Context(), SpanName, trace.WithAttributes(adapt.AttrName.String(name)))
 	outcome := OutcomeError
 	finished := false
 	defer func() {
 		if !finished { // a handler panicked: the lock was released; say so
 			span.SetStatus(codes.Error, "handler panicked")
 		}
-		span.SetAttributes(attrOutcome.String(outcome))
+		span.SetAttributes(adapt.AttrOutcome.String(outcome))
 		span.End()
-		if m.requests != nil {
-			m.requests.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
-		}
+		m.requests.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(adapt.AttrName.String(name), adapt.AttrOutcome.String(outcome)))
 	}()
 
 	key, err := m.key(c)
@@ -152,26 +117,23 @@ func (m *middleware) handle(c *gin.Context) {
 		lease, err = m.locker.TryAcquire(ctx, key, opts...)
 	}
 	acquiredAt := time.Now()
-	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
+	span.SetAttributes(adapt.AttrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
 	hold := m.holds.For(name)
 	if err != nil {
 		finished = true
-		switch {
-		case errors.Is(err, lockmw.ErrNotAcquired):
-			outcome = OutcomeBusy
+		outcome = adapt.AcquireOutcome(ctx, err)
+		switch outcome {
+		case OutcomeBusy:
 			wait, known := hold.Wait(lockmw.RetryAfter(err))
 			if known {
 				err = &estimatedError{err: err, wait: wait}
 			}
 			m.reject(c, m.cfg.onBusy, err)
-		case errors.Is(err, lockmw.ErrInvalidKey):
-			outcome = OutcomeInvalid
+		case OutcomeInvalid:
 			m.reject(c, m.cfg.onError, fmt.Errorf("%w: %w", ErrNoKey, err))
-		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-			outcome = OutcomeTimeout
+		case OutcomeTimeout:
 			m.reject(c, m.cfg.onError, err)
 		default:
-			outcome = OutcomeError
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 			m.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "ginlock: lock unavailable",
@@ -180,7 +142,7 @@ func (m *middleware) handle(c *gin.Context) {
 		}
 		return
 	}
-	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
+	span.SetAttributes(adapt.AttrFence.Int64(int64(lease.Fence())))
 	outcome = OutcomeAcquired
 
 	prev, hadPrev := c.Get(leaseKey)
@@ -301,7 +263,7 @@ func (m *middleware) key(c *gin.Context) (string, error) {
 		}
 		return "", fmt.Errorf("%w: %w", ErrNoKey, err)
 	}
-	key := m.cfg.template.key(id)
+	key := m.cfg.template.Key(id)
 	if len(key) > lockmw.MaxKeyLen {
 		return "", fmt.Errorf("%w: the key would be %d bytes, more than %d", ErrNoKey, len(key), lockmw.MaxKeyLen)
 	}

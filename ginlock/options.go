@@ -3,13 +3,13 @@ package ginlock
 import (
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lockmw/lockmw/internal/adapt"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -28,7 +28,9 @@ func (f optionFunc) apply(c *config) { f(c) }
 type ErrorHandler func(c *gin.Context, err error)
 
 type config struct {
-	template    template // zero: the key is the identifier, lock.name the route
+	name        string         // WithName's template, as given
+	named       bool           // WithName was given
+	template    adapt.Template // zero: the key is the identifier, lock.name the route
 	wait        time.Duration
 	waitSet     bool
 	acquireOpts []lockmw.AcquireOption
@@ -41,54 +43,46 @@ type config struct {
 	streaming   bool // send responses as written, before the release
 	// requestContextOnly: the engine need not set ContextWithFallback
 	requestContextOnly bool
-	err                error // first invalid option
 }
 
-func newConfig(opts []Option) *config {
+// newConfig applies opts, skipping nil ones, and validates the result: the
+// mistakes found are returned, matching lockmw.ErrInvalidOption.
+func newConfig(opts []Option) (*config, error) {
 	c := &config{onBusy: DefaultBusyHandler, onError: DefaultErrorHandler}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(c)
-		}
-	}
+	adapt.Apply(opts, func(o Option) { o.apply(c) })
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	return c
-}
-
-func (c *config) fail(err error) {
-	if c.err == nil {
-		c.err = err
+	var misuse adapt.Misuse
+	if c.named {
+		t, err := adapt.ParseTemplate(c.name)
+		if err != nil {
+			misuse.Add(fmt.Sprintf("ginlock.WithName(%q)", c.name), err)
+		}
+		c.template = t
 	}
+	if c.wait < 0 {
+		misuse.Addf(fmt.Sprintf("ginlock.WithWait(%v)", c.wait), "the wait must not be negative")
+	}
+	c.waitSet = c.wait > 0
+	return c, misuse.Err()
 }
 
 // WithName sets the template of the lock key, which is also the lock's name in
 // telemetry (lock.name). It has exactly one placeholder, a name in braces:
 // with "order:{id}", identifier "42" locks the key "order:42", reported as
-// "order:{id}". The text around the placeholder must not contain braces.
+// "order:{id}". The placeholder's name must not be empty, and the text
+// around the placeholder must not contain braces. New panics otherwise.
 func WithName(template string) Option {
-	return optionFunc(func(c *config) {
-		t, err := parseTemplate(template)
-		if err != nil {
-			c.fail(err)
-			return
-		}
-		c.template = t
-	})
+	return optionFunc(func(c *config) { c.name, c.named = template, true })
 }
 
 // WithWait makes the middleware wait up to d for a busy lock instead of
 // answering 409 at once; the wait also ends when the request's context does.
-// WithWait(0) is the default: a single attempt.
+// WithWait(0) is the default: a single attempt. New panics if d is
+// negative.
 func WithWait(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.fail(fmt.Errorf("ginlock: WithWait(%v): the wait must not be negative", d))
-			return
-		}
-		c.wait, c.waitSet = d, d > 0
-	})
+	return optionFunc(func(c *config) { c.wait = d })
 }
 
 // WithAcquireOptions passes options such as lockmw.WithLeaseTTL to every
@@ -174,30 +168,4 @@ func WithStreaming() Option {
 // answers 500 (ErrMisconfigured) and logs how to fix it.
 func WithRequestContextOnly() Option {
 	return optionFunc(func(c *config) { c.requestContextOnly = true })
-}
-
-// template is a parsed WithName template: prefix + identifier + suffix.
-type template struct {
-	text, prefix, suffix string
-}
-
-func parseTemplate(s string) (template, error) {
-	open := strings.IndexByte(s, '{')
-	end := strings.IndexByte(s, '}')
-	if open < 0 || end < open+2 {
-		return template{}, fmt.Errorf("ginlock: WithName(%q): the template needs one placeholder such as {id}", s)
-	}
-	prefix, suffix := s[:open], s[end+1:]
-	if strings.ContainsAny(prefix+s[open+1:end]+suffix, "{}") {
-		return template{}, fmt.Errorf("ginlock: WithName(%q): the template must have exactly one placeholder and no other braces", s)
-	}
-	return template{text: s, prefix: prefix, suffix: suffix}, nil
-}
-
-// key returns the lock key for identifier id.
-func (t template) key(id string) string {
-	if t.text == "" {
-		return id
-	}
-	return t.prefix + id + t.suffix
 }

@@ -28,6 +28,7 @@ func FuzzKeys(f *testing.F) {
 	f.Add("", "", true)
 	f.Add("{a}{b}", "x", false)
 	f.Add("}{", "x", true)
+	f.Add("x{}y", "x", false)
 	f.Add("a{b", strings.Repeat("k", lockmw.MaxKeyLen), true)
 	f.Add("{id}", "\x00\xff{}", true)
 	f.Add("item:{id}", "a\x7fb", false)
@@ -47,7 +48,7 @@ func FuzzKeys(f *testing.F) {
 		want, badTemplate := value, false
 		if tmpl != "" {
 			open, end := strings.IndexByte(tmpl, '{'), strings.IndexByte(tmpl, '}')
-			if strings.Count(tmpl, "{") != 1 || strings.Count(tmpl, "}") != 1 || end < open {
+			if strings.Count(tmpl, "{") != 1 || strings.Count(tmpl, "}") != 1 || end < open+2 { // one {name}, name not empty
 				badTemplate = true
 			} else {
 				want = tmpl[:open] + value + tmpl[end+1:]

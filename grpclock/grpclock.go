@@ -10,11 +10,8 @@ import (
 	"strconv"
 	"time"
 
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -35,21 +32,14 @@ const ScopeName = "github.com/lockmw/lockmw/grpclock"
 // SpanName is the name of the span grpclock starts for every locked call.
 const SpanName = "grpclock.lock"
 
+// The lock.outcome values every lockmw adapter reports.
 const (
-	attrName    = attribute.Key("lock.name")
-	attrOutcome = attribute.Key("lock.outcome")
-	attrWaitMS  = attribute.Key("lock.wait_ms")
-	attrFence   = attribute.Key("lock.fence")
-)
-
-// Values of lock.outcome on grpclock spans and metrics.
-const (
-	outcomeAcquired = "acquired" // the handler ran holding the lock
-	outcomeLost     = "lost"     // the handler ran, and the lock was lost meanwhile
-	outcomeBusy     = "busy"     // held by another call: codes.Aborted
-	outcomeTimeout  = "timeout"  // the call ended while waiting: codes.Canceled or DeadlineExceeded
-	outcomeInvalid  = "invalid"  // no usable key: codes.InvalidArgument (or Internal)
-	outcomeError    = "error"    // Redis unavailable or locker closed: codes.Unavailable
+	outcomeAcquired = adapt.OutcomeAcquired // the handler ran holding the lock
+	outcomeLost     = adapt.OutcomeLost     // the handler ran, and the lock was lost meanwhile
+	outcomeBusy     = adapt.OutcomeBusy     // held by another call: codes.Aborted
+	outcomeTimeout  = adapt.OutcomeTimeout  // the call ended while waiting: codes.Canceled or DeadlineExceeded
+	outcomeInvalid  = adapt.OutcomeInvalid  // no usable key: codes.InvalidArgument (or Internal)
+	outcomeError    = adapt.OutcomeError    // Redis unavailable or locker closed: codes.Unavailable
 )
 
 // UnaryServerInterceptor returns an interceptor that runs each selected
@@ -71,9 +61,11 @@ const (
 //   - Calls the selector leaves out go straight to the handler without
 //     touching Redis.
 //
-// It panics on invalid options (see each option), when the server is built.
+// It panics when the server is built if locker or key is nil or an option
+// is invalid (see each option; the panic's error matches
+// lockmw.ErrInvalidOption). Nil options are skipped.
 func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) grpc.UnaryServerInterceptor {
-	in := newInterceptor(locker, key, opts)
+	in := newInterceptor("grpclock.UnaryServerInterceptor", locker, key, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (_ any, err error) {
 		tmpl, locked := in.cfg.selector(info.FullMethod)
 		if !locked {
@@ -103,7 +95,7 @@ func UnaryServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) 
 // interceptor can answer; the lock is not taken and the handler does not
 // run.
 func StreamServerInterceptor(locker *lockmw.Locker, key KeyFunc, opts ...Option) grpc.StreamServerInterceptor {
-	in := newInterceptor(locker, key, opts)
+	in := newInterceptor("grpclock.StreamServerInterceptor", locker, key, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
 		tmpl, locked := in.cfg.selector(info.FullMethod)
 		if !locked {
@@ -180,29 +172,12 @@ type interceptor struct {
 	holds  *adapt.Holds // hold durations by lock name, for RetryInfo
 }
 
-func newInterceptor(locker *lockmw.Locker, key KeyFunc, opts []Option) *interceptor {
-	if locker == nil {
-		panic("grpclock: nil *lockmw.Locker")
-	}
-	if key == nil {
-		panic("grpclock: nil KeyFunc")
-	}
-	cfg := newConfig(opts)
-	tp, mp := cfg.tp, cfg.mp
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	calls, err := mp.Meter(ScopeName).Int64Counter("grpclock.calls",
-		metric.WithDescription("Locked gRPC calls, by lock.name and lock.outcome."),
-		metric.WithUnit("{call}"))
-	if err != nil {
-		otel.Handle(err)
-		calls, _ = noop.NewMeterProvider().Meter(ScopeName).Int64Counter("grpclock.calls")
-	}
-	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tp.Tracer(ScopeName), calls: calls, holds: adapt.NewHolds(locker)}
+func newInterceptor(what string, locker *lockmw.Locker, key KeyFunc, opts []Option) *interceptor {
+	cfg, err := newConfig(opts)
+	adapt.MustSetup(what, locker == nil, key == nil, err)
+	tracer, meter := adapt.Instruments(ScopeName, cfg.tp, cfg.mp)
+	return &interceptor{locker: locker, key: key, cfg: cfg, tracer: tracer, holds: adapt.NewHolds(locker),
+		calls: adapt.Counter(meter, "grpclock.calls", "{call}", "Locked gRPC calls, by lock.name and lock.outcome.")}
 }
 
 // lockedCall is one call holding its lock.
@@ -239,8 +214,8 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 	if name == "" {
 		name = method
 	}
-	ctx, span := in.tracer.Start(ctx, SpanName, trace.WithAttributes(attrName.String(name)))
-	before, after, err := splitTemplate(tmpl)
+	ctx, span := in.tracer.Start(ctx, SpanName, trace.WithAttributes(adapt.AttrName.String(name)))
+	template, err := parseTemplate(tmpl)
 	if err != nil {
 		err = fmt.Errorf("%w: %w", ErrMisconfigured, err)
 		return nil, in.fail(ctx, span, name, outcomeInvalid, in.misconfigured(ctx, method, err), err)
@@ -269,10 +244,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 		}
 		return nil, in.fail(ctx, span, name, outcomeInvalid, st, err)
 	}
-	key := id
-	if tmpl != "" {
-		key = before + id + after
-	}
+	key := template.Key(id)
 
 	start := time.Now()
 	var lease *lockmw.Lease
@@ -282,7 +254,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 		lease, err = in.locker.TryAcquire(ctx, key, lockmw.WithName(name))
 	}
 	acquiredAt := time.Now()
-	span.SetAttributes(attrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
+	span.SetAttributes(adapt.AttrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
 	hold := in.holds.For(name)
 	if err != nil {
 		outcome, st := acquireStatus(ctx, key, err, hold)
@@ -301,7 +273,7 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 		}
 		return nil, in.fail(ctx, span, name, outcome, st, err)
 	}
-	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
+	span.SetAttributes(adapt.AttrFence.Int64(int64(lease.Fence())))
 	return &lockedCall{in: in, callCtx: ctx, lease: lease, span: span, name: name, acquiredAt: acquiredAt, hold: hold}, nil
 }
 
@@ -313,24 +285,29 @@ func (in *interceptor) misconfigured(ctx context.Context, method string, err err
 	return status.Error(codes.Internal, msgMisconfigured)
 }
 
-// acquireStatus maps a failed acquisition to an outcome and a gRPC status.
-// A busy call's RetryInfo is the expected wait (see adapt.Hold.Wait).
+// acquireStatus maps a failed acquisition to its outcome
+// (adapt.AcquireOutcome) and a gRPC status. A busy call's RetryInfo is the
+// expected wait (see adapt.Hold.Wait).
 func acquireStatus(ctx context.Context, key string, err error, hold *adapt.Hold) (string, error) {
-	switch {
-	case errors.Is(err, lockmw.ErrNotAcquired):
+	outcome := adapt.AcquireOutcome(ctx, err)
+	switch outcome {
+	case outcomeBusy:
 		st := status.New(codes.Aborted, fmt.Sprintf("grpclock: lock %q is held by another call; retry later", key))
 		if d, ok := hold.Wait(lockmw.RetryAfter(err)); ok && d > 0 {
 			if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
 				st = withInfo
 			}
 		}
-		return outcomeBusy, st.Err()
-	case ctx.Err() != nil:
-		return outcomeTimeout, status.FromContextError(ctx.Err()).Err()
-	case errors.Is(err, lockmw.ErrInvalidKey):
-		return outcomeInvalid, status.Error(codes.InvalidArgument, msgInvalidKey)
+		return outcome, st.Err()
+	case outcomeTimeout:
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return outcome, status.FromContextError(err).Err()
+	case outcomeInvalid:
+		return outcome, status.Error(codes.InvalidArgument, msgInvalidKey)
 	default: // lockmw.ErrUnavailable, lockmw.ErrClosed
-		return outcomeError, status.Error(codes.Unavailable, msgUnavailable)
+		return outcome, status.Error(codes.Unavailable, msgUnavailable)
 	}
 }
 
@@ -349,7 +326,7 @@ func retryDelayOf(err error) (time.Duration, bool) {
 // client does not see) on the span, and ends the span. Busy and cancelled
 // calls are normal outcomes, not span errors.
 func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome string, st, cause error) error {
-	span.SetAttributes(attrOutcome.String(outcome))
+	span.SetAttributes(adapt.AttrOutcome.String(outcome))
 	switch outcome {
 	case outcomeBusy:
 	case outcomeError:
@@ -361,7 +338,7 @@ func (in *interceptor) fail(ctx context.Context, span trace.Span, name, outcome 
 			span.SetStatus(otelcodes.Error, cause.Error())
 		}
 	}
-	in.calls.Add(ctx, 1, metric.WithAttributes(attrName.String(name), attrOutcome.String(outcome)))
+	in.calls.Add(ctx, 1, metric.WithAttributes(adapt.AttrName.String(name), adapt.AttrOutcome.String(outcome)))
 	span.End()
 	return st
 }
@@ -390,8 +367,8 @@ func (c *lockedCall) finish(handlerErr error) error {
 	} else if relErr != nil {
 		c.span.RecordError(relErr) // the lock expires after its TTL
 	}
-	c.span.SetAttributes(attrOutcome.String(outcome))
-	c.in.calls.Add(c.callCtx, 1, metric.WithAttributes(attrName.String(c.name), attrOutcome.String(outcome)))
+	c.span.SetAttributes(adapt.AttrOutcome.String(outcome))
+	c.in.calls.Add(c.callCtx, 1, metric.WithAttributes(adapt.AttrName.String(c.name), adapt.AttrOutcome.String(outcome)))
 	c.span.End()
 	return handlerErr
 }

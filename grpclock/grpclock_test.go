@@ -559,22 +559,32 @@ func TestPanicReleasesLock(t *testing.T) {
 	}
 }
 
-// Bad name templates are refused: WithMethods panics when the server is
-// built, a Selector's template fails the call with Internal.
+// Bad name templates are refused: the interceptors panic when the server
+// is built with WithMethods, a Selector's template fails the call with
+// Internal.
 func TestTemplates(t *testing.T) {
-	for _, tmpl := range []string{"order", "order:{id", "order:}id{", "{a}:{b}", "order:{{id}}"} {
-		func() {
-			defer func() {
-				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "placeholder") {
-					t.Errorf("WithMethods(%q): panic %v, want one about the placeholder", tmpl, r)
-				}
-			}()
-			grpclock.WithMethods(map[string]string{methodBuy: tmpl})
-		}()
-	}
 	srv := redistest.Start(t)
 	rdb := srv.Client(t)
 	locker := newLocker(t, srv)
+	for _, tmpl := range []string{"order", "order:{id", "order:}id{", "{a}:{b}", "order:{{id}}", "x{}y"} {
+		for kind, build := range map[string]func(){
+			"unary": func() {
+				grpclock.UnaryServerInterceptor(locker, grpclock.FromRequest(), grpclock.WithMethods(map[string]string{methodBuy: tmpl}))
+			},
+			"stream": func() {
+				grpclock.StreamServerInterceptor(locker, grpclock.FromRequest(), grpclock.WithMethods(map[string]string{methodBuy: tmpl}))
+			},
+		} {
+			func() {
+				defer func() {
+					if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "placeholder") {
+						t.Errorf("%s interceptor, WithMethods(%q): panic %v, want one about the placeholder", kind, tmpl, r)
+					}
+				}()
+				build()
+			}()
+		}
+	}
 	held := make(chan bool, 1)
 	for _, tc := range []struct{ tmpl, key string }{{"", "9"}, {"item:{id}", "item:9"}, {"{x}/stock", "9/stock"}, {"shop:{item}:v1", "shop:9:v1"}} {
 		conn := serve(t, locker, func(ctx context.Context, o *order) (*order, error) {
@@ -594,4 +604,8 @@ func TestTemplates(t *testing.T) {
 		_, err := call(t.Context(), conn, kind, &order{Item: "9"})
 		wantCode(t, err, codes.Internal)
 	}
+	conn = serve(t, locker, func(ctx context.Context, o *order) (*order, error) { return o, nil },
+		server{opts: []grpclock.Option{grpclock.WithSelector(func(string) (string, bool) { return "item:{}", true })}})
+	_, err := call(t.Context(), conn, "unary", &order{Item: "9"})
+	wantCode(t, err, codes.Internal)
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+
+	"github.com/lockmw/lockmw/internal/adapt"
 )
 
 // ErrMissingKey means a call carried no lock key: the request field or
@@ -101,16 +103,12 @@ func streamHint(req any) string {
 	return ""
 }
 
-// splitTemplate splits a name template around its one {placeholder}.
-// The empty template is valid and means "the key as it is".
-func splitTemplate(tmpl string) (before, after string, err error) {
+// parseTemplate parses a name template (see Selector): the empty template
+// is no template, the key as it is; any other follows the rule of
+// adapt.ParseTemplate, which ginlock's WithName follows too.
+func parseTemplate(tmpl string) (adapt.Template, error) {
 	if tmpl == "" {
-		return "", "", nil
+		return adapt.Template{}, nil
 	}
-	open := strings.IndexByte(tmpl, '{')
-	end := strings.IndexByte(tmpl, '}')
-	if open < 0 || end < open || strings.ContainsAny(tmpl[end+1:], "{}") || strings.IndexByte(tmpl[open+1:end], '{') >= 0 {
-		return "", "", fmt.Errorf("name template %q must contain exactly one {placeholder}, as in \"order:{id}\"", tmpl)
-	}
-	return tmpl[:open], tmpl[end+1:], nil
+	return adapt.ParseTemplate(tmpl)
 }

@@ -3,10 +3,14 @@ package grpclock
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockmw/lockmw/internal/adapt"
 )
 
 // An Option configures UnaryServerInterceptor and StreamServerInterceptor.
@@ -22,28 +26,47 @@ func (f optionFunc) apply(c *config) { f(c) }
 // locked and under which name template. The template is both the lock key
 // pattern and the low-cardinality telemetry name: its one {placeholder}
 // (any name, as in "order:{id}") is replaced by the value the KeyFunc
-// returns. An empty template locks the KeyFunc's value as it is, reported
-// under the method's full name.
+// returns. The placeholder's name must not be empty, and the template has
+// no other braces (the rule ginlock's WithName follows too). An empty
+// template locks the KeyFunc's value as it is, reported under the method's
+// full name.
 type Selector func(fullMethod string) (template string, locked bool)
 
 type config struct {
 	selector Selector
-	wait     time.Duration // 0: fail fast
+	methods  map[string]string // WithMethods' templates, when it chose the selector
+	wait     time.Duration     // 0: fail fast
 	newFirst func(fullMethod string) any
+	firstSet bool // WithFirstMessage was given
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
 	logger   *slog.Logger
 }
 
-func newConfig(opts []Option) *config {
+// newConfig applies opts, skipping nil ones, and validates the result: the
+// mistakes found are returned, matching lockmw.ErrInvalidOption.
+func newConfig(opts []Option) (*config, error) {
 	c := &config{selector: func(string) (string, bool) { return "", true }}
-	for _, o := range opts {
-		o.apply(c)
-	}
+	adapt.Apply(opts, func(o Option) { o.apply(c) })
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	return c
+	var misuse adapt.Misuse
+	if c.selector == nil {
+		misuse.Addf("grpclock.WithSelector(nil)", "give a Selector, or use WithMethods")
+	}
+	for _, method := range slices.Sorted(maps.Keys(c.methods)) {
+		if _, err := parseTemplate(c.methods[method]); err != nil {
+			misuse.Add("grpclock.WithMethods: method "+method, err)
+		}
+	}
+	if c.wait < 0 {
+		misuse.Addf(fmt.Sprintf("grpclock.WithWait(%v)", c.wait), "the wait must not be negative")
+	}
+	if c.firstSet && c.newFirst == nil {
+		misuse.Addf("grpclock.WithFirstMessage(nil)", "give a constructor of the stream's first message, such as func(string) any { return new(pb.BuyRequest) }")
+	}
+	return c, misuse.Err()
 }
 
 // WithLogger sets the logger for what clients are not told: the cause of
@@ -62,18 +85,14 @@ func WithLogger(l *slog.Logger) Option {
 //		"/shop.Shop/Refund": "item:{id}",
 //	})
 //
-// It panics if a template is not empty and lacks exactly one {placeholder}:
-// that is a programming error, caught when the interceptor is built.
-// Without WithMethods or WithSelector every method is locked.
+// The interceptor constructors panic if a template is not empty and is not
+// a template (see Selector): that is a programming error, caught when the
+// interceptor is built. Without WithMethods or WithSelector every method
+// is locked.
 func WithMethods(templates map[string]string) Option {
-	m := make(map[string]string, len(templates))
-	for method, tmpl := range templates {
-		if _, _, err := splitTemplate(tmpl); err != nil {
-			panic(fmt.Sprintf("grpclock.WithMethods: method %s: %v", method, err))
-		}
-		m[method] = tmpl
-	}
+	m := maps.Clone(templates)
 	return optionFunc(func(c *config) {
+		c.methods = m
 		c.selector = func(fullMethod string) (string, bool) {
 			tmpl, ok := m[fullMethod]
 			return tmpl, ok
@@ -83,23 +102,18 @@ func WithMethods(templates map[string]string) Option {
 
 // WithSelector decides per call which methods are locked and under which
 // name template, for rules a fixed map cannot express (a whole service, a
-// method prefix). A template it returns that lacks exactly one
-// {placeholder} fails the call with codes.Internal.
+// method prefix). A template it returns that is not empty and is not a
+// template (see Selector) fails the call with codes.Internal. The
+// interceptor constructors panic if s is nil.
 func WithSelector(s Selector) Option {
-	if s == nil {
-		panic("grpclock.WithSelector: nil Selector")
-	}
-	return optionFunc(func(c *config) { c.selector = s })
+	return optionFunc(func(c *config) { c.selector, c.methods = s, nil })
 }
 
 // WithWait makes a call wait up to d for a busy lock instead of failing at
 // once with codes.Aborted; the wait also ends with the call's deadline or
 // cancellation (codes.DeadlineExceeded, codes.Canceled). The default, 0, is
-// a single attempt. It panics if d is negative.
+// a single attempt. The interceptor constructors panic if d is negative.
 func WithWait(d time.Duration) Option {
-	if d < 0 {
-		panic(fmt.Sprintf("grpclock.WithWait: negative wait %v", d))
-	}
 	return optionFunc(func(c *config) { c.wait = d })
 }
 
@@ -111,12 +125,10 @@ func WithWait(d time.Duration) Option {
 // by assignment; the handler must receive into the same type.
 //
 // Without it, a stream's KeyFunc gets req == nil, which suits Metadata and
-// custom funcs reading ctx. Unary calls ignore this option.
+// custom funcs reading ctx. Unary calls ignore this option. The
+// interceptor constructors panic if newMsg is nil.
 func WithFirstMessage(newMsg func(fullMethod string) any) Option {
-	if newMsg == nil {
-		panic("grpclock.WithFirstMessage: nil constructor")
-	}
-	return optionFunc(func(c *config) { c.newFirst = newMsg })
+	return optionFunc(func(c *config) { c.newFirst, c.firstSet = newMsg, true })
 }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider for the

@@ -1,7 +1,16 @@
-// Package adapt holds what the request adapters ginlock and grpclock share:
-// the rule for the identifiers they lock, and the estimate of how long a busy
-// lock will stay held, which both send to clients as the time to wait before
-// retrying.
+// Package adapt holds the policy the adapters (ginlock, grpclock,
+// cachelock) share, so that they behave alike:
+//
+//   - the rule for the identifiers they lock (CheckID) and for lock name
+//     templates (ParseTemplate);
+//   - one set of telemetry attribute keys (AttrName, AttrOutcome,
+//     AttrWaitMS, AttrFence) and lock.outcome values (OutcomeAcquired ...),
+//     and the outcome of a failed acquisition (AcquireOutcome), which each
+//     adapter turns into its own answer;
+//   - the misuse rule for options and constructors (Apply, Misuse);
+//   - the estimate of how long a busy lock will stay held, which the
+//     request adapters send to clients as the time to wait before retrying
+//     (Holds).
 package adapt
 
 import (

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockmw/lockmw/cronlock/internal/fire"
+	"github.com/lockmw/lockmw/internal/fireclaim"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -132,7 +133,7 @@ type singleton struct {
 	wrapped   atomic.Int64 // jobs wrapped: one at most
 
 	// Set for the jobs of a Scheduler, which claim fires.
-	claims *fire.Store
+	claims fireclaim.Claims
 	times  *fire.Times
 	sched  cron.Schedule // the job's schedule by this host's clock
 }

@@ -109,4 +109,3 @@ func TestRedisDownSkips(t *testing.T) {
 		return runs.Load() == 1
 	})
 }
-

@@ -96,6 +96,16 @@
 // (lockmw.Fair): waiters queue by create revision, and each watches only
 // the key just before its own (no herd). Fair waiters are served before
 // default ones: a default attempt succeeds only on an empty D.
+//
+// # Scheduled jobs
+//
+// cronlock.NewScheduler given a Locker of this package and no Redis
+// client claims the fires of its jobs in etcd: per job J, the key
+// P+"%cronfire%"+J holds the highest fire claimed and P+"%cronrun%"+J the
+// run last started (P and J escaped as above). They hold no '/', so they
+// are in no lock's directory, and are under no lease, so they persist. A
+// claim is one transaction that puts the new mark only if the record's
+// mod revision is still the one whose fire it compared.
 package etcd
 
 import (

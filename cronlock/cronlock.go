@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockmw/lockmw/cronlock/internal/fire"
+	"github.com/lockmw/lockmw/internal/fireclaim"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -57,7 +58,7 @@ func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapp
 }
 
 // New returns a cron.JobWrapper under which each fire of the job runs on one
-// instance only, among every instance whose Locker shares the Redis and key
+// instance only, among every instance whose Locker shares the store and key
 // prefix, as long as the instances' timers differ by less than MinHold:
 // the hold-based protocol described in the package overview. Prefer a
 // Scheduler, which claims each fire by its scheduled time and needs no
@@ -66,7 +67,7 @@ func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapp
 //
 // At each fire the wrapper makes one attempt to take the lock name. If
 // another instance holds it, the fire is skipped (logged with Info, counted
-// with reason busy). If Redis cannot be asked, the fire is skipped, never
+// with reason busy). If the store cannot be asked, the fire is skipped, never
 // run unguarded (logged with Error, reason unavailable); the next fire tries
 // again. Otherwise the job runs, with the lease context if it is a
 // ContextJob; the watchdog keeps the lock for as long as it runs. When the
@@ -132,7 +133,7 @@ type singleton struct {
 	wrapped   atomic.Int64 // jobs wrapped: one at most
 
 	// Set for the jobs of a Scheduler, which claim fires.
-	claims *fire.Store
+	claims fireclaim.Claims
 	times  *fire.Times
 	sched  cron.Schedule // the job's schedule by this host's clock
 }
@@ -237,7 +238,7 @@ func (s *singleton) run(ctx context.Context, span trace.Span, lease *lockmw.Leas
 	release()
 }
 
-// skip reports a fire whose lock could not be taken: busy (Info) or Redis
+// skip reports a fire whose lock could not be taken: busy (Info) or the store
 // unavailable (Error).
 func (s *singleton) skip(ctx context.Context, span trace.Span, err error) {
 	if errors.Is(err, lockmw.ErrNotAcquired) {

@@ -11,118 +11,30 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/lockmw/lockmw/cronlock"
+	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// Three instances with a 1-second schedule and a 10 ms job run it once per
-// fire, also when one instance's timer fires 300 ms late: by then the job
-// has ended, but the lock is still held for MinHold (half the interval).
-func TestOneRunPerFire(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		skew time.Duration // the third instance's lateness
-	}{
-		{"in step", 0},
-		{"one instance 300ms late", 300 * time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			srv := redistest.Start(t)
-			sched := everySecond(t)
-			logs := &recordLogger{}
-			var fires, runs atomic.Int64
-			job := cronlock.Func(func(ctx context.Context) error {
-				runs.Add(1)
-				time.Sleep(10 * time.Millisecond) // the job's work
-				return nil
-			})
-			var scheds []*cron.Cron
-			for i, inst := range []string{"host-a", "host-b", "host-c"} {
-				var chain []cron.JobWrapper
-				if i == 0 {
-					chain = append(chain, counting(&fires))
-				}
-				if i == 2 {
-					chain = append(chain, delayed(tc.skew))
-				}
-				chain = append(chain, cronlock.Singleton(newLocker(t, srv), "report", cronlock.WithSchedule(sched),
-					cronlock.WithInstance(inst), cronlock.WithLogger(logs)))
-				c := cron.New(cron.WithSeconds())
-				c.Schedule(sched, cron.NewChain(chain...).Then(job))
-				scheds = append(scheds, c)
-			}
-			for _, c := range scheds {
-				c.Start()
-			}
-			eventually(t, 20*time.Second, "five fires", func() bool { return fires.Load() >= 5 })
-			stopAll(scheds)
-
-			f, r := fires.Load(), runs.Load()
-			t.Logf("fires %d, runs %d, busy skips %d", f, r, logs.count(false, "skip"))
-			if r < f-1 || r > f+1 {
-				t.Errorf("the job ran %d times over %d fires, want one run per fire (±1)", r, f)
-			}
-			if n := logs.count(true, ""); n != 0 {
-				t.Errorf("%d error logs, want none: %v", n, logs.find(true, ""))
-			}
-		})
-	}
-}
-
-// A job that runs longer than the lease TTL runs once: the watchdog keeps
-// its lock through the following fires, and its context stays live.
-func TestLongJobKeepsLock(t *testing.T) {
+// The behaviour tests of Singleton and of the Scheduler's claims that
+// hold on any store (internal/lockmwtest/cronsuite), on one Redis.
+func TestSuite(t *testing.T) {
 	srv := redistest.Start(t)
-	sched := everySecond(t)
-	logs := &recordLogger{}
-	var runs atomic.Int64
-	jobCtx := make(chan context.Context, 3)
-	finish := make(chan struct{})
-	job := cronlock.Func(func(ctx context.Context) error {
-		runs.Add(1)
-		select {
-		case jobCtx <- ctx:
-		default:
-		}
-		select {
-		case <-finish:
-			return nil
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
+	admin := srv.Client(t)
+	cronsuite.Run(t, cronsuite.Env{
+		NewLocker: func(t testing.TB, opts ...lockmw.Option) *lockmw.Locker { return newLocker(t, srv, opts...) },
+		TTL:       time.Second,
+		Lose: func(t testing.TB, key string) {
+			if err := admin.Del(context.Background(), lockmw.DefaultPrefix+"{"+key+"}").Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
-	var scheds []*cron.Cron
-	for _, inst := range []string{"host-a", "host-b", "host-c"} {
-		l := newLocker(t, srv, lockmw.WithTTL(time.Second))
-		c := cron.New(cron.WithSeconds())
-		c.Schedule(sched, cronlock.Singleton(l, "long", cronlock.WithSchedule(sched),
-			cronlock.WithInstance(inst), cronlock.WithLogger(logs))(job))
-		scheds = append(scheds, c)
-		c.Start()
-	}
-	defer stopAll(scheds)
-	defer close(finish) // before stopAll, which waits for running jobs
-
-	var ctx context.Context
-	select {
-	case ctx = <-jobCtx:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job never started")
-	}
-	// The first fire is skipped by two instances, each later one by all
-	// three: nine skips span at least three more fires, over two TTLs.
-	eventually(t, 20*time.Second, "nine busy skips", func() bool { return logs.count(false, "skip") >= 9 })
-	if err := context.Cause(ctx); err != nil {
-		t.Fatalf("the job's context ended while it ran: %v", err)
-	}
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("the job started %d times while the first run held the lock, want 1", n)
-	}
 }
 
 // Killing Redis under a running job cancels the job's context with ErrLost,
 // and the wrapper logs the loss.
-func TestLostLockCancelsJob(t *testing.T) {
+func TestRedisKilledCancelsJob(t *testing.T) {
 	srv := redistest.Start(t)
 	client := srv.Client(t, func(o *redis.Options) {
 		o.MaxRetries = -1
@@ -196,178 +108,4 @@ func TestRedisDownSkips(t *testing.T) {
 		job.Run()
 		return runs.Load() == 1
 	})
-}
-
-// A panicking job releases the lock at once, even with a long MinHold, and
-// the panic reaches the caller unchanged, so cron.Recover still handles it.
-func TestPanicReleasesLock(t *testing.T) {
-	srv := redistest.Start(t)
-	l, rival := newLocker(t, srv), newLocker(t, srv)
-	logs := &recordLogger{}
-	boom := errors.New("boom")
-	panicking := cron.FuncJob(func() { panic(boom) })
-	singleton := cronlock.Singleton(l, "panicky", cronlock.WithMinHold(time.Minute), cronlock.WithLogger(logs))
-
-	if v := recoverRun(singleton(panicking)); v != boom {
-		t.Fatalf("recovered %v, want the job's own panic value", v)
-	}
-	lease, err := rival.TryAcquire(context.Background(), "panicky")
-	if err != nil {
-		t.Fatalf("after the panic the lock is still held: %v", err)
-	}
-	if err := lease.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-
-	recovered := &recordLogger{}
-	singleton = cronlock.Singleton(l, "panicky", cronlock.WithMinHold(time.Minute), cronlock.WithLogger(logs))
-	if v := recoverRun(cron.NewChain(cron.Recover(recovered), singleton).Then(panicking)); v != nil {
-		t.Fatalf("cron.Recover outside Singleton let %v through", v)
-	}
-	if recovered.count(true, "panic") != 1 {
-		t.Errorf("cron.Recover logged %v, want the panic", recovered.find(true, ""))
-	}
-	lease, err = rival.TryAcquire(context.Background(), "panicky")
-	if err != nil {
-		t.Fatalf("after the recovered panic the lock is still held: %v", err)
-	}
-	_ = lease.Release(context.Background())
-}
-
-// After a short job returns, the lock stays held for MinHold without
-// holding up the caller; with MinHold 0 it is released before Run returns.
-func TestMinHold(t *testing.T) {
-	srv := redistest.Start(t)
-	l, rival := newLocker(t, srv), newLocker(t, srv)
-	quick := cron.FuncJob(func() {})
-	ctx := context.Background()
-
-	cronlock.Singleton(l, "held", cronlock.WithMinHold(time.Minute), cronlock.WithLogger(cron.DiscardLogger))(quick).Run()
-	if _, err := rival.TryAcquire(ctx, "held"); !errors.Is(err, lockmw.ErrNotAcquired) {
-		t.Fatalf("right after the job, TryAcquire = %v, want ErrNotAcquired (MinHold 1m)", err)
-	}
-
-	cronlock.Singleton(l, "free", cronlock.WithMinHold(0), cronlock.WithLogger(cron.DiscardLogger))(quick).Run()
-	lease, err := rival.TryAcquire(ctx, "free")
-	if err != nil {
-		t.Fatalf("after the job with MinHold 0, TryAcquire = %v, want the lock", err)
-	}
-	_ = lease.Release(ctx)
-}
-
-// fixedGap is a schedule whose next fire is always gap away.
-type fixedGap time.Duration
-
-func (g fixedGap) Next(t time.Time) time.Time { return t.Add(time.Duration(g)) }
-
-// MinHold is half the time to the next fire, capped, and DefaultMinHold
-// without a schedule.
-func TestDerivedMinHold(t *testing.T) {
-	srv := redistest.Start(t)
-	l := newLocker(t, srv)
-	for i, tc := range []struct {
-		opts []cronlock.Option
-		want time.Duration
-	}{
-		{nil, cronlock.DefaultMinHold},
-		{[]cronlock.Option{cronlock.WithSchedule(fixedGap(10 * time.Second))}, 5 * time.Second},
-		{[]cronlock.Option{cronlock.WithSchedule(cron.Every(time.Hour))}, cronlock.MaxDerivedMinHold},
-		{[]cronlock.Option{cronlock.WithSchedule(fixedGap(10 * time.Second)), cronlock.WithMinHold(time.Second)}, time.Second},
-		{[]cronlock.Option{cronlock.WithSchedule(fixedGap(10 * time.Second)), cronlock.WithMaxHold(2 * time.Second)}, 2 * time.Second},
-	} {
-		logs := &recordLogger{}
-		name := "derived-" + string(rune('a'+i))
-		opts := append([]cronlock.Option{cronlock.WithLogger(logs)}, tc.opts...)
-		cronlock.Singleton(l, name, opts...)(cron.FuncJob(func() {})).Run()
-		runs := logs.find(false, "cronlock: run")
-		if len(runs) != 1 {
-			t.Fatalf("case %d: want one run log, got %v", i, logs.find(false, ""))
-		}
-		if got := runs[0].kv["min_hold"]; got != tc.want {
-			t.Errorf("case %d: min_hold = %v, want %v", i, got, tc.want)
-		}
-	}
-}
-
-// A stuck job's context is cancelled with ErrMaxHold once MaxHold passes,
-// and its lock is released while it still runs.
-func TestMaxHold(t *testing.T) {
-	srv := redistest.Start(t)
-	l, rival := newLocker(t, srv), newLocker(t, srv)
-	logs := &recordLogger{}
-	cause := make(chan error, 1)
-	freed := make(chan struct{})
-	job := cronlock.Singleton(l, "stuck", cronlock.WithMaxHold(200*time.Millisecond), cronlock.WithLogger(logs))(
-		cronlock.Func(func(ctx context.Context) error {
-			select {
-			case <-ctx.Done():
-				cause <- context.Cause(ctx)
-			case <-time.After(10 * time.Second):
-				cause <- nil
-			}
-			<-freed // still running while the test checks the lock
-			return nil
-		}))
-	done := make(chan struct{})
-	go func() { defer close(done); job.Run() }()
-	select {
-	case err := <-cause:
-		if !errors.Is(err, cronlock.ErrMaxHold) {
-			close(freed)
-			t.Fatalf("job context cause = %v, want ErrMaxHold", err)
-		}
-	case <-done:
-		t.Fatalf("the job did not run: %v", logs.find(true, ""))
-	}
-	eventually(t, 5*time.Second, "the stuck job's lock released", func() bool {
-		lease, err := rival.TryAcquire(context.Background(), "stuck")
-		if err == nil {
-			_ = lease.Release(context.Background())
-		}
-		return err == nil
-	})
-	close(freed)
-	<-done
-	if logs.count(true, "MaxHold") != 1 {
-		t.Errorf("want one error log of the MaxHold, got %v", logs.find(true, ""))
-	}
-}
-
-// Bad arguments give errors matching lockmw's sentinels; Singleton panics
-// with them.
-func TestNewRejectsBadInput(t *testing.T) {
-	srv := redistest.Start(t)
-	l := newLocker(t, srv)
-	long := string(make([]byte, lockmw.MaxKeyLen+1))
-	for _, tc := range []struct {
-		name   string
-		locker *lockmw.Locker
-		job    string
-		opts   []cronlock.Option
-		want   error
-	}{
-		{"nil locker", nil, "job", nil, lockmw.ErrInvalidOption},
-		{"empty name", l, "", nil, lockmw.ErrInvalidKey},
-		{"long name", l, long, nil, lockmw.ErrInvalidKey},
-		{"negative MinHold", l, "job", []cronlock.Option{cronlock.WithMinHold(-time.Second)}, lockmw.ErrInvalidOption},
-		{"zero MaxHold", l, "job", []cronlock.Option{cronlock.WithMaxHold(0)}, lockmw.ErrInvalidOption},
-		{"MinHold over MaxHold", l, "job", []cronlock.Option{cronlock.WithMinHold(time.Minute), cronlock.WithMaxHold(time.Second)}, lockmw.ErrInvalidOption},
-		{"nil schedule", l, "job", []cronlock.Option{cronlock.WithSchedule(nil)}, lockmw.ErrInvalidOption},
-		{"nil logger", l, "job", []cronlock.Option{cronlock.WithLogger(nil)}, lockmw.ErrInvalidOption},
-		{"empty instance", l, "job", []cronlock.Option{cronlock.WithInstance("")}, lockmw.ErrInvalidOption},
-		{"nil holder client", l, "job", []cronlock.Option{cronlock.WithHolderRecord(nil)}, lockmw.ErrInvalidOption},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			w, err := cronlock.New(tc.locker, tc.job, tc.opts...)
-			if !errors.Is(err, tc.want) || w != nil {
-				t.Fatalf("New = (%v, %v), want nil and an error matching %v", w != nil, err, tc.want)
-			}
-			defer func() {
-				if v, _ := recover().(error); !errors.Is(v, tc.want) {
-					t.Fatalf("Singleton panicked with %v, want an error matching %v", v, tc.want)
-				}
-			}()
-			cronlock.Singleton(tc.locker, tc.job, tc.opts...)
-		})
-	}
 }

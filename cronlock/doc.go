@@ -4,10 +4,14 @@
 // Add jobs through a Scheduler on every instance:
 //
 //	c := cron.New()
-//	s, err := cronlock.NewScheduler(c, locker, rdb)
+//	s, err := cronlock.NewScheduler(c, locker, nil)
 //	...
 //	s.AddJob("invoice-sweep", "*/5 * * * *", cronlock.Func(sweep))
 //	c.Start()
+//
+// locker is a *lockmw.Locker on any store (Redis, Redis Cluster, etcd);
+// the fires are claimed in its store. Redlock needs a Redis client in
+// place of nil (see NewScheduler).
 //
 // # One run per fire: claim the fire, not a hold
 //
@@ -15,15 +19,19 @@
 // schedule, so each instance knows the time of the fire it is running
 // (the latest time its schedule handed to cron that is not after its
 // clock; a robfig JobWrapper alone cannot see it), and the job finds it
-// with FireTime. At each fire the instance runs one Lua script on the
-// job's claim record, the hash "cronlock:{NAME}:fired": if the fire is
-// later than the recorded high-water mark, the mark becomes this fire
-// and the instance runs it; otherwise the claim is refused and the fire
-// skipped here. Comparing and raising the mark is one atomic step in
-// Redis, and the record is one small hash per job (no key per fire, no
-// expiry). The winner then takes a lockmw lease on the job name for the
-// run: watchdog, lost-lock context, fence, WithMaxHold, all as before,
-// and released as soon as the job returns.
+// with FireTime. At each fire the instance claims the fire in the job's
+// claim record, a high-water mark of claimed fire times: if the fire is
+// later than the recorded mark, the mark becomes this fire and the
+// instance runs it; otherwise the claim is refused and the fire skipped
+// here. Comparing and raising the mark is one atomic step in the store,
+// and the record is small, one per job (no key per fire, no expiry). In
+// Redis it is the hash "cronlock:{NAME}:fired", raised by one Lua script;
+// in etcd (a Locker from lockmw/etcd) a key under the Locker's prefix,
+// outside every lock's directory, raised by a transaction that puts the
+// new mark only if the record is unchanged since it was read. The winner
+// then takes a lockmw lease on the job name for the run: watchdog,
+// lost-lock context, fence, WithMaxHold, all as before, and released as
+// soon as the job returns.
 //
 // Skew. No fire ever runs twice, whatever the skew: every instance names
 // a fire by the same scheduled time and the mark only rises. No fire is
@@ -46,9 +54,11 @@
 //
 // Every instance must compute the same fire times: use cron expressions,
 // or cron.Every(d), which Scheduler aligns to multiples of d. The claim
-// record lives in the Redis of the client given to NewScheduler: give the
-// Locker's own client (on Redlock, one of its Redis). A claim whose reply
-// was lost and replayed by the client is recognized by its token.
+// record lives in the Locker's own store when NewScheduler is given no
+// Redis client (nil): its Redis, single or Cluster, or its etcd. On
+// Redlock, give NewScheduler a client of one Redis every instance shares
+// (one of its masters). A claim whose reply was lost and replayed by the
+// client is recognized by its token.
 //
 // # Singleton: the hold-based wrapper
 //
@@ -64,13 +74,13 @@
 // # Contexts, failures, panics
 //
 // A ContextJob, such as Func, gets the lease context: it is cancelled when
-// the lock is lost (cause lockmw.ErrLost: Redis unreachable past the lease's
+// the lock is lost (cause lockmw.ErrLost: the store unreachable past the lease's
 // validity, or the key expired or taken), so the job can stop before another
 // instance starts the next run. A plain cron.Job cannot be told; the loss is
 // logged.
 //
-// When Redis cannot be asked at fire time, the fire is skipped, never run
-// unguarded, and logged with Error; the next fire tries again. A job that
+// When the store (Redis, etcd) cannot be asked at fire time, the fire is
+// skipped, never run unguarded, and logged with Error; the next fire tries again. A job that
 // panics releases its lock at once and the panic goes on unchanged, so
 // cron.Recover placed outside still logs it.
 //
@@ -80,7 +90,7 @@
 // keys job, instance (WithInstance, default HOSTNAME:PID) and fire. A fire
 // claimed by another instance is logged at Info with claimed_fire and
 // claimed_by; a fire skipped because a run is still going with
-// running_fire and running_on. Fires run by no instance, Redis failures
+// running_fire and running_on. Fires run by no instance, store failures
 // and failed, lost or panicked runs are logged at Error.
 //
 // Tracer and meter scope: ScopeName. Every fire is one span cronlock.run

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,13 +79,6 @@ func (l *recordLogger) find(isErr bool, part string) []logEntry {
 
 func (l *recordLogger) count(isErr bool, part string) int { return len(l.find(isErr, part)) }
 
-// counting is a cron.JobWrapper that counts calls before passing them on.
-func counting(n *atomic.Int64) cron.JobWrapper {
-	return func(j cron.Job) cron.Job {
-		return cron.FuncJob(func() { n.Add(1); j.Run() })
-	}
-}
-
 // delayed is a cron.JobWrapper that starts the job d late: a host whose
 // timer fires late.
 func delayed(d time.Duration) cron.JobWrapper {
@@ -95,17 +87,7 @@ func delayed(d time.Duration) cron.JobWrapper {
 	}
 }
 
-// everySecond is the schedule "* * * * * *": each whole second.
-func everySecond(t testing.TB) cron.Schedule {
-	t.Helper()
-	s, err := cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow).Parse("* * * * * *")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-// runScheduler starts c and stops it at cleanup, waiting for running jobs.
+// stopAll stops every Cron, waiting for their running jobs.
 func stopAll(scheds []*cron.Cron) {
 	var dones []context.Context
 	for _, c := range scheds {

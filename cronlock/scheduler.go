@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockmw/lockmw/cronlock/internal/fire"
+	"github.com/lockmw/lockmw/internal/fireclaim"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -27,14 +28,14 @@ func FireTime(ctx context.Context) (time.Time, bool) {
 
 // A Scheduler adds jobs to a robfig/cron v3 Cron so that each fire of a
 // job runs on exactly one instance, among every instance whose Scheduler
-// shares the Redis: the first instance to claim the fire runs it, and
+// shares the store of its claims (see NewScheduler): the first instance to claim the fire runs it, and
 // later claims of the same or an older fire are refused. A fire is named
 // by its scheduled time, which every instance computes from the same
 // schedule, so no hold time has to outlast the instances' skew.
 type Scheduler struct {
 	cron   *cron.Cron
 	locker *lockmw.Locker
-	claims *fire.Store
+	claims fireclaim.Claims
 	opts   []Option
 
 	mu    sync.Mutex
@@ -42,23 +43,56 @@ type Scheduler struct {
 }
 
 // NewScheduler returns a Scheduler that adds jobs to c, runs them under
-// leases of locker and claims their fires in rdb, which must be a client
-// of the Redis every instance shares (the Locker's own client, or on
-// Redlock one chosen Redis). opts apply to every job; those given to
-// Schedule or AddJob add to them. Errors match lockmw.ErrInvalidOption.
+// leases of locker and claims their fires in the store every instance
+// shares. With rdb nil, fires are claimed in the Locker's own store: its
+// Redis (single or Cluster), or its etcd (lockmw/etcd), in one record per
+// job beside its locks. On Redlock, which has no one Redis of its own,
+// give rdb: a client of one Redis every instance shares (one of the
+// Redlock masters will do); NewScheduler with nil rdb on Redlock returns
+// an error matching lockmw.ErrInvalidOption. A non-nil rdb must be the
+// same Redis on every instance; on a single Redis or Cluster Locker, the
+// Locker's own client claims in the same record as rdb nil does.
+//
+// opts apply to every job; those given to Schedule or AddJob add to them.
+// Errors match lockmw.ErrInvalidOption.
 func NewScheduler(c *cron.Cron, locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Scheduler, error) {
 	switch {
 	case c == nil:
 		return nil, fmt.Errorf("%w: cronlock.NewScheduler: nil cron.Cron: create one with cron.New", lockmw.ErrInvalidOption)
 	case locker == nil:
 		return nil, fmt.Errorf("%w: cronlock.NewScheduler: nil Locker: create one with lockmw.New", lockmw.ErrInvalidOption)
-	case rdb == nil:
-		return nil, fmt.Errorf("%w: cronlock.NewScheduler: nil Redis client: give the client the Locker uses", lockmw.ErrInvalidOption)
 	}
 	if _, err := newJobConfig(opts); err != nil {
 		return nil, fmt.Errorf("cronlock.NewScheduler: %w", err)
 	}
-	return &Scheduler{cron: c, locker: locker, claims: fire.NewStore(rdb), opts: opts, names: map[string]bool{}}, nil
+	var claims fireclaim.Claims
+	if isNilClient(rdb) {
+		if fireclaim.Of != nil {
+			claims = fireclaim.Of(locker)
+		}
+		if claims == nil {
+			return nil, fmt.Errorf("%w: cronlock.NewScheduler: the Locker's store cannot keep fire claims (Redlock has no one Redis of its own): give one Redis client that every instance shares", lockmw.ErrInvalidOption)
+		}
+	} else {
+		claims = fireclaim.NewRedis(rdb)
+	}
+	return &Scheduler{cron: c, locker: locker, claims: claims, opts: opts, names: map[string]bool{}}, nil
+}
+
+// isNilClient reports whether rdb is nil, also as a nil pointer of go-redis'
+// client types.
+func isNilClient(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
 }
 
 // AddJob parses spec with the parser of WithParser (default
@@ -193,7 +227,7 @@ func (s *singleton) fireClaimed(j cron.Job) {
 
 // reportGap logs at Error the fires between the previous claim and at that
 // no instance claimed: every instance refused or missed them.
-func (s *singleton) reportGap(ctx context.Context, claim fire.Claim, at time.Time) {
+func (s *singleton) reportGap(ctx context.Context, claim fireclaim.Claim, at time.Time) {
 	missed := fire.Missed(claim, at, s.sched.Next)
 	if len(missed) == 0 {
 		return
@@ -206,7 +240,7 @@ func (s *singleton) reportGap(ctx context.Context, claim fire.Claim, at time.Tim
 }
 
 // skipRunning reports a claimed fire whose lease could not be taken: the
-// run of an earlier fire still holds it (Info), or Redis failed (Error).
+// run of an earlier fire still holds it (Info), or the store failed (Error).
 func (s *singleton) skipRunning(ctx context.Context, span trace.Span, kv []any, err error) {
 	if errors.Is(err, lockmw.ErrNotAcquired) {
 		if at, by, rerr := s.claims.Runner(ctx, s.name); rerr == nil && by != "" {

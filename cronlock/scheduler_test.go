@@ -391,8 +391,25 @@ func TestSchedulerRejectsBadInput(t *testing.T) {
 	if _, err := cronlock.NewScheduler(cron.New(), nil, client); !errors.Is(err, lockmw.ErrInvalidOption) {
 		t.Errorf("nil Locker: %v", err)
 	}
-	if _, err := cronlock.NewScheduler(cron.New(), locker, nil); !errors.Is(err, lockmw.ErrInvalidOption) {
-		t.Errorf("nil client: %v", err)
+	if _, err := cronlock.NewScheduler(cron.New(), locker, nil); err != nil {
+		t.Errorf("nil client on a Redis Locker (claims in its Redis): %v", err)
+	}
+	var nilClient *redis.Client
+	if _, err := cronlock.NewScheduler(cron.New(), locker, nilClient); err != nil {
+		t.Errorf("a nil *redis.Client on a Redis Locker (as nil): %v", err)
+	}
+	// Redlock has no one Redis of its own: a client must be given.
+	masters := []redis.UniversalClient{redistest.Start(t).Client(t), redistest.Start(t).Client(t), redistest.Start(t).Client(t)}
+	redlock, err := lockmw.NewRedlock(masters)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redlock.Close()
+	if _, err := cronlock.NewScheduler(cron.New(), redlock, nil); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Errorf("nil client on Redlock: %v, want ErrInvalidOption", err)
+	}
+	if _, err := cronlock.NewScheduler(cron.New(), redlock, masters[0]); err != nil {
+		t.Errorf("Redlock with one of its masters' clients: %v", err)
 	}
 	if _, err := cronlock.NewScheduler(cron.New(), locker, client, cronlock.WithParser(nil)); !errors.Is(err, lockmw.ErrInvalidOption) {
 		t.Errorf("WithParser(nil): %v", err)

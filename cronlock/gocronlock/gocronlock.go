@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/cronlock/internal/fire"
+	"github.com/lockmw/lockmw/internal/fireclaim"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -35,7 +36,7 @@ var (
 // NewJob.
 type Locker struct {
 	locker *lockmw.Locker
-	claims *fire.Store
+	claims fireclaim.Claims
 	cfg    config
 
 	mu   sync.Mutex
@@ -63,7 +64,7 @@ func New(locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Loc
 	if cfg.instance == "" {
 		cfg.instance = fire.DefaultInstance()
 	}
-	return &Locker{locker: locker, claims: fire.NewStore(rdb), cfg: cfg, jobs: map[string]*job{}}, nil
+	return &Locker{locker: locker, claims: fireclaim.NewRedis(rdb), cfg: cfg, jobs: map[string]*job{}}, nil
 }
 
 // FireTime returns the scheduled time of the fire a job function runs

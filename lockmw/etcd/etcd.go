@@ -125,6 +125,16 @@
 // the lock 2ms, in default mode, Fair and Mutex, reporting acquisitions
 // per second, util, wait p99 and etcd requests per acquisition; the
 // repository's README holds the figures.
+//
+// # Scheduled jobs
+//
+// cronlock.NewScheduler given a Locker of this package and no Redis
+// client claims the fires of its jobs in etcd: per job J, the key
+// P+"%cronfire%"+J holds the highest fire claimed and P+"%cronrun%"+J the
+// run last started (P and J escaped as above). They hold no '/', so they
+// are in no lock's directory, and are under no lease, so they persist. A
+// claim is one transaction that puts the new mark only if the record's
+// mod revision is still the one whose fire it compared.
 package etcd
 
 import (

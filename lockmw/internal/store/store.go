@@ -14,6 +14,8 @@
 //   - Queue: an acquisition that queues (the lock is a queue, as in etcd or
 //     ZooKeeper): it returns the fence when the caller is first, or the
 //     predecessor to wait for. Fair waiting needs it.
+//   - FireClaimer: a place for the fire claims of cronlock's Scheduler
+//     (package internal/fireclaim), so that a Scheduler needs no Redis.
 //
 // The safety contract every store must keep, on which lockmw's argument
 // rests (see package lockmw's documentation, "Safety"): when Acquire (or
@@ -27,6 +29,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/lockmw/lockmw/internal/fireclaim"
 )
 
 // Key names one lock: the Locker's prefix and the user's key. A store
@@ -142,6 +146,16 @@ type Queue interface {
 	// Leave takes token's entry out of the queue; if the entry had become
 	// first, that ends the holding. Store.Release does the same.
 	Leave(ctx context.Context, k Key, token string) error
+}
+
+// FireClaimer is a store that keeps the fire claims of cronlock's
+// Scheduler: one record per job, named from the Locker's prefix, apart
+// from every lock's objects, and kept without expiry.
+type FireClaimer interface {
+	// FireClaims returns the claims of the jobs of a Locker with prefix,
+	// whose requests are bounded by ttl (the Locker's lease TTL: a claim
+	// answered later than that may find its fire over).
+	FireClaims(prefix string, ttl time.Duration) fireclaim.Claims
 }
 
 // NewLocker is set by package lockmw: it returns a *lockmw.Locker (as any)

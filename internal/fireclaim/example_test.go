@@ -1,4 +1,4 @@
-package fire_test
+package fireclaim_test
 
 import (
 	"context"
@@ -8,15 +8,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/cronlock/internal/fire"
+	"github.com/lockmw/lockmw/internal/fireclaim"
 )
 
 // An instance claims the fire it is about to run; only the first claim of
 // a fire wins.
-func ExampleStore_Claim() {
+func ExampleRedis_Claim() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
-	store := fire.NewStore(rdb)
+	store := fireclaim.NewRedis(rdb)
 	at := time.Now().Truncate(time.Minute)
 	c, err := store.Claim(context.Background(), "invoice-sweep", at, "host-a")
 	if err != nil {

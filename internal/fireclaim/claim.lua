@@ -1,4 +1,4 @@
--- claim.lua: claim one fire of a scheduled job. Run by Store.Claim.
+-- claim.lua: claim one fire of a scheduled job. Run by Redis.Claim.
 --
 -- KEYS[1]  the job's claim record, a hash: fire (unix ms of the highest
 --          fire claimed so far), by (the instance that claimed it), token

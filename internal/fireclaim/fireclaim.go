@@ -1,0 +1,66 @@
+// Package fireclaim is where cronlock's Scheduler claims the fires of its
+// jobs: a high-water mark of claimed fire times, one record per job, kept
+// in the store every instance shares. A claim of a fire wins when no claim
+// of that or a later fire exists; comparing and raising the mark is one
+// atomic step in the store.
+//
+// Redis keeps the record through a client (NewRedis). A Locker can offer
+// claims in its own store through Of, which package lockmw sets: on a
+// single Redis or a Cluster, the Redis claims on the Locker's client; on a
+// store behind lockmw/internal/store that keeps claims (etcd), the store's;
+// on Redlock none, as no one Redis is the Locker's. This package does not
+// import lockmw, so that lockmw can import it.
+package fireclaim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
+// A Claim is the answer to one claim of a fire.
+type Claim struct {
+	// Won is true when this claim is the first of its fire: the caller
+	// runs it. Otherwise the same or a later fire was claimed already.
+	Won bool
+	// Fire and By are the highest fire claimed before this claim and the
+	// instance that claimed it; zero and "" when none was. When Won is
+	// false they are the claim that refused this one.
+	Fire time.Time
+	By   string
+}
+
+// Claims keeps the claim records of jobs. Implementations are safe for
+// concurrent use, and every instance that shares a record must reach the
+// same store.
+type Claims interface {
+	// Claim claims fire at of job for instance, in one atomic step: it
+	// wins when no claim of at or a later fire of job was made before. A
+	// request the client replayed after its reply was lost is recognized
+	// by its token, so the replay of a winning claim still wins. Fire
+	// times count whole milliseconds.
+	Claim(ctx context.Context, job string, at time.Time, instance string) (Claim, error)
+	// Running records that instance runs fire at of job, for the logs of
+	// fires skipped while it runs.
+	Running(ctx context.Context, job string, at time.Time, instance string) error
+	// Runner returns the fire and instance Running recorded last for job;
+	// "" when none was.
+	Runner(ctx context.Context, job string) (time.Time, string, error)
+}
+
+// Of is set by package lockmw: it returns the Claims a *lockmw.Locker
+// (passed as any) keeps in its own store, or nil when its store cannot
+// keep them (Redlock: no one Redis is the Locker's). The types are any so
+// that this package need not import lockmw.
+var Of func(locker any) Claims
+
+// NewToken returns a random token naming one claim, for replay
+// recognition.
+func NewToken() (string, error) {
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(raw[:]), nil
+}

@@ -6,7 +6,10 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
 # ETCD_MODULE is the nested module of the etcd store (its own go.mod, so
 # that importing the core does not bring etcd into a module graph); the
-# root's ./... does not enter it.
+# root's ./... does not enter it. The examples are a module of their own
+# too (examples/, and examples/etcd), so that what only the demos use (an
+# embedded Redis) is not a requirement of the module users import. go.work
+# joins them all.
 ETCD_MODULE := lockmw/etcd
 
 # redis-server: install Debian's redis-server when it is not on PATH. Tests
@@ -32,6 +35,7 @@ etcd-server:
 test: redis-server etcd-server
 	$(GO) test -race -count=1 -timeout 15m ./...
 	cd $(ETCD_MODULE) && $(GO) test -race -count=1 -timeout 15m ./...
+	cd examples && $(GO) test -race -count=1 -timeout 15m ./...
 
 # chaos: the randomized safety checker (TestChaos) for CHAOS_DURATION per
 # store; CHAOS_ARGS adds flags, e.g. CHAOS_ARGS='-chaos.seed=42 -chaos.store=redis'.
@@ -52,6 +56,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	cd $(ETCD_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd examples && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/etcd && $(GO) vet ./... && $(GO) tool staticcheck ./...
 
 demo:

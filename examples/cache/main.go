@@ -44,7 +44,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/lockmw/lockmw/cachelock"
-	"github.com/lockmw/lockmw/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

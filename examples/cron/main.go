@@ -35,7 +35,7 @@ import (
 
 	"github.com/lockmw/lockmw/cronlock"
 	"github.com/lockmw/lockmw/cronlock/gocronlock"
-	"github.com/lockmw/lockmw/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -43,7 +43,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockmw/lockmw/grpclock"
-	"github.com/lockmw/lockmw/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -22,7 +22,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demoredis"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -48,7 +48,55 @@ func BenchmarkContended(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			client := srv.Client(b, func(o *redis.Options) { o.PoolSize = 2 * contenders })
 			l := newLockerOn(b, client)
-			r := runContention(b, srv, l, "contended:"+mode.name, b.N, mode.opts)
+			lockers := make([]*lockmw.Locker, contenders)
+			for g := range lockers {
+				lockers[g] = l
+			}
+			r := runContention(b, []*redistest.Server{srv}, lockers, "contended:"+mode.name, b.N, mode.opts)
+			r.report(b)
+		})
+	}
+}
+
+// BenchmarkContendedLockers is BenchmarkContended with each of the 16
+// goroutines on a Locker and client of its own, as 16 instances of a
+// service would be, but in one process: no hand-over stays inside a
+// Locker, while waking a waiter costs a goroutine switch rather than an
+// OS process switch (the difference from BenchmarkContendedProcesses).
+// Same metrics; for Redlock, cmds/acq counts the commands of all 5
+// masters.
+func BenchmarkContendedLockers(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, mode := range []struct {
+		name    string
+		servers func(b *testing.B) []*redistest.Server
+		redlock bool
+		opts    []lockmw.AcquireOption
+	}{
+		{"default", func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }, false, nil},
+		{"fair", func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }, false, []lockmw.AcquireOption{lockmw.Fair()}},
+		{"redlock5", func(b *testing.B) []*redistest.Server { return redistest.StartN(b, 5) }, true, nil},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			servers := mode.servers(b)
+			lockers := make([]*lockmw.Locker, contenders)
+			for g := range lockers {
+				clients := make([]redis.UniversalClient, len(servers))
+				for i, s := range servers {
+					clients[i] = s.Client(b)
+				}
+				var err error
+				if mode.redlock {
+					lockers[g], err = lockmw.NewRedlock(clients)
+				} else {
+					lockers[g], err = lockmw.New(clients[0])
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = lockers[g].Close() })
+			}
+			r := runContention(b, servers, lockers, "lockers:"+mode.name, b.N, mode.opts)
 			r.report(b)
 		})
 	}
@@ -72,9 +120,10 @@ type interval struct{ start, end time.Time }
 const warmUp = 8 * contenders
 
 // runContention has contenders goroutines take key warmUp+n times in all
-// (a few more: those already waiting at the end finish), and reports on
-// those after the first warmUp+1.
-func runContention(tb testing.TB, srv *redistest.Server, l *lockmw.Locker, key string, n int, opts []lockmw.AcquireOption) contention {
+// (a few more: those already waiting at the end finish), goroutine g on
+// lockers[g], and reports on those after the first warmUp+1; commands are
+// counted over servers.
+func runContention(tb testing.TB, servers []*redistest.Server, lockers []*lockmw.Locker, key string, n int, opts []lockmw.AcquireOption) contention {
 	tb.Helper()
 	ctx := context.Background()
 	var (
@@ -95,7 +144,7 @@ func runContention(tb testing.TB, srv *redistest.Server, l *lockmw.Locker, key s
 			var waits []time.Duration
 			for {
 				t0 := time.Now()
-				lease, err := l.Acquire(ctx, key, opts...)
+				lease, err := lockers[g].Acquire(ctx, key, opts...)
 				if err != nil {
 					failure.Store(&err)
 					return
@@ -105,7 +154,7 @@ func runContention(tb testing.TB, srv *redistest.Server, l *lockmw.Locker, key s
 				if i == warmUp {
 					// Measuring starts with this holding: every other
 					// goroutine is waiting, and nothing else reads these.
-					before, start = serverCommands(tb, srv), got
+					before, start = commandsOn(tb, servers), got
 				}
 				time.Sleep(holdFor)
 				done := time.Now()
@@ -133,10 +182,10 @@ func runContention(tb testing.TB, srv *redistest.Server, l *lockmw.Locker, key s
 		tb.Fatal(*p)
 	}
 	c.wall = time.Since(start)
-	// The INFO call that read "before" is counted (the one reading "after"
-	// is not). The holding it ran under is not measured, but its release
-	// is counted: the figure errs high by that one release.
-	c.commands = serverCommands(tb, srv) - before - 1
+	// The INFO calls that read "before" (one per server) are counted (those
+	// reading "after" are not). The holding they ran under is not measured,
+	// but its release is counted: the figure errs high by that one release.
+	c.commands = commandsOn(tb, servers) - before - int64(len(servers))
 	slices.SortFunc(c.holds, func(a, b interval) int { return a.start.Compare(b.start) })
 	return c
 }

@@ -9,22 +9,18 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockmw/lockmw/cachelock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
 // Product prices read through the cache and changed through Update, with the
 // database rejecting writers that lost their lock.
 func Example() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, rdb, stop := lockmwtest.DemoLocker()
+	defer stop()
 	cache, err := cachelock.New(rdb, locker, cachelock.WithTTLJitter(0.1))
 	if err != nil {
 		log.Fatal(err)
@@ -67,13 +63,10 @@ func Example() {
 
 // Read only what the cache holds, and leave misses to a batch loader.
 func ExampleCache_Get() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, rdb, stop := lockmwtest.DemoLocker()
+	defer stop()
 	cache, err := cachelock.New(rdb, locker)
 	if err != nil {
 		log.Fatal(err)
@@ -112,13 +105,10 @@ func ExampleFencedExec() {
 // Cache "not found" answers, so that requests for missing rows do not all
 // reach the database.
 func ExampleWithNegativeCaching() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, rdb, stop := lockmwtest.DemoLocker()
+	defer stop()
 	cache, err := cachelock.New(rdb, locker, cachelock.WithNegativeCaching(30*time.Second))
 	if err != nil {
 		log.Fatal(err)
@@ -140,13 +130,10 @@ func ExampleWithNegativeCaching() {
 // Retry a failed invalidation in the background, so that Update succeeds
 // even while Redis blips after the database commit.
 func ExampleWithInvalidateRetry() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, rdb, stop := lockmwtest.DemoLocker()
+	defer stop()
 	var cache *cachelock.Cache
 	retry := func(ctx context.Context, keys []string) error {
 		go func() {
@@ -160,7 +147,7 @@ func ExampleWithInvalidateRetry() {
 		}()
 		return nil // taken over: Update reports success
 	}
-	cache, err = cachelock.New(rdb, locker, cachelock.WithInvalidateRetry(retry))
+	cache, err := cachelock.New(rdb, locker, cachelock.WithInvalidateRetry(retry))
 	if err != nil {
 		log.Fatal(err)
 	}

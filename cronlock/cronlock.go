@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockmw/lockmw/cronlock/internal/fire"
+	"github.com/lockmw/lockmw/internal/adapt"
 	"github.com/lockmw/lockmw/internal/fireclaim"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -80,47 +81,70 @@ func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapp
 // Errors match lockmw.ErrInvalidKey (empty or overlong name) or
 // lockmw.ErrInvalidOption.
 func New(locker *lockmw.Locker, name string, opts ...Option) (cron.JobWrapper, error) {
-	s, err := newSingleton(locker, name, opts...)
+	s, err := newSingleton(locker, name, false, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return s.wrap, nil
 }
 
-// newJobConfig builds and checks the configuration opts give.
-func newJobConfig(opts []Option) (config, error) {
-	cfg := config{logger: cron.DefaultLogger}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
-		}
+// newJobConfig applies opts, skipping nil ones, and checks the result: the
+// mistakes found are returned, each matching lockmw.ErrInvalidOption and
+// naming its option. A Scheduler's jobs (scheduled) take no hold options.
+func newJobConfig(opts []Option, scheduled bool) (config, error) {
+	c := config{logger: cron.DefaultLogger}
+	adapt.Apply(opts, func(o Option) { o.apply(&c) })
+	var misuse adapt.Misuse
+	if c.minSet && c.minHold < 0 {
+		misuse.Addf(fmt.Sprintf("cronlock.WithMinHold(%v)", c.minHold), "the hold must not be negative")
 	}
-	if cfg.minSet && cfg.maxHold > 0 && cfg.minHold > cfg.maxHold {
-		cfg.errs = append(cfg.errs, fmt.Errorf("%w: WithMinHold(%v) exceeds WithMaxHold(%v): the lock cannot be held both at least and at most that long", lockmw.ErrInvalidOption, cfg.minHold, cfg.maxHold))
+	if c.maxSet && c.maxHold <= 0 {
+		misuse.Addf(fmt.Sprintf("cronlock.WithMaxHold(%v)", c.maxHold), "the cap must be positive; omit the option for no cap")
 	}
-	return cfg, errors.Join(cfg.errs...)
+	if c.minSet && c.maxHold > 0 && c.minHold > c.maxHold {
+		misuse.Addf(fmt.Sprintf("cronlock.WithMinHold(%v)", c.minHold), "exceeds cronlock.WithMaxHold(%v): the lock cannot be held both at least and at most that long", c.maxHold)
+	}
+	if c.scheduleSet && c.schedule == nil {
+		misuse.Addf("cronlock.WithSchedule(nil)", "give the job's schedule, e.g. from cron.ParseStandard")
+	}
+	if scheduled && c.minSet {
+		misuse.Addf(fmt.Sprintf("cronlock.WithMinHold(%v)", c.minHold), "applies to Singleton only: a Scheduler claims fires and holds no lock after a run")
+	}
+	if scheduled && c.scheduleSet {
+		misuse.Addf("cronlock.WithSchedule", "applies to Singleton only: a Scheduler claims fires and holds no lock after a run")
+	}
+	if c.parserSet && c.parser == nil {
+		misuse.Addf("cronlock.WithParser(nil)", "give a cron.ScheduleParser, e.g. cron.NewParser(...)")
+	}
+	if c.instanceSet && c.instance == "" {
+		misuse.Addf(`cronlock.WithInstance("")`, "the instance name must not be empty")
+	}
+	if c.holdersSet && isNilClient(c.holders) {
+		misuse.Addf("cronlock.WithHolderRecord(nil)", "give the Redis client the Locker uses")
+	}
+	if c.loggerSet && c.logger == nil {
+		misuse.Addf("cronlock.WithLogger(nil)", "use cron.DiscardLogger to log nothing")
+	}
+	return c, misuse.Err()
 }
 
-// newSingleton checks New's arguments and returns the state of one job.
-func newSingleton(locker *lockmw.Locker, name string, opts ...Option) (*singleton, error) {
+// newSingleton checks New's arguments (Schedule's, if scheduled) and
+// returns the state of one job.
+func newSingleton(locker *lockmw.Locker, name string, scheduled bool, opts ...Option) (*singleton, error) {
 	if locker == nil {
 		return nil, fmt.Errorf("%w: cronlock: nil Locker: create one with lockmw.New", lockmw.ErrInvalidOption)
 	}
 	if name == "" || len(name) > lockmw.MaxKeyLen {
 		return nil, fmt.Errorf("%w: cronlock: job name %q: give a name of 1 to %d bytes", lockmw.ErrInvalidKey, name, lockmw.MaxKeyLen)
 	}
-	cfg, err := newJobConfig(opts)
+	cfg, err := newJobConfig(opts, scheduled)
 	if err != nil {
 		return nil, fmt.Errorf("cronlock %q: %w", name, err)
 	}
 	if cfg.instance == "" {
 		cfg.instance = fire.DefaultInstance()
 	}
-	tel, err := newTelemetry(name, cfg.tp, cfg.mp)
-	if err != nil {
-		return nil, fmt.Errorf("cronlock %q: telemetry: %w", name, err)
-	}
-	return &singleton{locker: locker, name: name, cfg: cfg, tel: tel, holderKey: "cronlock:{" + name + "}:holder"}, nil
+	return &singleton{locker: locker, name: name, cfg: cfg, tel: newTelemetry(name, cfg.tp, cfg.mp), holderKey: "cronlock:{" + name + "}:holder"}, nil
 }
 
 // singleton is the state behind one New wrapper.
@@ -238,10 +262,21 @@ func (s *singleton) run(ctx context.Context, span trace.Span, lease *lockmw.Leas
 	release()
 }
 
+// skipReason is the cron.skip_reason of a fire whose acquisition with ctx
+// failed with err, from its lock.outcome: busy when another run holds the
+// lock (or the wait for it ran out), unavailable otherwise (the store could
+// not be asked, or the Locker is closed).
+func skipReason(ctx context.Context, err error) string {
+	if adapt.AcquireOutcome(ctx, err) == adapt.OutcomeBusy {
+		return reasonBusy
+	}
+	return reasonUnavailable
+}
+
 // skip reports a fire whose lock could not be taken: busy (Info) or the store
 // unavailable (Error).
 func (s *singleton) skip(ctx context.Context, span trace.Span, err error) {
-	if errors.Is(err, lockmw.ErrNotAcquired) {
+	if skipReason(ctx, err) == reasonBusy {
 		kv := []any{"job", s.name, "instance", s.cfg.instance}
 		if holder := s.holder(ctx); holder != "" {
 			kv = append(kv, "holder", holder)

@@ -42,34 +42,7 @@ func TestRedisKilledCancelsJob(t *testing.T) {
 		o.ReadTimeout = 100 * time.Millisecond
 	})
 	l := newLockerOn(t, client, lockmw.WithTTL(500*time.Millisecond))
-	logs := &recordLogger{}
-	started := make(chan struct{})
-	cause := make(chan error, 1)
-	job := cronlock.Singleton(l, "lost", cronlock.WithLogger(logs))(cronlock.Func(func(ctx context.Context) error {
-		close(started)
-		select {
-		case <-ctx.Done():
-			cause <- context.Cause(ctx)
-		case <-time.After(10 * time.Second):
-			cause <- nil
-		}
-		return nil
-	}))
-	done := make(chan struct{})
-	go func() { defer close(done); job.Run() }()
-	select {
-	case <-started:
-	case <-done:
-		t.Fatalf("the job did not run: %v", logs.find(true, ""))
-	}
-	srv.Kill(t)
-	<-done
-	if err := <-cause; !errors.Is(err, lockmw.ErrLost) {
-		t.Fatalf("job context cause = %v, want ErrLost", err)
-	}
-	if logs.count(true, "lock lost") != 1 {
-		t.Errorf("want one error log of the lost lock, got %v", logs.find(true, ""))
-	}
+	cronsuite.CheckLossCancelsJob(t, l, "lost", 10*time.Second, func() { srv.Kill(t) })
 }
 
 // With Redis down the fire is skipped with an error log and the job does not
@@ -81,7 +54,7 @@ func TestRedisDownSkips(t *testing.T) {
 		o.DialTimeout = 100 * time.Millisecond
 	})
 	l := newLockerOn(t, client)
-	logs := &recordLogger{}
+	logs := &cronsuite.RecordLogger{}
 	var runs atomic.Int64
 	job := cronlock.Singleton(l, "down", cronlock.WithLogger(logs), cronlock.WithMinHold(0))(cron.FuncJob(func() { runs.Add(1) }))
 
@@ -90,15 +63,15 @@ func TestRedisDownSkips(t *testing.T) {
 	if n := runs.Load(); n != 0 {
 		t.Fatalf("the job ran %d times with Redis down, want 0", n)
 	}
-	skips := logs.find(true, "skip")
+	skips := logs.Find(true, "skip")
 	if len(skips) != 1 {
-		t.Fatalf("want one error log of the skip, got %v", logs.find(true, ""))
+		t.Fatalf("want one error log of the skip, got %v", logs.Find(true, ""))
 	}
-	if err, _ := skips[0].kv["error"].(error); !errors.Is(err, lockmw.ErrUnavailable) {
+	if err, _ := skips[0].KV["error"].(error); !errors.Is(err, lockmw.ErrUnavailable) {
 		t.Errorf("skip logged error %v, want ErrUnavailable", err)
 	}
-	if skips[0].kv["job"] != "down" {
-		t.Errorf("skip log names job %v, want down", skips[0].kv["job"])
+	if skips[0].KV["job"] != "down" {
+		t.Errorf("skip log names job %v, want down", skips[0].KV["job"])
 	}
 
 	srv.Restart(t)

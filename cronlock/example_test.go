@@ -6,24 +6,20 @@ import (
 	"os"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 
 	"github.com/lockmw/lockmw/cronlock"
-	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 )
 
 // Every instance of a service adds the same job through a Scheduler; each
 // fire runs on the first instance to claim it. The job gets the lease
 // context, with the scheduled time of its fire.
 func ExampleScheduler() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, rdb, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	logger := cron.VerbosePrintfLogger(log.New(os.Stderr, "cron: ", log.LstdFlags))
 	c := cron.New(cron.WithLogger(logger), cron.WithChain(cron.Recover(logger)))
@@ -45,13 +41,10 @@ func ExampleScheduler() {
 // previous run still going waits for it instead of being skipped; WithMaxHold
 // caps a stuck run.
 func ExampleWithQueue() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, rdb, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	c := cron.New()
 	s, err := cronlock.NewScheduler(c, locker, rdb)
@@ -69,13 +62,10 @@ func ExampleWithQueue() {
 // Singleton is the hold-based wrapper, for one job: the lock is kept for
 // MinHold after the run starts, so that a late timer finds it busy.
 func ExampleSingleton() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	sched, err := cron.ParseStandard("*/5 * * * *")
 	if err != nil {
@@ -92,13 +82,10 @@ func ExampleSingleton() {
 
 // New reports bad arguments as errors instead of panicking.
 func ExampleNew() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	singleton, err := cronlock.New(locker, "reindex", cronlock.WithSchedule(cron.Every(time.Hour)))
 	if err != nil {

@@ -1,15 +1,12 @@
 package cronlock
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/lockmw/lockmw/lockmw"
 )
 
 // Defaults for Singleton's hold times; a Scheduler holds no lock after a
@@ -26,26 +23,35 @@ const (
 	MaxDerivedMinHold = time.Minute
 )
 
-// config is the Singleton configuration built from Options.
+// config is the Singleton configuration built from Options. The With...
+// functions only record what they are given, with whether they were given
+// (the ...Set fields); newJobConfig checks the result.
 type config struct {
-	minHold  time.Duration // 0: derived or DefaultMinHold
-	minSet   bool
-	maxHold  time.Duration // 0: no cap
-	schedule cron.Schedule
-	instance string
-	holders  redis.UniversalClient
-	logger   cron.Logger
-	tp       trace.TracerProvider
-	mp       metric.MeterProvider
-	errs     []error
+	minHold     time.Duration // 0: derived or DefaultMinHold
+	minSet      bool
+	maxHold     time.Duration // 0: no cap
+	maxSet      bool
+	schedule    cron.Schedule
+	scheduleSet bool
+	instance    string
+	instanceSet bool
+	holders     redis.UniversalClient
+	holdersSet  bool
+	logger      cron.Logger
+	loggerSet   bool
+	tp          trace.TracerProvider
+	mp          metric.MeterProvider
 
 	// Scheduler only.
 	queue       bool
 	parser      cron.ScheduleParser
+	parserSet   bool
 	clockOffset time.Duration // tests: this host's clock minus the true time
 }
 
-// Option configures Singleton and New.
+// Option configures Singleton, New and a Scheduler's jobs. Option
+// functions only record their values: the constructors check them, and
+// skip nil Options.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -58,43 +64,29 @@ func (f optionFunc) apply(c *config) { f(c) }
 // fire instead of running it again. d must be shorter than the time between
 // fires, or every other fire is skipped. WithMinHold(0) holds the lock only
 // while the job runs. It overrides the MinHold derived from WithSchedule.
+// New refuses a negative d, or a d over WithMaxHold's; a Scheduler refuses
+// the option.
 func WithMinHold(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d < 0 {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithMinHold(%v): the hold must not be negative", lockmw.ErrInvalidOption, d))
-			return
-		}
-		c.minHold, c.minSet = d, true
-	})
+	return optionFunc(func(c *config) { c.minHold, c.minSet = d, true })
 }
 
 // WithMaxHold caps a run: when the job is still running d after it started,
 // its context is cancelled with cause ErrMaxHold and the lock is released,
 // so that a stuck job cannot block the fires of every instance. A job that
 // ignores its context keeps running, unguarded. The default is no cap: the
-// watchdog keeps the lock of a long job for as long as it runs.
+// watchdog keeps the lock of a long job for as long as it runs. The
+// constructors refuse a d that is not positive.
 func WithMaxHold(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d <= 0 {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithMaxHold(%v): the cap must be positive; omit the option for no cap", lockmw.ErrInvalidOption, d))
-			return
-		}
-		c.maxHold = d
-	})
+	return optionFunc(func(c *config) { c.maxHold, c.maxSet = d, true })
 }
 
 // WithSchedule (Singleton only) gives the job's schedule, from which MinHold is derived at
 // each fire: half the time from the run's start to the next fire, at most
 // MaxDerivedMinHold. Pass the same schedule the job is added with, e.g.
-// from cron.ParseStandard(spec) or cron.Every(d).
+// from cron.ParseStandard(spec) or cron.Every(d). New refuses a nil s; a
+// Scheduler refuses the option.
 func WithSchedule(s cron.Schedule) Option {
-	return optionFunc(func(c *config) {
-		if s == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithSchedule(nil): give the job's schedule, e.g. from cron.ParseStandard", lockmw.ErrInvalidOption))
-			return
-		}
-		c.schedule = s
-	})
+	return optionFunc(func(c *config) { c.schedule, c.scheduleSet = s, true })
 }
 
 // WithQueue makes a Scheduler's fire that finds the run of an earlier fire
@@ -108,58 +100,35 @@ func WithQueue() Option {
 
 // WithParser sets the parser of Scheduler.AddJob's specs (default
 // cron.ParseStandard), e.g. cron.NewParser with cron.Second for a seconds
-// field. Pass the parser the Cron was built with.
+// field. Pass the parser the Cron was built with. The constructors refuse
+// a nil p.
 func WithParser(p cron.ScheduleParser) Option {
-	return optionFunc(func(c *config) {
-		if p == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithParser(nil): give a cron.ScheduleParser, e.g. cron.NewParser(...)", lockmw.ErrInvalidOption))
-			return
-		}
-		c.parser = p
-	})
+	return optionFunc(func(c *config) { c.parser, c.parserSet = p, true })
 }
 
 // WithInstance sets the name this instance is logged under (attribute
 // "instance" in logs, cron.instance on spans). The default is
-// "HOSTNAME:PID".
+// "HOSTNAME:PID". The constructors refuse an empty id.
 func WithInstance(id string) Option {
-	return optionFunc(func(c *config) {
-		if id == "" {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithInstance(\"\"): the instance name must not be empty", lockmw.ErrInvalidOption))
-			return
-		}
-		c.instance = id
-	})
+	return optionFunc(func(c *config) { c.instance, c.instanceSet = id, true })
 }
 
 // WithHolderRecord makes every run record the instance name in Redis, in
 // the key "cronlock:{NAME}:holder" through client, so that the skip logs of
 // other instances name the instance that holds the lock (the one that took
 // it last). The key has no expiry: one small key per job name. Without this
-// option skip logs carry no holder.
+// option skip logs carry no holder. The constructors refuse a nil client.
 func WithHolderRecord(client redis.UniversalClient) Option {
-	return optionFunc(func(c *config) {
-		if client == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithHolderRecord(nil): give the Redis client the Locker uses", lockmw.ErrInvalidOption))
-			return
-		}
-		c.holders = client
-	})
+	return optionFunc(func(c *config) { c.holders, c.holdersSet = client, true })
 }
 
 // WithLogger sets the logger for runs and skips (default
 // cron.DefaultLogger, which prints errors only; use
 // cron.VerbosePrintfLogger to see busy skips too). Busy skips and runs are
 // logged with Info, failures (Redis unavailable, a job error, a lost lock)
-// with Error.
+// with Error. The constructors refuse a nil l.
 func WithLogger(l cron.Logger) Option {
-	return optionFunc(func(c *config) {
-		if l == nil {
-			c.errs = append(c.errs, fmt.Errorf("%w: WithLogger(nil): use cron.DiscardLogger to log nothing", lockmw.ErrInvalidOption))
-			return
-		}
-		c.logger = l
-	})
+	return optionFunc(func(c *config) { c.logger, c.loggerSet = l, true })
 }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider (default: the

@@ -54,7 +54,8 @@ type Scheduler struct {
 // Locker's own client claims in the same record as rdb nil does.
 //
 // opts apply to every job; those given to Schedule or AddJob add to them.
-// Errors match lockmw.ErrInvalidOption.
+// Errors match lockmw.ErrInvalidOption, and name the options at fault,
+// such as WithMinHold and WithSchedule, which apply to Singleton only.
 func NewScheduler(c *cron.Cron, locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Scheduler, error) {
 	switch {
 	case c == nil:
@@ -62,7 +63,7 @@ func NewScheduler(c *cron.Cron, locker *lockmw.Locker, rdb redis.UniversalClient
 	case locker == nil:
 		return nil, fmt.Errorf("%w: cronlock.NewScheduler: nil Locker: create one with lockmw.New", lockmw.ErrInvalidOption)
 	}
-	if _, err := newJobConfig(opts); err != nil {
+	if _, err := newJobConfig(opts, true); err != nil {
 		return nil, fmt.Errorf("cronlock.NewScheduler: %w", err)
 	}
 	var claims fireclaim.Claims
@@ -99,7 +100,7 @@ func isNilClient(rdb redis.UniversalClient) bool {
 // cron.ParseStandard: five fields or a descriptor such as @hourly) and
 // adds job under name, as Schedule does.
 func (s *Scheduler) AddJob(name, spec string, job cron.Job, opts ...Option) (cron.EntryID, error) {
-	cfg, err := newJobConfig(append(append([]Option(nil), s.opts...), opts...))
+	cfg, err := newJobConfig(append(append([]Option(nil), s.opts...), opts...), true)
 	if err != nil {
 		return 0, fmt.Errorf("cronlock %q: %w", name, err)
 	}
@@ -132,12 +133,9 @@ func (s *Scheduler) Schedule(name string, sched cron.Schedule, job cron.Job, opt
 	if every, ok := sched.(cron.ConstantDelaySchedule); ok {
 		sched = aligned{every: every.Delay}
 	}
-	sg, err := newSingleton(s.locker, name, append(append([]Option(nil), s.opts...), opts...)...)
+	sg, err := newSingleton(s.locker, name, true, append(append([]Option(nil), s.opts...), opts...)...)
 	if err != nil {
 		return 0, err
-	}
-	if sg.cfg.minSet || sg.cfg.schedule != nil {
-		return 0, fmt.Errorf("%w: cronlock %q: WithMinHold and WithSchedule apply to Singleton only: a Scheduler claims fires and holds no lock after a run", lockmw.ErrInvalidOption, name)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -242,7 +240,7 @@ func (s *singleton) reportGap(ctx context.Context, claim fireclaim.Claim, at tim
 // skipRunning reports a claimed fire whose lease could not be taken: the
 // run of an earlier fire still holds it (Info), or the store failed (Error).
 func (s *singleton) skipRunning(ctx context.Context, span trace.Span, kv []any, err error) {
-	if errors.Is(err, lockmw.ErrNotAcquired) {
+	if skipReason(ctx, err) == reasonBusy {
 		if at, by, rerr := s.claims.Runner(ctx, s.name); rerr == nil && by != "" {
 			kv = append(kv, "running_fire", at, "running_on", by)
 		}

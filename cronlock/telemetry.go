@@ -2,14 +2,16 @@ package cronlock
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lockmw/lockmw/internal/adapt"
 )
 
 // ScopeName is the instrumentation scope of cronlock's tracer and meter: the
@@ -29,7 +31,6 @@ const (
 	attrInstance   = attribute.Key("cron.instance")
 	attrOutcome    = attribute.Key("cron.outcome")
 	attrSkipReason = attribute.Key("cron.skip_reason")
-	attrFence      = attribute.Key("lock.fence")
 )
 
 // Run outcomes (cron.outcome) and skip reasons (cron.skip_reason).
@@ -55,25 +56,26 @@ type telemetry struct {
 	job         attribute.KeyValue
 }
 
-func newTelemetry(name string, tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
-	if tp == nil {
-		tp = otel.GetTracerProvider()
-	}
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	m := mp.Meter(ScopeName)
-	t := &telemetry{tracer: tp.Tracer(ScopeName), job: attrJob.String(name)}
-	var errs [4]error
-	t.runs, errs[0] = m.Int64Counter(metricRuns, metric.WithUnit("{run}"),
-		metric.WithDescription("Fires this instance ran, by cron.job and cron.outcome (ok, error, panic, lost, max_hold)."))
-	t.skips, errs[1] = m.Int64Counter(metricSkips, metric.WithUnit("{fire}"),
-		metric.WithDescription("Fires this instance skipped, by cron.job and cron.skip_reason (busy: another run holds the lock; unavailable: Redis could not be asked)."))
-	t.runDuration, errs[2] = m.Float64Histogram(metricRunDuration, metric.WithUnit("s"),
+// newTelemetry returns the telemetry of the job name, from tp and mp or
+// the global providers. An instrument the meter refuses is reported to
+// otel.Handle and replaced by a no-op one: telemetry never stops a job.
+func newTelemetry(name string, tp trace.TracerProvider, mp metric.MeterProvider) *telemetry {
+	tracer, m := adapt.Instruments(ScopeName, tp, mp)
+	t := &telemetry{tracer: tracer, job: attrJob.String(name)}
+	t.runs = adapt.Counter(m, metricRuns, "{run}",
+		"Fires this instance ran, by cron.job and cron.outcome (ok, error, panic, lost, max_hold).")
+	t.skips = adapt.Counter(m, metricSkips, "{fire}",
+		"Fires this instance skipped, by cron.job and cron.skip_reason (busy: another run holds the lock; unavailable: Redis could not be asked).")
+	t.gaps = adapt.Counter(m, metricGaps, "{fire}",
+		"Fires of a Scheduler's job that no instance claimed, counted by the instance that claimed a later fire, by cron.job.")
+	var err error
+	t.runDuration, err = m.Float64Histogram(metricRunDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time a job ran, by cron.job and cron.outcome."))
-	t.gaps, errs[3] = m.Int64Counter(metricGaps, metric.WithUnit("{fire}"),
-		metric.WithDescription("Fires of a Scheduler's job that no instance claimed, counted by the instance that claimed a later fire, by cron.job."))
-	return t, errors.Join(errs[:]...)
+	if err != nil {
+		otel.Handle(err)
+		t.runDuration, _ = noop.NewMeterProvider().Meter("").Float64Histogram(metricRunDuration)
+	}
+	return t
 }
 
 // start begins the span of one fire.
@@ -100,7 +102,7 @@ func (t *telemetry) gap(ctx context.Context, n int) {
 
 // ran ends a fire's span and records the run.
 func (t *telemetry) ran(ctx context.Context, span trace.Span, fence uint64, outcome string, took time.Duration, err error) {
-	span.SetAttributes(attrOutcome.String(outcome), attrFence.Int64(int64(fence)))
+	span.SetAttributes(attrOutcome.String(outcome), adapt.AttrFence.Int64(int64(fence)))
 	if outcome != outcomeOK {
 		if err != nil {
 			span.RecordError(err)

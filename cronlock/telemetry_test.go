@@ -9,12 +9,12 @@ import (
 	"github.com/robfig/cron/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockmw/lockmw/cronlock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/internal/redistest"
 )
 
@@ -22,11 +22,8 @@ import (
 // a busy skip's log names the instance holding the lock.
 func TestTelemetryAndSkipLog(t *testing.T) {
 	srv := redistest.Start(t)
-	spans := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	logs := &recordLogger{}
+	spans, tp, reader, mp := lockmwtest.NewTelemetry()
+	logs := &cronsuite.RecordLogger{}
 	opts := func(inst string) []cronlock.Option {
 		return []cronlock.Option{cronlock.WithTracerProvider(tp), cronlock.WithMeterProvider(mp),
 			cronlock.WithLogger(logs), cronlock.WithInstance(inst), cronlock.WithMinHold(time.Minute),
@@ -44,15 +41,15 @@ func TestTelemetryAndSkipLog(t *testing.T) {
 		t.Fatalf("the job ran %d times, want 1", ran)
 	}
 
-	skips := logs.find(false, "skip")
+	skips := logs.Find(false, "skip")
 	if len(skips) != 1 {
-		t.Fatalf("want one busy skip log, got %v", logs.find(false, ""))
+		t.Fatalf("want one busy skip log, got %v", logs.Find(false, ""))
 	}
-	if skips[0].kv["holder"] != "host-a" || skips[0].kv["instance"] != "host-b" || skips[0].kv["job"] != "nightly" {
-		t.Errorf("skip log = %v, want job nightly, instance host-b, holder host-a", skips[0].kv)
+	if skips[0].KV["holder"] != "host-a" || skips[0].KV["instance"] != "host-b" || skips[0].KV["job"] != "nightly" {
+		t.Errorf("skip log = %v, want job nightly, instance host-b, holder host-a", skips[0].KV)
 	}
-	if logs.count(true, "job failed") != 1 {
-		t.Errorf("want one error log of the failed job, got %v", logs.find(true, ""))
+	if logs.Count(true, "job failed") != 1 {
+		t.Errorf("want one error log of the failed job, got %v", logs.Find(true, ""))
 	}
 
 	var rm metricdata.ResourceMetrics

@@ -2,14 +2,13 @@ package ginlock_test
 
 import (
 	"fmt"
-	"log"
 	"net/http"
 	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/ginlock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -17,21 +16,10 @@ import (
 // use the template "order:{id}", so they exclude each other, on every
 // instance sharing the Redis.
 func Example() {
-	client := redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	defer client.Close()
-	locker, err := lockmw.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	lockOrder := ginlock.New(locker, ginlock.Param("id"), ginlock.WithName("order:{id}"))
 	r := gin.New()
@@ -52,21 +40,10 @@ func Example() {
 // Take the key from a JSON body and queue for up to two seconds instead of
 // answering 409 at once. The handler still reads the whole body.
 func ExampleJSONField() {
-	client := redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	defer client.Close()
-	locker, err := lockmw.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	r := gin.New()
 	r.ContextWithFallback = true // c carries the lease context: ginlock requires it
@@ -87,21 +64,10 @@ func ExampleJSONField() {
 
 // A custom KeyFunc and a busy response in the service's own format.
 func ExampleWithBusyHandler() {
-	client := redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	defer client.Close()
-	locker, err := lockmw.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	tenant := ginlock.Header("X-Tenant")
 	tenantCart := func(c *gin.Context) (string, error) {
@@ -123,21 +89,10 @@ func ExampleWithBusyHandler() {
 
 // Stream a report while holding the lock, and skip the lock for dry runs.
 func ExampleWithStreaming() {
-	client := redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	defer client.Close()
-	locker, err := lockmw.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	r := gin.New()
 	r.ContextWithFallback = true

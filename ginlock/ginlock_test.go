@@ -2,7 +2,6 @@ package ginlock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -115,28 +114,6 @@ func TestLostLockCancelsTheHandlerWhenRedisPauses(t *testing.T) {
 		o.ReadTimeout = 100 * time.Millisecond
 		o.MaxRetries = -1
 	}), lockmw.WithTTL(300*time.Millisecond))
-	started := make(chan struct{})
-	causes := make(chan error, 1)
-	e := newEngine(http.MethodPost, "/orders/:id",
-		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")),
-		func(c *gin.Context) {
-			close(started)
-			select {
-			case <-c.Request.Context().Done():
-				causes <- context.Cause(c.Request.Context())
-			case <-time.After(10 * time.Second):
-				causes <- errors.New("the handler's context was never cancelled")
-			}
-			c.Status(http.StatusOK)
-		})
-	done := make(chan struct{})
-	go func() { defer close(done); serve(e, httptest.NewRequest(http.MethodPost, "/orders/5", nil)) }()
-	<-started
-	srv.Pause(t)
-	defer srv.Resume(t)
-	if cause := <-causes; !errors.Is(cause, lockmw.ErrLost) {
-		t.Fatalf("handler context cause = %v, want ErrLost", cause)
-	}
-	srv.Resume(t) // let the release through (or time out)
-	<-done
+	t.Cleanup(func() { srv.Resume(t) })
+	ginsuite.CheckLossCancelsHandler(t, l, func() { srv.Pause(t) }, func() { srv.Resume(t) }) // the resume lets the release through (or time out)
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/lockmw/lockmw/grpclock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -27,7 +28,7 @@ import (
 // the span and the log.
 func TestClientMessagesAreSafe(t *testing.T) {
 	srv := redistest.Start(t)
-	var logs syncBuffer
+	var logs lockmwtest.SyncBuffer
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	locker := newLockerOn(t, srv.Client(t, fastFailing))

@@ -7,7 +7,6 @@ import (
 	"log"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -18,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lockmw/lockmw/grpclock"
-	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 )
 
 // Lock the Buy method per item: the item id comes from the request's
@@ -26,20 +25,10 @@ import (
 // message), the lock is "item:<id>" and is reported as "item:{id}".
 // Other methods are not locked.
 func ExampleUnaryServerInterceptor() {
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	srv := grpc.NewServer(
 		grpc.StatsHandler(otelgrpc.NewServerHandler()), // grpclock spans nest under these
@@ -54,20 +43,10 @@ func ExampleUnaryServerInterceptor() {
 // Streams take their key from metadata, or with WithFirstMessage from their
 // first message, which the handler still receives.
 func ExampleStreamServerInterceptor() {
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, _, stop := lockmwtest.DemoLocker()
+	defer stop()
 
 	byItem := grpclock.WithMethods(map[string]string{
 		"/shop.Shop/Restock": "item:{id}", // client stream of quantities for one item

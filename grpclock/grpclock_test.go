@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lockmw/lockmw/grpclock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -349,7 +350,7 @@ func TestStreamKeySources(t *testing.T) {
 		}
 	})
 	t.Run("getter without WithFirstMessage", func(t *testing.T) {
-		var logs syncBuffer
+		var logs lockmwtest.SyncBuffer
 		conn := serve(t, locker, buy, server{key: grpclock.Getter((*order).GetItem),
 			opts: []grpclock.Option{itemMethods, grpclock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))}, streamOps: noPeek})
 		_, err := call(t.Context(), conn, "stream", &order{Item: "5"})

@@ -8,14 +8,13 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
 	"github.com/lockmw/lockmw/grpclock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -25,10 +24,7 @@ import (
 // outcome, the wait and the fence; busy is not a span error, Redis down is.
 // The grpclock.calls counter agrees.
 func TestTelemetry(t *testing.T) {
-	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	sr, tp, reader, mp := lockmwtest.NewTelemetry()
 
 	srv := redistest.Start(t)
 	locker := newLockerOn(t, srv.Client(t, fastFailing), lockmw.WithTracerProvider(tp))

@@ -10,9 +10,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -21,10 +20,7 @@ import (
 // telemetry contract.
 func TestTelemetry(t *testing.T) {
 	srv := redistest.Start(t)
-	spans := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	spans, tp, reader, mp := lockmwtest.NewTelemetry()
 	l := newLocker(t, srv, lockmw.WithTracerProvider(tp), lockmw.WithMeterProvider(mp))
 	rival := newLocker(t, srv)
 	ctx := context.Background()
@@ -150,14 +146,8 @@ func TestTelemetry(t *testing.T) {
 	}
 }
 
-func collect(t *testing.T, r *sdkmetric.ManualReader) metricdata.ResourceMetrics {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatal(err)
-	}
-	return rm
-}
+// collect returns the metrics r holds.
+var collect = lockmwtest.Collect
 
 func renewals(t *testing.T, r *sdkmetric.ManualReader) int64 {
 	return sumInt(collect(t, r), "lockmw.renewals", attribute.String("lock.outcome", "ok"))

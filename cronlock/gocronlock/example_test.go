@@ -5,22 +5,18 @@ import (
 	"log"
 
 	"github.com/go-co-op/gocron/v2"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/cronlock/gocronlock"
-	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 )
 
 // Every instance adds the same job through its gocronlock.Locker; each
 // fire runs on the first instance to claim it.
 func ExampleLocker_NewJob() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
-	locker, err := lockmw.New(rdb)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer locker.Close()
+	// lockmw.New on a client of the Redis every instance shares (the
+	// example Redis: localhost:6379, short timeouts; see lockmw).
+	locker, rdb, stop := lockmwtest.DemoLocker()
+	defer stop()
 	jobs, err := gocronlock.New(locker, rdb)
 	if err != nil {
 		log.Fatal(err)

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/go-co-op/gocron/v2"
-	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/cronlock/internal/fire"
@@ -52,13 +50,8 @@ func New(locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Loc
 	if locker == nil || rdb == nil {
 		return nil, fmt.Errorf("%w: gocronlock.New: nil Locker or Redis client", lockmw.ErrInvalidOption)
 	}
-	cfg := config{logger: slog.Default(), clock: clockwork.NewRealClock()}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
-		}
-	}
-	if err := errors.Join(cfg.errs...); err != nil {
+	cfg, err := newConfig(opts)
+	if err != nil {
 		return nil, fmt.Errorf("gocronlock.New: %w", err)
 	}
 	if cfg.instance == "" {

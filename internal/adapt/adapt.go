@@ -1,13 +1,17 @@
 // Package adapt holds the policy the adapters (ginlock, grpclock,
-// cachelock) share, so that they behave alike:
+// cachelock, cronlock and cronlock/gocronlock) share, so that they behave
+// alike:
 //
 //   - the rule for the identifiers they lock (CheckID) and for lock name
 //     templates (ParseTemplate);
 //   - one set of telemetry attribute keys (AttrName, AttrOutcome,
 //     AttrWaitMS, AttrFence) and lock.outcome values (OutcomeAcquired ...),
 //     and the outcome of a failed acquisition (AcquireOutcome), which each
-//     adapter turns into its own answer;
-//   - the misuse rule for options and constructors (Apply, Misuse);
+//     adapter turns into its own answer (cronlock into its skip reason;
+//     its job runs keep their own cron.* attributes);
+//   - the misuse rule for options and constructors (Apply, Misuse,
+//     MustSetup), and the tracer, meter and counters of each adapter
+//     (Instruments, Counter);
 //   - the estimate of how long a busy lock will stay held, which the
 //     request adapters send to clients as the time to wait before retrying
 //     (Holds).

@@ -16,7 +16,9 @@ import (
 //   - Middleware constructors (ginlock.New, grpclock's interceptors), whose
 //     misuse is a programming error found when the routes are set up, panic
 //     with the mistakes (MustSetup). Constructors of long-lived objects
-//     (cachelock.New) return them (Misuse.Err). Either way the options'
+//     (cachelock.New, cronlock.New and NewScheduler, gocronlock.New)
+//     return them (Misuse.Err); cronlock.Singleton, for program setup,
+//     panics with New's error. Either way the options'
 //     error matches lockmw.ErrInvalidOption.
 
 // Apply calls apply with each option of opts in order, skipping nil ones.

@@ -2,7 +2,10 @@
 package lockmwtest
 
 import (
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,4 +29,73 @@ func NewLockerOn(t testing.TB, client redis.UniversalClient, opts ...lockmw.Opti
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// Eventually polls cond until it holds, failing the test after limit; what
+// names the awaited condition in the failure.
+func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %v", what, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Within runs fn in a goroutine and fails the test if it does not return
+// within limit; what names fn in the failure.
+func Within(t testing.TB, limit time.Duration, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		t.Fatalf("%s did not finish within %v", what, limit)
+	}
+}
+
+// A SyncBuffer is a strings.Builder safe for a logger and a test to
+// share.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// DemoLocker returns the Locker of the adapters' examples: lockmw.New on a
+// client of the Redis at localhost:6379 that answers an outage at once
+// (300 ms timeouts, no retries), as lockmw's examples set it up. stop
+// closes the Locker, then the client.
+func DemoLocker() (locker *lockmw.Locker, client *redis.Client, stop func()) {
+	client = redis.NewClient(&redis.Options{
+		Addr:                  "localhost:6379",
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
+	locker, err := lockmw.New(client)
+	if err != nil {
+		_ = client.Close()
+		panic(err)
+	}
+	return locker, client, func() { _ = locker.Close(); _ = client.Close() }
 }

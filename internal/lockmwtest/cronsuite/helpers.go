@@ -3,6 +3,7 @@ package cronsuite
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -11,70 +12,68 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 )
 
-// secondsParser parses six-field specs, seconds first.
-var secondsParser = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+// The helpers below are shared by the suite and by cronlock's own tests.
+
+// SecondsParser parses six-field specs, seconds first.
+var SecondsParser = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 
 // eventually polls cond until it holds, failing the test after limit.
-func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, limit)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+var eventually = lockmwtest.Eventually
+
+// A LogEntry is one call to a RecordLogger.
+type LogEntry struct {
+	Err bool // logged with Error
+	Msg string
+	KV  map[string]any // the key-value pairs, and the error under "error"
 }
 
-// logEntry is one call to a recordLogger.
-type logEntry struct {
-	err bool // logged with Error
-	msg string
-	kv  map[string]any
-}
-
-// recordLogger is a cron.Logger that keeps every entry.
-type recordLogger struct {
+// A RecordLogger is a cron.Logger that keeps every entry.
+type RecordLogger struct {
 	mu      sync.Mutex
-	entries []logEntry
+	entries []LogEntry
 }
 
-func (l *recordLogger) Info(msg string, kv ...any) { l.add(false, nil, msg, kv) }
+// Info records an Info entry.
+func (l *RecordLogger) Info(msg string, kv ...any) { l.add(false, nil, msg, kv) }
 
-func (l *recordLogger) Error(err error, msg string, kv ...any) {
+// Error records an Error entry.
+func (l *RecordLogger) Error(err error, msg string, kv ...any) {
 	l.add(true, err, msg, kv)
 }
 
-func (l *recordLogger) add(isErr bool, err error, msg string, kv []any) {
-	e := logEntry{err: isErr, msg: msg, kv: map[string]any{}}
+func (l *RecordLogger) add(isErr bool, err error, msg string, kv []any) {
+	e := LogEntry{Err: isErr, Msg: msg, KV: map[string]any{}}
 	for i := 0; i+1 < len(kv); i += 2 {
-		e.kv[fmt.Sprint(kv[i])] = kv[i+1]
+		e.KV[fmt.Sprint(kv[i])] = kv[i+1]
 	}
 	if err != nil {
-		e.kv["error"] = err
+		e.KV["error"] = err
 	}
 	l.mu.Lock()
 	l.entries = append(l.entries, e)
 	l.mu.Unlock()
 }
 
-// find returns the entries whose message contains part, logged with Error
+// Find returns the entries whose message contains part, logged with Error
 // if isErr.
-func (l *recordLogger) find(isErr bool, part string) []logEntry {
+func (l *RecordLogger) Find(isErr bool, part string) []LogEntry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []logEntry
+	var out []LogEntry
 	for _, e := range l.entries {
-		if e.err == isErr && strings.Contains(e.msg, part) {
+		if e.Err == isErr && strings.Contains(e.Msg, part) {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-func (l *recordLogger) count(isErr bool, part string) int { return len(l.find(isErr, part)) }
+// Count returns how many entries Find returns.
+func (l *RecordLogger) Count(isErr bool, part string) int { return len(l.Find(isErr, part)) }
 
 // counting is a cron.JobWrapper that counts calls before passing them on.
 func counting(n *atomic.Int64) cron.JobWrapper {
@@ -83,9 +82,9 @@ func counting(n *atomic.Int64) cron.JobWrapper {
 	}
 }
 
-// delayed is a cron.JobWrapper that starts the job d late: a host whose
+// Delayed is a cron.JobWrapper that starts the job d late: a host whose
 // timer fires late.
-func delayed(d time.Duration) cron.JobWrapper {
+func Delayed(d time.Duration) cron.JobWrapper {
 	return func(j cron.Job) cron.Job {
 		return cron.FuncJob(func() { time.Sleep(d); j.Run() })
 	}
@@ -94,15 +93,15 @@ func delayed(d time.Duration) cron.JobWrapper {
 // everySecond is the schedule "* * * * * *": each whole second.
 func everySecond(t testing.TB) cron.Schedule {
 	t.Helper()
-	s, err := secondsParser.Parse("* * * * * *")
+	s, err := SecondsParser.Parse("* * * * * *")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// stopAll stops every Cron, waiting for their running jobs.
-func stopAll(scheds []*cron.Cron) {
+// StopAll stops every Cron, waiting for their running jobs.
+func StopAll(scheds []*cron.Cron) {
 	var dones []context.Context
 	for _, c := range scheds {
 		dones = append(dones, c.Stop())
@@ -112,8 +111,8 @@ func stopAll(scheds []*cron.Cron) {
 	}
 }
 
-// recoverRun runs j and returns what it panicked with (nil if it did not).
-func recoverRun(j cron.Job) (v any) {
+// RecoverRun runs j and returns what it panicked with (nil if it did not).
+func RecoverRun(j cron.Job) (v any) {
 	defer func() { v = recover() }()
 	j.Run()
 	return nil
@@ -124,14 +123,15 @@ type fixedGap time.Duration
 
 func (g fixedGap) Next(t time.Time) time.Time { return t.Add(time.Duration(g)) }
 
-// fireTally counts the runs of each fire, by scheduled time.
-type fireTally struct {
-	started time.Time // when every scheduler had started
+// A FireTally counts the runs of each fire, by scheduled time.
+type FireTally struct {
+	Started time.Time // when every scheduler had started
 	mu      sync.Mutex
 	runs    map[time.Time][]string // fire → instances that ran it
 }
 
-func (f *fireTally) add(at time.Time, inst string) {
+// Add records a run of the fire at by instance inst.
+func (f *FireTally) Add(at time.Time, inst string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.runs == nil {
@@ -140,20 +140,34 @@ func (f *fireTally) add(at time.Time, inst string) {
 	f.runs[at] = append(f.runs[at], inst)
 }
 
-// distinct returns how many fires ran.
-func (f *fireTally) distinct() int {
+// Distinct returns how many fires ran.
+func (f *FireTally) Distinct() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.runs)
 }
 
-// check fails t unless every fire, each interval, from the third whole
+// Of returns the instances that ran the fire at.
+func (f *FireTally) Of(at time.Time) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.runs[at]...)
+}
+
+// All returns the instances that ran each fire.
+func (f *FireTally) All() map[time.Time][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.runs)
+}
+
+// Check fails t unless every fire, each interval, from the third whole
 // interval after every scheduler had started, to before the last fire
 // run, ran exactly once. Earlier fires belong to the start: a host whose
 // clock is off by the whole interval can win a fire the others did not
 // schedule, or claim its next one while another instance still runs the
-// first.
-func (f *fireTally) check(t *testing.T, every time.Duration) {
+// first. It returns how many fires ran 0, 1 and 2+ times.
+func (f *FireTally) Check(t *testing.T, every time.Duration) (hist [3]int) {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -166,8 +180,10 @@ func (f *fireTally) check(t *testing.T, every time.Duration) {
 		t.Fatalf("only %d fires ran", len(fires))
 	}
 	var bad []string
-	for at := f.started.Truncate(every).Add(3 * every); at.Before(fires[len(fires)-1]); at = at.Add(every) {
-		if n := len(f.runs[at]); n != 1 {
+	for at := f.Started.Truncate(every).Add(3 * every); at.Before(fires[len(fires)-1]); at = at.Add(every) {
+		n := len(f.runs[at])
+		hist[min(n, 2)]++
+		if n != 1 {
 			bad = append(bad, fmt.Sprintf("%s: %d runs %v", at.Format("15:04:05.000"), n, f.runs[at]))
 		}
 	}
@@ -177,4 +193,5 @@ func (f *fireTally) check(t *testing.T, every time.Duration) {
 		}
 		t.Errorf("fires not run exactly once:\n%s", strings.Join(bad, "\n"))
 	}
+	return hist
 }

@@ -99,33 +99,48 @@ func testClaims(t *testing.T, env Env) {
 	}
 }
 
-// host is one simulated instance, whose timer fires late by late.
-type host struct {
-	name string
-	late time.Duration
+// A Host is one simulated instance: its timer fires Late late, and its
+// clock is off by Offset (applied by the NewScheduler given to RunHosts,
+// if it can).
+type Host struct {
+	Name   string
+	Late   time.Duration
+	Offset time.Duration
 }
 
-// runHosts starts one Scheduler per host, each with its own Locker (and
-// client) and cron.Cron and no Redis client, scheduling job every second,
-// and stops them when fires distinct fires have run. The job takes 10 ms.
-func runHosts(t *testing.T, env Env, job string, hosts []host, fires int, logs *recordLogger) *fireTally {
+// A NewScheduler returns the Scheduler of one instance, host, adding jobs
+// to c, with opts.
+type NewScheduler func(t testing.TB, c *cron.Cron, host Host, opts ...cronlock.Option) (*cronlock.Scheduler, error)
+
+// onEnv is the NewScheduler of env: each instance has its own Locker (and
+// client) and claims fires in the Locker's store.
+func onEnv(env Env) NewScheduler {
+	return func(t testing.TB, c *cron.Cron, _ Host, opts ...cronlock.Option) (*cronlock.Scheduler, error) {
+		return cronlock.NewScheduler(c, env.NewLocker(t), nil, opts...)
+	}
+}
+
+// RunHosts starts one Scheduler per host, from newScheduler, each with its
+// own cron.Cron, scheduling job every second, and stops them when fires
+// distinct fires have run. The job takes 10 ms.
+func RunHosts(t *testing.T, newScheduler NewScheduler, job string, hosts []Host, fires int, logs *RecordLogger) *FireTally {
 	t.Helper()
-	tally := &fireTally{}
+	tally := &FireTally{}
 	var scheds []*cron.Cron
 	for _, h := range hosts {
-		c := cron.New(cron.WithSeconds(), cron.WithChain(delayed(h.late)))
-		s, err := cronlock.NewScheduler(c, env.NewLocker(t), nil,
-			cronlock.WithInstance(h.name), cronlock.WithLogger(logs), cronlock.WithParser(secondsParser))
+		c := cron.New(cron.WithSeconds(), cron.WithChain(Delayed(h.Late)))
+		s, err := newScheduler(t, c, h,
+			cronlock.WithInstance(h.Name), cronlock.WithLogger(logs), cronlock.WithParser(SecondsParser))
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := h.name
+		name := h.Name
 		if _, err := s.AddJob(job, "* * * * * *", cronlock.Func(func(ctx context.Context) error {
 			at, ok := cronlock.FireTime(ctx)
 			if !ok {
 				t.Error("the job's context has no fire time")
 			}
-			tally.add(at, name)
+			tally.Add(at, name)
 			time.Sleep(10 * time.Millisecond) // the job's work
 			return nil
 		})); err != nil {
@@ -136,9 +151,9 @@ func runHosts(t *testing.T, env Env, job string, hosts []host, fires int, logs *
 	for _, c := range scheds {
 		c.Start()
 	}
-	tally.started = time.Now()
-	eventually(t, time.Duration(fires+10)*time.Second, fmt.Sprintf("%d fires", fires), func() bool { return tally.distinct() >= fires })
-	stopAll(scheds)
+	tally.Started = time.Now()
+	eventually(t, time.Duration(fires+10)*time.Second, fmt.Sprintf("%d fires", fires), func() bool { return tally.Distinct() >= fires })
+	StopAll(scheds)
 	return tally
 }
 
@@ -148,26 +163,35 @@ func runHosts(t *testing.T, env Env, job string, hosts []host, fires int, logs *
 func testSchedulerOneRunPerFire(t *testing.T, env Env) {
 	for i, tc := range []struct {
 		name string
-		odd  host // the third instance
+		odd  Host // the third instance
 	}{
-		{"in step", host{name: "host-c"}},
-		{"one timer 700ms late", host{name: "host-c", late: 700 * time.Millisecond}},
-		{"one timer 300ms late", host{name: "host-c", late: 300 * time.Millisecond}},
+		{"in step", Host{Name: "host-c"}},
+		{"one timer 700ms late", Host{Name: "host-c", Late: 700 * time.Millisecond}},
+		{"one timer 300ms late", Host{Name: "host-c", Late: 300 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			logs := &recordLogger{}
-			tally := runHosts(t, env, fmt.Sprintf("report-%d", i), []host{{name: "host-a"}, {name: "host-b"}, tc.odd}, 10, logs)
-			tally.check(t, time.Second)
-			if t.Failed() {
-				for _, e := range logs.find(false, "") {
-					t.Logf("%s %v", e.msg, e.kv)
-				}
-			}
-			if errs := logs.find(true, ""); len(errs) != 0 {
-				t.Errorf("error logs, want none: %v", errs)
-			}
+			CheckOneRunPerFire(t, onEnv(env), fmt.Sprintf("report-%d", i), []Host{{Name: "host-a"}, {Name: "host-b"}, tc.odd})
 		})
+	}
+}
+
+// CheckOneRunPerFire runs RunHosts for ten fires and checks that each ran
+// exactly once, with no error logged.
+func CheckOneRunPerFire(t *testing.T, newScheduler NewScheduler, job string, hosts []Host) {
+	t.Helper()
+	logs := &RecordLogger{}
+	tally := RunHosts(t, newScheduler, job, hosts, 10, logs)
+	hist := tally.Check(t, time.Second)
+	if t.Failed() {
+		for _, e := range logs.Find(false, "") {
+			t.Logf("%s %v", e.Msg, e.KV)
+		}
+	}
+	t.Logf("fires run 0 times: %d, once: %d, 2+ times: %d; claim refusals logged: %d",
+		hist[0], hist[1], hist[2], logs.Count(false, "claimed by another"))
+	if errs := logs.Find(true, ""); len(errs) != 0 {
+		t.Errorf("error logs, want none: %v", errs)
 	}
 }
 
@@ -175,22 +199,40 @@ func testSchedulerOneRunPerFire(t *testing.T, env Env) {
 // every instance, with a log naming the running fire and its instance (the
 // run record in the Locker's store).
 func testSchedulerRunStillGoing(t *testing.T, env Env) {
-	logs := &recordLogger{}
-	tally := &fireTally{}
+	CheckRunStillGoing(t, onEnv(env), "slow", false)
+}
+
+// CheckRunStillGoing runs job every second on two instances from
+// newScheduler; the run of one fire takes 1.5 s. The fire after it is
+// skipped on every instance, with a log naming the running fire and its
+// instance; with WithQueue (queue) it waits and runs after it. Each fire
+// runs at most once, and no two runs overlap.
+func CheckRunStillGoing(t *testing.T, newScheduler NewScheduler, job string, queue bool) {
+	t.Helper()
+	logs := &RecordLogger{}
+	tally := &FireTally{}
+	var running, overlaps atomic.Int64
 	var long atomic.Pointer[time.Time] // the fire whose run is long
 	var scheds []*cron.Cron
 	for _, name := range []string{"host-a", "host-b"} {
 		c := cron.New(cron.WithSeconds())
-		s, err := cronlock.NewScheduler(c, env.NewLocker(t), nil,
-			cronlock.WithInstance(name), cronlock.WithLogger(logs), cronlock.WithParser(secondsParser))
+		opts := []cronlock.Option{cronlock.WithInstance(name), cronlock.WithLogger(logs), cronlock.WithParser(SecondsParser)}
+		if queue {
+			opts = append(opts, cronlock.WithQueue())
+		}
+		s, err := newScheduler(t, c, Host{Name: name}, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.AddJob("slow", "* * * * * *", cronlock.Func(func(ctx context.Context) error {
+		if _, err := s.AddJob(job, "* * * * * *", cronlock.Func(func(ctx context.Context) error {
+			if running.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			defer running.Add(-1)
 			at, _ := cronlock.FireTime(ctx)
-			tally.add(at, name)
+			tally.Add(at, name)
 			// The third fire run takes 1.5 s, spanning the next fire.
-			if tally.distinct() == 3 && long.CompareAndSwap(nil, &at) {
+			if tally.Distinct() == 3 && long.CompareAndSwap(nil, &at) {
 				time.Sleep(1500 * time.Millisecond)
 			}
 			return nil
@@ -202,35 +244,38 @@ func testSchedulerRunStillGoing(t *testing.T, env Env) {
 	}
 	eventually(t, 20*time.Second, "the long run and two fires after it", func() bool {
 		l := long.Load()
-		if l == nil {
-			return false
-		}
-		tally.mu.Lock()
-		defer tally.mu.Unlock()
-		return len(tally.runs[l.Add(3*time.Second)]) > 0
+		return l != nil && len(tally.Of(l.Add(3*time.Second))) > 0
 	})
-	stopAll(scheds)
+	StopAll(scheds)
 
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d runs overlapped another", n)
+	}
 	l := *long.Load()
 	next := l.Add(time.Second)
-	tally.mu.Lock()
-	for at, who := range tally.runs {
+	for at, who := range tally.All() {
 		if len(who) != 1 {
 			t.Errorf("fire %v ran %d times: %v", at, len(who), who)
 		}
 	}
-	nextRuns := len(tally.runs[next])
-	tally.mu.Unlock()
+	nextRuns := len(tally.Of(next))
+	busy := logs.Find(false, "still going")
+	if queue {
+		if nextRuns != 1 {
+			t.Errorf("with WithQueue the fire after the long run ran %d times, want 1 (after it)", nextRuns)
+		}
+		return
+	}
 	if nextRuns != 0 {
 		t.Errorf("the fire after the long run ran %d times, want it skipped", nextRuns)
 	}
 	found := false
-	for _, e := range logs.find(false, "still going") {
-		if e.kv["fire"] == next && e.kv["running_fire"] == l && e.kv["running_on"] != nil {
+	for _, e := range busy {
+		if e.KV["fire"] == next && e.KV["running_fire"] == l && e.KV["running_on"] != nil {
 			found = true
 		}
 	}
 	if !found {
-		t.Errorf("no busy skip of fire %v names the running fire %v and its instance: %v", next, l, logs.find(false, "still going"))
+		t.Errorf("no busy skip of fire %v names the running fire %v and its instance: %v", next, l, busy)
 	}
 }

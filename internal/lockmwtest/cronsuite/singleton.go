@@ -27,7 +27,7 @@ func testOneRunPerFire(t *testing.T, env Env) {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "report-" + tc.skew.String()
 			sched := everySecond(t)
-			logs := &recordLogger{}
+			logs := &RecordLogger{}
 			var fires, runs atomic.Int64
 			job := cronlock.Func(func(ctx context.Context) error {
 				runs.Add(1)
@@ -41,7 +41,7 @@ func testOneRunPerFire(t *testing.T, env Env) {
 					chain = append(chain, counting(&fires))
 				}
 				if i == 2 {
-					chain = append(chain, delayed(tc.skew))
+					chain = append(chain, Delayed(tc.skew))
 				}
 				chain = append(chain, cronlock.Singleton(env.NewLocker(t), key, cronlock.WithSchedule(sched),
 					cronlock.WithInstance(inst), cronlock.WithLogger(logs)))
@@ -53,15 +53,15 @@ func testOneRunPerFire(t *testing.T, env Env) {
 				c.Start()
 			}
 			eventually(t, 20*time.Second, "five fires", func() bool { return fires.Load() >= 5 })
-			stopAll(scheds)
+			StopAll(scheds)
 
 			f, r := fires.Load(), runs.Load()
-			t.Logf("fires %d, runs %d, busy skips %d", f, r, logs.count(false, "skip"))
+			t.Logf("fires %d, runs %d, busy skips %d", f, r, logs.Count(false, "skip"))
 			if r < f-1 || r > f+1 {
 				t.Errorf("the job ran %d times over %d fires, want one run per fire (±1)", r, f)
 			}
-			if n := logs.count(true, ""); n != 0 {
-				t.Errorf("%d error logs, want none: %v", n, logs.find(true, ""))
+			if n := logs.Count(true, ""); n != 0 {
+				t.Errorf("%d error logs, want none: %v", n, logs.Find(true, ""))
 			}
 		})
 	}
@@ -71,7 +71,7 @@ func testOneRunPerFire(t *testing.T, env Env) {
 // its lock through the following fires, and its context stays live.
 func testLongJobKeepsLock(t *testing.T, env Env) {
 	sched := everySecond(t)
-	logs := &recordLogger{}
+	logs := &RecordLogger{}
 	var runs atomic.Int64
 	jobCtx := make(chan context.Context, 3)
 	finish := make(chan struct{})
@@ -97,7 +97,7 @@ func testLongJobKeepsLock(t *testing.T, env Env) {
 		scheds = append(scheds, c)
 		c.Start()
 	}
-	defer stopAll(scheds)
+	defer StopAll(scheds)
 	defer close(finish) // before stopAll, which waits for running jobs
 
 	var ctx context.Context
@@ -109,7 +109,7 @@ func testLongJobKeepsLock(t *testing.T, env Env) {
 	// The first fire is skipped by two instances, each later one by all
 	// three: 3(n+1) skips span at least n more fires, over two TTLs.
 	want := 3 * (int(2*env.TTL/time.Second) + 1)
-	eventually(t, 20*time.Second+4*env.TTL, "busy skips over two TTLs", func() bool { return logs.count(false, "skip") >= want })
+	eventually(t, 20*time.Second+4*env.TTL, "busy skips over two TTLs", func() bool { return logs.Count(false, "skip") >= want })
 	if err := context.Cause(ctx); err != nil {
 		t.Fatalf("the job's context ended while it ran: %v", err)
 	}
@@ -122,34 +122,41 @@ func testLongJobKeepsLock(t *testing.T, env Env) {
 // renewal: the job's context is cancelled with ErrLost, and the wrapper
 // logs the loss.
 func testLostLockCancelsJob(t *testing.T, env Env) {
-	l := env.NewLocker(t, lockmw.WithTTL(env.TTL))
-	logs := &recordLogger{}
+	CheckLossCancelsJob(t, env.NewLocker(t, lockmw.WithTTL(env.TTL)), "lost", 10*time.Second+3*env.TTL, func() { env.Lose(t, "lost") })
+}
+
+// CheckLossCancelsJob runs job under a Singleton of l and calls lose while
+// it runs: the job's context must be cancelled with ErrLost within limit,
+// and the wrapper must log the loss once.
+func CheckLossCancelsJob(t *testing.T, l *lockmw.Locker, job string, limit time.Duration, lose func()) {
+	t.Helper()
+	logs := &RecordLogger{}
 	started := make(chan struct{})
 	cause := make(chan error, 1)
-	job := cronlock.Singleton(l, "lost", cronlock.WithLogger(logs))(cronlock.Func(func(ctx context.Context) error {
+	j := cronlock.Singleton(l, job, cronlock.WithLogger(logs))(cronlock.Func(func(ctx context.Context) error {
 		close(started)
 		select {
 		case <-ctx.Done():
 			cause <- context.Cause(ctx)
-		case <-time.After(10*time.Second + 3*env.TTL):
+		case <-time.After(limit):
 			cause <- nil
 		}
 		return nil
 	}))
 	done := make(chan struct{})
-	go func() { defer close(done); job.Run() }()
+	go func() { defer close(done); j.Run() }()
 	select {
 	case <-started:
 	case <-done:
-		t.Fatalf("the job did not run: %v", logs.find(true, ""))
+		t.Fatalf("the job did not run: %v", logs.Find(true, ""))
 	}
-	env.Lose(t, "lost")
+	lose()
 	<-done
 	if err := <-cause; !errors.Is(err, lockmw.ErrLost) {
 		t.Fatalf("job context cause = %v, want ErrLost", err)
 	}
-	if logs.count(true, "lock lost") != 1 {
-		t.Errorf("want one error log of the lost lock, got %v", logs.find(true, ""))
+	if logs.Count(true, "lock lost") != 1 {
+		t.Errorf("want one error log of the lost lock, got %v", logs.Find(true, ""))
 	}
 }
 
@@ -157,12 +164,12 @@ func testLostLockCancelsJob(t *testing.T, env Env) {
 // the panic reaches the caller unchanged, so cron.Recover still handles it.
 func testPanicReleasesLock(t *testing.T, env Env) {
 	l, rival := env.NewLocker(t), env.NewLocker(t)
-	logs := &recordLogger{}
+	logs := &RecordLogger{}
 	boom := errors.New("boom")
 	panicking := cron.FuncJob(func() { panic(boom) })
 	singleton := cronlock.Singleton(l, "panicky", cronlock.WithMinHold(time.Minute), cronlock.WithLogger(logs))
 
-	if v := recoverRun(singleton(panicking)); v != boom {
+	if v := RecoverRun(singleton(panicking)); v != boom {
 		t.Fatalf("recovered %v, want the job's own panic value", v)
 	}
 	lease, err := rival.TryAcquire(context.Background(), "panicky")
@@ -173,13 +180,13 @@ func testPanicReleasesLock(t *testing.T, env Env) {
 		t.Fatal(err)
 	}
 
-	recovered := &recordLogger{}
+	recovered := &RecordLogger{}
 	singleton = cronlock.Singleton(l, "panicky", cronlock.WithMinHold(time.Minute), cronlock.WithLogger(logs))
-	if v := recoverRun(cron.NewChain(cron.Recover(recovered), singleton).Then(panicking)); v != nil {
+	if v := RecoverRun(cron.NewChain(cron.Recover(recovered), singleton).Then(panicking)); v != nil {
 		t.Fatalf("cron.Recover outside Singleton let %v through", v)
 	}
-	if recovered.count(true, "panic") != 1 {
-		t.Errorf("cron.Recover logged %v, want the panic", recovered.find(true, ""))
+	if recovered.Count(true, "panic") != 1 {
+		t.Errorf("cron.Recover logged %v, want the panic", recovered.Find(true, ""))
 	}
 	lease, err = rival.TryAcquire(context.Background(), "panicky")
 	if err != nil {
@@ -222,15 +229,15 @@ func testDerivedMinHold(t *testing.T, env Env) {
 		{[]cronlock.Option{cronlock.WithSchedule(fixedGap(10 * time.Second)), cronlock.WithMinHold(time.Second)}, time.Second},
 		{[]cronlock.Option{cronlock.WithSchedule(fixedGap(10 * time.Second)), cronlock.WithMaxHold(2 * time.Second)}, 2 * time.Second},
 	} {
-		logs := &recordLogger{}
+		logs := &RecordLogger{}
 		name := "derived-" + string(rune('a'+i))
 		opts := append([]cronlock.Option{cronlock.WithLogger(logs)}, tc.opts...)
 		cronlock.Singleton(l, name, opts...)(cron.FuncJob(func() {})).Run()
-		runs := logs.find(false, "cronlock: run")
+		runs := logs.Find(false, "cronlock: run")
 		if len(runs) != 1 {
-			t.Fatalf("case %d: want one run log, got %v", i, logs.find(false, ""))
+			t.Fatalf("case %d: want one run log, got %v", i, logs.Find(false, ""))
 		}
-		if got := runs[0].kv["min_hold"]; got != tc.want {
+		if got := runs[0].KV["min_hold"]; got != tc.want {
 			t.Errorf("case %d: min_hold = %v, want %v", i, got, tc.want)
 		}
 	}
@@ -240,7 +247,7 @@ func testDerivedMinHold(t *testing.T, env Env) {
 // and its lock is released while it still runs.
 func testMaxHold(t *testing.T, env Env) {
 	l, rival := env.NewLocker(t), env.NewLocker(t)
-	logs := &recordLogger{}
+	logs := &RecordLogger{}
 	cause := make(chan error, 1)
 	freed := make(chan struct{})
 	job := cronlock.Singleton(l, "stuck", cronlock.WithMaxHold(200*time.Millisecond), cronlock.WithLogger(logs))(
@@ -263,7 +270,7 @@ func testMaxHold(t *testing.T, env Env) {
 			t.Fatalf("job context cause = %v, want ErrMaxHold", err)
 		}
 	case <-done:
-		t.Fatalf("the job did not run: %v", logs.find(true, ""))
+		t.Fatalf("the job did not run: %v", logs.Find(true, ""))
 	}
 	eventually(t, 5*time.Second, "the stuck job's lock released", func() bool {
 		lease, err := rival.TryAcquire(context.Background(), "stuck")
@@ -274,8 +281,8 @@ func testMaxHold(t *testing.T, env Env) {
 	})
 	close(freed)
 	<-done
-	if logs.count(true, "MaxHold") != 1 {
-		t.Errorf("want one error log of the MaxHold, got %v", logs.find(true, ""))
+	if logs.Count(true, "MaxHold") != 1 {
+		t.Errorf("want one error log of the MaxHold, got %v", logs.Find(true, ""))
 	}
 }
 

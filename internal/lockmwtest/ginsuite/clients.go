@@ -16,11 +16,9 @@ import (
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockmw/lockmw/ginlock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -33,7 +31,7 @@ import (
 // while the handler still runs its 20 ms of audit logging, lock held.
 func (r *runner) nextRequestNotBusy(t *testing.T) {
 	body := bytes.Repeat([]byte("x"), 64<<10)
-	e := newEngine(http.MethodPost, "/orders/:id",
+	e := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(r.locker(t), ginlock.Param("id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) {
 			c.Data(http.StatusOK, "application/octet-stream", body)
@@ -72,7 +70,7 @@ func (r *runner) streaming(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clientHasIt := make(chan struct{})
-			e := newEngine(http.MethodGet, "/events/:id",
+			e := NewEngine(http.MethodGet, "/events/:id",
 				ginlock.New(l, ginlock.Param("id"), append(tc.opts, ginlock.WithName("feed:{id}"))...),
 				func(c *gin.Context) {
 					c.String(http.StatusOK, tc.body)
@@ -106,7 +104,7 @@ func (r *runner) streaming(t *testing.T) {
 // 42, 42.0, 4.2e1, 420e-1 and the string "42" lock the same item.
 func (r *runner) jsonNumbers(t *testing.T) {
 	var key string
-	e := newEngine(http.MethodPost, "/buy",
+	e := NewEngine(http.MethodPost, "/buy",
 		ginlock.New(r.locker(t), ginlock.JSONField("sku"), ginlock.WithName("item:{sku}")),
 		func(c *gin.Context) { key = ginlock.LeaseFrom(c).Key(); c.Status(http.StatusOK) })
 	for body, want := range map[string]string{
@@ -115,12 +113,12 @@ func (r *runner) jsonNumbers(t *testing.T) {
 		`{"sku":1.5e2}`: "item:150", `{"sku":"42.0"}`: "item:42.0",
 	} {
 		key = ""
-		if rec := serve(e, httptest.NewRequest(http.MethodPost, "/buy", strings.NewReader(body))); rec.Code != http.StatusOK || key != want {
+		if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/buy", strings.NewReader(body))); rec.Code != http.StatusOK || key != want {
 			t.Errorf("%s: status %d, locked %q; want 200 and %q", body, rec.Code, key, want)
 		}
 	}
-	rec := serve(e, httptest.NewRequest(http.MethodPost, "/buy", strings.NewReader(`{"sku":1e100000}`)))
-	if p := problem(t, rec, http.StatusBadRequest); !strings.Contains(p.Detail, "too large") {
+	rec := Serve(e, httptest.NewRequest(http.MethodPost, "/buy", strings.NewReader(`{"sku":1e100000}`)))
+	if p := DecodeProblem(t, rec, http.StatusBadRequest); !strings.Contains(p.Detail, "too large") {
 		t.Errorf("huge number: detail %q, want it to say too large", p.Detail)
 	}
 }
@@ -130,28 +128,25 @@ func (r *runner) jsonNumbers(t *testing.T) {
 // ProblemLost, and one whose handler answered gets that answer.
 func (r *runner) lostReported(t *testing.T) {
 	r.needLose(t)
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	recorder, tp, reader, mp := lockmwtest.NewTelemetry()
 	l := r.locker(t, lockmw.WithTTL(r.env.ShortTTL))
-	var logs syncBuffer
+	var logs lockmwtest.SyncBuffer
 	mw := ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithTracerProvider(tp),
 		ginlock.WithMeterProvider(mp), ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	loseLock := func(c *gin.Context) {
 		r.lose(t, "order:"+c.Param("id"))
 		<-c.Request.Context().Done()
 	}
-	e := newGin()
+	e := NewGin()
 	e.POST("/silent/:id", mw, loseLock)
 	e.POST("/answers/:id", mw, func(c *gin.Context) { loseLock(c); c.String(http.StatusOK, "charged") })
 
 	var silent, answered *httptest.ResponseRecorder
-	within(t, 10*time.Second+2*r.env.ShortTTL, "requests whose lock is lost", func() {
-		silent = serve(e, httptest.NewRequest(http.MethodPost, "/silent/11", nil))
-		answered = serve(e, httptest.NewRequest(http.MethodPost, "/answers/12", nil))
+	lockmwtest.Within(t, 10*time.Second+2*r.env.ShortTTL, "requests whose lock is lost", func() {
+		silent = Serve(e, httptest.NewRequest(http.MethodPost, "/silent/11", nil))
+		answered = Serve(e, httptest.NewRequest(http.MethodPost, "/answers/12", nil))
 	})
-	if p := problem(t, silent, http.StatusConflict); p.Type != ginlock.ProblemLost {
+	if p := DecodeProblem(t, silent, http.StatusConflict); p.Type != ginlock.ProblemLost {
 		t.Errorf("handler wrote nothing: problem %+v, want type %s", p, ginlock.ProblemLost)
 	}
 	if answered.Code != http.StatusOK || answered.Body.String() != "charged" {
@@ -180,7 +175,7 @@ func (r *runner) lostReported(t *testing.T) {
 // WithRequestContextOnly says the handlers use c.Request.Context().
 func (r *runner) ginContextIdiom(t *testing.T) {
 	l := r.locker(t)
-	var logs syncBuffer
+	var logs lockmwtest.SyncBuffer
 	logger := ginlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil)))
 	nested := func(c *gin.Context) {
 		err := l.Do(c, "order:"+c.Param("id"), func(ctx context.Context) error { return nil }, lockmw.WithWait(5*time.Second))
@@ -190,9 +185,9 @@ func (r *runner) ginContextIdiom(t *testing.T) {
 		}
 		c.String(http.StatusOK, "nested")
 	}
-	fallback := newEngine(http.MethodPost, "/orders/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")), nested)
-	within(t, 10*time.Second, "locker.Do(c, ...) in a locked handler", func() {
-		if rec := serve(fallback, httptest.NewRequest(http.MethodPost, "/orders/1", nil)); rec.Code != http.StatusOK {
+	fallback := NewEngine(http.MethodPost, "/orders/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")), nested)
+	lockmwtest.Within(t, 10*time.Second, "locker.Do(c, ...) in a locked handler", func() {
+		if rec := Serve(fallback, httptest.NewRequest(http.MethodPost, "/orders/1", nil)); rec.Code != http.StatusOK {
 			t.Errorf("fallback engine: status %d %s, want 200", rec.Code, rec.Body)
 		}
 	})
@@ -203,8 +198,8 @@ func (r *runner) ginContextIdiom(t *testing.T) {
 		func(c *gin.Context) { ran = true; nested(c) })
 	plain.POST("/own/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithRequestContextOnly()),
 		func(c *gin.Context) { c.Status(http.StatusNoContent) })
-	within(t, 10*time.Second, "a request on an engine without fallback", func() {
-		p := problem(t, serve(plain, httptest.NewRequest(http.MethodPost, "/orders/2", nil)), http.StatusInternalServerError)
+	lockmwtest.Within(t, 10*time.Second, "a request on an engine without fallback", func() {
+		p := DecodeProblem(t, Serve(plain, httptest.NewRequest(http.MethodPost, "/orders/2", nil)), http.StatusInternalServerError)
 		if p.Type != ginlock.ProblemMisconfigured || ran {
 			t.Errorf("problem %+v, handler ran %v; want type %s and no handler", p, ran, ginlock.ProblemMisconfigured)
 		}
@@ -212,7 +207,7 @@ func (r *runner) ginContextIdiom(t *testing.T) {
 	if !strings.Contains(logs.String(), "ContextWithFallback") {
 		t.Errorf("the log does not say how to fix it: %q", logs.String())
 	}
-	if rec := serve(plain, httptest.NewRequest(http.MethodPost, "/own/3", nil)); rec.Code != http.StatusNoContent {
+	if rec := Serve(plain, httptest.NewRequest(http.MethodPost, "/own/3", nil)); rec.Code != http.StatusNoContent {
 		t.Errorf("WithRequestContextOnly: status %d, want 204", rec.Code)
 	}
 	mustFree(t, r.locker(t), "order:2")
@@ -224,7 +219,7 @@ func (r *runner) ginContextIdiom(t *testing.T) {
 func (r *runner) retryAfterEstimates(t *testing.T) {
 	l := r.locker(t)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
-	e := newEngine(http.MethodPost, "/orders/:id",
+	e := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
 			ginlock.WithAcquireOptions(lockmw.WithLeaseTTL(3*time.Second))),
 		func(c *gin.Context) {
@@ -237,18 +232,18 @@ func (r *runner) retryAfterEstimates(t *testing.T) {
 	var longest time.Duration // bounds every hold the middleware observed
 	for range 5 {
 		start := time.Now()
-		if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/quick", nil)); rec.Code != http.StatusOK {
+		if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/quick", nil)); rec.Code != http.StatusOK {
 			t.Fatalf("status %d", rec.Code)
 		}
 		longest = max(longest, time.Since(start))
 	}
 	done := make(chan struct{})
-	go func() { defer close(done); serve(e, httptest.NewRequest(http.MethodPost, "/orders/slow", nil)) }()
+	go func() { defer close(done); Serve(e, httptest.NewRequest(http.MethodPost, "/orders/slow", nil)) }()
 	<-entered
-	rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/slow", nil))
+	rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/slow", nil))
 	close(release)
 	<-done
-	problem(t, rec, http.StatusConflict)
+	DecodeProblem(t, rec, http.StatusConflict)
 	secs, err := strconv.Atoi(rec.Header().Get("Retry-After"))
 	if err != nil || secs < 1 {
 		t.Fatalf("Retry-After = %q, want whole seconds", rec.Header().Get("Retry-After"))
@@ -268,10 +263,10 @@ func (r *runner) retryAfterEstimates(t *testing.T) {
 // loggers, and WithSkip passes requests through without a lock.
 func (r *runner) setupMistakes(t *testing.T) {
 	l, other := r.locker(t), r.locker(t)
-	var logs syncBuffer
+	var logs lockmwtest.SyncBuffer
 	var mu sync.Mutex
 	var recorded []string
-	e := newGin()
+	e := NewGin()
 	e.Use(func(c *gin.Context) { // a gin logger's view
 		c.Next()
 		mu.Lock()
@@ -292,22 +287,22 @@ func (r *runner) setupMistakes(t *testing.T) {
 		})
 	e.POST("/q", ginlock.New(l, ginlock.Query("id")), func(c *gin.Context) {})
 
-	p := problem(t, serve(e, httptest.NewRequest(http.MethodPost, "/typo/1", nil)), http.StatusInternalServerError)
+	p := DecodeProblem(t, Serve(e, httptest.NewRequest(http.MethodPost, "/typo/1", nil)), http.StatusInternalServerError)
 	if p.Type != ginlock.ProblemMisconfigured || !strings.Contains(logs.String(), "order_id") {
 		t.Errorf("missing route parameter: problem %+v, log %q; want %s and a log naming order_id", p, logs.String(), ginlock.ProblemMisconfigured)
 	}
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/5?dry_run=1", nil)); rec.Body.String() != "skipped" {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/5?dry_run=1", nil)); rec.Body.String() != "skipped" {
 		t.Errorf("WithSkip: %d %s, want the handler to run without the lock", rec.Code, rec.Body)
 	}
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/5", nil)); rec.Body.String() != "locked" {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/5", nil)); rec.Body.String() != "locked" {
 		t.Errorf("not skipped: %d %s, want the handler to run with the lock", rec.Code, rec.Body)
 	}
-	problem(t, serve(e, httptest.NewRequest(http.MethodPost, "/q", nil)), http.StatusBadRequest)
+	DecodeProblem(t, Serve(e, httptest.NewRequest(http.MethodPost, "/q", nil)), http.StatusBadRequest)
 	lease, err := other.Acquire(context.Background(), "order:6")
 	if err != nil {
 		t.Fatal(err)
 	}
-	problem(t, serve(e, httptest.NewRequest(http.MethodPost, "/orders/6", nil)), http.StatusConflict)
+	DecodeProblem(t, Serve(e, httptest.NewRequest(http.MethodPost, "/orders/6", nil)), http.StatusConflict)
 	_ = lease.Release(context.Background())
 
 	mu.Lock()

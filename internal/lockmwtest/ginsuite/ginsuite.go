@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -131,31 +130,31 @@ func (r *runner) lose(t testing.TB, key string) {
 	}
 }
 
-// newGin returns a new engine whose *gin.Context carries the request's
+// NewGin returns a new engine whose *gin.Context carries the request's
 // context, as ginlock requires.
-func newGin() *gin.Engine {
+func NewGin() *gin.Engine {
 	e := gin.New()
 	e.ContextWithFallback = true
 	return e
 }
 
-// newEngine returns an engine serving handlers on method and path.
-func newEngine(method, path string, handlers ...gin.HandlerFunc) *gin.Engine {
-	e := newGin()
+// NewEngine returns an engine serving handlers on method and path.
+func NewEngine(method, path string, handlers ...gin.HandlerFunc) *gin.Engine {
+	e := NewGin()
 	e.Handle(method, path, handlers...)
 	return e
 }
 
-// serve runs req through h and returns the recorded response.
-func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+// Serve runs req through h and returns the recorded response.
+func Serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
 }
 
-// problem decodes a problem+json response, failing the test if it is not one
-// with the given status.
-func problem(t testing.TB, rec *httptest.ResponseRecorder, status int) ginlock.Problem {
+// DecodeProblem decodes a problem+json response, failing the test if it is
+// not one with the given status.
+func DecodeProblem(t testing.TB, rec *httptest.ResponseRecorder, status int) ginlock.Problem {
 	t.Helper()
 	if rec.Code != status {
 		t.Fatalf("status = %d, want %d; body %s", rec.Code, status, rec.Body)
@@ -209,35 +208,4 @@ func post(t testing.TB, client *http.Client, url, body string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// within runs fn in a goroutine and fails the test if it does not return
-// within limit.
-func within(t testing.TB, limit time.Duration, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() { defer close(done); fn() }()
-	select {
-	case <-done:
-	case <-time.After(limit):
-		t.Fatalf("%s did not finish within %v", what, limit)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

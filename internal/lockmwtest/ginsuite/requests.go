@@ -18,6 +18,7 @@ import (
 	"github.com/gin-gonic/gin/binding"
 
 	"github.com/lockmw/lockmw/ginlock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -45,7 +46,7 @@ func (r *runner) oneKeyNeverOverlaps(t *testing.T) {
 	for range 2 {
 		mw := ginlock.New(r.locker(t), ginlock.Param("id"),
 			ginlock.WithName("order:{id}"), ginlock.WithWait(time.Minute))
-		ts := httptest.NewServer(newEngine(http.MethodPost, "/orders/:id/pay", mw, handler))
+		ts := httptest.NewServer(NewEngine(http.MethodPost, "/orders/:id/pay", mw, handler))
 		t.Cleanup(ts.Close)
 		urls = append(urls, ts.URL+"/orders/42/pay")
 	}
@@ -85,7 +86,7 @@ func (r *runner) differentKeysInParallel(t *testing.T) {
 		}
 	}
 	mw := ginlock.New(r.locker(t), ginlock.Param("id"), ginlock.WithName("order:{id}"))
-	ts := httptest.NewServer(newEngine(http.MethodPost, "/orders/:id", mw, handler))
+	ts := httptest.NewServer(NewEngine(http.MethodPost, "/orders/:id", mw, handler))
 	defer ts.Close()
 
 	var wg sync.WaitGroup
@@ -122,9 +123,9 @@ func (r *runner) busyIsConflict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mw := ginlock.New(l, ginlock.Param("id"), append(tc.opts, ginlock.WithName("order:{id}"))...)
-			e := newEngine(http.MethodPost, "/orders/:id", mw, handler)
-			rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/7", nil))
-			p := problem(t, rec, http.StatusConflict)
+			e := NewEngine(http.MethodPost, "/orders/:id", mw, handler)
+			rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/7", nil))
+			p := DecodeProblem(t, rec, http.StatusConflict)
 			if p.Type != ginlock.ProblemBusy || !strings.Contains(p.Detail, "order:7") {
 				t.Errorf("problem = %+v, want type %s naming order:7", p, ginlock.ProblemBusy)
 			}
@@ -150,13 +151,13 @@ func (r *runner) withWaitWaits(t *testing.T) {
 	}
 	l := r.locker(t)
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "done") }
-	failFast := newEngine(http.MethodPost, "/orders/:id",
+	failFast := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")), ok)
-	waiting := newEngine(http.MethodPost, "/orders/:id",
+	waiting := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithWait(time.Minute)), ok)
 
-	problem(t, serve(failFast, httptest.NewRequest(http.MethodPost, "/orders/8", nil)), http.StatusConflict)
-	if rec := serve(waiting, httptest.NewRequest(http.MethodPost, "/orders/8", nil)); rec.Code != http.StatusOK {
+	DecodeProblem(t, Serve(failFast, httptest.NewRequest(http.MethodPost, "/orders/8", nil)), http.StatusConflict)
+	if rec := Serve(waiting, httptest.NewRequest(http.MethodPost, "/orders/8", nil)); rec.Code != http.StatusOK {
 		t.Fatalf("waiting request: status %d: %s", rec.Code, rec.Body)
 	}
 }
@@ -170,17 +171,17 @@ func (r *runner) waitBoundedByRequest(t *testing.T) {
 	}
 	defer lease.Release(context.Background())
 	var ran atomic.Bool
-	e := newEngine(http.MethodPost, "/orders/:id",
+	e := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(r.locker(t), ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithWait(time.Hour)),
 		func(c *gin.Context) { ran.Store(true) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	var rec *httptest.ResponseRecorder
-	within(t, 10*time.Second, "a request whose context ends while waiting", func() {
-		rec = serve(e, httptest.NewRequest(http.MethodPost, "/orders/9", nil).WithContext(ctx))
+	lockmwtest.Within(t, 10*time.Second, "a request whose context ends while waiting", func() {
+		rec = Serve(e, httptest.NewRequest(http.MethodPost, "/orders/9", nil).WithContext(ctx))
 	})
-	p := problem(t, rec, http.StatusServiceUnavailable)
+	p := DecodeProblem(t, rec, http.StatusServiceUnavailable)
 	if !strings.Contains(p.Detail, "ended while waiting") {
 		t.Errorf("detail = %q, want it to say the request ended while waiting", p.Detail)
 	}
@@ -196,7 +197,7 @@ func (r *runner) missingOrInvalidKey(t *testing.T) {
 	var ran atomic.Int64
 	handler := func(c *gin.Context) { ran.Add(1); c.String(http.StatusOK, "ok") }
 	failing := func(*gin.Context) (string, error) { return "", errors.New("no tenant in the token") }
-	e := newGin()
+	e := NewGin()
 	named := ginlock.WithName("order:{id}")
 	e.GET("/p/:id", ginlock.New(l, ginlock.Param("id"), named), handler)
 	e.GET("/q", ginlock.New(l, ginlock.Query("id"), named), handler)
@@ -252,14 +253,14 @@ func (r *runner) missingOrInvalidKey(t *testing.T) {
 			for _, v := range tc.header {
 				req.Header.Add("X-Order-ID", v)
 			}
-			rec := serve(e, req)
+			rec := Serve(e, req)
 			if tc.want == http.StatusOK {
 				if rec.Code != http.StatusOK || ran.Load() != before+1 {
 					t.Fatalf("status %d (%s), want the handler to run", rec.Code, rec.Body)
 				}
 				return
 			}
-			p := problem(t, rec, tc.want)
+			p := DecodeProblem(t, rec, tc.want)
 			if !strings.Contains(p.Detail, tc.detail) {
 				t.Errorf("detail %q does not say %q", p.Detail, tc.detail)
 			}
@@ -275,7 +276,7 @@ func (r *runner) missingOrInvalidKey(t *testing.T) {
 func (r *runner) jsonBodyIntact(t *testing.T) {
 	l, other := r.locker(t), r.locker(t)
 	const body = `{"order": {"id": "17", "items": ["a", "b"]}, "note": "ünïcode"}`
-	e := newEngine(http.MethodPost, "/pay",
+	e := NewEngine(http.MethodPost, "/pay",
 		ginlock.New(l, ginlock.JSONField("order.id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) {
 			mustBusy(t, other, "order:17")
@@ -292,7 +293,7 @@ func (r *runner) jsonBodyIntact(t *testing.T) {
 			}
 			c.Status(http.StatusNoContent)
 		})
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(body))); rec.Code != http.StatusNoContent {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader(body))); rec.Code != http.StatusNoContent {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	mustFree(t, other, "order:17")
@@ -303,9 +304,18 @@ func (r *runner) jsonBodyIntact(t *testing.T) {
 func (r *runner) lostLockCancels(t *testing.T) {
 	r.needLose(t)
 	l := r.locker(t, lockmw.WithTTL(r.env.ShortTTL))
+	CheckLossCancelsHandler(t, l, func() { r.lose(t, "order:5") }, nil)
+}
+
+// CheckLossCancelsHandler serves a request locking order:5 through l and
+// calls lose while the handler runs: the handler's request context must be
+// cancelled with cause ErrLost. restore, if not nil, is called then, before
+// the request is waited for (to let its release through).
+func CheckLossCancelsHandler(t *testing.T, l *lockmw.Locker, lose, restore func()) {
+	t.Helper()
 	started := make(chan struct{})
 	causes := make(chan error, 1)
-	e := newEngine(http.MethodPost, "/orders/:id",
+	e := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) {
 			close(started)
@@ -318,11 +328,14 @@ func (r *runner) lostLockCancels(t *testing.T) {
 			c.Status(http.StatusOK)
 		})
 	done := make(chan struct{})
-	go func() { defer close(done); serve(e, httptest.NewRequest(http.MethodPost, "/orders/5", nil)) }()
+	go func() { defer close(done); Serve(e, httptest.NewRequest(http.MethodPost, "/orders/5", nil)) }()
 	<-started
-	r.lose(t, "order:5")
+	lose()
 	if cause := <-causes; !errors.Is(cause, lockmw.ErrLost) {
 		t.Fatalf("handler context cause = %v, want ErrLost", cause)
+	}
+	if restore != nil {
+		restore()
 	}
 	<-done
 }
@@ -331,12 +344,12 @@ func (r *runner) lostLockCancels(t *testing.T) {
 // gin.Recovery.
 func (r *runner) panicReleases(t *testing.T) {
 	l, other := r.locker(t), r.locker(t)
-	e := newGin()
+	e := NewGin()
 	e.Use(gin.Recovery())
 	e.POST("/orders/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) { panic("payment provider exploded") })
 	for i := range 2 { // the second would be 409 if the first kept the lock
-		if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/3", nil)); rec.Code != http.StatusInternalServerError {
+		if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/3", nil)); rec.Code != http.StatusInternalServerError {
 			t.Fatalf("request %d: status %d, want 500 from gin.Recovery", i, rec.Code)
 		}
 	}
@@ -347,7 +360,7 @@ func (r *runner) panicReleases(t *testing.T) {
 // and gets the middleware's lease, with its fence, from LeaseFrom.
 func (r *runner) handlerReenters(t *testing.T) {
 	l := r.locker(t)
-	e := newEngine(http.MethodPost, "/orders/:id",
+	e := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) {
 			outer := ginlock.LeaseFrom(c)
@@ -369,7 +382,7 @@ func (r *runner) handlerReenters(t *testing.T) {
 			_ = inner.Release(c.Request.Context())
 			c.Status(http.StatusOK)
 		})
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/4", nil)); rec.Code != http.StatusOK {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/4", nil)); rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
 }
@@ -385,7 +398,7 @@ func (r *runner) customHandlers(t *testing.T) {
 	defer lease.Release(context.Background())
 	l := r.locker(t)
 	var gotErr error
-	e := newGin()
+	e := NewGin()
 	e.POST("/custom/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
 		ginlock.WithBusyHandler(func(c *gin.Context, err error) {
 			left, _ := lockmw.RetryAfter(err)
@@ -403,11 +416,11 @@ func (r *runner) customHandlers(t *testing.T) {
 	})), func(c *gin.Context) { c.Status(http.StatusOK) })
 
 	want := fmt.Sprintf(`{"busy":true,"known":%t}`, r.env.KnowsHolderTTL)
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/custom/6", nil)); rec.Code != http.StatusTooManyRequests || rec.Body.String() != want {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/custom/6", nil)); rec.Code != http.StatusTooManyRequests || rec.Body.String() != want {
 		t.Errorf("custom busy: %d %s, want 429 %s", rec.Code, rec.Body, want)
 	}
-	problem(t, serve(e, httptest.NewRequest(http.MethodPost, "/silent/6", nil)), http.StatusConflict)
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/q", nil)); rec.Code != http.StatusUnprocessableEntity || !errors.Is(gotErr, ginlock.ErrNoKey) {
+	DecodeProblem(t, Serve(e, httptest.NewRequest(http.MethodPost, "/silent/6", nil)), http.StatusConflict)
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/q", nil)); rec.Code != http.StatusUnprocessableEntity || !errors.Is(gotErr, ginlock.ErrNoKey) {
 		t.Errorf("custom error: %d, err %v; want 422 and an error matching ErrNoKey", rec.Code, gotErr)
 	}
 }
@@ -446,14 +459,14 @@ func (r *runner) acquireOptionsTTL(t *testing.T) {
 	const leaseTTL = 3 * time.Second
 	l := r.locker(t, lockmw.WithTTL(10*time.Second))
 	var left time.Duration
-	e := newEngine(http.MethodPost, "/orders/:id",
+	e := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
 			ginlock.WithAcquireOptions(lockmw.WithLeaseTTL(leaseTTL))),
 		func(c *gin.Context) {
 			left = r.env.LeaseTTL(t, prefix(t), "order:12")
 			c.Status(http.StatusOK)
 		})
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/12", nil)); rec.Code != http.StatusOK {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/12", nil)); rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
 	if left <= 0 || left > leaseTTL {

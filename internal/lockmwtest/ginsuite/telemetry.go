@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockmw/lockmw/ginlock"
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -24,13 +25,10 @@ import (
 // with the core's acquire span and the handler's spans inside it, and is
 // counted by outcome. Busy is not a span error.
 func (r *runner) spansNestUnderOtelgin(t *testing.T) {
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	recorder, tp, reader, mp := lockmwtest.NewTelemetry()
 	l := r.locker(t, lockmw.WithTracerProvider(tp))
 
-	e := newGin()
+	e := NewGin()
 	e.Use(otelgin.Middleware("orders", otelgin.WithTracerProvider(tp)))
 	e.POST("/orders/:id", ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"),
 		ginlock.WithTracerProvider(tp), ginlock.WithMeterProvider(mp)),
@@ -40,7 +38,7 @@ func (r *runner) spansNestUnderOtelgin(t *testing.T) {
 			c.Status(http.StatusOK)
 		})
 
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/42", nil)); rec.Code != http.StatusOK {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/42", nil)); rec.Code != http.StatusOK {
 		t.Fatalf("status %d", rec.Code)
 	}
 	holder := r.locker(t)
@@ -49,7 +47,7 @@ func (r *runner) spansNestUnderOtelgin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(context.Background())
-	if rec := serve(e, httptest.NewRequest(http.MethodPost, "/orders/43", nil)); rec.Code != http.StatusConflict {
+	if rec := Serve(e, httptest.NewRequest(http.MethodPost, "/orders/43", nil)); rec.Code != http.StatusConflict {
 		t.Fatalf("status %d, want 409", rec.Code)
 	}
 
@@ -102,15 +100,15 @@ func (r *runner) lostOutcomeOnTheSpan(t *testing.T) {
 	recorder := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	l := r.locker(t, lockmw.WithTTL(r.env.ShortTTL))
-	e := newEngine(http.MethodPost, "/orders/:id",
+	e := NewEngine(http.MethodPost, "/orders/:id",
 		ginlock.New(l, ginlock.Param("id"), ginlock.WithName("order:{id}"), ginlock.WithTracerProvider(tp)),
 		func(c *gin.Context) {
 			r.lose(t, "order:11")
 			<-c.Request.Context().Done()
 			c.Status(http.StatusOK)
 		})
-	within(t, 10*time.Second+2*r.env.ShortTTL, "a request whose lock is lost", func() {
-		serve(e, httptest.NewRequest(http.MethodPost, "/orders/11", nil))
+	lockmwtest.Within(t, 10*time.Second+2*r.env.ShortTTL, "a request whose lock is lost", func() {
+		Serve(e, httptest.NewRequest(http.MethodPost, "/orders/11", nil))
 	})
 	spans := recorder.Ended()
 	if len(spans) != 1 {

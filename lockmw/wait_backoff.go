@@ -1,0 +1,61 @@
+package lockmw
+
+import (
+	"context"
+	mathrand "math/rand/v2"
+	"time"
+)
+
+// This file is how Acquire waits when the backend cannot notify of
+// releases: by retrying with backoff.
+
+// Without release notifications (a backend that has none), waiting retries
+// with a jittered, capped exponential backoff, never sleeping past the
+// holder's remaining TTL, so a released lock is taken within a few ms.
+const (
+	minBackoff = 500 * time.Microsecond
+	maxBackoff = 8 * time.Millisecond
+)
+
+// waitBackoff waits by retrying with backoff.
+func (l *Locker) waitBackoff(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+	var (
+		timer   *time.Timer
+		backoff = minBackoff
+	)
+	for {
+		lease, holderTTL, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		busy := &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+		if !wait {
+			return nil, busy
+		}
+		sleep := backoff/2 + mathrand.N(backoff/2+1)
+		backoff = min(backoff*2, maxBackoff)
+		if holderTTL > 0 {
+			sleep = min(sleep, holderTTL)
+		}
+		if !giveUp.IsZero() {
+			left := time.Until(giveUp)
+			if left <= 0 {
+				return nil, busy
+			}
+			sleep = min(sleep, left)
+		}
+		if timer == nil {
+			timer = time.NewTimer(sleep)
+			defer timer.Stop()
+		} else {
+			timer.Reset(sleep)
+		}
+		select {
+		case <-timer.C:
+		case <-opCtx.Done():
+			return nil, ctxErr(opCtx, key)
+		case <-l.closing:
+			return nil, ErrClosed
+		}
+	}
+}

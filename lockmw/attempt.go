@@ -14,7 +14,7 @@ import (
 
 // attempt makes one acquisition. It returns the lease, or the holder's
 // remaining TTL when the lock is busy, or an error.
-func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig) (*Lease, time.Duration, error) {
+func (l *Locker) attempt(a *acquisition) (*Lease, time.Duration, error) {
 	// Close waits for attempts under way: one that takes the lock after
 	// Close began gives it back before Close returns.
 	l.flights.start()
@@ -24,19 +24,19 @@ func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lo
 	}
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := l.backend.acquire(opCtx, keys, token, ac.ttl)
+	reply, err := l.backend.acquire(a.opCtx, a.keys, token, a.cfg.ttl)
 	if err != nil {
 		if _, quorum := l.backend.(*redlockBackend); !quorum && mayHaveRun(err) {
 			// No lease will hold token: give back what the request may
 			// take yet (Redlock does so per master itself).
-			l.takeBack(keys, token, "", false, ac.ttl)
+			l.takeBack(a.keys, token, "", false, a.cfg.ttl)
 		}
-		return nil, 0, l.attemptErr(opCtx, key, err)
+		return nil, 0, l.attemptErr(a.opCtx, a.key, err)
 	}
 	if !reply.acquired {
 		return nil, reply.holderTTL, nil
 	}
-	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
+	lease, err := l.newLease(a, token, reply.fence, sentAt, false)
 	return lease, 0, err
 }
 

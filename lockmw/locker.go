@@ -266,57 +266,67 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	return lease, err
 }
 
+// acquisition is one Acquire or TryAcquire call under way: what each step
+// of its wait needs, made once by wait.
+type acquisition struct {
+	opCtx       context.Context // carries the acquire span; requests are made under it
+	leaseParent context.Context // the caller's context: the lease context derives from it
+	key         string
+	keys        lockKeys
+	cfg         *acquireConfig
+	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
+}
+
 // wait runs attempts until one succeeds, fails, or the wait ends. opCtx
 // carries the acquire span; leaseParent is the caller's context the lease
 // context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
-	keys := newLockKeys(l.cfg.prefix, key)
-	var giveUp time.Time
+	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, keys: newLockKeys(l.cfg.prefix, key), cfg: ac}
 	if ac.hasWait {
 		if ac.wait == 0 {
 			wait = false
 		}
-		giveUp = start.Add(ac.wait)
+		a.giveUp = start.Add(ac.wait)
 	}
 	if sb, ok := l.backend.(*storeBackend); ok {
-		return l.waitStore(sb, opCtx, leaseParent, key, keys, ac, wait, giveUp)
+		return l.waitStore(sb, a, wait)
 	}
 	if l.waits == nil {
 		if ac.fair {
 			return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
 		}
 		if b, ok := l.backend.(*redlockBackend); ok && b.subs != nil {
-			return l.waitRedlock(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+			return l.waitRedlock(a, wait)
 		}
-		return l.waitBackoff(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+		return l.waitBackoff(a, wait)
 	}
 	if ac.fair {
-		return l.acquireFair(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+		return l.acquireFair(a, wait)
 	}
 	holderTTL := time.Duration(0)
 	switch {
-	case wait && l.hasDefaultWaiters(keys):
+	case wait && l.hasDefaultWaiters(a.keys):
 		// Queue behind this Locker's waiters rather than race them.
-	case wait && l.isHot(keys) && l.linesUp(keys, ac):
+	case wait && l.isHot(a.keys) && l.linesUp(a.keys, ac):
 		// Waiters of other Lockers are queued: line up behind them (see
 		// lineup.go) rather than make an attempt that finds the lock held.
-		return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+		return l.lineUp(a)
 	default:
-		lease, ttl, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+		lease, ttl, err := l.attempt(a)
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		if !wait || (!giveUp.IsZero() && !time.Now().Before(giveUp)) {
+		if !wait || (!a.giveUp.IsZero() && !time.Now().Before(a.giveUp)) {
 			return nil, &NotAcquiredError{Key: key, RetryAfter: ttl}
 		}
-		if l.linesUp(keys, ac) {
-			return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+		if l.linesUp(a.keys, ac) {
+			return l.lineUp(a)
 		}
 		holderTTL = ttl
 	}
-	lease, lineUp, err := l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, holderTTL)
+	lease, lineUp, err := l.waitDefault(a, holderTTL)
 	if lineUp {
-		return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+		return l.lineUp(a)
 	}
 	return lease, err
 }

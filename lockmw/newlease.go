@@ -1,7 +1,6 @@
 package lockmw
 
 import (
-	"context"
 	"fmt"
 	"time"
 )
@@ -17,18 +16,18 @@ import (
 // newLease makes the lease for a lock Redis set for token no earlier than
 // validFrom, and hands it to the watchdog. A lease whose validity is already
 // over (Redis answered too late) is released instead.
-func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
-	validity := ac.ttl - l.cfg.drift(ac.ttl)
+func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
+	validity := a.cfg.ttl - l.cfg.drift(a.cfg.ttl)
 	if elapsed := time.Since(validFrom); elapsed >= validity {
 		// The answer came too late for the lease to be worth anything.
-		l.giveBack(opCtx, keys, token, ac.ttl, fair, nil)
-		return nil, unavailable("acquire", key,
+		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
+		return nil, unavailable("acquire", a.key,
 			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity))
 	}
-	s := l.makeLease(leaseParent, key, keys, ac, token, fence, validFrom, fair)
+	s := l.makeLease(a, token, fence, validFrom, fair)
 	if !l.keeper.add(s, validFrom) {
 		s.cancel(ErrClosed)
-		l.giveBack(opCtx, keys, token, ac.ttl, fair, nil)
+		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
 		return nil, ErrClosed
 	}
 	return s, nil
@@ -36,12 +35,12 @@ func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys l
 
 // newEarlyLease makes the lease for a lock handed over by h before Redis
 // confirmed it (see handover).
-func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover, fair bool) (*Lease, error) {
-	s := l.makeLease(leaseParent, key, keys, ac, token, h.fence, time.Now(), fair)
+func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair bool) (*Lease, error) {
+	s := l.makeLease(a, token, h.fence, time.Now(), fair)
 	s.early = h
 	if !l.keeper.addPending(s, h.deadline) {
 		s.cancel(ErrClosed)
-		l.giveBack(opCtx, keys, token, ac.ttl, fair, h)
+		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, h)
 		return nil, ErrClosed
 	}
 	h.attach(l, s)
@@ -49,21 +48,21 @@ func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, k
 }
 
 // makeLease returns a new outermost lease, its context made under
-// leaseParent.
-func (l *Locker) makeLease(leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, fence uint64, acquiredAt time.Time, fair bool) *Lease {
+// a.leaseParent.
+func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredAt time.Time, fair bool) *Lease {
 	s := &Lease{
 		locker:     l,
-		key:        key,
-		name:       ac.name,
-		keys:       keys,
+		key:        a.key,
+		name:       a.cfg.name,
+		keys:       a.keys,
 		token:      token,
 		fence:      fence,
-		ttl:        ac.ttl,
-		watchdog:   ac.watchdog,
+		ttl:        a.cfg.ttl,
+		watchdog:   a.cfg.watchdog,
 		fair:       fair,
 		acquiredAt: acquiredAt,
 	}
 	s.keep.index = -1
-	s.bindContext(leaseParent)
+	s.bindContext(a.leaseParent)
 	return s
 }

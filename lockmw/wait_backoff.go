@@ -1,7 +1,6 @@
 package lockmw
 
 import (
-	"context"
 	mathrand "math/rand/v2"
 	"time"
 )
@@ -18,17 +17,17 @@ const (
 )
 
 // waitBackoff waits by retrying with backoff.
-func (l *Locker) waitBackoff(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+func (l *Locker) waitBackoff(a *acquisition, wait bool) (*Lease, error) {
 	var (
 		timer   *time.Timer
 		backoff = minBackoff
 	)
 	for {
-		lease, holderTTL, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+		lease, holderTTL, err := l.attempt(a)
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		busy := &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+		busy := &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
 		if !wait {
 			return nil, busy
 		}
@@ -37,8 +36,8 @@ func (l *Locker) waitBackoff(opCtx, leaseParent context.Context, key string, key
 		if holderTTL > 0 {
 			sleep = min(sleep, holderTTL)
 		}
-		if !giveUp.IsZero() {
-			left := time.Until(giveUp)
+		if !a.giveUp.IsZero() {
+			left := time.Until(a.giveUp)
 			if left <= 0 {
 				return nil, busy
 			}
@@ -52,8 +51,8 @@ func (l *Locker) waitBackoff(opCtx, leaseParent context.Context, key string, key
 		}
 		select {
 		case <-timer.C:
-		case <-opCtx.Done():
-			return nil, ctxErr(opCtx, key)
+		case <-a.opCtx.Done():
+			return nil, ctxErr(a.opCtx, a.key)
 		case <-l.closing:
 			return nil, ErrClosed
 		}

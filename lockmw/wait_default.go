@@ -1,7 +1,6 @@
 package lockmw
 
 import (
-	"context"
 	"log/slog"
 	"time"
 )
@@ -51,10 +50,10 @@ func (r *room) nextDefault() *waiter {
 // lock held by another Locker: the caller lines up in the lock's queue
 // instead (see lineup.go), and the room's next waiter is woken to do the
 // same.
-func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, giveUp time.Time, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
-	w := &waiter{token: newToken(), ttl: ac.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1)}
+func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
+	w := &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1)}
 	l.roomsMu.Lock()
-	r := l.join(keys)
+	r := l.join(a.keys)
 	r.defaults = append(r.defaults, w)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
@@ -62,24 +61,24 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 
 	// Once subscribed, retry: a release may have come since the attempt.
 	retry := true
-	if err := watchUntil(opCtx, l.waits.subscriber(), giveUp, keys.notify, false); err == nil {
-		defer l.waits.subscriber().unwatch(keys.notify)
-	} else if opCtx.Err() != nil {
-		return nil, false, ctxErr(opCtx, key)
+	if err := watchUntil(a.opCtx, l.waits.subscriber(), a.giveUp, a.keys.notify, false); err == nil {
+		defer l.waits.subscriber().unwatch(a.keys.notify)
+	} else if a.opCtx.Err() != nil {
+		return nil, false, ctxErr(a.opCtx, a.key)
 	} else {
-		l.logger.Debug("lockmw: waiting without release notifications", slog.String("key", key), slog.Any("error", err))
+		l.logger.Debug("lockmw: waiting without release notifications", slog.String("key", a.key), slog.Any("error", err))
 	}
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		if retry && l.leads(r, w) {
-			lease, ttl, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+			lease, ttl, err := l.attempt(a)
 			if lease != nil || err != nil {
 				return lease, false, err
 			}
 			holderTTL = ttl
-			if l.linesUp(keys, ac) && (giveUp.IsZero() || time.Now().Before(giveUp)) {
+			if l.linesUp(a.keys, a.cfg) && (a.giveUp.IsZero() || time.Now().Before(a.giveUp)) {
 				l.roomsMu.Lock()
 				// Not if a release of this Locker handed w the lock
 				// meanwhile: w takes it below.
@@ -94,12 +93,12 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 		retry = false
 		sleep := holderTTL
 		if sleep <= 0 {
-			sleep = ac.ttl
+			sleep = a.cfg.ttl
 		}
-		if !giveUp.IsZero() {
-			left := time.Until(giveUp)
+		if !a.giveUp.IsZero() {
+			left := time.Until(a.giveUp)
 			if left <= 0 {
-				return nil, false, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+				return nil, false, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
 			}
 			sleep = min(sleep, left)
 		}
@@ -109,10 +108,10 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 			// A release in this Locker handed the lock over.
 			defer l.flights.done()
 			if g.early != nil {
-				lease, err := l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, false)
+				lease, err := l.newEarlyLease(a, w.token, g.early, false)
 				return lease, false, err
 			}
-			lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, false)
+			lease, err := l.newLease(a, w.token, g.fence, g.validFrom, false)
 			if lease != nil {
 				lease.reserved.Store(g.reserved)
 			}
@@ -121,8 +120,8 @@ func (l *Locker) waitDefault(opCtx, leaseParent context.Context, key string, key
 			retry = true
 		case <-timer.C:
 			retry = true // the holder's TTL ran out, or the wait did
-		case <-opCtx.Done():
-			return nil, false, ctxErr(opCtx, key)
+		case <-a.opCtx.Done():
+			return nil, false, ctxErr(a.opCtx, a.key)
 		case <-l.closing:
 			return nil, false, ErrClosed
 		}

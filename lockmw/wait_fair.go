@@ -49,7 +49,7 @@ func (l *Locker) forgetFair(keys lockKeys, token string) {
 
 // acquireFair takes key in arrival order: one attempt when !wait, else a
 // place in the queue and a wait for the hand-over.
-func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	// Close waits for fair acquisitions under way (a waiter stops waiting
 	// when Close begins): one that was granted the lock, or leaves the
 	// queue, is done with Redis before Close returns.
@@ -59,48 +59,48 @@ func (l *Locker) acquireFair(opCtx, leaseParent context.Context, key string, key
 		return nil, ErrClosed
 	}
 	token := newToken()
-	entry := l.id + " " + token + " " + strconv.FormatInt(millis(ac.ttl), 10)
+	entry := l.id + " " + token + " " + strconv.FormatInt(millis(a.cfg.ttl), 10)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.waits.fairAcquire(opCtx, keys, token, ac.ttl, entry, modeTry)
+		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, token, a.cfg.ttl, entry, modeTry)
 		if err != nil {
 			if mayHaveRun(err) {
-				l.takeBack(keys, token, "", true, ac.ttl) // it may take the lock yet
+				l.takeBack(a.keys, token, "", true, a.cfg.ttl) // it may take the lock yet
 			}
-			return nil, l.attemptErr(opCtx, key, err)
+			return nil, l.attemptErr(a.opCtx, a.key, err)
 		}
 		if !reply.acquired {
-			return nil, &NotAcquiredError{Key: key, RetryAfter: reply.pttl}
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.pttl}
 		}
-		return l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
+		return l.newLease(a, token, reply.fence, sentAt, false)
 	}
 
-	w := &waiter{token: token, ttl: ac.ttl, grant: make(chan grantInfo, 1)}
+	w := &waiter{token: token, ttl: a.cfg.ttl, grant: make(chan grantInfo, 1)}
 	l.roomsMu.Lock()
-	r := l.join(keys)
+	r := l.join(a.keys)
 	r.fair[token] = w
 	// A fair waiter or holder here, or a hand-over that left others queued:
 	// the lock is busy, and the queue likely exists.
-	known := r.fairBusy > 0 || l.isHotLocked(keys)
+	known := r.fairBusy > 0 || l.isHotLocked(a.keys)
 	r.fairBusy++
 	l.roomsMu.Unlock()
 
-	lease, err := l.waitFair(opCtx, leaseParent, key, keys, ac, w, entry, known, giveUp)
+	lease, err := l.waitFair(a, w, entry, known)
 	if lease == nil {
-		l.abandonFair(keys, w, entry, err)
+		l.abandonFair(a.keys, w, entry, err)
 	}
 	return lease, err
 }
 
-func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, entry string, known bool, giveUp time.Time) (*Lease, error) {
-	channel := keys.grants + l.id
-	if err := watchUntil(opCtx, l.waits.subscriber(), giveUp, channel, true); err != nil {
-		if opCtx.Err() != nil {
-			return nil, ctxErr(opCtx, key)
+func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (*Lease, error) {
+	channel := a.keys.grants + l.id
+	if err := watchUntil(a.opCtx, l.waits.subscriber(), a.giveUp, channel, true); err != nil {
+		if a.opCtx.Err() != nil {
+			return nil, ctxErr(a.opCtx, a.key)
 		}
 		// Grants to this Locker would find nobody listening and skip its
 		// waiters; polling still gets the lock once the queue drains.
-		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", key), slog.Any("error", err))
+		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.Any("error", err))
 	} else {
 		defer l.waits.subscriber().unwatch(channel)
 	}
@@ -111,36 +111,36 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 	l.setBusy(w, sentAt, 0)
 	queued := false
 	if known {
-		ok, err := l.waits.enqueue(opCtx, keys, entry)
+		ok, err := l.waits.enqueue(a.opCtx, a.keys, entry)
 		if err != nil {
-			return nil, l.attemptErr(opCtx, key, err)
+			return nil, l.attemptErr(a.opCtx, a.key, err)
 		}
 		queued = ok
 	}
 	holderTTL := time.Duration(0)
 	if !queued {
-		reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modeWait)
+		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modeWait)
 		if err != nil {
-			return nil, l.attemptErr(opCtx, key, err)
+			return nil, l.attemptErr(a.opCtx, a.key, err)
 		}
-		if lease, err := l.fairReplyLease(opCtx, leaseParent, key, keys, ac, w, reply, sentAt); lease != nil || err != nil {
+		if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 			return lease, err
 		}
 		holderTTL = reply.pttl
 	}
 
-	poll := time.NewTimer(pollAfter(holderTTL, ac.ttl))
+	poll := time.NewTimer(pollAfter(holderTTL, a.cfg.ttl))
 	defer poll.Stop()
 	var giveUpC <-chan time.Time
-	if !giveUp.IsZero() {
-		t := time.NewTimer(time.Until(giveUp))
+	if !a.giveUp.IsZero() {
+		t := time.NewTimer(time.Until(a.giveUp))
 		defer t.Stop()
 		giveUpC = t.C
 	}
 	for {
 		select {
 		case g := <-w.grant:
-			lease, again, err := l.fairGrantLease(opCtx, leaseParent, key, keys, ac, w, g)
+			lease, again, err := l.fairGrantLease(a, w, g)
 			if again {
 				poll.Reset(0)
 				continue
@@ -148,19 +148,19 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 			return lease, err
 		case <-poll.C:
 			sentAt := time.Now()
-			reply, err := l.waits.fairAcquire(opCtx, keys, w.token, ac.ttl, entry, modePoll)
+			reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modePoll)
 			if err != nil {
-				return nil, l.attemptErr(opCtx, key, err)
+				return nil, l.attemptErr(a.opCtx, a.key, err)
 			}
-			if lease, err := l.fairReplyLease(opCtx, leaseParent, key, keys, ac, w, reply, sentAt); lease != nil || err != nil {
+			if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 				return lease, err
 			}
 			holderTTL = reply.pttl
-			poll.Reset(pollAfter(holderTTL, ac.ttl))
+			poll.Reset(pollAfter(holderTTL, a.cfg.ttl))
 		case <-giveUpC:
-			return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
-		case <-opCtx.Done():
-			return nil, ctxErr(opCtx, key)
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
+		case <-a.opCtx.Done():
+			return nil, ctxErr(a.opCtx, a.key)
 		case <-l.closing:
 			return nil, ErrClosed
 		}
@@ -170,20 +170,20 @@ func (l *Locker) waitFair(opCtx, leaseParent context.Context, key string, keys l
 // fairGrantLease turns a grant delivered to the fair waiter w into its
 // lease. again reports a grant that had expired before w saw it: w waits on
 // and should poll at once.
-func (l *Locker) fairGrantLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
+func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
 	defer l.flights.done() // started by the grant's sender
 	if g.early != nil {
 		// Handed over by a release in this Locker, before Redis confirmed it.
-		lease, err = l.newEarlyLease(opCtx, leaseParent, key, keys, ac, w.token, g.early, true)
+		lease, err = l.newEarlyLease(a, w.token, g.early, true)
 		return lease, false, err
 	}
-	if time.Since(g.validFrom) > ac.ttl/3 {
+	if time.Since(g.validFrom) > a.cfg.ttl/3 {
 		// Queued long ago: the grant's start is only known to be after
 		// w's last busy attempt. Renew to learn a fresh one.
 		sentAt := time.Now()
-		res := l.backend.renew(opCtx, []renewRequest{{keys: keys, token: w.token, ttl: ac.ttl}})[0]
+		res := l.backend.renew(a.opCtx, []renewRequest{{keys: a.keys, token: w.token, ttl: a.cfg.ttl}})[0]
 		if res.err != nil {
-			return nil, false, l.attemptErr(opCtx, key, res.err)
+			return nil, false, l.attemptErr(a.opCtx, a.key, res.err)
 		}
 		if res.ownership != owned {
 			// The grant expired before it was seen: wait again.
@@ -192,7 +192,7 @@ func (l *Locker) fairGrantLease(opCtx, leaseParent context.Context, key string, 
 		}
 		g.validFrom = sentAt
 	}
-	lease, err = l.newLease(opCtx, leaseParent, key, keys, ac, w.token, g.fence, g.validFrom, true)
+	lease, err = l.newLease(a, w.token, g.fence, g.validFrom, true)
 	if lease != nil {
 		lease.reserved.Store(g.reserved)
 		lease.next.Store(&g.next)
@@ -202,16 +202,16 @@ func (l *Locker) fairGrantLease(opCtx, leaseParent context.Context, key string, 
 
 // fairReplyLease turns a fair attempt's reply into a lease, or records that
 // the lock was still busy when the attempt (sent at sentAt) ran.
-func (l *Locker) fairReplyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, w *waiter, reply fairReply, sentAt time.Time) (*Lease, error) {
+func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply fairReply, sentAt time.Time) (*Lease, error) {
 	switch {
 	case reply.acquired:
 		l.claim(w)
-		return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, reply.fence, sentAt, true)
+		return l.newLease(a, w.token, reply.fence, sentAt, true)
 	case reply.granted:
 		// Handed over earlier, its message not seen: the lock has pttl
 		// left from when the attempt ran, which was after sentAt.
 		l.claim(w)
-		return l.newLease(opCtx, leaseParent, key, keys, ac, w.token, reply.fence, sentAt.Add(reply.pttl-ac.ttl), true)
+		return l.newLease(a, w.token, reply.fence, sentAt.Add(reply.pttl-a.cfg.ttl), true)
 	}
 	l.setBusy(w, sentAt, reply.counter)
 	return nil, nil

@@ -169,11 +169,11 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 		}) // errors are read from the commands below
 	}
 	run(acquireScript.EvalSha)
-	if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+	if noScript(acq.Err()) {
 		run(acquireScript.Eval) // a restarted or new master: send the script in full
 	}
 	vals, err := acq.Int64Slice()
-	if err != nil || len(vals) != 2 || vals[0] != 1 {
+	if err != nil || len(vals) != 2 || vals[0] != acquireTaken {
 		return vals, err // not taken: nothing to wait for
 	}
 	acked, err := wait.Result()

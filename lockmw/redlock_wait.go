@@ -231,11 +231,6 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	}})
 }
 
-// redlockLeaveScript takes a waiter's entry (ARGV[1]) out of the wait
-// queue (KEYS[2]); KEYS[1], the lock, orders it after the lock's earlier
-// calls on the first master.
-var redlockLeaveScript = redis.NewScript(`return redis.call('LREM', KEYS[2], 1, ARGV[1])`)
-
 // attemptQueued is attempt for a Redlock waiter: entry, if not empty, is
 // queued on the first master when it finds the lock held.
 func (l *Locker) attemptQueued(a *acquisition, entry string) (*Lease, acquireReply, error) {
@@ -280,9 +275,6 @@ func (b *redlockBackend) holderTTL(ctx context.Context, keys lockKeys) time.Dura
 	}
 	return freeIn(busy, len(busy)-len(b.masters)+b.quorum)
 }
-
-// pttlScript reads a lock's remaining TTL on one master, through its queue.
-var pttlScript = redis.NewScript(`return redis.call('PTTL', KEYS[1])`)
 
 // holderTTLWait bounds holderTTL.
 const holderTTLWait = 100 * time.Millisecond

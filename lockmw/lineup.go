@@ -8,7 +8,7 @@ import (
 // This file is how waiters of different Lockers (processes) take turns
 // without a herd.
 //
-// A Locker's own waiters for a lock it holds wait in its room (waiting.go):
+// A Locker's own waiters for a lock it holds wait in its room (rooms.go):
 // its release hands the lock to the first of them, in-process. A waiter
 // whose lock is held by another Locker lines up in the lock's queue in
 // Redis instead, whatever its mode: the holder's release hands the lock

@@ -55,3 +55,16 @@ type renewResult struct {
 	ownership ownership // valid when err is nil
 	err       error
 }
+
+// waitBackend is what a backend offers for waiting without polling:
+// release notifications and fair queues. The Redis backend has it.
+type waitBackend interface {
+	releaseHandoff(ctx context.Context, k lockKeys, token, early string, earlyFence uint64) (handoff, error)
+	unlock(ctx context.Context, k lockKeys, token string) (o ownership, fair bool, err error)
+	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration, force bool) (transferReply, error)
+	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
+	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
+	leave(ctx context.Context, k lockKeys, entry, token string) (bool, error)
+	subscriber() *subscriber
+	close()
+}

@@ -13,7 +13,7 @@ import (
 // renews every watchdog lease at a third of its TTL, in one pipelined round
 // trip per tick, and cancels a lease's context with ErrLost when its key is
 // gone or taken, or when its validity deadline passes without a confirmed
-// renewal. Acquiring a lock is elsewhere (locker.go).
+// renewal. Acquiring a lock is elsewhere (locker.go, attempt.go).
 //
 // Validity: a renewal (or the acquisition) sent at monotonic time t and
 // confirmed by Redis means the key lives at least until t+TTL on Redis'

@@ -1,7 +1,6 @@
 package lockmw
 
 import (
-	"context"
 	"log/slog"
 	"time"
 )
@@ -9,7 +8,7 @@ import (
 // This file is how waiters of different Lockers (processes) take turns
 // without a herd.
 //
-// A Locker's own waiters for a lock it holds wait in its room (waiting.go):
+// A Locker's own waiters for a lock it holds wait in its room (rooms.go):
 // its release hands the lock to the first of them, in-process. A waiter
 // whose lock is held by another Locker lines up in the lock's queue in
 // Redis instead, whatever its mode: the holder's release hands the lock
@@ -110,13 +109,13 @@ func (l *Locker) linesUp(keys lockKeys, ac *acquireConfig) bool {
 // either), longer than a waiter retries: the waiter then waits in its room
 // instead, on release notifications, whose attempts need only the lock and
 // its counter.
-func (l *Locker) lineUp(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, giveUp time.Time) (*Lease, error) {
-	lease, err := l.acquireFair(opCtx, leaseParent, key, keys, ac, true, giveUp)
-	if err == nil || opCtx.Err() != nil || !slotMoving(err) {
+func (l *Locker) lineUp(a *acquisition) (*Lease, error) {
+	lease, err := l.acquireFair(a, true)
+	if err == nil || a.opCtx.Err() != nil || !slotMoving(err) {
 		return lease, err
 	}
-	l.logger.Debug("lockmw: waiting without the queue while the slot moves", slog.String("key", key), slog.Any("error", err))
-	ac.stayInRoom = true
-	lease, _, err = l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, 0)
+	l.logger.Debug("lockmw: waiting without the queue while the slot moves", slog.String("key", a.key), slog.Any("error", err))
+	a.cfg.stayInRoom = true
+	lease, _, err = l.waitDefault(a, 0)
 	return lease, err
 }

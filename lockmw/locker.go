@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mathrand "math/rand/v2"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 )
+
+// This file is the Locker: New, its API (Acquire, TryAcquire, Do, Close),
+// and the dispatch of an acquisition to the way it waits.
 
 // A Locker hands out leases on named locks kept in Redis. Create one per
 // process (or per Redis deployment) and share it: it is safe for concurrent
@@ -264,275 +266,69 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	return lease, err
 }
 
-// Without release notifications (a backend that has none), waiting retries
-// with a jittered, capped exponential backoff, never sleeping past the
-// holder's remaining TTL, so a released lock is taken within a few ms.
-const (
-	minBackoff = 500 * time.Microsecond
-	maxBackoff = 8 * time.Millisecond
-)
+// acquisition is one Acquire or TryAcquire call under way: what each step
+// of its wait needs, made once by wait.
+type acquisition struct {
+	opCtx       context.Context // carries the acquire span; requests are made under it
+	leaseParent context.Context // the caller's context: the lease context derives from it
+	key         string
+	keys        lockKeys
+	cfg         *acquireConfig
+	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
+}
 
 // wait runs attempts until one succeeds, fails, or the wait ends. opCtx
 // carries the acquire span; leaseParent is the caller's context the lease
 // context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
-	keys := newLockKeys(l.cfg.prefix, key)
-	var giveUp time.Time
+	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, keys: newLockKeys(l.cfg.prefix, key), cfg: ac}
 	if ac.hasWait {
 		if ac.wait == 0 {
 			wait = false
 		}
-		giveUp = start.Add(ac.wait)
+		a.giveUp = start.Add(ac.wait)
 	}
 	if sb, ok := l.backend.(*storeBackend); ok {
-		return l.waitStore(sb, opCtx, leaseParent, key, keys, ac, wait, giveUp)
+		return l.waitStore(sb, a, wait)
 	}
 	if l.waits == nil {
 		if ac.fair {
 			return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
 		}
 		if b, ok := l.backend.(*redlockBackend); ok && b.subs != nil {
-			return l.waitRedlock(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+			return l.waitRedlock(a, wait)
 		}
-		return l.waitBackoff(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+		return l.waitBackoff(a, wait)
 	}
 	if ac.fair {
-		return l.acquireFair(opCtx, leaseParent, key, keys, ac, wait, giveUp)
+		return l.acquireFair(a, wait)
 	}
 	holderTTL := time.Duration(0)
 	switch {
-	case wait && l.hasDefaultWaiters(keys):
+	case wait && l.hasDefaultWaiters(a.keys):
 		// Queue behind this Locker's waiters rather than race them.
-	case wait && l.isHot(keys) && l.linesUp(keys, ac):
+	case wait && l.isHot(a.keys) && l.linesUp(a.keys, ac):
 		// Waiters of other Lockers are queued: line up behind them (see
 		// lineup.go) rather than make an attempt that finds the lock held.
-		return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+		return l.lineUp(a)
 	default:
-		lease, ttl, err := l.attempt(opCtx, leaseParent, key, keys, ac)
+		lease, ttl, err := l.attempt(a)
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		if !wait || (!giveUp.IsZero() && !time.Now().Before(giveUp)) {
+		if !wait || (!a.giveUp.IsZero() && !time.Now().Before(a.giveUp)) {
 			return nil, &NotAcquiredError{Key: key, RetryAfter: ttl}
 		}
-		if l.linesUp(keys, ac) {
-			return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+		if l.linesUp(a.keys, ac) {
+			return l.lineUp(a)
 		}
 		holderTTL = ttl
 	}
-	lease, lineUp, err := l.waitDefault(opCtx, leaseParent, key, keys, ac, giveUp, holderTTL)
+	lease, lineUp, err := l.waitDefault(a, holderTTL)
 	if lineUp {
-		return l.lineUp(opCtx, leaseParent, key, keys, ac, giveUp)
+		return l.lineUp(a)
 	}
 	return lease, err
-}
-
-// waitBackoff waits by retrying with backoff.
-func (l *Locker) waitBackoff(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
-	var (
-		timer   *time.Timer
-		backoff = minBackoff
-	)
-	for {
-		lease, holderTTL, err := l.attempt(opCtx, leaseParent, key, keys, ac)
-		if lease != nil || err != nil {
-			return lease, err
-		}
-		busy := &NotAcquiredError{Key: key, RetryAfter: holderTTL}
-		if !wait {
-			return nil, busy
-		}
-		sleep := backoff/2 + mathrand.N(backoff/2+1)
-		backoff = min(backoff*2, maxBackoff)
-		if holderTTL > 0 {
-			sleep = min(sleep, holderTTL)
-		}
-		if !giveUp.IsZero() {
-			left := time.Until(giveUp)
-			if left <= 0 {
-				return nil, busy
-			}
-			sleep = min(sleep, left)
-		}
-		if timer == nil {
-			timer = time.NewTimer(sleep)
-			defer timer.Stop()
-		} else {
-			timer.Reset(sleep)
-		}
-		select {
-		case <-timer.C:
-		case <-opCtx.Done():
-			return nil, ctxErr(opCtx, key)
-		case <-l.closing:
-			return nil, ErrClosed
-		}
-	}
-}
-
-// attempt makes one acquisition. It returns the lease, or the holder's
-// remaining TTL when the lock is busy, or an error.
-func (l *Locker) attempt(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig) (*Lease, time.Duration, error) {
-	// Close waits for attempts under way: one that takes the lock after
-	// Close began gives it back before Close returns.
-	l.flights.start()
-	defer l.flights.done()
-	if l.closed.Load() {
-		return nil, 0, ErrClosed
-	}
-	token := newToken()
-	sentAt := time.Now()
-	reply, err := l.backend.acquire(opCtx, keys, token, ac.ttl)
-	if err != nil {
-		if _, quorum := l.backend.(*redlockBackend); !quorum && mayHaveRun(err) {
-			// No lease will hold token: give back what the request may
-			// take yet (Redlock does so per master itself).
-			l.takeBack(keys, token, "", false, ac.ttl)
-		}
-		return nil, 0, l.attemptErr(opCtx, key, err)
-	}
-	if !reply.acquired {
-		return nil, reply.holderTTL, nil
-	}
-	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
-	return lease, 0, err
-}
-
-// attemptErr is the error for an attempt that did not reach Redis.
-func (l *Locker) attemptErr(opCtx context.Context, key string, err error) error {
-	if opCtx.Err() != nil {
-		return ctxErr(opCtx, key)
-	}
-	return unavailable("acquire", key, err)
-}
-
-// newLease makes the lease for a lock Redis set for token no earlier than
-// validFrom, and hands it to the watchdog. A lease whose validity is already
-// over (Redis answered too late) is released instead.
-func (l *Locker) newLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
-	validity := ac.ttl - l.cfg.drift(ac.ttl)
-	if elapsed := time.Since(validFrom); elapsed >= validity {
-		// The answer came too late for the lease to be worth anything.
-		l.giveBack(opCtx, keys, token, ac.ttl, fair, nil)
-		return nil, unavailable("acquire", key,
-			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity))
-	}
-	s := l.makeLease(leaseParent, key, keys, ac, token, fence, validFrom, fair)
-	if !l.keeper.add(s, validFrom) {
-		s.cancel(ErrClosed)
-		l.giveBack(opCtx, keys, token, ac.ttl, fair, nil)
-		return nil, ErrClosed
-	}
-	return s, nil
-}
-
-// newEarlyLease makes the lease for a lock handed over by h before Redis
-// confirmed it (see handover).
-func (l *Locker) newEarlyLease(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, h *handover, fair bool) (*Lease, error) {
-	s := l.makeLease(leaseParent, key, keys, ac, token, h.fence, time.Now(), fair)
-	s.early = h
-	if !l.keeper.addPending(s, h.deadline) {
-		s.cancel(ErrClosed)
-		l.giveBack(opCtx, keys, token, ac.ttl, fair, h)
-		return nil, ErrClosed
-	}
-	h.attach(l, s)
-	return s, nil
-}
-
-// makeLease returns a new outermost lease, its context made under
-// leaseParent.
-func (l *Locker) makeLease(leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, token string, fence uint64, acquiredAt time.Time, fair bool) *Lease {
-	s := &Lease{
-		locker:     l,
-		key:        key,
-		name:       ac.name,
-		keys:       keys,
-		token:      token,
-		fence:      fence,
-		ttl:        ac.ttl,
-		watchdog:   ac.watchdog,
-		fair:       fair,
-		acquiredAt: acquiredAt,
-	}
-	s.keep.index = -1
-	s.bindContext(leaseParent)
-	return s
-}
-
-// giveBack releases a lock taken for token that will not become a lease;
-// one handed over early (h), once the hand-over has reached Redis.
-func (l *Locker) giveBack(opCtx context.Context, keys lockKeys, token string, ttl time.Duration, fair bool, h *handover) {
-	l.flights.start()
-	defer l.flights.done()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
-	defer cancel()
-	if h != nil {
-		h.wait(ctx)
-	}
-	if _, err := l.releaseTokenOf(ctx, keys, token, fair); err != nil {
-		l.takeBack(keys, token, "", fair, ttl)
-	}
-	if fair {
-		l.forgetFair(keys, token)
-	}
-}
-
-// nestIn returns a lease nested in the lock that a lease on ctx's chain
-// holds for l on key, or nil when no such lease is live: a lease whose
-// context outlived it (context.WithoutCancel keeps the values) does not
-// nest, and the caller then acquires as anyone else would.
-func (l *Locker) nestIn(ctx context.Context, key string) *Lease {
-	s, _ := ctx.Value(leaseContextKey{}).(*Lease)
-	for ; s != nil; s = s.enclosing {
-		if s.locker == l && s.key == key && s.live() {
-			if n := l.nest(ctx, s); n != nil {
-				return n
-			}
-		}
-	}
-	return nil
-}
-
-// nest returns a lease nested in the lock of found (or of its outermost
-// lease), with its context made under ctx, or nil if the outermost lease
-// has ended meanwhile. The nested lease ends when the outermost one does
-// (see Lease.cancel), whatever ctx is.
-func (l *Locker) nest(ctx context.Context, found *Lease) *Lease {
-	outer := found
-	if found.outer != nil {
-		outer = found.outer
-	}
-	s := &Lease{
-		locker:     l,
-		key:        outer.key,
-		name:       outer.name,
-		keys:       outer.keys,
-		token:      outer.token,
-		fence:      outer.fence,
-		ttl:        outer.ttl,
-		watchdog:   outer.watchdog,
-		acquiredAt: time.Now(),
-		outer:      outer,
-	}
-	s.keep.index = -1
-	s.bindContext(ctx)
-	if !outer.adopt(s) {
-		s.stop(nil) // never handed out
-		return nil
-	}
-	return s
-}
-
-// leaseContextKey marks a lease's context: its value is the innermost lease
-// on the context chain.
-type leaseContextKey struct{}
-
-// bindContext creates s's context under parent, linked to the leases
-// already on parent's chain.
-func (s *Lease) bindContext(parent context.Context) {
-	s.enclosing, _ = parent.Value(leaseContextKey{}).(*Lease)
-	s.ctx, s.stop = context.WithCancelCause(context.WithValue(parent, leaseContextKey{}, s))
 }
 
 // ctxErr is the error for an acquisition stopped by ctx: it matches

@@ -237,10 +237,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 func (b *batcher) send1(batch []*scriptCall) {
 	if len(batch) == 1 && batch[0].script != nil {
 		c := batch[0]
-		c.cmd = c.script.EvalSha(c.ctx, once{b.client}, c.keys, c.args...)
-		if c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			c.cmd = c.script.Eval(c.ctx, once{b.client}, c.keys, c.args...)
-		}
+		c.cmd = evalOnce(c.ctx, b.client, c.script, c.keys, c.args...)
 		return
 	}
 	ctx := context.Background()
@@ -258,16 +255,11 @@ func (b *batcher) send1(batch []*scriptCall) {
 		c.cmd = c.script.EvalSha(ctx, once{pipe}, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
-	var resend redis.Pipeliner
+	rs := resend{ctx: ctx, client: b.client}
 	for _, c := range batch {
-		if c.script != nil && c.cmd.Err() != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
-			if resend == nil {
-				resend = b.client.Pipeline()
-			}
-			c.cmd = c.script.Eval(ctx, once{resend}, c.keys, c.args...)
+		if c.script != nil && noScript(c.cmd.Err()) {
+			c.cmd = rs.eval(c.script, c.keys, c.args...)
 		}
 	}
-	if resend != nil {
-		_, _ = resend.Exec(ctx)
-	}
+	rs.send()
 }

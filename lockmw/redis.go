@@ -2,41 +2,10 @@ package lockmw
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
-
-// The wire protocol: compare-and-act scripts, loaded by SHA and resent in
-// full when a restarted or new node answers NOSCRIPT. grant.lua is a
-// function that release.lua and fair.lua share.
-var (
-	//go:embed scripts/acquire.lua
-	acquireSource string
-	//go:embed scripts/release.lua
-	releaseSource string
-	//go:embed scripts/renew.lua
-	renewSource string
-	//go:embed scripts/grant.lua
-	grantSource string
-	//go:embed scripts/fair.lua
-	fairSource string
-	//go:embed scripts/leave.lua
-	leaveSource string
-	//go:embed scripts/transfer.lua
-	transferSource string
-	//go:embed scripts/unlock.lua
-	unlockSource string
-
-	acquireScript  = redis.NewScript(acquireSource)
-	releaseScript  = redis.NewScript(grantSource + releaseSource)
-	renewScript    = redis.NewScript(renewSource)
-	fairScript     = redis.NewScript(grantSource + fairSource)
-	leaveScript    = redis.NewScript(leaveSource)
-	transferScript = redis.NewScript(transferSource)
-	unlockScript   = redis.NewScript(unlockSource)
 )
 
 // redisBackend keeps locks on one Redis deployment: a standalone server, a
@@ -86,7 +55,7 @@ func acquireReplyOf(vals []int64) (acquireReply, error) {
 	if len(vals) != 2 {
 		return acquireReply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
 	}
-	if vals[0] == 1 {
+	if vals[0] == acquireTaken {
 		return acquireReply{acquired: true, fence: uint64(vals[1])}, nil
 	}
 	return acquireReply{holderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
@@ -109,7 +78,7 @@ func (b *redisBackend) unlock(ctx context.Context, k lockKeys, token string) (o 
 	if !ok {
 		return 0, false, fmt.Errorf("unlock script returned %T, want an integer", reply)
 	}
-	if code == 2 {
+	if code == unlockFairQueued {
 		return 0, true, nil
 	}
 	return ownershipOf(code), false, nil
@@ -142,9 +111,9 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token, ea
 	}
 	code, _ := vals[0].(int64)
 	switch code {
-	case 2, 3:
+	case releaseHandedLocal, releaseHandedRemote:
 		want := 4
-		if code == 2 {
+		if code == releaseHandedLocal {
 			want = 5
 		}
 		if len(vals) != want {
@@ -152,7 +121,7 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token, ea
 		}
 		f, _ := vals[1].(int64)
 		to, _ := vals[2].(string)
-		h := handoff{ownership: owned, to: to, fence: uint64(f), local: code == 2}
+		h := handoff{ownership: owned, to: to, fence: uint64(f), local: code == releaseHandedLocal}
 		if h.local {
 			r, _ := vals[3].(int64)
 			h.reserved = uint64(r)
@@ -202,12 +171,12 @@ func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to strin
 		return transferReply{}, fmt.Errorf("transfer script: %v", err)
 	}
 	switch vals[0] {
-	case 2:
+	case transferDone:
 		if len(vals) != 3 {
 			return transferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
 		}
 		return transferReply{done: true, counter: uint64(vals[1]), others: vals[2] == 1, ownership: owned}, nil
-	case 3:
+	case transferFairQueue:
 		return transferReply{fairQueue: true}, nil
 	}
 	return transferReply{ownership: ownershipOf(vals[0])}, nil
@@ -247,9 +216,9 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string
 		return fairReply{}, fmt.Errorf("fair script returned %d values, want at least 2", len(vals))
 	}
 	switch vals[0] {
-	case 1:
+	case fairAcquired:
 		return fairReply{acquired: true, fence: uint64(vals[1])}, nil
-	case 2:
+	case fairGranted:
 		if len(vals) != 3 {
 			return fairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
 		}
@@ -277,7 +246,7 @@ func (b *redisBackend) leave(ctx context.Context, k lockKeys, entry, token strin
 		v, err = leaveScript.Run(ctx, once{b.client}, []string{k.lock, k.queue}, entry, token).Int64()
 		return err
 	})
-	return v == 1, err
+	return v == leaveGranted, err
 }
 
 func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
@@ -290,19 +259,14 @@ func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewRe
 
 	// A node that restarted or failed over has no scripts cached: resend
 	// those in full, again in one round trip.
-	var resend redis.Pipeliner
+	rs := resend{ctx: ctx, client: b.client, retry: true}
 	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			if resend == nil {
-				resend = b.client.Pipeline()
-			}
+		if noScript(c.Err()) {
 			r := reqs[i]
-			cmds[i] = renewScript.Eval(ctx, resend, []string{r.keys.lock}, r.token, millis(r.ttl))
+			cmds[i] = rs.eval(renewScript, []string{r.keys.lock}, r.token, millis(r.ttl))
 		}
 	}
-	if resend != nil {
-		_, _ = resend.Exec(ctx)
-	}
+	rs.send()
 
 	results := make([]renewResult, len(reqs))
 	for i, c := range cmds {
@@ -335,9 +299,9 @@ func int64s(reply any) ([]int64, error) {
 
 func ownershipOf(v int64) ownership {
 	switch v {
-	case 1:
+	case replyOwned:
 		return owned
-	case 0:
+	case replyMissing:
 		return missing
 	}
 	return taken

@@ -34,7 +34,7 @@ const (
 // the lease it gives up (withValidity; Locker.releaseLease sets it): once it
 // has passed, the lease's token may be gone from Redis and the lock taken
 // by another, and a waiter that the release started early, under that
-// validity (waiting.go, handover), has stopped at it; trying on would only
+// validity (handover.go), has stopped at it; trying on would only
 // install the waiter's token where nobody uses it (the lock then stays held
 // for the waiter's TTL) or answer for a lock that is no longer ours. A
 // transfer, which grants the waiter a lease whose validity counts from the
@@ -169,11 +169,11 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 		}) // errors are read from the commands below
 	}
 	run(acquireScript.EvalSha)
-	if redis.HasErrorPrefix(acq.Err(), "NOSCRIPT") {
+	if noScript(acq.Err()) {
 		run(acquireScript.Eval) // a restarted or new master: send the script in full
 	}
 	vals, err := acq.Int64Slice()
-	if err != nil || len(vals) != 2 || vals[0] != 1 {
+	if err != nil || len(vals) != 2 || vals[0] != acquireTaken {
 		return vals, err // not taken: nothing to wait for
 	}
 	acked, err := wait.Result()

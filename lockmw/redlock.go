@@ -2,7 +2,6 @@ package lockmw
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,28 +36,6 @@ import (
 // itself). Why that makes fences strictly increase from one holder to the
 // next, and what it needs of the masters' data, is argued once, in the
 // package documentation (doc.go, section Safety, "Redlock fences").
-
-// Redlock's scripts. Acquisition and renewal are the single-deployment
-// ones (acquire.lua, renew.lua); release has no queue or notification to
-// serve, and the fence round is Redlock's own.
-var (
-	//go:embed scripts/raise.lua
-	raiseSource string
-	//go:embed scripts/redlock_release.lua
-	redlockReleaseSource string
-	//go:embed scripts/redlock_acquire.lua
-	redlockAcquireSource string
-	//go:embed scripts/redlock_wake.lua
-	redlockWakeSource string
-	//go:embed scripts/redlock_renew.lua
-	redlockRenewSource string
-
-	raiseScript          = redis.NewScript(raiseSource)
-	redlockReleaseScript = redis.NewScript(redlockReleaseSource)
-	redlockAcquireScript = redis.NewScript(redlockAcquireSource)
-	redlockWakeScript    = redis.NewScript(redlockWakeSource)
-	redlockRenewScript   = redis.NewScript(redlockRenewSource)
-)
 
 // NewRedlock returns a Locker that keeps each lock on a majority of N
 // independent Redis masters (the Redlock algorithm), so that the lock
@@ -269,7 +246,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 			failed++
 			errs = append(errs, b.masterErr(r.master, err))
 			settled[r.master] = !mayHaveRun(err)
-		case vals[0] == 1:
+		case vals[0] == acquireTaken:
 			won++
 			granted[r.master] = true
 			fences = append(fences, vals[1])
@@ -278,7 +255,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 			busyTTLs = append(busyTTLs, time.Duration(max(vals[1], 0))*time.Millisecond)
 			queued = queued || (r.master == 0 && entry != "")
 		}
-		if err != nil || vals[0] != 1 {
+		if err != nil || vals[0] != acquireTaken {
 			sendRest() // the first quorum cannot grant it alone
 		}
 	}
@@ -348,7 +325,7 @@ func (b *redlockBackend) settleFence(ctx context.Context, k lockKeys, token stri
 		case err != nil:
 			other++
 			errs = append(errs, b.masterErr(r.master, err))
-		case v == 1:
+		case v == raiseHeld:
 			owned++
 		default:
 			other++
@@ -483,7 +460,7 @@ func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) 
 		select {
 		case r := <-replies:
 			v, err := r.cmds[0].Int64()
-			if v == 2 { // deleted, and a waiter woken
+			if v == redlockReleaseWoke { // deleted, and a waiter woken
 				v = 1
 				if b.onWake != nil {
 					b.onWake(k)
@@ -532,7 +509,7 @@ func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renew
 	record := func(r masterReply) {
 		defer answered.Done()
 		for i, c := range r.cmds {
-			if v, err := c.Int64(); err == nil && v == 2 && held[i] != nil {
+			if v, err := c.Int64(); err == nil && v == redlockRenewRetaken && held[i] != nil {
 				h := held[i]
 				h.mu.Lock()
 				if h.masters != nil {
@@ -574,8 +551,8 @@ collect:
 				continue
 			}
 			v, err := c.Int64()
-			if v == 2 { // taken where the lease was not held (recorded by record)
-				v = 1
+			if v == redlockRenewRetaken { // taken where the lease was not held (recorded by record)
+				v = replyOwned
 			}
 			t.add(ownershipOf(v), b.masterErr(r.master, err))
 			if t.decided(n, q) {
@@ -841,7 +818,7 @@ func (m *master) exec(batch []*masterCall) {
 	for _, p := range plains {
 		switch err := p.set.Err(); {
 		case errors.Is(err, redis.Nil):
-			p.call.SetVal([]any{int64(0), int64(0)})
+			p.call.SetVal([]any{int64(acquireBusy), int64(0)})
 		case err != nil:
 			p.call.SetErr(err)
 		case p.incr.Err() != nil:
@@ -852,28 +829,23 @@ func (m *master) exec(batch []*masterCall) {
 			p.call.SetErr(fmt.Errorf("lock set but no fence drawn: %v", p.incr.Err()))
 		default:
 			n, _ := p.incr.Int64()
-			p.call.SetVal([]any{int64(1), n})
+			p.call.SetVal([]any{int64(acquireTaken), n})
 		}
 	}
 
-	var resend redis.Pipeliner
+	rs := resend{ctx: ctx, client: m.client}
 	for _, c := range batch {
 		for i, cmd := range c.cmds {
 			if c.calls[i].plain {
 				continue
 			}
-			if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-				if resend == nil {
-					resend = m.client.Pipeline()
-				}
+			if noScript(cmd.Err()) {
 				s := c.calls[i]
-				c.cmds[i] = s.script.Eval(ctx, once{resend}, s.keys, s.args...)
+				c.cmds[i] = rs.eval(s.script, s.keys, s.args...)
 			}
 		}
 	}
-	if resend != nil {
-		_, _ = resend.Exec(ctx)
-	}
+	rs.send()
 	for _, c := range batch {
 		r := masterReply{master: c.master, cmds: c.cmds}
 		c.reply <- r

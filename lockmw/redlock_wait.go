@@ -82,19 +82,19 @@ func (l *Locker) passWakeOn(keys lockKeys) {
 // waitRedlock acquires key on a Redlock backend: one attempt when !wait,
 // else attempts woken by releases (see the top of this file) until one
 // succeeds, fails, or the wait ends.
-func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
+func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	b := l.backend.(*redlockBackend)
 	if !wait {
-		lease, reply, err := l.attemptQueued(opCtx, leaseParent, key, keys, ac, "")
+		lease, reply, err := l.attemptQueued(a, "")
 		if lease != nil || err != nil {
 			return lease, err
 		}
 		retryAfter := reply.holderTTL
 		if retryAfter == 0 {
 			// Masters asked with a plain SET do not tell the holder's TTL.
-			retryAfter = b.holderTTL(opCtx, keys)
+			retryAfter = b.holderTTL(a.opCtx, a.keys)
 		}
-		return nil, &NotAcquiredError{Key: key, RetryAfter: retryAfter}
+		return nil, &NotAcquiredError{Key: a.key, RetryAfter: retryAfter}
 	}
 	// Close waits for waiting acquisitions (a waiter stops when Close
 	// begins): one that may be queued leaves the queue before the backend
@@ -107,26 +107,26 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
 	entry := l.id + " " + w.token
 	l.roomsMu.Lock()
-	r := l.join(keys)
+	r := l.join(a.keys)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
 	queued := false
 	defer func() { l.leaveRedlock(r, w, entry, queued) }()
 
-	channel := keys.grants + l.id
-	if err := watchUntil(opCtx, b.subs, giveUp, channel, true); err == nil {
+	channel := a.keys.grants + l.id
+	if err := watchUntil(a.opCtx, b.subs, a.giveUp, channel, true); err == nil {
 		defer b.subs.unwatch(channel)
-	} else if opCtx.Err() != nil {
-		return nil, ctxErr(opCtx, key)
+	} else if a.opCtx.Err() != nil {
+		return nil, ctxErr(a.opCtx, a.key)
 	} else {
-		l.logger.Debug("lockmw: waiting without wakes", slog.String("key", key), slog.Any("error", err))
+		l.logger.Debug("lockmw: waiting without wakes", slog.String("key", a.key), slog.Any("error", err))
 	}
 
 	retry := true
-	if l.isHot(keys) {
+	if l.isHot(a.keys) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		n, err := sendOnce(opCtx, b.masters[0].client, redis.NewIntCmd(opCtx, "rpushx", keys.queue, entry)).Result()
+		n, err := sendOnce(a.opCtx, b.masters[0].client, redis.NewIntCmd(a.opCtx, "rpushx", a.keys.queue, entry)).Result()
 		switch {
 		case err == nil && n > 0:
 			queued, retry = true, false
@@ -146,7 +146,7 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 			if queued {
 				e = "" // already queued: do not queue twice
 			}
-			lease, reply, err := l.attemptQueued(opCtx, leaseParent, key, keys, ac, e)
+			lease, reply, err := l.attemptQueued(a, e)
 			queued = queued || reply.queued // (also when it failed: leaving takes the entry out)
 			if lease != nil || err != nil {
 				return lease, err
@@ -159,7 +159,7 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 			// Woken by the holder's release; the timer is for a lost wake.
 			sleep = holderTTL
 			if sleep <= 0 {
-				sleep = ac.ttl
+				sleep = a.cfg.ttl
 			}
 			sleep += mathrand.N(sleep/8 + 1)
 		} else {
@@ -168,10 +168,10 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 			sleep = backoff/2 + mathrand.N(backoff/2+1)
 			backoff = min(backoff*2, maxBackoff)
 		}
-		if !giveUp.IsZero() {
-			left := time.Until(giveUp)
+		if !a.giveUp.IsZero() {
+			left := time.Until(a.giveUp)
 			if left <= 0 {
-				return nil, &NotAcquiredError{Key: key, RetryAfter: holderTTL}
+				return nil, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
 			}
 			sleep = min(sleep, left)
 		}
@@ -181,8 +181,8 @@ func (l *Locker) waitRedlock(opCtx, leaseParent context.Context, key string, key
 			queued, retry, backoff = false, true, minBackoff // popped by the release that woke w
 		case <-timer.C:
 			retry = true
-		case <-opCtx.Done():
-			return nil, ctxErr(opCtx, key)
+		case <-a.opCtx.Done():
+			return nil, ctxErr(a.opCtx, a.key)
 		case <-l.closing:
 			return nil, ErrClosed
 		}
@@ -231,14 +231,9 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	}})
 }
 
-// redlockLeaveScript takes a waiter's entry (ARGV[1]) out of the wait
-// queue (KEYS[2]); KEYS[1], the lock, orders it after the lock's earlier
-// calls on the first master.
-var redlockLeaveScript = redis.NewScript(`return redis.call('LREM', KEYS[2], 1, ARGV[1])`)
-
 // attemptQueued is attempt for a Redlock waiter: entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *Locker) attemptQueued(opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, entry string) (*Lease, acquireReply, error) {
+func (l *Locker) attemptQueued(a *acquisition, entry string) (*Lease, acquireReply, error) {
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
@@ -247,14 +242,14 @@ func (l *Locker) attemptQueued(opCtx, leaseParent context.Context, key string, k
 	b := l.backend.(*redlockBackend)
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := b.acquireQueued(opCtx, keys, token, ac.ttl, entry)
+	reply, err := b.acquireQueued(a.opCtx, a.keys, token, a.cfg.ttl, entry)
 	if err != nil {
-		return nil, reply, l.attemptErr(opCtx, key, err)
+		return nil, reply, l.attemptErr(a.opCtx, a.key, err)
 	}
 	if !reply.acquired {
 		return nil, reply, nil
 	}
-	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.fence, sentAt, false)
+	lease, err := l.newLease(a, token, reply.fence, sentAt, false)
 	return lease, reply, err
 }
 
@@ -280,9 +275,6 @@ func (b *redlockBackend) holderTTL(ctx context.Context, keys lockKeys) time.Dura
 	}
 	return freeIn(busy, len(busy)-len(b.masters)+b.quorum)
 }
-
-// pttlScript reads a lock's remaining TTL on one master, through its queue.
-var pttlScript = redis.NewScript(`return redis.call('PTTL', KEYS[1])`)
 
 // holderTTLWait bounds holderTTL.
 const holderTTLWait = 100 * time.Millisecond

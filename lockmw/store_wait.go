@@ -34,17 +34,17 @@ import (
 
 // waitStore runs an acquisition on a store: the dispatch target of wait
 // for a Locker made by newStoreLocker.
-func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context, key string, keys lockKeys, ac *acquireConfig, wait bool, giveUp time.Time) (*Lease, error) {
-	if err := sb.st.CheckTTL(ac.ttl); err != nil {
+func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease, error) {
+	if err := sb.st.CheckTTL(a.cfg.ttl); err != nil {
 		return nil, err
 	}
-	sk := store.Key{Prefix: l.cfg.prefix, Name: key}
-	if ac.fair {
+	sk := store.Key{Prefix: l.cfg.prefix, Name: a.key}
+	if a.cfg.fair {
 		if sb.queue == nil {
 			return nil, fmt.Errorf("%w: Fair needs a store whose locks are queues; this one has none: acquire without Fair", ErrInvalidOption)
 		}
 		if wait {
-			return l.waitQueue(sb, opCtx, leaseParent, key, keys, sk, ac, giveUp)
+			return l.waitQueue(sb, a, sk)
 		}
 		// A single attempt takes the lock only when nobody holds it or
 		// queues for it: exactly what a default attempt does on a queue.
@@ -55,39 +55,39 @@ func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context,
 		// queue, which takes a free lock at once, as an attempt would,
 		// and otherwise waits for the entry before it only. A release
 		// then wakes one waiter across all Lockers, not every waiting one.
-		leave, _, err := sb.enterGate(opCtx, key, giveUp, l.closing)
+		leave, _, err := sb.enterGate(a.opCtx, a.key, a.giveUp, l.closing)
 		switch {
 		case errors.Is(err, ErrClosed):
 			return nil, ErrClosed
-		case err != nil && opCtx.Err() != nil:
-			return nil, ctxErr(opCtx, key)
+		case err != nil && a.opCtx.Err() != nil:
+			return nil, ctxErr(a.opCtx, a.key)
 		case err != nil:
-			return nil, &NotAcquiredError{Key: key} // WithWait ran out
+			return nil, &NotAcquiredError{Key: a.key} // WithWait ran out
 		}
 		defer leave()
-		return l.waitQueue(sb, opCtx, leaseParent, key, keys, sk, ac, giveUp)
+		return l.waitQueue(sb, a, sk)
 	}
 	backoff := minBackoff
 	var timer *time.Timer
 	gated := false
 	for {
-		lease, reply, err := l.storeAttempt(sb, opCtx, leaseParent, key, keys, sk, ac)
+		lease, reply, err := l.storeAttempt(sb, a, sk)
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		busy := &NotAcquiredError{Key: key, RetryAfter: reply.HolderTTL}
+		busy := &NotAcquiredError{Key: a.key, RetryAfter: reply.HolderTTL}
 		if !wait {
 			return nil, busy
 		}
 		if sb.notifier != nil && !gated {
 			// One waiter per key and Locker waits for the store's word;
 			// the others queue behind it here.
-			leave, waited, err := sb.enterGate(opCtx, key, giveUp, l.closing)
+			leave, waited, err := sb.enterGate(a.opCtx, a.key, a.giveUp, l.closing)
 			switch {
 			case errors.Is(err, ErrClosed):
 				return nil, ErrClosed
-			case err != nil && opCtx.Err() != nil:
-				return nil, ctxErr(opCtx, key)
+			case err != nil && a.opCtx.Err() != nil:
+				return nil, ctxErr(a.opCtx, a.key)
 			case err != nil:
 				return nil, busy // WithWait ran out
 			}
@@ -99,7 +99,7 @@ func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context,
 		}
 		var d time.Duration
 		if sb.notifier != nil {
-			d = pollAfter(reply.HolderTTL, ac.ttl)
+			d = pollAfter(reply.HolderTTL, a.cfg.ttl)
 		} else {
 			d = backoff/2 + mathrand.N(backoff/2+1)
 			backoff = min(backoff*2, maxBackoff)
@@ -107,18 +107,18 @@ func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context,
 				d = min(d, reply.HolderTTL)
 			}
 		}
-		if !giveUp.IsZero() {
-			left := time.Until(giveUp)
+		if !a.giveUp.IsZero() {
+			left := time.Until(a.giveUp)
 			if left <= 0 {
 				return nil, busy
 			}
 			d = min(d, left)
 		}
 		if sb.notifier != nil {
-			werr := l.untilClosed(opCtx, d, func(ctx context.Context) error {
+			werr := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
 				return sb.notifier.WaitFree(ctx, sk, reply.Seen)
 			})
-			if werr != nil && opCtx.Err() == nil && !l.closed.Load() {
+			if werr != nil && a.opCtx.Err() == nil && !l.closed.Load() {
 				// The store could not watch: back off before the next
 				// attempt, which reports the store's state.
 				d = backoff/2 + mathrand.N(backoff/2+1)
@@ -136,15 +136,15 @@ func (l *Locker) waitStore(sb *storeBackend, opCtx, leaseParent context.Context,
 			}
 			select {
 			case <-timer.C:
-			case <-opCtx.Done():
+			case <-a.opCtx.Done():
 			case <-l.closing:
 			}
 		}
 		switch {
 		case l.closed.Load():
 			return nil, ErrClosed
-		case opCtx.Err() != nil:
-			return nil, ctxErr(opCtx, key)
+		case a.opCtx.Err() != nil:
+			return nil, ctxErr(a.opCtx, a.key)
 		}
 	}
 }
@@ -168,7 +168,7 @@ func (l *Locker) untilClosed(ctx context.Context, d time.Duration, fn func(conte
 
 // storeAttempt makes one acquisition on the store. It returns the lease,
 // or the store's busy reply, or an error.
-func (l *Locker) storeAttempt(sb *storeBackend, opCtx, leaseParent context.Context, key string, keys lockKeys, sk store.Key, ac *acquireConfig) (*Lease, store.Reply, error) {
+func (l *Locker) storeAttempt(sb *storeBackend, a *acquisition, sk store.Key) (*Lease, store.Reply, error) {
 	// Close waits for attempts under way: one that takes the lock after
 	// Close began gives it back before Close returns.
 	l.flights.start()
@@ -177,57 +177,57 @@ func (l *Locker) storeAttempt(sb *storeBackend, opCtx, leaseParent context.Conte
 		return nil, store.Reply{}, ErrClosed
 	}
 	token := newToken()
-	reply, err := sb.st.Acquire(opCtx, sk, token, ac.ttl, ac.watchdog)
+	reply, err := sb.st.Acquire(a.opCtx, sk, token, a.cfg.ttl, a.cfg.watchdog)
 	if err != nil {
 		// The request may have taken the lock all the same: give back
 		// whatever token holds (nothing, most likely; it is unique).
-		l.takeBack(keys, token, "", false, ac.ttl)
-		return nil, store.Reply{}, storeErr(opCtx, key, err)
+		l.takeBack(a.keys, token, "", false, a.cfg.ttl)
+		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}
 	if !reply.Acquired {
 		return nil, reply, nil
 	}
-	lease, err := l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.Fence, reply.ValidFrom, false)
+	lease, err := l.newLease(a, token, reply.Fence, reply.ValidFrom, false)
 	return lease, store.Reply{}, err
 }
 
 // waitQueue waits in the store's queue for the lock: its entry waits for
 // the entry before it to end, then asks again whether it is first.
-func (l *Locker) waitQueue(sb *storeBackend, opCtx, leaseParent context.Context, key string, keys lockKeys, sk store.Key, ac *acquireConfig, giveUp time.Time) (*Lease, error) {
+func (l *Locker) waitQueue(sb *storeBackend, a *acquisition, sk store.Key) (*Lease, error) {
 	token := newToken()
 	for {
-		reply, err := l.enqueue(sb, opCtx, sk, token, ac)
+		reply, err := l.enqueue(sb, a.opCtx, sk, token, a.cfg)
 		if err != nil {
-			l.takeBack(keys, token, "", false, ac.ttl)
-			return nil, storeErr(opCtx, key, err)
+			l.takeBack(a.keys, token, "", false, a.cfg.ttl)
+			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		if reply.Acquired {
-			return l.newLease(opCtx, leaseParent, key, keys, ac, token, reply.Fence, reply.ValidFrom, false)
+			return l.newLease(a, token, reply.Fence, reply.ValidFrom, false)
 		}
-		d := pollAfter(reply.HolderTTL, ac.ttl)
-		if !giveUp.IsZero() {
-			left := time.Until(giveUp)
+		d := pollAfter(reply.HolderTTL, a.cfg.ttl)
+		if !a.giveUp.IsZero() {
+			left := time.Until(a.giveUp)
 			if left <= 0 {
-				l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
-				return nil, &NotAcquiredError{Key: key, RetryAfter: reply.HolderTTL}
+				l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
+				return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.HolderTTL}
 			}
 			d = min(d, left)
 		}
-		werr := l.untilClosed(opCtx, d, func(ctx context.Context) error {
-			return sb.queue.WaitTurn(ctx, sk, token, ac.ttl, reply)
+		werr := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
+			return sb.queue.WaitTurn(ctx, sk, token, a.cfg.ttl, reply)
 		})
 		switch {
 		case l.closed.Load():
-			l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
+			l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
 			return nil, ErrClosed
-		case opCtx.Err() != nil:
-			l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
-			return nil, ctxErr(opCtx, key)
+		case a.opCtx.Err() != nil:
+			l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
+			return nil, ctxErr(a.opCtx, a.key)
 		case werr != nil && !isTimeout(werr):
 			// The store could not watch the queue: give up the place, as
 			// a Redis failure ends a wait.
-			l.leaveQueue(sb, opCtx, keys, sk, token, ac.ttl)
-			return nil, unavailable("acquire", key, werr)
+			l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
+			return nil, unavailable("acquire", a.key, werr)
 		}
 	}
 }

@@ -1,0 +1,203 @@
+package lockmw
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// This file hands a lock to a waiter of this Locker: one granted to it in
+// Redis (handTo), or one handed over early, before Redis confirms it
+// (handEarly, handEarlyFair; see handover).
+//
+// Safety (doc.go, "Safety: how a lease becomes live": Fair grant, Early
+// hand-over). A grant is dated from a time known to precede it, and a grant
+// whose fence is not above the fence counter the waiter's last busy attempt
+// saw is stale and ignored (handTo). An early hand-over's lease is valid
+// until the earlier of the releaser's deadline and the transfer's send time
+// plus the waiter's TTL less drift, fixed before the transfer is sent
+// (earlyDeadline), and is not renewed until the transfer's answer confirms
+// it or ends it as lost (settle).
+
+// handover is a lock handed to a waiter of the same Locker before Redis
+// confirmed it. The waiter may start at once. Until the transfer that
+// replaces the releaser's token with the waiter's is answered, the key holds
+// one of the two tokens: the releaser's until at least the releaser's
+// deadline, and the waiter's, once the transfer lands, for at least the
+// waiter's TTL from the moment the transfer was sent. So the waiter's lease
+// is valid until the earlier of the releaser's deadline and that send time
+// plus the waiter's TTL less drift (deadline, fixed before the transfer is
+// sent), and is not renewed; the answer confirms it from the send time with
+// the waiter's TTL, or ends it as lost. The waiter's own requests for the
+// lock (its release) wait for that answer (see Lease.release), so none can
+// reach Redis before the transfer does.
+type handover struct {
+	fence    uint64
+	deadline time.Time
+	done     chan struct{} // closed when settled
+
+	mu      sync.Mutex
+	lease   *Lease // the waiter's, once made
+	settled bool
+	sentAt  time.Time  // when settled and confirmed: the transfer's send time
+	reserve uint64     // when settled and confirmed: the next reserved fence, or 0
+	next    string     // when settled and confirmed, fair: the waiter first in line, or ""
+	lost    *LostError // when settled: the transfer found the lock gone
+}
+
+func newHandover(fence uint64, deadline time.Time) *handover {
+	return &handover{fence: fence, deadline: deadline, done: make(chan struct{})}
+}
+
+// wait returns once h is settled, or its deadline has passed (the
+// releasing lease's token is gone from Redis by then), or ctx ends: a
+// waiter that gives up a lock handed to it early releases it after that,
+// not before the hand-over reaches Redis.
+func (h *handover) wait(ctx context.Context) {
+	t := time.NewTimer(time.Until(h.deadline))
+	defer t.Stop()
+	select {
+	case <-h.done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// attach gives h the waiter's lease, applying the answer if it is in.
+func (h *handover) attach(l *Locker, s *Lease) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lease = s
+	if h.settled {
+		h.apply(l)
+	}
+}
+
+// settle records the transfer's answer, applying it if the lease is made.
+// An answer that never came (Redis unreachable) is not settled: the lease
+// ends at its deadline.
+func (h *handover) settle(l *Locker, sentAt time.Time, reserve uint64, next string, lost *LostError) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.settled, h.sentAt, h.reserve, h.next, h.lost = true, sentAt, reserve, next, lost
+	close(h.done)
+	if h.lease != nil {
+		h.apply(l)
+	}
+}
+
+// apply confirms or ends h.lease. Caller holds h.mu.
+func (h *handover) apply(l *Locker) {
+	if h.lost != nil {
+		l.keeper.lose(h.lease, h.lost)
+		return
+	}
+	h.lease.reserved.Store(h.reserve)
+	h.lease.next.Store(&h.next)
+	l.keeper.confirm(h.lease, h.sentAt)
+}
+
+// testHookHandedEarly, when set by a test, runs after a waiter was handed
+// a lock early and before the transfer is sent.
+var testHookHandedEarly func()
+
+// minEarlyValidity is how much validity a releasing lease must have left
+// for its successor to start before Redis confirms the hand-over.
+func minEarlyValidity(ttl time.Duration) time.Duration { return max(ttl/4, 10*time.Millisecond) }
+
+// handTo gives the lock, just granted to token in Redis, to its waiter in
+// this Locker. validFrom is when the grant's request left, if this Locker
+// sent it; zero when only the waiter's own last attempt bounds it. reserved
+// and next are what the grant left for the waiter's own hand-over (see
+// grantInfo). A token nobody here waits for any more is released, so the
+// lock moves on.
+func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
+	l.roomsMu.Lock()
+	var w *waiter
+	if r := l.rooms[keys.lock]; r != nil {
+		w = r.fair[token]
+	}
+	if w != nil {
+		switch {
+		case w.delivered:
+			// A duplicate: the waiter already has the lock.
+		case fence <= w.busyCounter:
+			// Made before an attempt of w's that found the lock held by
+			// another owner: this grant had ended by then (a message that
+			// came late). The lock is not w's; w waits on.
+			l.logger.Debug("lockmw: ignoring a stale grant", slog.String("lock", keys.lock),
+				slog.Uint64("fence", fence), slog.Uint64("seen", w.busyCounter))
+		default:
+			w.delivered = true
+			// Both are lower bounds of when Redis set the lock: the grant
+			// came after w's last busy attempt ran (its fence is above the
+			// counter that attempt saw). Take the later.
+			if w.busySent.After(validFrom) {
+				validFrom = w.busySent
+			}
+			l.flights.start() // done once w has made its lease or given the lock back
+			w.grant <- grantInfo{fence: fence, validFrom: validFrom, reserved: reserved, next: next}
+		}
+		l.roomsMu.Unlock()
+		return
+	}
+	l.roomsMu.Unlock()
+	l.flights.start()
+	go l.releaseStray(keys, token, nil)
+}
+
+// handEarlyFair hands the lock of keys to this Locker's fair waiter with
+// token, before Redis is told: it returns the hand-over to settle, or nil
+// when that waiter is gone or already has the lock.
+func (l *Locker) handEarlyFair(keys lockKeys, token string, fence uint64, deadline time.Time) *handover {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[keys.lock]
+	if r == nil {
+		return nil
+	}
+	w := r.fair[token]
+	if w == nil || w.wake != nil || w.delivered {
+		return nil // gone, a default-mode waiter, or granted already
+	}
+	w.delivered = true
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
+	l.flights.start() // done once w has made its lease or given the lock back
+	w.grant <- grantInfo{early: h}
+	return h
+}
+
+// handEarly hands the lock of keys to the first default-mode waiter of this
+// Locker, before Redis is told: it returns that waiter and the hand-over to
+// settle, or nil when nobody waits.
+func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline time.Time) (*waiter, *handover) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	var w *waiter
+	if r := l.rooms[keys.lock]; r != nil && r.fairBusy == 0 {
+		// (With fair waiters of its own queued, the lock goes to them: see
+		// transfer.lua. Those of other Lockers end the early lease.)
+		w = r.nextDefault()
+	}
+	if w == nil {
+		return nil, nil
+	}
+	w.delivered = true
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
+	l.flights.start() // done once w has made its lease or given the lock back
+	w.grant <- grantInfo{early: h}
+	return w, h
+}
+
+// earlyDeadline is the validity of a lease handed over early by a lease
+// valid until releaserDeadline, to a waiter with TTL ttl, the transfer not
+// yet sent: see handover. Called before the transfer is sent, so now is no
+// later than its send time.
+func (l *Locker) earlyDeadline(releaserDeadline time.Time, ttl time.Duration) time.Time {
+	d := time.Now().Add(ttl - l.cfg.drift(ttl))
+	if releaserDeadline.Before(d) {
+		return releaserDeadline
+	}
+	return d
+}

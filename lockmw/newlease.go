@@ -1,0 +1,68 @@
+package lockmw
+
+import (
+	"fmt"
+	"time"
+)
+
+// This file turns a lock that Redis set for a token into a Lease held by
+// the watchdog: the last step of every way a lease becomes live (doc.go,
+// "Safety: how a lease becomes live"). Its validity counts from validFrom,
+// a time no later than the moment Redis set the lock for the token; a lock
+// whose validity is already over when the answer comes is given back,
+// never returned; a lease handed over early is held pending until its
+// hand-over is settled (see handover).
+
+// newLease makes the lease for a lock Redis set for token no earlier than
+// validFrom, and hands it to the watchdog. A lease whose validity is already
+// over (Redis answered too late) is released instead.
+func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
+	validity := a.cfg.ttl - l.cfg.drift(a.cfg.ttl)
+	if elapsed := time.Since(validFrom); elapsed >= validity {
+		// The answer came too late for the lease to be worth anything.
+		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
+		return nil, unavailable("acquire", a.key,
+			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity))
+	}
+	s := l.makeLease(a, token, fence, validFrom, fair)
+	if !l.keeper.add(s, validFrom) {
+		s.cancel(ErrClosed)
+		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
+		return nil, ErrClosed
+	}
+	return s, nil
+}
+
+// newEarlyLease makes the lease for a lock handed over by h before Redis
+// confirmed it (see handover).
+func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair bool) (*Lease, error) {
+	s := l.makeLease(a, token, h.fence, time.Now(), fair)
+	s.early = h
+	if !l.keeper.addPending(s, h.deadline) {
+		s.cancel(ErrClosed)
+		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, h)
+		return nil, ErrClosed
+	}
+	h.attach(l, s)
+	return s, nil
+}
+
+// makeLease returns a new outermost lease, its context made under
+// a.leaseParent.
+func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredAt time.Time, fair bool) *Lease {
+	s := &Lease{
+		locker:     l,
+		key:        a.key,
+		name:       a.cfg.name,
+		keys:       a.keys,
+		token:      token,
+		fence:      fence,
+		ttl:        a.cfg.ttl,
+		watchdog:   a.cfg.watchdog,
+		fair:       fair,
+		acquiredAt: acquiredAt,
+	}
+	s.keep.index = -1
+	s.bindContext(a.leaseParent)
+	return s
+}

@@ -1,0 +1,211 @@
+package lockmw
+
+import (
+	"context"
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is the wire protocol: every script lockmw runs on Redis and,
+// beside each, the reply codes it answers with, as its scripts/*.lua file
+// documents them (each states its KEYS, ARGV and returns); and the one way
+// scripts are sent: by SHA, resent in full (EVAL) when a node answers
+// NOSCRIPT (a restarted or new node, SCRIPT FLUSH), within the same call's
+// round trips (see evalOnce and resend).
+
+// The codes of the compare-and-act scripts (renew, unlock, release,
+// transfer, redlock_release, redlock_renew) for what they found under the
+// lock key: the reply, or its first value (see ownershipOf).
+const (
+	replyOwned   = 1 // the caller's token: the action was done
+	replyMissing = 0 // no lock: expired or deleted
+	// Any other reply, -1, is another owner's token: left untouched.
+)
+
+// acquire.lua: take the lock if it is free and draw the next fence.
+// Answers {acquireTaken, fence} or {acquireBusy, pttl} (pttl: the holder's
+// remaining milliseconds, -1 if it has no expiry). redlock_acquire.lua
+// answers the same, and so does a plain Redlock acquisition
+// (masterScript), with pttl 0.
+var (
+	//go:embed scripts/acquire.lua
+	acquireSource string
+	acquireScript = redis.NewScript(acquireSource)
+)
+
+const (
+	acquireTaken = 1 // {1, fence}: the lock was taken
+	acquireBusy  = 0 // {0, pttl}: another owner holds it
+)
+
+// release.lua (with grant.lua, a function that release.lua and fair.lua
+// share, prepended): give up the lock, handing it to the first live fair
+// waiter, or else notifying the waiters. Answers {replyOwned} when the lock
+// was deleted (and the release notified), {releaseHandedLocal, fence,
+// token, reserved, next} or {releaseHandedRemote, fence, token, more} when
+// it was handed to a fair waiter, {replyMissing} or {-1}.
+var (
+	//go:embed scripts/release.lua
+	releaseSource string
+	//go:embed scripts/grant.lua
+	grantSource   string
+	releaseScript = redis.NewScript(grantSource + releaseSource)
+)
+
+const (
+	releaseHandedLocal  = 2 // to a waiter of the calling Locker, which hands it over itself
+	releaseHandedRemote = 3 // to a waiter of another Locker, told on its grant channel
+)
+
+// renew.lua: extend the lock's expiry if the caller still owns it. Answers
+// replyOwned (extended), replyMissing or -1.
+var (
+	//go:embed scripts/renew.lua
+	renewSource string
+	renewScript = redis.NewScript(renewSource)
+)
+
+// fair.lua (with grant.lua): take the lock in arrival order, or join its
+// queue. Answers {fairAcquired, fence}, {fairGranted, fence, pttl} or
+// {0, pttl, counter}.
+var (
+	//go:embed scripts/fair.lua
+	fairSource string
+	fairScript = redis.NewScript(grantSource + fairSource)
+)
+
+const (
+	fairAcquired = 1 // {1, fence}: the lock was taken
+	fairGranted  = 2 // {2, fence, pttl}: it had been granted to this waiter already
+	// Any other, 0: {0, pttl, counter}, another owner holds it (the
+	// waiter is queued, unless "try").
+)
+
+// leave.lua: take a waiter that gives up out of the fair queue. Answers
+// leaveGranted when the lock had been granted to the waiter already (the
+// caller must release it), else 0.
+var (
+	//go:embed scripts/leave.lua
+	leaveSource string
+	leaveScript = redis.NewScript(leaveSource)
+)
+
+const leaveGranted = 1
+
+// transfer.lua: hand the lock straight to a waiter of the caller's own
+// Locker. Answers {transferDone, counter, others}; {replyOwned} when others
+// wait and the lock was deleted and the release published, for all to
+// try; {transferFairQueue}; {replyMissing} or {-1}.
+var (
+	//go:embed scripts/transfer.lua
+	transferSource string
+	transferScript = redis.NewScript(transferSource)
+)
+
+const (
+	transferDone      = 2 // {2, counter, others}: the lock now belongs to the waiter
+	transferFairQueue = 3 // {3}: fair waiters are queued; release with release.lua
+)
+
+// unlock.lua: release.lua's short way, for a lease acquired without Fair.
+// Answers replyOwned (deleted and notified), unlockFairQueued,
+// replyMissing or -1.
+var (
+	//go:embed scripts/unlock.lua
+	unlockSource string
+	unlockScript = redis.NewScript(unlockSource)
+)
+
+const unlockFairQueued = 2 // fair waiters have queued behind it: left for release.lua
+
+// Redlock's scripts. Acquisition and renewal are the single-deployment
+// ones (acquire.lua, renew.lua); release has no queue or notification to
+// serve, and the fence round is Redlock's own.
+var (
+	//go:embed scripts/raise.lua
+	raiseSource string
+	//go:embed scripts/redlock_release.lua
+	redlockReleaseSource string
+	//go:embed scripts/redlock_acquire.lua
+	redlockAcquireSource string
+	//go:embed scripts/redlock_wake.lua
+	redlockWakeSource string
+	//go:embed scripts/redlock_renew.lua
+	redlockRenewSource string
+
+	raiseScript          = redis.NewScript(raiseSource)
+	redlockReleaseScript = redis.NewScript(redlockReleaseSource)
+	redlockAcquireScript = redis.NewScript(redlockAcquireSource)
+	redlockWakeScript    = redis.NewScript(redlockWakeSource)
+	redlockRenewScript   = redis.NewScript(redlockRenewSource)
+)
+
+// raise.lua answers raiseHeld when the caller's token holds the lock on the
+// master (the raise counts towards the quorum), 0 otherwise.
+const raiseHeld = 1
+
+// redlock_release.lua answers redlockReleaseWoke when the lock was deleted
+// and a waiter woken, replyOwned when it was deleted (nobody to wake),
+// replyMissing or -1.
+const redlockReleaseWoke = 2
+
+// redlock_renew.lua answers replyOwned (extended), redlockRenewRetaken
+// when it took the lock on a master where the lease was never held,
+// replyMissing or -1. (redlock_wake.lua answers 1 when a waiter was woken,
+// 0 when none is listening; only its errors are read.)
+const redlockRenewRetaken = 2
+
+// redlockLeaveScript takes a waiter's entry (ARGV[1]) out of the wait
+// queue (KEYS[2]); KEYS[1], the lock, orders it after the lock's earlier
+// calls on the first master.
+var redlockLeaveScript = redis.NewScript(`return redis.call('LREM', KEYS[2], 1, ARGV[1])`)
+
+// pttlScript reads a lock's remaining TTL on one master, through its queue.
+var pttlScript = redis.NewScript(`return redis.call('PTTL', KEYS[1])`)
+
+// noScript reports whether err is a node's NOSCRIPT answer: it does not
+// have the script cached (a restarted or new node, SCRIPT FLUSH), and the
+// script did not run.
+func noScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
+
+// evalOnce runs s on c, in one call, by SHA, and once more in full (EVAL)
+// if the node answers NOSCRIPT; neither is re-sent by the client (see
+// once).
+func evalOnce(ctx context.Context, c processor, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := s.EvalSha(ctx, once{c}, keys, args...)
+	if noScript(cmd.Err()) {
+		cmd = s.Eval(ctx, once{c}, keys, args...)
+	}
+	return cmd
+}
+
+// resend sends in full (EVAL), all in one more round trip, the scripts of
+// a pipeline whose EVALSHA a node answered NOSCRIPT: the caller replaces
+// each such reply with eval's, then calls send. Its pipeline is made on the
+// first eval.
+type resend struct {
+	ctx    context.Context
+	client interface{ Pipeline() redis.Pipeliner }
+	retry  bool // the client may re-send these (renewals); else each is sent once
+	pipe   redis.Pipeliner
+}
+
+// eval queues s in full for the resend and returns its reply, set by send.
+func (r *resend) eval(s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if r.pipe == nil {
+		r.pipe = r.client.Pipeline()
+	}
+	if r.retry {
+		return s.Eval(r.ctx, r.pipe, keys, args...)
+	}
+	return s.Eval(r.ctx, once{r.pipe}, keys, args...)
+}
+
+// send sends the queued scripts, if any, in one round trip; per-command
+// errors are read by the callers.
+func (r *resend) send() {
+	if r.pipe != nil {
+		_, _ = r.pipe.Exec(r.ctx)
+	}
+}

@@ -1,0 +1,289 @@
+package lockmw
+
+import (
+	"context"
+	"log/slog"
+	mathrand "math/rand/v2"
+	"strconv"
+	"time"
+)
+
+// This file is how Acquire waits in fair mode: waiters queue in Redis
+// (fair.lua), and a release hands the lock straight to the first live
+// waiter (grant.lua): the lock is never free in between, and only that
+// waiter is told, on its Locker's grant channel — or directly, when the
+// releasing Locker is its own. Queued waiters also poll now and then, so a
+// lost grant message or a dropped queue entry costs latency, never
+// liveness.
+//
+// Safety (doc.go, "Safety: how a lease becomes live": Acquisition, Fair
+// grant, Early hand-over): a fair lease comes from fair.lua taking a free
+// lock, dated from the request's send time; from a grant, dated from a time
+// known to precede it, and confirmed by a renewal first when dated more
+// than TTL/3 back (fairGrantLease); or from an early hand-over
+// (handover.go).
+
+// pollAfter is when a queued fair waiter checks the queue and the lock
+// itself, in case a grant message was lost: when the holder's TTL (or, not
+// knowing it, the waiter's own) runs out, plus up to 1/8 of jitter so that
+// waiters behind a crashed holder do not all come at once.
+func pollAfter(holderTTL, ttl time.Duration) time.Duration {
+	d := holderTTL
+	if d <= 0 {
+		d = ttl
+	}
+	d = max(d, 10*time.Millisecond)
+	return d + mathrand.N(d/8+1)
+}
+
+// forgetFair drops a released fair lease from its room.
+func (l *Locker) forgetFair(keys lockKeys, token string) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if r := l.rooms[keys.lock]; r != nil && r.fair[token] != nil {
+		delete(r.fair, token)
+		r.fairBusy--
+		l.unref(r)
+	}
+}
+
+// acquireFair takes key in arrival order: one attempt when !wait, else a
+// place in the queue and a wait for the hand-over.
+func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
+	// Close waits for fair acquisitions under way (a waiter stops waiting
+	// when Close begins): one that was granted the lock, or leaves the
+	// queue, is done with Redis before Close returns.
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	token := newToken()
+	entry := l.id + " " + token + " " + strconv.FormatInt(millis(a.cfg.ttl), 10)
+	if !wait {
+		sentAt := time.Now()
+		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, token, a.cfg.ttl, entry, modeTry)
+		if err != nil {
+			if mayHaveRun(err) {
+				l.takeBack(a.keys, token, "", true, a.cfg.ttl) // it may take the lock yet
+			}
+			return nil, l.attemptErr(a.opCtx, a.key, err)
+		}
+		if !reply.acquired {
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.pttl}
+		}
+		return l.newLease(a, token, reply.fence, sentAt, false)
+	}
+
+	w := &waiter{token: token, ttl: a.cfg.ttl, grant: make(chan grantInfo, 1)}
+	l.roomsMu.Lock()
+	r := l.join(a.keys)
+	r.fair[token] = w
+	// A fair waiter or holder here, or a hand-over that left others queued:
+	// the lock is busy, and the queue likely exists.
+	known := r.fairBusy > 0 || l.isHotLocked(a.keys)
+	r.fairBusy++
+	l.roomsMu.Unlock()
+
+	lease, err := l.waitFair(a, w, entry, known)
+	if lease == nil {
+		l.abandonFair(a.keys, w, entry, err)
+	}
+	return lease, err
+}
+
+func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (*Lease, error) {
+	channel := a.keys.grants + l.id
+	if err := watchUntil(a.opCtx, l.waits.subscriber(), a.giveUp, channel, true); err != nil {
+		if a.opCtx.Err() != nil {
+			return nil, ctxErr(a.opCtx, a.key)
+		}
+		// Grants to this Locker would find nobody listening and skip its
+		// waiters; polling still gets the lock once the queue drains.
+		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.Any("error", err))
+	} else {
+		defer l.waits.subscriber().unwatch(channel)
+	}
+
+	// Nothing has been granted to w before its entry is queued, so the
+	// time before the request is a safe start of validity for any grant.
+	sentAt := time.Now()
+	l.setBusy(w, sentAt, 0)
+	queued := false
+	if known {
+		ok, err := l.waits.enqueue(a.opCtx, a.keys, entry)
+		if err != nil {
+			return nil, l.attemptErr(a.opCtx, a.key, err)
+		}
+		queued = ok
+	}
+	holderTTL := time.Duration(0)
+	if !queued {
+		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modeWait)
+		if err != nil {
+			return nil, l.attemptErr(a.opCtx, a.key, err)
+		}
+		if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
+			return lease, err
+		}
+		holderTTL = reply.pttl
+	}
+
+	poll := time.NewTimer(pollAfter(holderTTL, a.cfg.ttl))
+	defer poll.Stop()
+	var giveUpC <-chan time.Time
+	if !a.giveUp.IsZero() {
+		t := time.NewTimer(time.Until(a.giveUp))
+		defer t.Stop()
+		giveUpC = t.C
+	}
+	for {
+		select {
+		case g := <-w.grant:
+			lease, again, err := l.fairGrantLease(a, w, g)
+			if again {
+				poll.Reset(0)
+				continue
+			}
+			return lease, err
+		case <-poll.C:
+			sentAt := time.Now()
+			reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modePoll)
+			if err != nil {
+				return nil, l.attemptErr(a.opCtx, a.key, err)
+			}
+			if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
+				return lease, err
+			}
+			holderTTL = reply.pttl
+			poll.Reset(pollAfter(holderTTL, a.cfg.ttl))
+		case <-giveUpC:
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
+		case <-a.opCtx.Done():
+			return nil, ctxErr(a.opCtx, a.key)
+		case <-l.closing:
+			return nil, ErrClosed
+		}
+	}
+}
+
+// fairGrantLease turns a grant delivered to the fair waiter w into its
+// lease. again reports a grant that had expired before w saw it: w waits on
+// and should poll at once.
+func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
+	defer l.flights.done() // started by the grant's sender
+	if g.early != nil {
+		// Handed over by a release in this Locker, before Redis confirmed it.
+		lease, err = l.newEarlyLease(a, w.token, g.early, true)
+		return lease, false, err
+	}
+	if time.Since(g.validFrom) > a.cfg.ttl/3 {
+		// Queued long ago: the grant's start is only known to be after
+		// w's last busy attempt. Renew to learn a fresh one.
+		sentAt := time.Now()
+		res := l.backend.renew(a.opCtx, []renewRequest{{keys: a.keys, token: w.token, ttl: a.cfg.ttl}})[0]
+		if res.err != nil {
+			return nil, false, l.attemptErr(a.opCtx, a.key, res.err)
+		}
+		if res.ownership != owned {
+			// The grant expired before it was seen: wait again.
+			l.reopen(w)
+			return nil, true, nil
+		}
+		g.validFrom = sentAt
+	}
+	lease, err = l.newLease(a, w.token, g.fence, g.validFrom, true)
+	if lease != nil {
+		lease.reserved.Store(g.reserved)
+		lease.next.Store(&g.next)
+	}
+	return lease, false, err
+}
+
+// fairReplyLease turns a fair attempt's reply into a lease, or records that
+// the lock was still busy when the attempt (sent at sentAt) ran.
+func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply fairReply, sentAt time.Time) (*Lease, error) {
+	switch {
+	case reply.acquired:
+		l.claim(w)
+		return l.newLease(a, w.token, reply.fence, sentAt, true)
+	case reply.granted:
+		// Handed over earlier, its message not seen: the lock has pttl
+		// left from when the attempt ran, which was after sentAt.
+		l.claim(w)
+		return l.newLease(a, w.token, reply.fence, sentAt.Add(reply.pttl-a.cfg.ttl), true)
+	}
+	l.setBusy(w, sentAt, reply.counter)
+	return nil, nil
+}
+
+// reopen lets w receive a grant again, after one it got had expired.
+func (l *Locker) reopen(w *waiter) {
+	l.roomsMu.Lock()
+	w.delivered = false
+	l.roomsMu.Unlock()
+}
+
+// claim marks w as holding the lock, so a late grant message is ignored.
+func (l *Locker) claim(w *waiter) {
+	l.roomsMu.Lock()
+	w.delivered = true
+	l.roomsMu.Unlock()
+}
+
+// setBusy records that the lock was not w's when an attempt sent at t ran
+// and saw the fence counter at counter, unless a grant was already
+// delivered.
+func (l *Locker) setBusy(w *waiter, t time.Time, counter uint64) {
+	l.roomsMu.Lock()
+	if !w.delivered {
+		w.busySent = t
+		w.busyCounter = max(w.busyCounter, counter)
+	}
+	l.roomsMu.Unlock()
+}
+
+// abandonFair takes a fair waiter that gives up out of its room and out of
+// the queue; a lock granted to it meanwhile is passed on.
+func (l *Locker) abandonFair(keys lockKeys, w *waiter, entry string, why error) {
+	l.roomsMu.Lock()
+	r := l.rooms[keys.lock]
+	delivered := w.delivered
+	if r != nil && r.fair[w.token] == w {
+		delete(r.fair, w.token)
+		r.fairBusy--
+		l.unref(r)
+	}
+	l.roomsMu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+	defer cancel()
+	granted := delivered
+	if delivered {
+		select {
+		case g := <-w.grant:
+			defer l.flights.done() // started by the grant's sender
+			if g.early != nil {
+				g.early.wait(ctx)
+			}
+		default:
+		}
+	} else {
+		g, err := l.waits.leave(ctx, keys, entry, w.token)
+		if err != nil {
+			// A failed attempt may yet take the lock or queue the entry:
+			// the cleaner leaves and gives back once Redis answers.
+			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("lock", keys.lock), slog.Any("error", err))
+			l.takeBack(keys, w.token, entry, true, w.ttl)
+			return
+		}
+		granted = g
+	}
+	if granted {
+		if _, err := l.releaseToken(ctx, keys, w.token); err != nil {
+			l.logger.Debug("lockmw: could not pass on a lock granted to a waiter that gave up; retrying",
+				slog.String("lock", keys.lock), slog.Any("error", err), slog.Any("reason", why))
+			l.takeBack(keys, w.token, "", true, w.ttl)
+		}
+	}
+}

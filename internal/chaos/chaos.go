@@ -346,6 +346,16 @@ type Deployment struct {
 	// channels or watches. Fence counters are not residue (they never
 	// expire).
 	Residue func(ctx context.Context) ([]Residue, error)
+	// Events, when set, returns what the deployment recorded of the
+	// store's own doings (deletions, leader changes...), oldest first: the
+	// report shows those around each violation.
+	Events func() []Event
+}
+
+// Event is one thing a deployment saw the store do.
+type Event struct {
+	At   time.Time
+	What string
 }
 
 // Residue is one thing a store still holds.

@@ -1206,6 +1206,20 @@ func (c *chaosRun) report() {
 				fmt.Fprintf(&b, "      %s\n", f)
 			}
 		}
+		if c.dep.Events != nil {
+			var evs []string
+			for _, e := range c.dep.Events() {
+				if at := e.At.Sub(c.begin); at >= from && at <= to {
+					evs = append(evs, fmt.Sprintf("      %s %s", fmtD(at), e.What))
+				}
+			}
+			if len(evs) > 80 {
+				evs = append([]string{fmt.Sprintf("      (%d earlier events left out)", len(evs)-80)}, evs[len(evs)-80:]...)
+			}
+			b.WriteString("    what the store recorded around it:\n")
+			b.WriteString(strings.Join(evs, "\n"))
+			b.WriteString("\n")
+		}
 	}
 	c.t.Error(b.String())
 }

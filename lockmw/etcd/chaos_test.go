@@ -3,10 +3,13 @@ package etcd_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockmw/lockmw/internal/chaos"
@@ -139,6 +142,7 @@ func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
 			return "direct"
 		},
 		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return etcdResidue(ctx, admin) },
+		Events:  startEtcdRecorder(t, c, admin),
 	}
 	d.Faults = []chaos.Fault{
 		linkFault("latency", 200*time.Millisecond, 3*time.Second, func(p *etcdtest.Proxy, env *chaos.FaultEnv) {
@@ -244,4 +248,101 @@ func etcdResidue(ctx context.Context, admin *clientv3.Client) ([]chaos.Residue, 
 		out = append(out, chaos.Residue{What: fmt.Sprintf("lease %x (granted TTL %ds)", l.ID, ttl.GrantedTTL), Lock: true, TTL: time.Duration(ttl.TTL) * time.Second})
 	}
 	return out, nil
+}
+
+// etcdRecorderCap is how many events startEtcdRecorder keeps (the newest).
+const etcdRecorderCap = 20000
+
+// startEtcdRecorder records, until t's cleanup, what etcd does that the
+// checker cannot see: every deletion under lockmw's prefix (with the
+// revision, the key's create revision and its lease: keys deleted at one
+// revision went with their lease, revoked or expired) and every change of
+// leader or term a member reports (polled every 50ms; a paused member does
+// not answer). It returns the recorded events, for the report around a
+// violation.
+func startEtcdRecorder(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client) func() []chaos.Event {
+	var mu sync.Mutex
+	var evs []chaos.Event
+	add := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		evs = append(evs, chaos.Event{At: time.Now(), What: fmt.Sprintf(format, args...)})
+		if len(evs) > etcdRecorderCap {
+			evs = append(evs[:0], evs[len(evs)-etcdRecorderCap/2:]...)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		var next int64
+		for ctx.Err() == nil {
+			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut()}
+			if next > 0 {
+				opts = append(opts, clientv3.WithRev(next))
+			}
+			for wr := range admin.Watch(ctx, lockmw.DefaultPrefix, opts...) {
+				if wr.Err() != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					if ev.Type != mvccpb.DELETE {
+						continue
+					}
+					if p := ev.PrevKv; p != nil {
+						add("etcd rev %d: %s deleted (created at rev %d, lease %x)", ev.Kv.ModRevision, ev.Kv.Key, p.CreateRevision, p.Lease)
+					} else {
+						add("etcd rev %d: %s deleted", ev.Kv.ModRevision, ev.Kv.Key)
+					}
+				}
+				next = wr.Header.Revision + 1
+			}
+		}
+	})
+	for _, m := range c.Members() {
+		mc := pb.NewMaintenanceClient(m.Client(t).ActiveConnection())
+		wg.Go(func() {
+			var lead, term uint64
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				st, err := mc.Status(sctx, &pb.StatusRequest{})
+				scancel()
+				if err != nil {
+					continue
+				}
+				if st.Leader != lead || st.RaftTerm != term {
+					lead, term = st.Leader, st.RaftTerm
+					add("%s reports leader %s, term %d", m.Name(), memberName(c, lead), term)
+				}
+			}
+		})
+	}
+	return func() []chaos.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(evs)
+	}
+}
+
+// memberName names the member with ID id ("none" for 0).
+func memberName(c *etcdtest.Cluster, id uint64) string {
+	if id == 0 {
+		return "none"
+	}
+	for _, m := range c.Members() {
+		if m.ID() == id {
+			return m.Name()
+		}
+	}
+	return fmt.Sprintf("%x", id)
 }

@@ -255,8 +255,8 @@ const etcdRecorderCap = 20000
 
 // startEtcdRecorder records, until t's cleanup, what etcd does that the
 // checker cannot see: every deletion under lockmw's prefix (with the
-// revision, the key's create revision and its lease: keys deleted at one
-// revision went with their lease, revoked or expired) and every change of
+// revision, the key's create revision, its lease and whether that lease
+// was still there just after: see leaseState) and every change of
 // leader or term a member reports (polled every 50ms; a paused member does
 // not answer). It returns the recorded events, for the report around a
 // violation.
@@ -293,7 +293,7 @@ func startEtcdRecorder(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client
 						continue
 					}
 					if p := ev.PrevKv; p != nil {
-						add("etcd rev %d: %s deleted (created at rev %d, lease %x)", ev.Kv.ModRevision, ev.Kv.Key, p.CreateRevision, p.Lease)
+						add("etcd rev %d: %s deleted (created at rev %d, lease %x: %s)", ev.Kv.ModRevision, ev.Kv.Key, p.CreateRevision, p.Lease, leaseState(ctx, admin, p.Lease))
 					} else {
 						add("etcd rev %d: %s deleted", ev.Kv.ModRevision, ev.Kv.Key)
 					}
@@ -331,6 +331,26 @@ func startEtcdRecorder(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(evs)
+	}
+}
+
+// leaseState tells whether etcd still has lease id, asked right after one
+// of its keys was deleted: a lease gone by then took its keys with it
+// (revoked or expired), one still there saw the key deleted by a request.
+func leaseState(ctx context.Context, admin *clientv3.Client, id int64) string {
+	if id == 0 {
+		return "no lease"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	resp, err := admin.TimeToLive(ctx, clientv3.LeaseID(id))
+	switch {
+	case err != nil:
+		return "lease state unknown: " + err.Error()
+	case resp.TTL < 0:
+		return "lease gone"
+	default:
+		return fmt.Sprintf("lease still there, TTL %ds", resp.TTL)
 	}
 }
 

@@ -37,12 +37,15 @@ test: redis-server etcd-server
 	cd $(ETCD_MODULE) && $(GO) test -race -count=1 -timeout 15m ./...
 	cd examples && $(GO) test -race -count=1 -timeout 15m ./...
 
-# chaos: the randomized safety checker (TestChaos) for CHAOS_DURATION per
-# store; CHAOS_ARGS adds flags, e.g. CHAOS_ARGS='-chaos.seed=42 -chaos.store=redis'.
+# chaos: the randomized safety checker (TestChaos, internal/chaos) for
+# CHAOS_DURATION per store: redis and redlock (./lockmw/), then etcd (the
+# nested module); CHAOS_ARGS adds flags, e.g. CHAOS_ARGS='-chaos.seed=42
+# -chaos.store=etcd' (the other package's TestChaos then skips).
 CHAOS_DURATION ?= 5m
 CHAOS_ARGS ?=
-chaos: redis-server
+chaos: redis-server etcd-server
 	$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 ./lockmw/ -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
+	cd $(ETCD_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
 bench: redis-server etcd-server
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/

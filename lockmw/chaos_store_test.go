@@ -9,107 +9,29 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockmw/lockmw/internal/chaos"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// The stores the chaos checker (chaos_test.go) runs against. A store starts
-// a deployment: the storage processes, the clients of each Locker slot
-// (some through a toxiproxy proxy, so that their links can be slowed or
-// cut), the faults it can inject and a way to list what it still holds
-// after the run. Another store (etcd, ZooKeeper) is one more entry in
-// chaosStores; the checker core does not change.
-
-// chaosStore is one kind of storage the checker runs against.
-type chaosStore struct {
-	name string
-	// fair reports whether the store supports lockmw.Fair().
-	fair bool
-	// start starts a deployment for slots Locker slots.
-	start func(t *testing.T, slots int) *chaosDeployment
-}
-
-// chaosDeployment is a running store, owned by one test.
-type chaosDeployment struct {
-	// newLocker returns a new Locker for slot (on that slot's own
-	// client(s), which outlive it): called at the start and whenever the
-	// checker closes a slot's Locker.
-	newLocker func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error)
-	// describe names slot's link, e.g. "direct" or "proxied".
-	describe func(slot int) string
-	// faults are what the checker's fault schedule draws from.
-	faults []chaosFault
-	// residue lists what the store still holds for lockmw after the run:
-	// lock keys (with their remaining TTL), fair queues and subscribed
-	// channels. Fence counters are not residue (they never expire).
-	residue func(ctx context.Context) ([]chaosResidue, error)
-}
-
-// chaosResidue is one thing a store still holds.
-type chaosResidue struct {
-	what string
-	// lock is set for a lock key, with pttl its remaining TTL (negative:
-	// no expiry).
-	lock bool
-	pttl time.Duration
-	// queue is set for a fair queue.
-	queue bool
-}
-
-func (r chaosResidue) String() string {
-	if r.lock {
-		return fmt.Sprintf("%s (PTTL %v)", r.what, r.pttl)
-	}
-	return r.what
-}
-
-// chaosFault is one kind of fault. run injects it with parameters drawn
-// from env.rng, waits (env.sleep), heals it and returns; the checker
-// records when each began and ended. Faults of two schedules may overlap
-// (one healing a proxy heals the other's toxics on it too, which only
-// shortens them), except exclusive ones.
-type chaosFault struct {
-	name string
-	// weight is how often the fault is drawn relative to others (0: 4).
-	weight int
-	// exclusive faults run alone; others may overlap (the checker runs
-	// chaosFaultLoops schedules at once).
-	exclusive bool
-	run       func(env *chaosFaultEnv)
-}
-
-// chaosFaultEnv is what a fault gets from the checker.
-type chaosFaultEnv struct {
-	t      testing.TB // fails softly: see softTB
-	rng    chaosRand
-	maxTTL time.Duration
-	// sleep waits d, or less when the run is ending; it reports whether
-	// the run goes on.
-	sleep func(d time.Duration) bool
-	// note adds detail to the fault's history entry.
-	note func(format string, args ...any)
-	// dataLoss brackets a restart that loses stored data: the fence
-	// counters start over, so fences are compared only between leases
-	// acquired entirely before or entirely after it.
-	dataLoss func(begin bool)
-	// allEnded reports, as a violation, every lease whose context is still
-	// live: called when the store has been unreachable long enough for
-	// every lease's validity to be over.
-	allEnded func(why string)
-}
-
-// softTB turns the Fatalf of redistest helpers called from a fault
-// goroutine into Errorf (FailNow must only be called from the test
-// goroutine).
-type softTB struct{ testing.TB }
-
-func (s softTB) Fatalf(format string, args ...any) { s.Errorf(format, args...) }
-func (s softTB) Fatal(args ...any)                 { s.Error(args...) }
+// The Redis stores the chaos checker (internal/chaos, run by chaos_test.go)
+// runs against. A store starts a deployment: the storage processes, the
+// clients of each Locker slot (some through a toxiproxy proxy, so that
+// their links can be slowed or cut), the faults it can inject and a way to
+// list what it still holds after the run.
 
 // chaosStores are the stores TestChaos runs against.
-var chaosStores = []chaosStore{
-	{name: "redis", fair: true, start: startRedisChaos},
-	{name: "redlock", fair: false, start: startRedlockChaos},
+var chaosStores = []chaos.Store{
+	{
+		Name: "redis", Fair: true, Start: startRedisChaos,
+		FaultNames: []string{"latency", "cut", "reset", "pause", "scriptflush", "killpubsub", "restart"},
+		Package:    "./lockmw/",
+	},
+	{
+		Name: "redlock", Fair: false, Start: startRedlockChaos,
+		FaultNames: []string{"latency", "cut", "reset", "pause", "scriptflush", "restart"},
+		Package:    "./lockmw/",
+	},
 }
 
 // chaosClient returns a client to addr that gives up quickly (see
@@ -142,8 +64,9 @@ func describeSlot(slot int) string {
 // keeps it down for the longest lease TTL plus a margin (every lease's
 // validity deadline, counted from its last confirmed renewal, has passed:
 // the checker asserts that every lease context has ended), and only then
-// starts it again, empty. Fences start over after it (see dataLoss).
-func startRedisChaos(t *testing.T, slots int) *chaosDeployment {
+// starts it again, empty. Fences start over after it (see
+// chaos.FaultEnv.DataLoss).
+func startRedisChaos(t *testing.T, slots int) *chaos.Deployment {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	clients := make([]*redis.Client, slots)
@@ -159,73 +82,73 @@ func startRedisChaos(t *testing.T, slots int) *chaosDeployment {
 		}
 		clients[i] = chaosClient(t, addr)
 	}
-	pickProxy := func(env *chaosFaultEnv) *redistest.Proxy {
-		i := env.rng.IntN(len(proxies))
-		env.note("link of slot %d", proxySlot[i])
+	pickProxy := func(env *chaos.FaultEnv) *redistest.Proxy {
+		i := env.Rand.IntN(len(proxies))
+		env.Note("link of slot %d", proxySlot[i])
 		return proxies[i]
 	}
-	d := &chaosDeployment{
-		newLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
+	d := &chaos.Deployment{
+		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.New(clients[slot], opts...)
 		},
-		describe: describeSlot,
-		residue: func(ctx context.Context) ([]chaosResidue, error) {
+		Describe: describeSlot,
+		Residue: func(ctx context.Context) ([]chaos.Residue, error) {
 			return redisResidue(ctx, admin, "", true)
 		},
 	}
-	d.faults = []chaosFault{
-		{name: "latency", run: func(env *chaosFaultEnv) {
+	d.Faults = []chaos.Fault{
+		{Name: "latency", Run: func(env *chaos.FaultEnv) {
 			// Slow replies, pub/sub messages (releases, Fair grants) included.
 			p := pickProxy(env)
-			lat, hold := env.rng.Duration(5*time.Millisecond, 400*time.Millisecond), env.rng.Duration(200*time.Millisecond, 2*time.Second)
-			env.note("+%v for %v", lat, hold)
-			p.AddLatency(env.t, lat)
-			env.sleep(hold)
-			p.Heal(env.t)
+			lat, hold := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond), env.Rand.Duration(200*time.Millisecond, 2*time.Second)
+			env.Note("+%v for %v", lat, hold)
+			p.AddLatency(env.T, lat)
+			env.Sleep(hold)
+			p.Heal(env.T)
 		}},
-		{name: "cut", run: func(env *chaosFaultEnv) {
+		{Name: "cut", Run: func(env *chaos.FaultEnv) {
 			p := pickProxy(env)
-			hold := env.rng.Duration(50*time.Millisecond, 2*time.Second)
-			env.note("for %v", hold)
-			p.Cut(env.t)
-			env.sleep(hold)
-			p.Heal(env.t)
+			hold := env.Rand.Duration(50*time.Millisecond, 2*time.Second)
+			env.Note("for %v", hold)
+			p.Cut(env.T)
+			env.Sleep(hold)
+			p.Heal(env.T)
 		}},
-		{name: "reset", run: func(env *chaosFaultEnv) {
+		{Name: "reset", Run: func(env *chaos.FaultEnv) {
 			p := pickProxy(env)
-			hold := env.rng.Duration(10*time.Millisecond, 500*time.Millisecond)
-			env.note("for %v", hold)
-			p.ResetConnections(env.t)
-			env.sleep(hold)
-			p.Heal(env.t)
+			hold := env.Rand.Duration(10*time.Millisecond, 500*time.Millisecond)
+			env.Note("for %v", hold)
+			p.ResetConnections(env.T)
+			env.Sleep(hold)
+			p.Heal(env.T)
 		}},
-		{name: "pause", run: func(env *chaosFaultEnv) {
-			hold := env.rng.Duration(20*time.Millisecond, 1500*time.Millisecond)
-			env.note("SIGSTOP for %v", hold)
-			srv.Pause(env.t)
-			env.sleep(hold)
-			srv.Resume(env.t)
+		{Name: "pause", Run: func(env *chaos.FaultEnv) {
+			hold := env.Rand.Duration(20*time.Millisecond, 1500*time.Millisecond)
+			env.Note("SIGSTOP for %v", hold)
+			srv.Pause(env.T)
+			env.Sleep(hold)
+			srv.Resume(env.T)
 		}},
-		{name: "scriptflush", run: func(env *chaosFaultEnv) {
+		{Name: "scriptflush", Run: func(env *chaos.FaultEnv) {
 			if err := admin.ScriptFlush(context.Background()).Err(); err != nil {
-				env.note("SCRIPT FLUSH: %v", err)
+				env.Note("SCRIPT FLUSH: %v", err)
 			}
 		}},
-		{name: "killpubsub", run: func(env *chaosFaultEnv) {
+		{Name: "killpubsub", Run: func(env *chaos.FaultEnv) {
 			// Drops every subscription connection: releases and Fair grants
 			// published until the Lockers resubscribe are lost.
 			n, err := admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result()
-			env.note("CLIENT KILL TYPE pubsub: %d killed, err %v", n, err)
+			env.Note("CLIENT KILL TYPE pubsub: %d killed, err %v", n, err)
 		}},
-		{name: "restart", weight: 1, exclusive: true, run: func(env *chaosFaultEnv) {
-			down := env.maxTTL + time.Second
-			env.note("down for %v", down)
-			srv.Kill(env.t)
+		{Name: "restart", Weight: 1, Exclusive: true, Run: func(env *chaos.FaultEnv) {
+			down := env.MaxTTL + time.Second
+			env.Note("down for %v", down)
+			srv.Kill(env.T)
 			time.Sleep(down) // not cut short: see the restart rule above
-			env.allEnded("redis-server down for longer than the longest TTL")
-			env.dataLoss(true)
-			srv.Restart(env.t)
-			env.dataLoss(false)
+			env.AllEnded("redis-server down for longer than the longest TTL")
+			env.DataLoss(true)
+			srv.Restart(env.T)
+			env.DataLoss(false)
 		}},
 	}
 	return d
@@ -236,7 +159,7 @@ func startRedisChaos(t *testing.T, slots int) *chaosDeployment {
 // longest lease TTL plus a margin (the restart delay Redlock needs: a lease
 // it granted before has expired everywhere). Its fence counters are gone,
 // so fences are not compared across the restart (see dataLoss).
-func startRedlockChaos(t *testing.T, slots int) *chaosDeployment {
+func startRedlockChaos(t *testing.T, slots int) *chaos.Deployment {
 	const n = 3
 	masters := redistest.StartN(t, n)
 	admins := make([]*redis.Client, n)
@@ -263,10 +186,10 @@ func startRedlockChaos(t *testing.T, slots int) *chaosDeployment {
 	}
 	// pickLinks returns the proxied links of one slot to one master, or
 	// of every proxied slot to one master.
-	pickLinks := func(env *chaosFaultEnv) []*redistest.Proxy {
-		l := links[env.rng.IntN(len(links))]
-		if env.rng.IntN(3) == 0 {
-			env.note("every proxied link to master %d", l.master)
+	pickLinks := func(env *chaos.FaultEnv) []*redistest.Proxy {
+		l := links[env.Rand.IntN(len(links))]
+		if env.Rand.IntN(3) == 0 {
+			env.Note("every proxied link to master %d", l.master)
 			var ps []*redistest.Proxy
 			for _, o := range links {
 				if o.master == l.master {
@@ -275,30 +198,30 @@ func startRedlockChaos(t *testing.T, slots int) *chaosDeployment {
 			}
 			return ps
 		}
-		env.note("link of slot %d to master %d", l.slot, l.master)
+		env.Note("link of slot %d to master %d", l.slot, l.master)
 		return []*redistest.Proxy{l.p}
 	}
-	linkFault := func(name string, min, max time.Duration, inject func(p *redistest.Proxy, env *chaosFaultEnv)) chaosFault {
-		return chaosFault{name: name, run: func(env *chaosFaultEnv) {
+	linkFault := func(name string, min, max time.Duration, inject func(p *redistest.Proxy, env *chaos.FaultEnv)) chaos.Fault {
+		return chaos.Fault{Name: name, Run: func(env *chaos.FaultEnv) {
 			ps := pickLinks(env)
-			hold := env.rng.Duration(min, max)
-			env.note("for %v", hold)
+			hold := env.Rand.Duration(min, max)
+			env.Note("for %v", hold)
 			for _, p := range ps {
 				inject(p, env)
 			}
-			env.sleep(hold)
+			env.Sleep(hold)
 			for _, p := range ps {
-				p.Heal(env.t)
+				p.Heal(env.T)
 			}
 		}}
 	}
-	d := &chaosDeployment{
-		newLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
+	d := &chaos.Deployment{
+		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.NewRedlock(clients[slot], opts...)
 		},
-		describe: describeSlot,
-		residue: func(ctx context.Context) ([]chaosResidue, error) {
-			var all []chaosResidue
+		Describe: describeSlot,
+		Residue: func(ctx context.Context) ([]chaos.Residue, error) {
+			var all []chaos.Residue
 			for i, a := range admins {
 				r, err := redisResidue(ctx, a, fmt.Sprintf("master %d: ", i), false)
 				if err != nil {
@@ -309,44 +232,44 @@ func startRedlockChaos(t *testing.T, slots int) *chaosDeployment {
 			return all, nil
 		},
 	}
-	d.faults = []chaosFault{
-		linkFault("latency", 200*time.Millisecond, 2*time.Second, func(p *redistest.Proxy, env *chaosFaultEnv) {
-			lat := env.rng.Duration(5*time.Millisecond, 400*time.Millisecond)
-			env.note("+%v", lat)
-			p.AddLatency(env.t, lat)
+	d.Faults = []chaos.Fault{
+		linkFault("latency", 200*time.Millisecond, 2*time.Second, func(p *redistest.Proxy, env *chaos.FaultEnv) {
+			lat := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond)
+			env.Note("+%v", lat)
+			p.AddLatency(env.T, lat)
 		}),
-		linkFault("cut", 50*time.Millisecond, 2*time.Second, func(p *redistest.Proxy, env *chaosFaultEnv) { p.Cut(env.t) }),
-		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *redistest.Proxy, env *chaosFaultEnv) { p.ResetConnections(env.t) }),
-		{name: "pause", run: func(env *chaosFaultEnv) {
+		linkFault("cut", 50*time.Millisecond, 2*time.Second, func(p *redistest.Proxy, env *chaos.FaultEnv) { p.Cut(env.T) }),
+		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *redistest.Proxy, env *chaos.FaultEnv) { p.ResetConnections(env.T) }),
+		{Name: "pause", Run: func(env *chaos.FaultEnv) {
 			// One master (a quorum stays) or two (none does).
-			k := 1 + env.rng.IntN(2)
-			first := env.rng.IntN(n)
-			hold := env.rng.Duration(20*time.Millisecond, 1500*time.Millisecond)
-			env.note("SIGSTOP %d master(s) from %d for %v", k, first, hold)
+			k := 1 + env.Rand.IntN(2)
+			first := env.Rand.IntN(n)
+			hold := env.Rand.Duration(20*time.Millisecond, 1500*time.Millisecond)
+			env.Note("SIGSTOP %d master(s) from %d for %v", k, first, hold)
 			for i := range k {
-				masters[(first+i)%n].Pause(env.t)
+				masters[(first+i)%n].Pause(env.T)
 			}
-			env.sleep(hold)
+			env.Sleep(hold)
 			for i := range k {
-				masters[(first+i)%n].Resume(env.t)
+				masters[(first+i)%n].Resume(env.T)
 			}
 		}},
-		{name: "scriptflush", run: func(env *chaosFaultEnv) {
+		{Name: "scriptflush", Run: func(env *chaos.FaultEnv) {
 			for _, a := range admins {
 				if err := a.ScriptFlush(context.Background()).Err(); err != nil {
-					env.note("SCRIPT FLUSH: %v", err)
+					env.Note("SCRIPT FLUSH: %v", err)
 				}
 			}
 		}},
-		{name: "restart", weight: 1, exclusive: true, run: func(env *chaosFaultEnv) {
-			m := env.rng.IntN(n)
-			down := env.maxTTL + time.Second
-			env.note("master %d down for %v", m, down)
-			masters[m].Kill(env.t)
+		{Name: "restart", Weight: 1, Exclusive: true, Run: func(env *chaos.FaultEnv) {
+			m := env.Rand.IntN(n)
+			down := env.MaxTTL + time.Second
+			env.Note("master %d down for %v", m, down)
+			masters[m].Kill(env.T)
 			time.Sleep(down) // not cut short: the restart delay
-			env.dataLoss(true)
-			masters[m].Restart(env.t)
-			env.dataLoss(false)
+			env.DataLoss(true)
+			masters[m].Restart(env.T)
+			env.DataLoss(false)
 		}},
 	}
 	return d
@@ -354,8 +277,8 @@ func startRedlockChaos(t *testing.T, slots int) *chaosDeployment {
 
 // redisResidue lists the lock keys, fair queues and (with channels)
 // subscribed channels that one Redis holds under lockmw's default prefix.
-func redisResidue(ctx context.Context, c *redis.Client, label string, channels bool) ([]chaosResidue, error) {
-	var out []chaosResidue
+func redisResidue(ctx context.Context, c *redis.Client, label string, channels bool) ([]chaos.Residue, error) {
+	var out []chaos.Residue
 	iter := c.Scan(ctx, 0, lockmw.DefaultPrefix+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
@@ -363,7 +286,7 @@ func redisResidue(ctx context.Context, c *redis.Client, label string, channels b
 		case strings.HasSuffix(k, ":fence"):
 		case strings.HasSuffix(k, ":q"):
 			n, _ := c.LLen(ctx, k).Result()
-			out = append(out, chaosResidue{what: fmt.Sprintf("%sfair queue %s (%d entries)", label, k, n), queue: true})
+			out = append(out, chaos.Residue{What: fmt.Sprintf("%sfair queue %s (%d entries)", label, k, n), Queue: true})
 		default:
 			pttl, err := c.PTTL(ctx, k).Result()
 			if err != nil {
@@ -372,7 +295,7 @@ func redisResidue(ctx context.Context, c *redis.Client, label string, channels b
 			if pttl == -2 { // gone since SCAN (go-redis returns PTTL's -2 and -1 as is)
 				continue
 			}
-			out = append(out, chaosResidue{what: label + "lock key " + k, lock: true, pttl: pttl})
+			out = append(out, chaos.Residue{What: label + "lock key " + k, Lock: true, TTL: pttl})
 		}
 	}
 	if err := iter.Err(); err != nil {
@@ -384,7 +307,7 @@ func redisResidue(ctx context.Context, c *redis.Client, label string, channels b
 			return nil, err
 		}
 		for _, ch := range chans {
-			out = append(out, chaosResidue{what: label + "subscribed channel " + ch})
+			out = append(out, chaos.Residue{What: label + "subscribed channel " + ch})
 		}
 	}
 	return out, nil

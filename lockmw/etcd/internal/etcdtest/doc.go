@@ -6,7 +6,8 @@
 // member has its own data directory under t.TempDir() and listens for
 // clients and peers on free 127.0.0.1 ports, which stay the same for its
 // whole life. Both return once every member reports the same leader. A
-// member can be paused (SIGSTOP), resumed (SIGCONT), killed (SIGKILL) and
+// member can be paused (SIGSTOP; on Linux, Pause returns once every thread
+// of the process has stopped), resumed (SIGCONT), killed (SIGKILL) and
 // restarted on the same ports and data directory, where it rejoins its
 // cluster with everything it had written to disk (etcd persists its data,
 // unlike the Redis servers of redistest). Cluster.Leader waits until the

@@ -38,8 +38,8 @@ const (
 )
 
 const (
-	// readyTimeout bounds how long Start, Restart, Leader and MoveLeader
-	// wait for the state they promise.
+	// readyTimeout bounds how long Start, Restart, Pause, Leader and
+	// MoveLeader wait for the state they promise.
 	readyTimeout = 20 * time.Second
 	// exitTimeout bounds how long Kill and cleanup wait for a SIGKILLed
 	// process to be reaped.
@@ -51,6 +51,9 @@ const (
 	probeTimeout = 500 * time.Millisecond
 	// pollEvery is how often the waits ask again.
 	pollEvery = 20 * time.Millisecond
+	// stopPollEvery is how often Pause looks whether the member has
+	// stopped (a read of /proc, cheap next to a status request).
+	stopPollEvery = time.Millisecond
 	// logCap is how many bytes of a member's output are kept in memory.
 	logCap = 256 << 10
 	// tailLines is how many lines of output failure messages quote.
@@ -486,10 +489,11 @@ func newClient(endpoints []string) (*clientv3.Client, error) {
 	return clientv3.New(ClientConfig(endpoints...))
 }
 
-// Pause sends SIGSTOP to the member. It keeps its sockets, so clients can
-// still connect and write, but nothing is answered until Resume; its peers
-// elect another leader if it led. Pause fails the test if the member is not
-// running.
+// Pause sends SIGSTOP to the member and, on Linux, returns once every
+// thread of its process has stopped: from then on it keeps its sockets, so
+// clients can still connect and write, but nothing is answered until
+// Resume; its peers elect another leader if it led. Pause fails the test if
+// the member is not running, or has not stopped within 20 seconds.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
@@ -498,6 +502,36 @@ func (s *Server) Pause(t testing.TB) {
 		t.Fatalf("etcdtest: Pause %s: %v\n%s", s.name, err, s.out.tail(s.name))
 	}
 	s.live.Store(false)
+	if err := s.waitStoppedLocked(); err != nil {
+		t.Fatalf("etcdtest: Pause %s: %v\n%s", s.name, err, s.out.tail(s.name))
+	}
+}
+
+// waitStoppedLocked waits until every thread of the member's process is
+// stopped. SIGSTOP takes effect asynchronously: kill returns once the
+// signal is queued, and the process stops only when one of its threads
+// has run to dequeue it, which on a busy machine can be after the next
+// request has been answered.
+func (s *Server) waitStoppedLocked() error {
+	if !canObserveStop {
+		return nil
+	}
+	p := s.proc
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		stopped, err := processStopped(p.cmd.Process.Pid)
+		switch {
+		case p.exited():
+			return fmt.Errorf("exited while being paused (%v)", p.err)
+		case err != nil:
+			return fmt.Errorf("reading its state: %v", err)
+		case stopped:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("pid %d not stopped within %v of SIGSTOP", p.cmd.Process.Pid, readyTimeout)
+		}
+		time.Sleep(stopPollEvery)
+	}
 }
 
 // Resume sends SIGCONT to the member, undoing Pause. Resume fails the test

@@ -10,3 +10,10 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// canObserveStop is false where there is no /proc to watch a stop take
+// effect in: there Pause returns once SIGSTOP is sent.
+const canObserveStop = false
+
+// processStopped cannot tell here; it reports true.
+func processStopped(int) (bool, error) { return true, nil }

@@ -1,0 +1,368 @@
+package etcd_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/etcd"
+	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
+)
+
+// TestChaos runs lockmw's seeded randomized safety checker
+// (internal/chaos) against a three-member etcd cluster. See internal/chaos
+// for what it checks and how to replay a failure:
+//
+//	go test -race -run '^TestChaos$' .                       # short: 30s
+//	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=30m
+//	make chaos CHAOS_DURATION=30m                             # every store
+func TestChaos(t *testing.T) {
+	chaos.RunStores(t, etcdChaosStore)
+}
+
+// etcdChaosStore is the "etcd" store: three members, etcd.New on a client
+// of each Locker slot's own. etcd's lease TTLs are whole seconds, at least
+// etcd.MinTTL, so the checker draws TTLs of 2–4s.
+var etcdChaosStore = chaos.Store{
+	Name: "etcd", Fair: true, Start: startEtcdChaos,
+	FaultNames: []string{"latency", "cut", "reset", "pause", "restart", "leader"},
+	Timing: chaos.Timing{
+		MinTTL:      etcd.MinTTL,
+		ShortMinTTL: 3 * time.Second,
+		MaxTTL:      4 * time.Second,
+		LockerTTL:   etcd.MinTTL,
+		TTLStep:     time.Second,
+		// A new leader extends every lease by an election timeout, and
+		// TimeToLive rounds the remaining TTL up to a second.
+		ExpirySlack:   etcdtest.ElectionTimeout + time.Second,
+		ShortDuration: 30 * time.Second,
+	},
+	Dir: "lockmw/etcd", Package: ".",
+}
+
+// Keepalive of the chaos clients, so that a client notices a cut link
+// (a proxy that black-holes it) and moves to another member; the members
+// accept pings that often (etcd refuses pings under 5s apart by default).
+const (
+	chaosKeepAliveTime    = time.Second
+	chaosKeepAliveTimeout = time.Second
+)
+
+// chaosProxied reports whether slot's links go through proxies (one per
+// member): every other slot does, the rest talk to the members directly.
+func chaosProxied(slot int) bool { return slot%2 == 0 }
+
+// startEtcdChaos starts the etcd deployment. Faults:
+//
+//   - latency, cut, reset: on a proxied slot's link to one member, or to
+//     every member (the slot is cut off);
+//   - pause: SIGSTOP one member (a quorum stays) or two (none does);
+//   - restart: SIGKILL one member, or now and then all three, keep them
+//     down a while and restart them (etcd persists its data: nothing is
+//     lost, and fences keep rising across it);
+//   - leader: hand leadership to another member (MoveLeader).
+//
+// restart and leader run alone (the harness waits for a leader among
+// running members); pauses and link faults of the two schedules overlap.
+func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
+	c := etcdtest.StartCluster(t, 3, etcdtest.WithArgs("--grpc-keepalive-min-time="+chaosKeepAliveTime.String()))
+	members := c.Members()
+	keepAlive := func(cfg *clientv3.Config) {
+		cfg.DialKeepAliveTime = chaosKeepAliveTime
+		cfg.DialKeepAliveTimeout = chaosKeepAliveTimeout
+	}
+	admin := c.Client(t)
+	type link struct {
+		slot, member int
+		p            *etcdtest.Proxy
+	}
+	var links []link
+	clients := make([]*clientv3.Client, slots)
+	for s := range slots {
+		if !chaosProxied(s) {
+			clients[s] = c.Client(t, keepAlive)
+			continue
+		}
+		var eps []string
+		for m, srv := range members {
+			p := etcdtest.StartProxy(t, srv)
+			links = append(links, link{s, m, p})
+			eps = append(eps, p.Addr())
+		}
+		clients[s] = c.Client(t, keepAlive, func(cfg *clientv3.Config) { cfg.Endpoints = eps })
+	}
+	// pickLinks returns one proxied slot's link to one member, or all its
+	// links (the slot is cut off from etcd).
+	pickLinks := func(env *chaos.FaultEnv) []*etcdtest.Proxy {
+		l := links[env.Rand.IntN(len(links))]
+		if env.Rand.IntN(3) == 0 {
+			env.Note("every link of slot %d", l.slot)
+			var ps []*etcdtest.Proxy
+			for _, o := range links {
+				if o.slot == l.slot {
+					ps = append(ps, o.p)
+				}
+			}
+			return ps
+		}
+		env.Note("link of slot %d to %s", l.slot, members[l.member].Name())
+		return []*etcdtest.Proxy{l.p}
+	}
+	linkFault := func(name string, min, max time.Duration, inject func(p *etcdtest.Proxy, env *chaos.FaultEnv)) chaos.Fault {
+		return chaos.Fault{Name: name, Run: func(env *chaos.FaultEnv) {
+			ps := pickLinks(env)
+			hold := env.Rand.Duration(min, max)
+			env.Note("for %v", hold)
+			for _, p := range ps {
+				inject(p, env)
+			}
+			env.Sleep(hold)
+			for _, p := range ps {
+				p.Heal(env.T)
+			}
+		}}
+	}
+	d := &chaos.Deployment{
+		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
+			return etcd.New(clients[slot], opts...)
+		},
+		Describe: func(slot int) string {
+			if chaosProxied(slot) {
+				return "proxied"
+			}
+			return "direct"
+		},
+		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return etcdResidue(ctx, admin) },
+		Events:  startEtcdRecorder(t, c, admin),
+	}
+	d.Faults = []chaos.Fault{
+		linkFault("latency", 200*time.Millisecond, 3*time.Second, func(p *etcdtest.Proxy, env *chaos.FaultEnv) {
+			lat := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond)
+			env.Note("+%v", lat)
+			p.AddLatency(env.T, lat)
+		}),
+		// Up to longer than the longest TTL: the slot's leases are lost.
+		linkFault("cut", 50*time.Millisecond, 6*time.Second, func(p *etcdtest.Proxy, env *chaos.FaultEnv) { p.Cut(env.T) }),
+		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *etcdtest.Proxy, env *chaos.FaultEnv) { p.ResetConnections(env.T) }),
+		{Name: "pause", Run: func(env *chaos.FaultEnv) {
+			k := 1 + env.Rand.IntN(2)
+			first := env.Rand.IntN(len(members))
+			hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
+			var names []string
+			for i := range k {
+				names = append(names, members[(first+i)%len(members)].Name())
+			}
+			env.Note("SIGSTOP %v for %v", names, hold)
+			for i := range k {
+				members[(first+i)%len(members)].Pause(env.T)
+			}
+			env.Sleep(hold)
+			for i := range k {
+				members[(first+i)%len(members)].Resume(env.T)
+			}
+		}},
+		{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
+			down := env.Rand.Duration(0, 3*time.Second)
+			victims := []*etcdtest.Server{members[env.Rand.IntN(len(members))]}
+			if env.Rand.IntN(4) == 0 {
+				victims = members
+			}
+			var names []string
+			for _, m := range victims {
+				names = append(names, m.Name())
+			}
+			env.Note("SIGKILL %v, down for %v", names, down)
+			for _, m := range victims {
+				m.Kill(env.T)
+			}
+			// Not cut short when the run ends: the members must run again
+			// for the checks after it.
+			time.Sleep(down)
+			var wg sync.WaitGroup
+			for _, m := range victims {
+				wg.Go(func() { m.Restart(env.T) })
+			}
+			wg.Wait()
+		}},
+		{Name: "leader", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
+			old := c.Leader(env.T)
+			to := members[env.Rand.IntN(len(members))]
+			for to == old {
+				to = members[env.Rand.IntN(len(members))]
+			}
+			env.Note("from %s to %s", old.Name(), to.Name())
+			c.MoveLeader(env.T, to)
+		}},
+	}
+	return d
+}
+
+// etcdResidue lists the keys etcd holds under lockmw's default prefix,
+// each with its lease's remaining TTL (none: no expiry), and the leases
+// still granted. Waiters' keys are lock keys too (etcd keeps a fair queue
+// in the lock's directory).
+func etcdResidue(ctx context.Context, admin *clientv3.Client) ([]chaos.Residue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := admin.Get(ctx, lockmw.DefaultPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	var out []chaos.Residue
+	for _, kv := range resp.Kvs {
+		r := chaos.Residue{What: "lock key " + string(kv.Key), Lock: true, TTL: -1}
+		if kv.Lease != 0 {
+			ttl, err := admin.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return nil, err
+			}
+			if ttl.TTL < 0 {
+				continue // the lease and its keys have gone since the Get
+			}
+			r.What += fmt.Sprintf(" on lease %x", kv.Lease)
+			r.TTL = time.Duration(ttl.TTL) * time.Second
+		}
+		out = append(out, r)
+	}
+	leases, err := admin.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range leases.Leases {
+		ttl, err := admin.TimeToLive(ctx, l.ID)
+		if err != nil {
+			return nil, err
+		}
+		if ttl.TTL < 0 {
+			continue
+		}
+		out = append(out, chaos.Residue{What: fmt.Sprintf("lease %x (granted TTL %ds)", l.ID, ttl.GrantedTTL), Lock: true, TTL: time.Duration(ttl.TTL) * time.Second})
+	}
+	return out, nil
+}
+
+// etcdRecorderCap is how many events startEtcdRecorder keeps (the newest).
+const etcdRecorderCap = 20000
+
+// startEtcdRecorder records, until t's cleanup, what etcd does that the
+// checker cannot see: every deletion under lockmw's prefix (with the
+// revision, the key's create revision, its lease and whether that lease
+// was still there just after: see leaseState) and every change of
+// leader or term a member reports (polled every 50ms; a paused member does
+// not answer). It returns the recorded events, for the report around a
+// violation.
+func startEtcdRecorder(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client) func() []chaos.Event {
+	var mu sync.Mutex
+	var evs []chaos.Event
+	add := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		evs = append(evs, chaos.Event{At: time.Now(), What: fmt.Sprintf(format, args...)})
+		if len(evs) > etcdRecorderCap {
+			evs = append(evs[:0], evs[len(evs)-etcdRecorderCap/2:]...)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	wg.Go(func() {
+		var next int64
+		for ctx.Err() == nil {
+			opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithFilterPut()}
+			if next > 0 {
+				opts = append(opts, clientv3.WithRev(next))
+			}
+			for wr := range admin.Watch(ctx, lockmw.DefaultPrefix, opts...) {
+				if wr.Err() != nil {
+					break
+				}
+				for _, ev := range wr.Events {
+					if ev.Type != mvccpb.DELETE {
+						continue
+					}
+					if p := ev.PrevKv; p != nil {
+						add("etcd rev %d: %s deleted (created at rev %d, lease %x: %s)", ev.Kv.ModRevision, ev.Kv.Key, p.CreateRevision, p.Lease, leaseState(ctx, admin, p.Lease))
+					} else {
+						add("etcd rev %d: %s deleted", ev.Kv.ModRevision, ev.Kv.Key)
+					}
+				}
+				next = wr.Header.Revision + 1
+			}
+		}
+	})
+	for _, m := range c.Members() {
+		mc := pb.NewMaintenanceClient(m.Client(t).ActiveConnection())
+		wg.Go(func() {
+			var lead, term uint64
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				sctx, scancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				st, err := mc.Status(sctx, &pb.StatusRequest{})
+				scancel()
+				if err != nil {
+					continue
+				}
+				if st.Leader != lead || st.RaftTerm != term {
+					lead, term = st.Leader, st.RaftTerm
+					add("%s reports leader %s, term %d", m.Name(), memberName(c, lead), term)
+				}
+			}
+		})
+	}
+	return func() []chaos.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(evs)
+	}
+}
+
+// leaseState tells whether etcd still has lease id, asked right after one
+// of its keys was deleted: a lease gone by then took its keys with it
+// (revoked or expired), one still there saw the key deleted by a request.
+func leaseState(ctx context.Context, admin *clientv3.Client, id int64) string {
+	if id == 0 {
+		return "no lease"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	resp, err := admin.TimeToLive(ctx, clientv3.LeaseID(id))
+	switch {
+	case err != nil:
+		return "lease state unknown: " + err.Error()
+	case resp.TTL < 0:
+		return "lease gone"
+	default:
+		return fmt.Sprintf("lease still there, TTL %ds", resp.TTL)
+	}
+}
+
+// memberName names the member with ID id ("none" for 0).
+func memberName(c *etcdtest.Cluster, id uint64) string {
+	if id == 0 {
+		return "none"
+	}
+	for _, m := range c.Members() {
+		if m.ID() == id {
+			return m.Name()
+		}
+	}
+	return fmt.Sprintf("%x", id)
+}

@@ -2,6 +2,8 @@
 package lockmwtest
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,22 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// RunWithRedis is the body of a TestMain for a package whose runnable
+// examples use a real Redis: it starts one redis-server (redistest.StartMain),
+// points *addr at it (the examples' redisAddr), runs m and stops the server.
+// It returns the exit code for os.Exit: 1, with the reason on standard error,
+// if the server cannot be started (redis-server missing, with install advice).
+func RunWithRedis(m *testing.M, addr *string) int {
+	a, stop, err := redistest.StartMain()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer stop()
+	*addr = a
+	return m.Run()
 }
 
 // DemoLocker returns the Locker of the adapters' examples: lockmw.New on a

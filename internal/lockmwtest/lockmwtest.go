@@ -95,25 +95,3 @@ func RunWithRedis(m *testing.M, addr *string) int {
 	*addr = a
 	return m.Run()
 }
-
-// DemoLocker returns the Locker of the adapters' examples: lockmw.New on a
-// client of the Redis at localhost:6379 that answers an outage at once
-// (300 ms timeouts, no retries), as lockmw's examples set it up. stop
-// closes the Locker, then the client.
-func DemoLocker() (locker *lockmw.Locker, client *redis.Client, stop func()) {
-	client = redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	locker, err := lockmw.New(client)
-	if err != nil {
-		_ = client.Close()
-		panic(err)
-	}
-	return locker, client, func() { _ = locker.Close(); _ = client.Close() }
-}

@@ -18,14 +18,15 @@ import (
 var redisAddr = "localhost:6379"
 
 // The README's quickstart: a client configured for locks, a lock around one
-// job, then a lease held by hand and its fence.
+// job, then a lease held by hand. Its fence is 2: the key's second holding.
 func Example() {
 	client := redis.NewClient(&redis.Options{
 		Addr: redisAddr,
-		// Every Redis call lockmw makes is bounded by these timeouts (and by
-		// context deadlines, with ContextTimeoutEnabled); keep them well below
-		// the lock TTL. No retries inside go-redis: lockmw never lets it
-		// re-send its writes and retries renewals itself.
+		// Every Redis call lockmw makes is bounded by these timeouts (and by context
+		// deadlines, with ContextTimeoutEnabled); keep them well below the lock TTL.
+		// No retries inside go-redis: lockmw never lets it re-send its writes and
+		// retries renewals itself, so client retries would only make an outage take
+		// several timeouts to become lockmw.ErrUnavailable instead of one.
 		DialTimeout:           300 * time.Millisecond,
 		ReadTimeout:           300 * time.Millisecond,
 		WriteTimeout:          300 * time.Millisecond,
@@ -45,7 +46,6 @@ func Example() {
 	// Do waits up to 5s for the lock, runs the func, and releases.
 	err = locker.Do(ctx, "order:42", func(ctx context.Context) error {
 		// ctx is cancelled with cause lockmw.ErrLost if the lock is lost.
-		fmt.Println("paying order 42")
 		return nil
 	}, lockmw.WithWait(5*time.Second), lockmw.WithName("order:{id}"))
 	if err != nil {
@@ -58,12 +58,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	// The second holding of order:42 gets the next fence: pass it to your
-	// store, which refuses writes with an older one.
-	fmt.Println("holding order:42 with fence", lease.Fence())
-	// Output:
-	// paying order 42
-	// holding order:42 with fence 2
+	fmt.Println("holding order:42 with fence", lease.Fence()) // pass it to your store
+	// Output: holding order:42 with fence 2
 }
 
 // A lock around one job, run once across every instance that calls this.

@@ -1,49 +1,80 @@
 package ginlock_test
 
 import (
+	"context"
 	"fmt"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/ginlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// Lock the order named in the path while it is paid or cancelled: both routes
-// use the template "order:{id}", so they exclude each other, on every
-// instance sharing the Redis.
-func Example() {
-	// lockmw.New on a client of the Redis every instance shares (the
-	// example Redis: localhost:6379, short timeouts; see lockmw).
-	locker, _, stop := lockmwtest.DemoLocker()
-	defer stop()
+// redisAddr is the Redis the examples use. TestMain points it at a
+// redis-server of its own.
+var redisAddr = "localhost:6379"
 
-	lockOrder := ginlock.New(locker, ginlock.Param("id"), ginlock.WithName("order:{id}"))
+// Lock the order named in the path while it is paid: two requests on one
+// order never run their handlers at the same time, on any instance sharing
+// the Redis. Of two requests at once, one is answered 200 and the other 409
+// with Retry-After.
+func Example() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, // settings: see lockmw
+		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
+		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
 	r := gin.New()
-	r.ContextWithFallback = true // c carries the lease context: ginlock requires it
-	r.Use(gin.Recovery())
+	r.ContextWithFallback = true // required: c carries the lease context
+	lockOrder := ginlock.New(locker, ginlock.Param("id"), ginlock.WithName("order:{id}"))
+	work := make(chan struct{}) // the payment lasts until the other request is answered
 	r.POST("/orders/:id/pay", lockOrder, func(c *gin.Context) {
-		// c.Request.Context() is cancelled if the lock is lost: stop then.
-		// The fence lets the store reject a writer that lost the lock.
-		fence := ginlock.LeaseFrom(c).Fence()
+		fence := ginlock.LeaseFrom(c).Fence() // c is cancelled if the lock is lost
+		<-work                                // the work; a second request meanwhile gets 409
 		c.JSON(http.StatusOK, gin.H{"paid": c.Param("id"), "fence": fence})
 	})
-	r.POST("/orders/:id/cancel", lockOrder, func(c *gin.Context) {
-		c.Status(http.StatusNoContent)
-	})
-	_ = r.Run(":8080")
+
+	// Two requests on order 42 at once.
+	answers := make(chan string, 2)
+	for range 2 {
+		go func() {
+			w := httptest.NewRecorder()
+			r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/orders/42/pay", nil))
+			answers <- fmt.Sprint(w.Code, " Retry-After set: ", w.Header().Get("Retry-After") != "")
+		}()
+	}
+	first := <-answers // the request that found the order locked
+	close(work)
+	got := []string{first, <-answers}
+	slices.Sort(got)
+	fmt.Println(strings.Join(got, "\n"))
+	// Output:
+	// 200 Retry-After set: false
+	// 409 Retry-After set: true
 }
 
 // Take the key from a JSON body and queue for up to two seconds instead of
 // answering 409 at once. The handler still reads the whole body.
 func ExampleJSONField() {
-	// lockmw.New on a client of the Redis every instance shares (the
-	// example Redis: localhost:6379, short timeouts; see lockmw).
-	locker, _, stop := lockmwtest.DemoLocker()
-	defer stop()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr}) // and the settings of the package example
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
 
 	r := gin.New()
 	r.ContextWithFallback = true // c carries the lease context: ginlock requires it
@@ -58,16 +89,28 @@ func ExampleJSONField() {
 				c.AbortWithStatus(http.StatusBadRequest)
 				return
 			}
+			fmt.Println("moving", transfer.Amount, "from", transfer.From.Account)
 			c.Status(http.StatusAccepted)
 		})
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/transfers",
+		strings.NewReader(`{"from": {"account": "A-17"}, "amount": 250}`)))
+	fmt.Println(w.Code)
+	// Output:
+	// moving 250 from A-17
+	// 202
 }
 
 // A custom KeyFunc and a busy response in the service's own format.
 func ExampleWithBusyHandler() {
-	// lockmw.New on a client of the Redis every instance shares (the
-	// example Redis: localhost:6379, short timeouts; see lockmw).
-	locker, _, stop := lockmwtest.DemoLocker()
-	defer stop()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr}) // and the settings of the package example
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
 
 	tenant := ginlock.Header("X-Tenant")
 	tenantCart := func(c *gin.Context) (string, error) {
@@ -85,14 +128,31 @@ func ExampleWithBusyHandler() {
 			c.JSON(http.StatusTooManyRequests, gin.H{"error": "cart is being updated"})
 		})),
 		func(c *gin.Context) { c.Status(http.StatusOK) })
+
+	// Someone holds cart 7 of tenant acme meanwhile.
+	held, err := locker.TryAcquire(context.Background(), "cart:acme/7")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	req := httptest.NewRequest(http.MethodPut, "/carts/7", nil)
+	req.Header.Set("X-Tenant", "acme")
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	fmt.Println(w.Code, w.Body)
+	// Output: 429 {"error":"cart is being updated"}
 }
 
 // Stream a report while holding the lock, and skip the lock for dry runs.
 func ExampleWithStreaming() {
-	// lockmw.New on a client of the Redis every instance shares (the
-	// example Redis: localhost:6379, short timeouts; see lockmw).
-	locker, _, stop := lockmwtest.DemoLocker()
-	defer stop()
+	client := redis.NewClient(&redis.Options{Addr: redisAddr}) // and the settings of the package example
+	defer client.Close()
+	locker, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
 
 	r := gin.New()
 	r.ContextWithFallback = true
@@ -105,6 +165,14 @@ func ExampleWithStreaming() {
 				c.Writer.Flush()
 			}
 		})
+
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/accounts/17/export", nil))
+	fmt.Print(w.Body)
+	// Output:
+	// row 0
+	// row 1
+	// row 2
 }
 
 // For an error that does not come from the middleware, Retry-After is the

@@ -12,7 +12,7 @@ import (
 
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.ReleaseMode)
-	os.Exit(m.Run())
+	os.Exit(lockmwtest.RunWithRedis(m, &redisAddr)) // the examples' Redis
 }
 
 // newLocker and newLockerOn return a Locker closed at cleanup.

@@ -12,9 +12,59 @@ import (
 	"github.com/lockmw/lockmw/lockmw"
 )
 
+// redisAddr is the Redis the examples use. TestMain points it at a
+// redis-server of its own, started empty, so that the fences the examples
+// print are those of fresh keys.
+var redisAddr = "localhost:6379"
+
+// The README's quickstart: a client configured for locks, a lock around one
+// job, then a lease held by hand. Its fence is 2: the key's second holding.
+func Example() {
+	client := redis.NewClient(&redis.Options{
+		Addr: redisAddr,
+		// Every Redis call lockmw makes is bounded by these timeouts (and by context
+		// deadlines, with ContextTimeoutEnabled); keep them well below the lock TTL.
+		// No retries inside go-redis: lockmw never lets it re-send its writes and
+		// retries renewals itself, so client retries would only make an outage take
+		// several timeouts to become lockmw.ErrUnavailable instead of one.
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		ContextTimeoutEnabled: true,
+	})
+	defer client.Close()
+
+	locker, err := lockmw.New(client, lockmw.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close() // runs before client.Close
+
+	ctx := context.Background()
+	// Do waits up to 5s for the lock, runs the func, and releases.
+	err = locker.Do(ctx, "order:42", func(ctx context.Context) error {
+		// ctx is cancelled with cause lockmw.ErrLost if the lock is lost.
+		return nil
+	}, lockmw.WithWait(5*time.Second), lockmw.WithName("order:{id}"))
+	if err != nil {
+		log.Fatal(err) // errors.Is(err, lockmw.ErrNotAcquired): still busy after 5s
+	}
+
+	// Or hold a lease yourself: Acquire waits, TryAcquire makes one attempt.
+	lease, err := locker.TryAcquire(ctx, "order:42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(ctx)
+	fmt.Println("holding order:42 with fence", lease.Fence()) // pass it to your store
+	// Output: holding order:42 with fence 2
+}
+
 // A lock around one job, run once across every instance that calls this.
 func ExampleLocker_Do() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer client.Close()
 	locker, err := lockmw.New(client)
 	if err != nil {
@@ -24,16 +74,18 @@ func ExampleLocker_Do() {
 
 	err = locker.Do(context.Background(), "report:daily", func(ctx context.Context) error {
 		// ctx is cancelled if the lock is lost: stop writing then.
+		fmt.Println("writing the daily report")
 		return nil
 	}, lockmw.WithWait(5*time.Second))
 	if errors.Is(err, lockmw.ErrNotAcquired) {
 		fmt.Println("another instance is running the report")
 	}
+	// Output: writing the daily report
 }
 
 // Fail fast when the resource is busy, and tell the caller when to retry.
 func ExampleLocker_TryAcquire() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer client.Close()
 	locker, err := lockmw.New(client, lockmw.WithTTL(5*time.Second))
 	if err != nil {
@@ -42,7 +94,7 @@ func ExampleLocker_TryAcquire() {
 	defer locker.Close()
 
 	ctx := context.Background()
-	lease, err := locker.TryAcquire(ctx, "order:42", lockmw.WithName("order:{id}"))
+	lease, err := locker.TryAcquire(ctx, "invoice:7", lockmw.WithName("invoice:{id}"))
 	switch {
 	case errors.Is(err, lockmw.ErrNotAcquired):
 		wait, _ := lockmw.RetryAfter(err)
@@ -56,14 +108,28 @@ func ExampleLocker_TryAcquire() {
 	}
 	defer lease.Release(ctx)
 	// Pass the fence to the store so that a writer that lost the lock is
-	// rejected: UPDATE orders SET ... WHERE id = 42 AND fence < $1.
+	// rejected: UPDATE invoices SET ... WHERE id = 7 AND fence < $1.
 	fmt.Println("fence", lease.Fence())
+
+	// Meanwhile another instance (here a second Locker) finds it busy.
+	other, err := lockmw.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.TryAcquire(ctx, "invoice:7"); errors.Is(err, lockmw.ErrNotAcquired) {
+		wait, _ := lockmw.RetryAfter(err) // at most the holder's TTL
+		fmt.Println("busy elsewhere; retry within 5s:", wait <= 5*time.Second)
+	}
+	// Output:
+	// fence 1
+	// busy elsewhere; retry within 5s: true
 }
 
 // Code that locks the same key with a lease's context nests instead of
 // deadlocking.
 func ExampleLease_Context() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer client.Close()
 	locker, err := lockmw.New(client)
 	if err != nil {
@@ -72,14 +138,14 @@ func ExampleLease_Context() {
 	defer locker.Close()
 
 	ctx := context.Background()
-	outer, err := locker.Acquire(ctx, "order:42")
+	outer, err := locker.Acquire(ctx, "cart:9")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer outer.Release(ctx)
 
-	// A service called with the lease context locks the same order.
-	inner, err := locker.Acquire(outer.Context(), "order:42")
+	// A service called with the lease context locks the same cart.
+	inner, err := locker.Acquire(outer.Context(), "cart:9")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -89,12 +155,14 @@ func ExampleLease_Context() {
 	case <-outer.Context().Done():
 		fmt.Println("lock lost:", context.Cause(outer.Context()))
 	default:
-		fmt.Println("still holding order:42 with fence", outer.Fence())
+		fmt.Println("still holding cart:9 with fence", outer.Fence())
 	}
+	// Output: still holding cart:9 with fence 1
 }
 
 // Locks on a Redis Cluster: every key of one lock shares a hash tag, so it
 // lives on one master; renewals go to each master in one round trip.
+// (Compiled, not run: it needs a Cluster.)
 func ExampleNew_cluster() {
 	client := redis.NewClusterClient(&redis.ClusterOptions{
 		Addrs: []string{"10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379"},
@@ -108,9 +176,10 @@ func ExampleNew_cluster() {
 	_ = locker.Do(context.Background(), "invoice:7", func(ctx context.Context) error { return nil })
 }
 
-// Refuse a lock that no replica has acknowledged within 100ms.
+// Refuse a lock that no replica has acknowledged within 100ms. The Redis
+// here has no replica, so the lock is refused.
 func ExampleWithWaitReplicas() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
 	defer client.Close()
 	locker, err := lockmw.New(client, lockmw.WithWaitReplicas(1, 100*time.Millisecond))
 	if err != nil {
@@ -124,5 +193,7 @@ func ExampleWithWaitReplicas() {
 		fmt.Println("no replica acknowledged the lock in time; it was released")
 	case err == nil:
 		defer lease.Release(context.Background())
+		fmt.Println("locked, and replicated")
 	}
+	// Output: no replica acknowledged the lock in time; it was released
 }

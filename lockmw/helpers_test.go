@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(xprocWorkerEnv); spec != "" {
 		os.Exit(runProcessWorker(spec))
 	}
-	os.Exit(m.Run())
+	os.Exit(lockmwtest.RunWithRedis(m, &redisAddr)) // the examples' Redis
 }
 
 // runHolder acquires a lock with the watchdog on, prints "held FENCE", and

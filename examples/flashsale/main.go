@@ -39,8 +39,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/ginlock"
 	"github.com/lockmw/lockmw/examples/internal/demoredis"
+	"github.com/lockmw/lockmw/ginlock"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -42,8 +42,8 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 
-	"github.com/lockmw/lockmw/grpclock"
 	"github.com/lockmw/lockmw/examples/internal/demoredis"
+	"github.com/lockmw/lockmw/grpclock"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -2,6 +2,8 @@
 package lockmwtest
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -78,24 +80,18 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// DemoLocker returns the Locker of the adapters' examples: lockmw.New on a
-// client of the Redis at localhost:6379 that answers an outage at once
-// (300 ms timeouts, no retries), as lockmw's examples set it up. stop
-// closes the Locker, then the client.
-func DemoLocker() (locker *lockmw.Locker, client *redis.Client, stop func()) {
-	client = redis.NewClient(&redis.Options{
-		Addr:                  "localhost:6379",
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1, // one timeout, not MaxRetries+1 of them, before an outage is answered
-		DialerRetries:         1,
-		ContextTimeoutEnabled: true,
-	})
-	locker, err := lockmw.New(client)
+// RunWithRedis is the body of a TestMain for a package whose runnable
+// examples use a real Redis: it starts one redis-server (redistest.StartMain),
+// points *addr at it (the examples' redisAddr), runs m and stops the server.
+// It returns the exit code for os.Exit: 1, with the reason on standard error,
+// if the server cannot be started (redis-server missing, with install advice).
+func RunWithRedis(m *testing.M, addr *string) int {
+	a, stop, err := redistest.StartMain()
 	if err != nil {
-		_ = client.Close()
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	return locker, client, func() { _ = locker.Close(); _ = client.Close() }
+	defer stop()
+	*addr = a
+	return m.Run()
 }

@@ -9,6 +9,10 @@
 // which is enough to exercise timeouts, lost locks and reconnection logic
 // against the real thing.
 //
+// StartMain starts one server from a TestMain, which has no testing.TB (for
+// example one server for a package's runnable examples), and returns its
+// address and a func that stops it.
+//
 // # Replication and Sentinel
 //
 // WithReplicaOf starts a server as a replica of another one and returns once
@@ -38,8 +42,8 @@
 // # The binary
 //
 // The server binary is $REDIS_SERVER if that is set, else redis-server found
-// on $PATH. If neither exists, Start fails the test (it never skips) with a
-// message saying how to install it.
+// on $PATH. If neither exists, Start fails the test (it never skips), and
+// StartMain returns an error, with a message saying how to install it.
 //
 // # Process hygiene
 //

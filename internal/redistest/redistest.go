@@ -198,6 +198,48 @@ func StartN(t testing.TB, n int, opts ...Option) []*Server {
 	return servers
 }
 
+// StartMain starts one server as Start does, for a TestMain, which has no
+// testing.TB: for example one server shared by a package's runnable
+// examples. It returns the server's address and stop, which SIGKILLs the
+// server's process group, waits for it and removes its temporary directory
+// (problems doing so are written to standard error); call it after m.Run.
+// If redis-server is missing, or does not answer PING within 10 seconds,
+// StartMain returns an error saying how to install it, or quoting the tail
+// of the server's output.
+//
+//	func TestMain(m *testing.M) {
+//		addr, stop, err := redistest.StartMain()
+//		if err != nil {
+//			fmt.Fprintln(os.Stderr, err)
+//			os.Exit(1)
+//		}
+//		redisAddr = addr
+//		code := m.Run()
+//		stop()
+//		os.Exit(code)
+//	}
+func StartMain() (addr string, stop func(), err error) {
+	bin, err := findBinary()
+	if err != nil {
+		return "", nil, fmt.Errorf("redistest: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return "", nil, fmt.Errorf("redistest: %v", err)
+	}
+	s := &Server{bin: bin, dir: dir, out: &logBuffer{}, kind: "redis-server", linkTimeout: readyTimeout}
+	stop = func() {
+		if err := s.stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "redistest: %v\n", err)
+		}
+	}
+	if err := s.firstStart(freePort); err != nil {
+		stop()
+		return "", nil, fmt.Errorf("redistest: %v", err)
+	}
+	return s.addr, stop, nil
+}
+
 // newServer returns a Server with its own temporary directory, not yet
 // started. Its cleanup is registered with t before the process exists, so
 // that every exit path, including a failed start, stops it and removes the
@@ -680,12 +722,32 @@ func (s *Server) cleanup(t testing.TB) {
 		// necessarily a failure, but worth a look.
 		t.Logf("redistest: %s on %s had exited before cleanup (%v)\n%s", s.kind, s.addr, p.err, s.out.tail())
 	}
+	if err := s.stopLocked(); err != nil {
+		t.Errorf("redistest: %v", err)
+	}
+}
+
+// stop stops a server started by StartMain, as cleanup does for Start's.
+func (s *Server) stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return nil
+	}
+	s.stopped = true
+	return s.stopLocked()
+}
+
+// stopLocked kills the server's process, if any, and removes its directory.
+func (s *Server) stopLocked() error {
+	var errs []error
 	if err := s.killLocked(); err != nil {
-		t.Errorf("redistest: stopping %s: %v\n%s", s.addr, err, s.out.tail())
+		errs = append(errs, fmt.Errorf("stopping %s: %v\n%s", s.addr, err, s.out.tail()))
 	}
 	if err := os.RemoveAll(s.dir); err != nil {
-		t.Errorf("redistest: removing %s: %v", s.dir, err)
+		errs = append(errs, fmt.Errorf("removing %s: %v", s.dir, err))
 	}
+	return errors.Join(errs...)
 }
 
 // findBinary returns the redis-server binary to run.

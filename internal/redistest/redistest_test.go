@@ -698,3 +698,38 @@ func TestSentinelStartFailureQuotesOutput(t *testing.T) {
 		t.Errorf("StartSentinel on a killed master: Fatalf(%q), want it to name %s", msg, dead.Addr())
 	}
 }
+
+func TestStartMainStartsAndStops(t *testing.T) {
+	t.Parallel()
+	addr, stop, err := StartMain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &redis.Options{Addr: addr}
+	fastFail(o)
+	c := redis.NewClient(o)
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("PING %s: %v", addr, err)
+	}
+	stop()
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("%s still accepts connections after stop", addr)
+	}
+	stop() // a second stop does nothing
+}
+
+func TestStartMainWithoutBinaryGivesInstallHint(t *testing.T) {
+	// Not parallel: t.Setenv.
+	t.Setenv("REDIS_SERVER", "")
+	t.Setenv("PATH", t.TempDir())
+	_, stop, err := StartMain()
+	if err == nil {
+		stop()
+		t.Fatal("StartMain without redis-server succeeded")
+	}
+	if want := "redis-server not found on PATH: " + installHint; !strings.Contains(err.Error(), want) {
+		t.Fatalf("StartMain without redis-server: %v, want it to contain %q", err, want)
+	}
+}

@@ -89,6 +89,18 @@
 // is gone (19597, 11456): acquisition is only ever reported from a read
 // that saw the waiter's own key lowest in D.
 //
+// The argument rests on etcd's promise that a lease confirmed by a renewal
+// sent at s lives until s + TTL. etcd servers without the fix for etcd
+// issue 15247 (etcd PR 16822, in later 3.4 and 3.5 releases) break it: a
+// leader that falls behind applying its log (a stalled process, a slow
+// disk) may revoke leases after it stepped down, though their holders
+// renewed them with the new leader; the holder's key vanishes early and
+// another Locker may take the lock while the holder's lease is still
+// valid. No client can guard against that: run an etcd with the fix. The
+// randomized checker (make chaos, fault "pause" or "leader") shows it on
+// Debian's etcd 3.4.23; fences still rise, so a store that checks them
+// refuses the earlier holder's late writes.
+//
 // # Waiting
 //
 // Fair mode (lockmw.Fair): waiters queue by create revision, and each

@@ -25,7 +25,27 @@ import (
 // Session dates its deadline from the last keepalive reply, so its Done()
 // is still open when another Mutex has acquired the lock: the holder is
 // not told in time.
+//
+// lockmw's side is checked on every attempt. The Mutex's side depends on
+// etcd expiring the lease promptly, which a loaded machine can delay (a
+// single member may even hold an election) past the Session's own late
+// deadline; it must show in one of three attempts.
 func TestLostNoticedBeforeOthersUnlikeMutex(t *testing.T) {
+	for attempt := 1; ; attempt++ {
+		if lostNoticedBeforeOthers(t, attempt) {
+			return
+		}
+		if attempt == 3 {
+			t.Fatal("concurrency.Mutex's Session reported the loss before another Mutex acquired, in 3 attempts: the trap this test shows is gone")
+		}
+	}
+}
+
+// lostNoticedBeforeOthers runs the scenario once on a fresh etcd member,
+// failing t if lockmw's lease context was live when another Locker
+// acquired; it reports whether the first Session was still live when
+// another Mutex acquired.
+func lostNoticedBeforeOthers(t *testing.T, attempt int) bool {
 	srv := etcdtest.Start(t)
 	api := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
 	p := toxiproxy.NewProxy(api, "mutex-lost", "127.0.0.1:0", srv.Addr())
@@ -101,7 +121,9 @@ func TestLostNoticedBeforeOthersUnlikeMutex(t *testing.T) {
 	}
 	_ = next.Release(ctx)
 	if stillLive := <-mutexGot; !stillLive {
-		t.Fatal("concurrency.Mutex's Session reported the loss before another Mutex acquired: the trap this test shows is gone")
+		t.Logf("attempt %d: concurrency.Mutex's Session reported the loss before another Mutex acquired", attempt)
+		return false
 	}
-	t.Log("concurrency.Mutex: another Mutex acquired the lock while the first holder's Session.Done() was still open")
+	t.Logf("attempt %d: concurrency.Mutex: another Mutex acquired the lock while the first holder's Session.Done() was still open", attempt)
+	return true
 }

@@ -131,6 +131,7 @@ func clusterKeys(t *testing.T, c *redistest.Cluster, perMaster int) [][]string {
 // Lockers, are kept past their TTL by renewals that cost one round trip per
 // node per tick (not one per lease), and are released.
 func TestClusterAcquireRenewReleaseBatchedPerNode(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	c := redistest.StartCluster(t)
 	rec := newRenewRecorder(t)
 	l := newLockerOn(t, recordedClient(t, c, rec))
@@ -235,6 +236,7 @@ func TestClusterAcquireRenewReleaseBatchedPerNode(t *testing.T) {
 // are lost (ErrLost), leases on the other masters are untouched, and a new
 // lease on it is renewed past NOSCRIPT (the script is resent in full).
 func TestClusterNoscriptAfterMasterRestart(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	c := redistest.StartCluster(t)
 	rec := newRenewRecorder(t)
 	l := newLockerOn(t, recordedClient(t, c, rec))
@@ -297,6 +299,7 @@ func TestClusterNoscriptAfterMasterRestart(t *testing.T) {
 // error but ErrNotAcquired, never two holders, fences still increase, and
 // the holder keeps its lock through the ASK and MOVED phases.
 func TestClusterReshardingWhileHeldAndContended(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	c := redistest.StartCluster(t)
 	rec := newRenewRecorder(t)
 	holder := newLockerOn(t, recordedClient(t, c, rec))

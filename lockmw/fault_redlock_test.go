@@ -68,6 +68,7 @@ func (e *endedAt) get() time.Time {
 // ErrUnavailable (not ErrNotAcquired) otherwise, and a failed attempt leaves
 // no lock key on the masters that are up.
 func TestFaultRedlockQuorumTable(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	for _, mode := range []string{"killed", "paused"} {
 		for down := 0; down <= 5; down++ {
 			t.Run(fmt.Sprintf("%s=%d", mode, down), func(t *testing.T) {
@@ -460,6 +461,7 @@ func TestFaultRedlockHolderProcessPaused(t *testing.T) {
 // by release or by a cancelled lease context) must be linearizable as a
 // mutex: no two holders ever overlap.
 func TestFaultRedlockLinearizable(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	const (
 		clients  = 8
 		keys     = 4

@@ -52,6 +52,7 @@ func contextTimeouts(o *redis.Options) {
 // made for: the Locker gives it back as soon as Redis answers, rather than
 // leaving the key held for the whole TTL.
 func TestFailedAcquireLeavesNoGhostLock(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	for _, tc := range []struct {
 		name   string
 		client func(*redis.Options)

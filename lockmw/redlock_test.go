@@ -162,6 +162,7 @@ func TestRedlockAcquireRelease(t *testing.T) {
 // Lockers over the same masters exclude each other: a non-atomic counter
 // updated under the lock ends exact, and no two holders are ever inside.
 func TestRedlockMutualExclusion(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	masters := redistest.StartN(t, 3)
 	assertMutualExclusion(t, 8, 15, func() *lockmw.Locker { return newRedlock(t, masters) })
 }

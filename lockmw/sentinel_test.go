@@ -20,6 +20,7 @@ import (
 // failover is backed by its key on the new master (a rival cannot take it);
 // and the same client and Locker acquire again once go-redis has switched.
 func TestSentinelFailoverClient(t *testing.T) {
+	t.Parallel() // its own servers; long, and mostly waiting
 	const masterName = "lockmw-master"
 	ctx := context.Background()
 	began := time.Now()

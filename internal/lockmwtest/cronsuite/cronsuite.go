@@ -28,25 +28,44 @@ type Env struct {
 }
 
 // Run runs every subtest against env. Lock and job names are unique to
-// each subtest, so the store may be shared.
+// each subtest, so the store is shared and the subtests run in parallel
+// (most of their time is spent waiting for fires).
 func Run(t *testing.T, env Env) {
 	t.Helper()
 	if env.NewLocker == nil || env.Lose == nil || env.TTL <= 0 {
 		t.Fatalf("cronsuite: Env needs NewLocker, TTL and Lose")
 	}
 	t.Run("Singleton", func(t *testing.T) {
-		t.Run("OneRunPerFire", func(t *testing.T) { testOneRunPerFire(t, env) })
-		t.Run("LongJobKeepsLock", func(t *testing.T) { testLongJobKeepsLock(t, env) })
-		t.Run("LostLockCancelsJob", func(t *testing.T) { testLostLockCancelsJob(t, env) })
-		t.Run("PanicReleasesLock", func(t *testing.T) { testPanicReleasesLock(t, env) })
-		t.Run("MinHold", func(t *testing.T) { testMinHold(t, env) })
-		t.Run("DerivedMinHold", func(t *testing.T) { testDerivedMinHold(t, env) })
-		t.Run("MaxHold", func(t *testing.T) { testMaxHold(t, env) })
-		t.Run("RejectsBadInput", func(t *testing.T) { testRejectsBadInput(t, env) })
+		runParallel(t, env,
+			subtest{"OneRunPerFire", testOneRunPerFire},
+			subtest{"LongJobKeepsLock", testLongJobKeepsLock},
+			subtest{"LostLockCancelsJob", testLostLockCancelsJob},
+			subtest{"PanicReleasesLock", testPanicReleasesLock},
+			subtest{"MinHold", testMinHold},
+			subtest{"DerivedMinHold", testDerivedMinHold},
+			subtest{"MaxHold", testMaxHold},
+			subtest{"RejectsBadInput", testRejectsBadInput})
 	})
 	t.Run("Scheduler", func(t *testing.T) {
-		t.Run("Claims", func(t *testing.T) { testClaims(t, env) })
-		t.Run("OneRunPerFire", func(t *testing.T) { testSchedulerOneRunPerFire(t, env) })
-		t.Run("RunStillGoing", func(t *testing.T) { testSchedulerRunStillGoing(t, env) })
+		runParallel(t, env,
+			subtest{"Claims", testClaims},
+			subtest{"OneRunPerFire", testSchedulerOneRunPerFire},
+			subtest{"RunStillGoing", testSchedulerRunStillGoing})
 	})
+}
+
+// subtest is one of Run's subtests.
+type subtest struct {
+	name string
+	run  func(*testing.T, Env)
+}
+
+// runParallel runs each subtest of tests as a parallel subtest of t.
+func runParallel(t *testing.T, env Env, tests ...subtest) {
+	for _, st := range tests {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			st.run(t, env)
+		})
+	}
 }

@@ -45,22 +45,19 @@ const (
 	maxBatch = 64 // calls in one pipeline
 )
 
-// scriptCall is one script run through the batcher, or one plain
-// acquisition (script nil; see setNX).
+// scriptCall is one script run through the batcher, or one call of plain
+// commands (script nil, plain set; see plainCall).
 type scriptCall struct {
 	ctx    context.Context
 	script *redis.Script
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
-	// A plain acquisition: keys are plainKeys, the lock and fence counter.
-	plainKeys [2]string
-	token     string
-	ttl       time.Duration
-	set       *redis.BoolCmd
-	incr      *redis.IntCmd
-	pttl      *redis.DurationCmd
-	slot      uint64 // of keys[0], the lock key
+	// A plain call: its commands, and lock, the key they are for (keys
+	// is lock[:]).
+	plain plainCall
+	lock  [1]string
+	slot  uint64 // of keys[0], the lock key
 	// giveUp: a script refused because its slot is moving is retried
 	// until then (zero: not retried).
 	giveUp time.Time
@@ -103,29 +100,24 @@ func (b *batcher) run(ctx context.Context, giveUp time.Time, script *redis.Scrip
 	return v, err
 }
 
-// setNX takes the lock key for token for ttl without a script, and draws a
-// fence from the counter: SET NX PX, INCR and PTTL, sent together and run
-// by Redis one after the other. It returns the fence n when the lock was
-// taken (acquired; with an error, the lock was taken but no fence drawn),
-// else the holder's remaining TTL (0 when unknown). The counter
-// moves on either way: a fence drawn by a failed attempt is never used,
-// and the next holder draws after this one's SET failed, so fences still
-// increase from holder to holder.
-func (b *batcher) setNX(ctx context.Context, lock, fence, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
+// A plainCall is a call of plain commands (no script) for one lock key,
+// which the backend writes and reads; the batcher only chooses the round
+// trip that carries it (see redisBackend.setNX).
+type plainCall interface {
+	// queue adds the call's commands to pipe; their replies are read
+	// once the round trip is answered.
+	queue(ctx context.Context, pipe redis.Pipeliner)
+}
+
+// runPlain sends p, whose commands are for lock key lock, through a round
+// trip, and returns once it is answered. A plain call is sent once and
+// never retried (its commands write).
+func (b *batcher) runPlain(ctx context.Context, lock string, p plainCall) {
 	c := b.pool.Get().(*scriptCall)
-	c.plainKeys = [2]string{lock, fence}
-	c.keys, c.token, c.ttl = c.plainKeys[:], token, ttl
+	c.lock[0], c.plain = lock, p
+	c.keys = c.lock[:]
 	b.call(ctx, c)
-	defer b.done(c)
-	if acquired, err = c.set.Result(); err != nil || !acquired {
-		if err == nil {
-			holderTTL, err = c.pttl.Result()
-			holderTTL = max(holderTTL, 0) // -1: no expiry, -2: gone
-		}
-		return false, 0, holderTTL, err
-	}
-	n, err = c.incr.Result()
-	return true, n, 0, err
+	b.done(c)
 }
 
 // call sends c, whose ctx is set here, through a round trip and returns
@@ -152,8 +144,7 @@ func (b *batcher) call(ctx context.Context, c *scriptCall) {
 // done recycles c.
 func (b *batcher) done(c *scriptCall) {
 	c.ctx, c.script, c.keys, c.args, c.cmd, c.giveUp = nil, nil, nil, nil, nil, time.Time{}
-	c.plainKeys, c.token = [2]string{}, ""
-	c.set, c.incr, c.pttl = nil, nil, nil
+	c.plain, c.lock = nil, [1]string{}
 	b.pool.Put(c)
 }
 
@@ -246,10 +237,8 @@ func (b *batcher) send1(batch []*scriptCall) {
 	}
 	pipe := b.client.Pipeline()
 	for _, c := range batch {
-		if c.script == nil {
-			c.set = sendOnce(ctx, pipe, redis.NewBoolCmd(ctx, "set", c.keys[0], c.token, "px", c.ttl.Milliseconds(), "nx"))
-			c.incr = sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "incr", c.keys[1]))
-			c.pttl = pipe.PTTL(ctx, c.keys[0])
+		if c.plain != nil {
+			c.plain.queue(ctx, pipe)
 			continue
 		}
 		c.cmd = c.script.EvalSha(ctx, once{pipe}, c.keys, c.args...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -111,7 +112,7 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 		})
 	case b.plainAcquire:
 		var fence int64
-		reply.acquired, fence, reply.holderTTL, err = b.batch.setNX(ctx, k.lock, k.fence, token, time.Duration(millis(ttl))*time.Millisecond)
+		reply.acquired, fence, reply.holderTTL, err = b.setNX(ctx, k.lock, k.fence, token, time.Duration(millis(ttl))*time.Millisecond)
 		if err != nil && reply.acquired {
 			// Taken, but no fence drawn: give it back.
 			_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
@@ -213,4 +214,50 @@ func (b *redisBackend) checkWaitTimeout() error {
 			ErrInvalidOption, b.waitReplicas, b.waitTimeout, rt)
 	}
 	return nil
+}
+
+// setNXCall is a plain acquisition (plainCall): SET NX PX of the lock key,
+// INCR of its fence counter and PTTL of the lock key, sent together and
+// run by Redis one after the other.
+type setNXCall struct {
+	lock, fence, token string
+	ttl                time.Duration
+	set                *redis.BoolCmd
+	incr               *redis.IntCmd
+	pttl               *redis.DurationCmd
+}
+
+func (c *setNXCall) queue(ctx context.Context, pipe redis.Pipeliner) {
+	c.set = sendOnce(ctx, pipe, redis.NewBoolCmd(ctx, "set", c.lock, c.token, "px", c.ttl.Milliseconds(), "nx"))
+	c.incr = sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "incr", c.fence))
+	c.pttl = pipe.PTTL(ctx, c.lock)
+}
+
+// setNXCalls recycles setNXCalls: an acquisition allocates none.
+var setNXCalls = sync.Pool{New: func() any { return new(setNXCall) }}
+
+// setNX takes the lock key for token for ttl without a script, and draws a
+// fence from the counter, in one round trip of the batcher. It returns the
+// fence n when the lock was taken (acquired; with an error, the lock was
+// taken but no fence drawn), else the holder's remaining TTL (0 when
+// unknown). The counter moves on either way: a fence drawn by a failed
+// attempt is never used, and the next holder draws after this one's SET
+// failed, so fences still increase from holder to holder.
+func (b *redisBackend) setNX(ctx context.Context, lock, fence, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
+	c := setNXCalls.Get().(*setNXCall)
+	defer func() {
+		*c = setNXCall{}
+		setNXCalls.Put(c)
+	}()
+	c.lock, c.fence, c.token, c.ttl = lock, fence, token, ttl
+	b.batch.runPlain(ctx, lock, c)
+	if acquired, err = c.set.Result(); err != nil || !acquired {
+		if err == nil {
+			holderTTL, err = c.pttl.Result()
+			holderTTL = max(holderTTL, 0) // -1: no expiry, -2: gone
+		}
+		return false, 0, holderTTL, err
+	}
+	n, err = c.incr.Result()
+	return true, n, 0, err
 }

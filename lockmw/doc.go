@@ -456,7 +456,12 @@
 //     release there wakes the first waiter still listening, and only that
 //     one makes an attempt, decided by a majority like any other. A lost
 //     wake costs latency only: a queued waiter also tries when the holder's
-//     TTL runs out. Fair gives ErrInvalidOption.
+//     TTL runs out. A waiter counts itself queued on the first master's
+//     answer only: when the other masters settle a lost attempt first, it
+//     waits for that answer (a second at most) before it sleeps, since an
+//     attempt the first master granted queued nothing there, and a waiter
+//     sleeping as if queued would wait out a TTL with the lock free (the
+//     decision itself never waits). Fair gives ErrInvalidOption.
 //
 // Redlock promises that at most one lease is valid (its context live) at a
 // time, provided that the clocks of the clients and the masters advance at

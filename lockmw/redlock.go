@@ -119,6 +119,10 @@ type heldOn struct {
 	renewing int    // renewals on the wire, which may take more masters
 }
 
+// firstAnswerWait bounds how long a waiter's lost attempt waits for the
+// first master's answer, which says whether its entry was queued.
+const firstAnswerWait = time.Second
+
 // hedgeAfter is how long an attempt waits for the first quorum of masters
 // before it asks the others too.
 const hedgeAfter = 5 * time.Millisecond
@@ -213,6 +217,31 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 		busyTTLs    []time.Duration
 		errs        []error
 	)
+	// record counts one master's answer; false unless it granted the lock.
+	record := func(r masterReply) bool {
+		vals, err := r.cmds[0].Int64Slice()
+		if err == nil && len(vals) != 2 {
+			err = fmt.Errorf("acquire returned %d values, want 2", len(vals))
+		}
+		answered0 = answered0 || r.master == 0
+		switch {
+		case err != nil:
+			failed++
+			errs = append(errs, b.masterErr(r.master, err))
+			settled[r.master] = !mayHaveRun(err)
+			return false
+		case vals[0] == acquireTaken:
+			won++
+			granted[r.master] = true
+			fences = append(fences, vals[1])
+			return true
+		default:
+			settled[r.master] = true
+			busyTTLs = append(busyTTLs, time.Duration(max(vals[1], 0))*time.Millisecond)
+			queued = queued || (r.master == 0 && entry != "")
+			return false
+		}
+	}
 	for won < q {
 		if pending := n - won - len(busyTTLs) - failed; won+pending < q {
 			// No quorum is left. Stop once it is settled whether the lock
@@ -236,31 +265,38 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 			b.rollback(k, token, ttl, granted, settled)
 			return acquireReply{queued: entry != "" && (queued || !answered0)}, ctx.Err()
 		}
-		vals, err := r.cmds[0].Int64Slice()
-		if err == nil && len(vals) != 2 {
-			err = fmt.Errorf("acquire returned %d values, want 2", len(vals))
-		}
-		answered0 = answered0 || r.master == 0
-		switch {
-		case err != nil:
-			failed++
-			errs = append(errs, b.masterErr(r.master, err))
-			settled[r.master] = !mayHaveRun(err)
-		case vals[0] == acquireTaken:
-			won++
-			granted[r.master] = true
-			fences = append(fences, vals[1])
-		default:
-			settled[r.master] = true
-			busyTTLs = append(busyTTLs, time.Duration(max(vals[1], 0))*time.Millisecond)
-			queued = queued || (r.master == 0 && entry != "")
-		}
-		if err != nil || vals[0] != acquireTaken {
+		if !record(r) {
 			sendRest() // the first quorum cannot grant it alone
 		}
 	}
 	for i := range n {
 		settled[i] = settled[i] || !sent[i] // never asked: not token's there
+	}
+	lost := won < q // decided: answers that come in below do not change it
+	if lost && entry != "" && !answered0 {
+		// Lost without the first master's answer (the others settled it),
+		// and whether the entry was queued is that answer. A waiter that
+		// counts itself queued sleeps until a release on the first master
+		// wakes it, or its timer (a TTL) runs out; counted queued where the
+		// first master granted the attempt (its lock there is rolled back,
+		// waking nobody) or failed, it would sleep a TTL with the lock
+		// free. So wait for that answer, a bounded time (the first master
+		// answers in order: its next answer is this one). The attempt
+		// stays lost whatever comes in meanwhile; answers that do only
+		// tell the rollback more precisely where the lock may be token's.
+		wait := time.NewTimer(firstAnswerWait)
+	answer:
+		for !answered0 {
+			select {
+			case r := <-replies:
+				record(r)
+			case <-wait.C:
+				break answer
+			case <-ctx.Done():
+				break answer
+			}
+		}
+		wait.Stop()
 	}
 	if entry != "" && !answered0 {
 		// The first master has not answered: it may queue the entry yet.
@@ -268,7 +304,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 		// be, the waiter's timer covers it.
 		queued = true
 	}
-	if won < q {
+	if lost {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
 			return acquireReply{queued: queued}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))

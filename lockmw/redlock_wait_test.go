@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -210,5 +212,73 @@ func TestRedlockLeaseSpreadsAtFirstRenewal(t *testing.T) {
 		if keys := liveLockKeys(t, m); len(keys) > 0 {
 			t.Errorf("master %d keeps %v after Release", i+2, keys)
 		}
+	}
+}
+
+// TestRedlockWaiterNotQueuedWhereFirstMasterGranted: a waiter's attempt
+// that the other masters settle (another owner holds a quorum of them)
+// before the first master answers, and that the first master then grants,
+// was not queued there: nothing will wake it (the holder's release does
+// not reach the first master, and a rollback wakes nobody), so the waiter
+// must try again shortly, not sleep until its timer, a TTL, with the lock
+// free on the first master. Here the first master answers late (a proxy
+// delays it) and masters 1 to 4 are another owner's; the test counts the
+// waiter's attempts on the first master (its fence counter), then frees
+// the others and expects the waiter to take the lock, both well within the
+// long TTL that a waiter wrongly counting itself queued would sleep.
+func TestRedlockWaiterNotQueuedWhereFirstMasterGranted(t *testing.T) {
+	masters := redistest.StartN(t, 5)
+	ctx := context.Background()
+	const key, ttl = "redlock:late-first", 30 * time.Second
+	for _, m := range masters[1:] {
+		occupy(t, m, key, ttl)
+	}
+	p := redistest.StartProxy(t, masters[0].Addr())
+	clients := redlockClients(t, masters, fastFailing, dialOnce)
+	clients[0] = masters[0].Client(t, fastFailing, dialOnce, func(o *redis.Options) { o.Addr = p.Addr() })
+	l, err := lockmw.NewRedlock(clients, lockmw.WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p.AddLatency(t, 50*time.Millisecond)
+
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(waitCtx, key)
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	first := masters[0].Client(t)
+	eventually(t, ttl/3, func() error {
+		n, err := first.Get(ctx, lockKey(key)+":fence").Int64()
+		if errors.Is(err, redis.Nil) {
+			n, err = 0, nil
+		}
+		if err != nil {
+			return err
+		}
+		if n < 3 {
+			return fmt.Errorf("the first master saw %d attempts, want 3: the waiter, whose attempt the first master granted after the others had settled it, sleeps as if queued there", n)
+		}
+		return nil
+	})
+	if q, err := first.LLen(ctx, queueKey(key)).Result(); err != nil || q != 0 {
+		t.Fatalf("wait queue holds %d entries (%v), want none: the lock is free on the first master", q, err)
+	}
+	for _, m := range masters[1:] {
+		vacate(t, m, key)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Acquire: %v", err)
+		}
+	case <-time.After(ttl / 3):
+		t.Fatalf("the waiter has not taken the lock %v after it was freed (TTL %v): it sleeps as if queued", ttl/3, ttl)
 	}
 }

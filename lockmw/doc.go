@@ -550,6 +550,10 @@
 //     -lockmw.xwindow), whatever b.N is. On Linux the processes time-stamp
 //     their holds on CLOCK_MONOTONIC, one clock for every process of the
 //     machine, so their intervals compare without an offset.
+//   - BenchmarkContendedLockers gives each of 16 goroutines of one process
+//     a Locker and client of its own: no hand-off stays inside a Locker,
+//     but waking a waiter costs a goroutine switch rather than a process
+//     switch. It sits between the other two shapes.
 //
 // Why the figures are what they are. The uncontended path beats the raw
 // floor (SET NX PX, then a compare-and-delete EVALSHA) by sharing round
@@ -571,7 +575,7 @@
 // order, so jain is 1.000 and wait p99 about 16 holds. util is bounded by
 // how fast another process can be told: a ring of processes that does
 // nothing but pass a turn with one PUBLISH is the ceiling, and lockmw's
-// hand-off comes within 4–5% of it. Redlock needs two such hops (the wake,
+// hand-off comes within 3–5% of it. Redlock needs two such hops (the wake,
 // then an attempt on a majority), and asks only the first majority, which
 // keeps it at 19 commands across 5 masters.
 //

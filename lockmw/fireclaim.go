@@ -16,6 +16,13 @@ func init() {
 		}
 		return l.fireClaims()
 	}
+	fireclaim.Prefix = func(locker any) string {
+		l, _ := locker.(*Locker)
+		if l == nil {
+			return ""
+		}
+		return l.cfg.prefix
+	}
 }
 
 // fireClaims returns the fire claims kept in the Locker's store, or nil
@@ -24,7 +31,7 @@ func (l *Locker) fireClaims() fireclaim.Claims {
 	switch b := l.backend.(type) {
 	case *redisBackend:
 		// The same record as a Scheduler given this client keeps.
-		return fireclaim.NewRedis(b.client)
+		return fireclaim.NewRedis(b.client, l.cfg.prefix)
 	case *storeBackend:
 		if c, ok := b.st.(store.FireClaimer); ok {
 			return c.FireClaims(b.prefix, l.cfg.ttl)

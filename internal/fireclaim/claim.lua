@@ -1,19 +1,50 @@
--- claim.lua: claim one fire of a scheduled job. Run by Redis.Claim.
+-- claim.lua: claim one fire of a scheduled job. Run by Redis.Claim, after
+-- legacy.lua's functions.
 --
--- KEYS[1]  the job's claim record, a hash: fire (unix ms of the highest
---          fire claimed so far), by (the instance that claimed it), token
---          (that claim's random token)
+-- KEYS[1]  the job's claim record under the Locker's prefix, a hash: fire
+--          (unix ms of the highest fire claimed so far), by (the instance
+--          that claimed it), token (that claim's random token), won (the
+--          last wins, newest first, "FIRE:PREV:TOKEN" separated by spaces,
+--          PREV the fire claimed before), run_fire and run_by (Running's)
+-- KEYS[2]  optional: the old record "cronlock:{JOB}:fired" (legacy.lua),
+--          checked and raised in the same step; absent when it is in
+--          another Cluster slot (claim_old.lua ran first) or dropped
 -- ARGV[1]  the fire claimed, unix ms
 -- ARGV[2]  the claiming instance
 -- ARGV[3]  a random token for this claim
+-- ARGV[4]  how many wins the won field keeps
 --
--- Returns {won, fire, by, token}: won is 1 when ARGV[1] is above the
--- recorded fire (the record now holds this claim; fire, by and token are
--- the record before it, "" when there was none), 0 when the same or a
--- later fire was claimed already (fire, by and token are that claim).
-local cur = redis.call('HMGET', KEYS[1], 'fire', 'by', 'token')
-if cur[1] and tonumber(cur[1]) >= tonumber(ARGV[1]) then
-  return {0, cur[1], cur[2] or '', cur[3] or ''}
+-- Returns {won, fire, by, token, history}: won is 1 when ARGV[1] is above
+-- every fire claimed (the records now hold this claim; fire, by and token
+-- are the highest claim before it, "" when there was none), 0 when the
+-- same or a later fire was claimed already (fire, by and token are that
+-- claim; token "" for a claim in the old record). history is the won field
+-- before this claim.
+local at = ARGV[1]
+local cur = redis.call('HMGET', KEYS[1], 'fire', 'by', 'token', 'won')
+local history = cur[4] or ''
+if cur[1] and tonumber(cur[1]) >= tonumber(at) then
+  return {0, cur[1], cur[2] or '', cur[3] or '', history}
 end
-redis.call('HSET', KEYS[1], 'fire', ARGV[1], 'by', ARGV[2], 'token', ARGV[3])
-return {1, cur[1] or '', cur[2] or '', cur[3] or ''}
+local prev, prevBy, prevToken = cur[1], cur[2] or '', cur[3] or ''
+if KEYS[2] then
+  local fire, by, oldCur = old_claim(KEYS[2])
+  if fire and tonumber(fire) >= tonumber(at) then
+    return {0, fire, by, '', history}
+  end
+  if fire and (not prev or tonumber(fire) > tonumber(prev)) then
+    prev, prevBy, prevToken = fire, by, ''
+  end
+  old_raise(KEYS[2], oldCur, at, ARGV[2], ARGV[3], fire, by)
+end
+local won = at .. ':' .. (prev or '') .. ':' .. ARGV[3]
+local n = 1
+for entry in string.gmatch(history, '%S+') do
+  if n >= tonumber(ARGV[4]) then
+    break
+  end
+  won = won .. ' ' .. entry
+  n = n + 1
+end
+redis.call('HSET', KEYS[1], 'fire', at, 'by', ARGV[2], 'token', ARGV[3], 'won', won)
+return {1, prev or '', prevBy, prevToken, history}

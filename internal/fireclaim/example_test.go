@@ -16,7 +16,7 @@ import (
 func ExampleRedis_Claim() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer rdb.Close()
-	store := fireclaim.NewRedis(rdb)
+	store := fireclaim.NewRedis(rdb, "lockmw:") // the Locker's prefix
 	at := time.Now().Truncate(time.Minute)
 	c, err := store.Claim(context.Background(), "invoice-sweep", at, "host-a")
 	if err != nil {

@@ -4,12 +4,17 @@
 // of that or a later fire exists; comparing and raising the mark is one
 // atomic step in the store.
 //
-// Redis keeps the record through a client (NewRedis). A Locker can offer
-// claims in its own store through Of, which package lockmw sets: on a
-// single Redis or a Cluster, the Redis claims on the Locker's client; on a
-// store behind lockmw/internal/store that keeps claims (etcd), the store's;
-// on Redlock none, as no one Redis is the Locker's. This package does not
-// import lockmw, so that lockmw can import it.
+// Every record is scoped by the prefix of the Locker whose Scheduler
+// claims, so that applications sharing a store with different prefixes
+// claim their fires apart.
+//
+// Redis keeps the record through a client (NewRedis, with the Locker's
+// prefix from Prefix). A Locker can offer claims in its own store through
+// Of, which package lockmw sets: on a single Redis or a Cluster, the Redis
+// claims on the Locker's client; on a store behind lockmw/internal/store
+// that keeps claims (etcd), the store's; on Redlock none, as no one Redis
+// is the Locker's. This package does not import lockmw, so that lockmw can
+// import it.
 package fireclaim
 
 import (
@@ -29,6 +34,22 @@ type Claim struct {
 	// false they are the claim that refused this one.
 	Fire time.Time
 	By   string
+	// Orphans are earlier claims of the job by this Claims whose replies
+	// were lost (the claim returned an error, and its fire was not run)
+	// but which the store applied and which won: no instance ran them. A
+	// store that cannot tell leaves it empty.
+	Orphans []Orphan
+	// Unsettled are the fires of earlier claims whose replies were lost
+	// and of which the store no longer tells whether they won.
+	Unsettled []time.Time
+}
+
+// An Orphan is a claim that won although its claimant, whose reply was
+// lost, did not run its fire: Fire ran on no instance, nor did the fires
+// after Prev (the fire claimed before it) and before Fire, which no one
+// claimed.
+type Orphan struct {
+	Fire, Prev time.Time
 }
 
 // Claims keeps the claim records of jobs. Implementations are safe for
@@ -38,8 +59,10 @@ type Claims interface {
 	// Claim claims fire at of job for instance, in one atomic step: it
 	// wins when no claim of at or a later fire of job was made before. A
 	// request the client replayed after its reply was lost is recognized
-	// by its token, so the replay of a winning claim still wins. Fire
-	// times count whole milliseconds.
+	// by its token, so the replay of a winning claim still wins. A claim
+	// that returns an error may still have been applied: a later claim of
+	// the job reports it in Orphans if it won. Fire times count whole
+	// milliseconds.
 	Claim(ctx context.Context, job string, at time.Time, instance string) (Claim, error)
 	// Running records that instance runs fire at of job, for the logs of
 	// fires skipped while it runs.
@@ -54,6 +77,10 @@ type Claims interface {
 // keep them (Redlock: no one Redis is the Locker's). The types are any so
 // that this package need not import lockmw.
 var Of func(locker any) Claims
+
+// Prefix is set by package lockmw: it returns the key prefix of a
+// *lockmw.Locker (passed as any), which scopes its claim records.
+var Prefix func(locker any) string
 
 // NewToken returns a random token naming one claim, for replay
 // recognition.

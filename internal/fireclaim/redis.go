@@ -6,76 +6,302 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-//go:embed claim.lua
-var claimSource string
+var (
+	//go:embed legacy.lua
+	legacySource string
+	//go:embed claim.lua
+	claimSource string
+	//go:embed claim_old.lua
+	claimOldSource string
 
-var claimScript = redis.NewScript(claimSource)
+	claimScript    = redis.NewScript(legacySource + claimSource)
+	claimOldScript = redis.NewScript(legacySource + claimOldSource)
+)
 
-// Key returns the Redis key of the claim record of job: one hash per job,
-// whatever the Locker's prefix, so that every instance on one Redis shares
-// it however it was given the client.
-func Key(job string) string { return "cronlock:{" + job + "}:fired" }
+// keepWins is how many wins a record remembers (its won field), so that
+// an instance whose claim's reply was lost finds out later whether the
+// claim won: it does when the claim is among them, or when the claim is
+// not older than the oldest of them.
+const keepWins = 16
+
+// keepPending bounds the claims with lost replies an instance remembers
+// per job.
+const keepPending = 16
+
+// Key returns the Redis key of the claim record of job for a Locker with
+// prefix: prefix+"cronlock:{JOB}:claim". It shares the hash tag of the
+// lock keys' namespace only through the job name: on a Cluster it is in
+// the slot of {JOB} unless prefix holds a hash tag of its own. No lock key
+// (prefix+"{KEY}"...) has this form.
+func Key(prefix, job string) string { return prefix + "cronlock:{" + job + "}:claim" }
+
+// LegacyKey returns the key of the claim record releases before the
+// prefix scoping kept for job, whatever the Locker's prefix:
+// "cronlock:{JOB}:fired". This release claims in it too (see Redis).
+func LegacyKey(job string) string { return "cronlock:{" + job + "}:fired" }
 
 // Redis keeps claim records in one Redis (or Cluster: a record's fields
-// share the job's hash tag).
+// share the job's hash tag), under the prefix of the Locker whose
+// Scheduler claims: applications sharing one Redis with different
+// prefixes claim their fires apart.
+//
+// Rolling upgrade. Releases before the prefix scoping claimed in
+// LegacyKey(job) whatever the prefix. A Redis from NewRedis claims in
+// both records: a claim wins when neither the Locker's record nor a claim
+// of an older release in the old record holds the fire or a later one,
+// and then raises both. Both checks and both raises are one script when
+// the two keys share a hash tag (the default prefix, any prefix without
+// braces); otherwise the old record's part runs first (claim_old.lua), and
+// the Locker's record is claimed only if it passed. Either way:
+//
+//   - an older release's instance and this one's never both run a fire:
+//     the one that claims second finds the fire in the old record (this
+//     release raises it before or with its own record, an older release
+//     only raises it);
+//   - two instances of this release never both run a fire: the Locker's
+//     record is a high-water mark raised in one atomic step, as before;
+//   - no fire is refused by everyone that would have run before: a claim
+//     of this release is refused by the old record only for a fire an
+//     older release claimed (in the two-step order, the first part raising
+//     the old record without winning the second refuses only older
+//     releases, which would have been refused by the winner anyway);
+//   - an application running this release is not refused by another
+//     application's claims of this release: they are marked in the old
+//     record's token and not counted. Claims of an older release still
+//     refuse every application sharing the Redis, as they did.
+//
+// A release after this one claims in the Locker's record only (NewNext):
+// it runs beside this release safely, as both claim in that record, but
+// not beside an older one. Upgrade every instance to this release first.
 type Redis struct {
-	rdb redis.UniversalClient
+	rdb    redis.UniversalClient
+	prefix string
+	legacy bool // also claim in LegacyKey (this release)
+
+	mu      sync.Mutex
+	pending map[string][]pendingClaim // job → claims whose replies were lost
+}
+
+// pendingClaim is a claim whose reply was lost: Redis may have applied it.
+type pendingClaim struct {
+	fire  time.Time
+	token string
 }
 
 var _ Claims = (*Redis)(nil)
 
-// NewRedis returns the Claims kept in the Redis of rdb.
-func NewRedis(rdb redis.UniversalClient) *Redis { return &Redis{rdb: rdb} }
+// NewRedis returns the Claims of a Locker with prefix, kept in the Redis
+// of rdb, claiming in the old record too during the transition (see
+// Redis).
+func NewRedis(rdb redis.UniversalClient, prefix string) *Redis {
+	return &Redis{rdb: rdb, prefix: prefix, legacy: true, pending: map[string][]pendingClaim{}}
+}
 
-// Claim runs claim.lua on the job's record: the script compares the
-// recorded fire with at and raises it in one step, as Redis runs a script
-// without interleaving other commands.
+// NewNext returns the Claims of the release that drops the old record:
+// claims in the Locker's record only. It is for tests of a rolling upgrade
+// (that release beside this one), until that release makes it NewRedis.
+func NewNext(rdb redis.UniversalClient, prefix string) *Redis {
+	r := NewRedis(rdb, prefix)
+	r.legacy = false
+	return r
+}
+
+// Claim runs claim.lua on the job's records: the script compares the
+// recorded fires with at and raises them in one step, as Redis runs a
+// script without interleaving other commands (see Redis for the two-step
+// order on a Cluster). A claim whose reply is lost is remembered, and the
+// next claim of the job settles it from the record's won field (Claim's
+// Orphans and Unsettled).
 func (s *Redis) Claim(ctx context.Context, job string, at time.Time, instance string) (Claim, error) {
 	token, err := NewToken()
 	if err != nil {
 		return Claim{}, err
 	}
-	res, err := claimScript.Run(ctx, s.rdb, []string{Key(job)}, at.UnixMilli(), instance, token).Slice()
-	if err != nil {
-		return Claim{}, fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
+	ms := at.UnixMilli()
+	key, old := Key(s.prefix, job), LegacyKey(job)
+	keys := []string{key}
+	var oldFire time.Time
+	var oldBy string
+	switch {
+	case s.legacy && hashTag(key) == hashTag(old):
+		keys = append(keys, old)
+	case s.legacy:
+		res, err := claimOldScript.Run(ctx, s.rdb, []string{old}, ms, instance, token).Slice()
+		if err != nil {
+			// Only the old record may have changed: this claim won nothing.
+			return Claim{}, claimErr(job, at, err)
+		}
+		if len(res) != 3 {
+			return Claim{}, fmt.Errorf("claim fire of %q: %w: %v", job, errBadReply, res)
+		}
+		ok, _ := res[0].(int64)
+		oldBy, _ = res[2].(string)
+		if oldFire, err = parseMs(res[1]); err != nil {
+			return Claim{}, fmt.Errorf("claim fire of %q: %w", job, err)
+		}
+		if ok != 1 {
+			return Claim{Fire: oldFire, By: oldBy}, nil
+		}
 	}
-	if len(res) != 4 {
+	res, err := claimScript.Run(ctx, s.rdb, keys, ms, instance, token, keepWins).Slice()
+	if err != nil {
+		s.remember(job, pendingClaim{fire: at, token: token})
+		return Claim{}, claimErr(job, at, err)
+	}
+	if len(res) != 5 {
 		return Claim{}, fmt.Errorf("claim fire of %q: %w: %v", job, errBadReply, res)
 	}
 	won, _ := res[0].(int64)
-	prev, _ := res[1].(string)
 	by, _ := res[2].(string)
 	prevToken, _ := res[3].(string)
+	history, _ := res[4].(string)
 	c := Claim{Won: won == 1, By: by}
-	if prev != "" {
-		ms, err := strconv.ParseInt(prev, 10, 64)
-		if err != nil {
-			return Claim{}, fmt.Errorf("claim fire of %q: %w: %q", job, errBadReply, prev)
-		}
-		c.Fire = time.UnixMilli(ms)
+	if c.Fire, err = parseMs(res[1]); err != nil {
+		return Claim{}, fmt.Errorf("claim fire of %q: %w", job, err)
+	}
+	if oldFire.After(c.Fire) {
+		c.Fire, c.By = oldFire, oldBy
+	}
+	wins, err := parseWins(history)
+	if err != nil {
+		return Claim{}, fmt.Errorf("claim fire of %q: %w", job, err)
 	}
 	if !c.Won && prevToken == token {
-		// Our own claim, applied once and replayed by the client.
+		// Our own claim, applied once and replayed by the client: the
+		// claim before it is in the wins.
 		c.Won = true
+		c.Fire, c.By = time.Time{}, ""
+		for _, w := range wins {
+			if w.token == token {
+				c.Fire = w.prev
+			}
+		}
 	}
+	c.Orphans, c.Unsettled = s.settle(job, wins)
 	return c, nil
+}
+
+// remember keeps p, a claim of job whose reply was lost, for the next
+// claim to settle.
+func (s *Redis) remember(job string, p pendingClaim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := append(s.pending[job], p)
+	if len(ps) > keepPending {
+		ps = ps[len(ps)-keepPending:]
+	}
+	s.pending[job] = ps
+}
+
+// settle tells, from wins (the record's won field, newest first), which of
+// the job's claims with lost replies won, and forgets them: those among
+// wins won; those absent and not older than the oldest win did not (every
+// win since that one is listed); the others are unsettled, unless the
+// field was never trimmed.
+func (s *Redis) settle(job string, wins []win) (orphans []Orphan, unsettled []time.Time) {
+	s.mu.Lock()
+	ps := s.pending[job]
+	delete(s.pending, job)
+	s.mu.Unlock()
+	for _, p := range ps {
+		found := false
+		for _, w := range wins {
+			if w.token == p.token {
+				orphans = append(orphans, Orphan{Fire: p.fire, Prev: w.prev})
+				found = true
+				break
+			}
+		}
+		if !found && len(wins) == keepWins && p.fire.Before(wins[len(wins)-1].fire) {
+			unsettled = append(unsettled, p.fire)
+		}
+	}
+	return orphans, unsettled
+}
+
+// win is one entry of a record's won field.
+type win struct {
+	fire, prev time.Time
+	token      string
+}
+
+// parseWins parses a won field: "FIRE:PREV:TOKEN" entries, newest first.
+func parseWins(field string) ([]win, error) {
+	var wins []win
+	for _, entry := range strings.Fields(field) {
+		parts := strings.SplitN(entry, ":", 3)
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("%w: won entry %q", errBadReply, entry)
+		}
+		fire, err := parseMs(parts[0])
+		if err != nil {
+			return nil, err
+		}
+		prev, err := parseMs(parts[1])
+		if err != nil {
+			return nil, err
+		}
+		wins = append(wins, win{fire: fire, prev: prev, token: parts[2]})
+	}
+	return wins, nil
+}
+
+// parseMs parses a unix ms reply; "" is the zero time.
+func parseMs(v any) (time.Time, error) {
+	s, _ := v.(string)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: fire %q", errBadReply, s)
+	}
+	return time.UnixMilli(ms), nil
+}
+
+// hashTag returns the part of key Redis Cluster hashes: the text between
+// the first '{' and the first '}' after it, when not empty; else the key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }
 
 var errBadReply = errors.New("unexpected reply from the claim script")
 
-// Running records the run in the job's record (fields run_fire, run_by).
+func claimErr(job string, at time.Time, err error) error {
+	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
+}
+
+// Running records the run in the job's record (fields run_fire, run_by),
+// and during the transition in the old record too, which older releases
+// read.
 func (s *Redis) Running(ctx context.Context, job string, at time.Time, instance string) error {
-	return s.rdb.HSet(ctx, Key(job), "run_fire", at.UnixMilli(), "run_by", instance).Err()
+	ms := at.UnixMilli()
+	if !s.legacy {
+		return s.rdb.HSet(ctx, Key(s.prefix, job), "run_fire", ms, "run_by", instance).Err()
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, Key(s.prefix, job), "run_fire", ms, "run_by", instance)
+		p.HSet(ctx, LegacyKey(job), "run_fire", ms, "run_by", instance)
+		return nil
+	})
+	return err
 }
 
 // Runner reads the run Running recorded.
 func (s *Redis) Runner(ctx context.Context, job string) (time.Time, string, error) {
-	v, err := s.rdb.HMGet(ctx, Key(job), "run_fire", "run_by").Result()
+	v, err := s.rdb.HMGet(ctx, Key(s.prefix, job), "run_fire", "run_by").Result()
 	if err != nil {
 		return time.Time{}, "", err
 	}

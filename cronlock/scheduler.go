@@ -188,10 +188,13 @@ func (s *singleton) fireClaimed(j cron.Job) {
 	kv := []any{"job", s.name, "instance", s.cfg.instance, "fire", at}
 	claim, err := s.claims.Claim(ctx, s.name, at, s.cfg.instance)
 	if err != nil {
+		// Should the store have applied the claim anyway, a later claim
+		// reports it (reportOrphans).
 		log.Error(err, "cronlock: skip: the fire could not be claimed, the job did not run", kv...)
 		s.tel.skipped(ctx, span, reasonUnavailable, err)
 		return
 	}
+	s.reportOrphans(ctx, claim)
 	if !claim.Won {
 		log.Info("cronlock: skip: fire claimed by another instance", append(kv, "claimed_fire", claim.Fire, "claimed_by", claim.By)...)
 		s.tel.skipped(ctx, span, reasonClaimed, nil)
@@ -237,6 +240,27 @@ func (s *singleton) reportGap(ctx context.Context, claim fireclaim.Claim, at tim
 	s.tel.gap(ctx, len(missed))
 }
 
+// reportOrphans logs at Error, and counts as fires run by no instance, the
+// claims of this instance whose replies were lost but which won: their
+// fires ran nowhere, nor did those between them and the claim before,
+// which no one claimed (the store applied the claim, so no other
+// instance's claim reports them). It also logs the lost claims the store
+// can no longer tell about.
+func (s *singleton) reportOrphans(ctx context.Context, claim fireclaim.Claim) {
+	for _, o := range claim.Orphans {
+		missed := append(fire.Missed(fireclaim.Claim{Fire: o.Prev}, o.Fire, s.sched.Next), o.Fire)
+		err := fmt.Errorf("cronlock: %d fire(s) of %q, to %v, ran on no instance: this instance's claim of %v won, but its reply was lost", len(missed), s.name, o.Fire, o.Fire)
+		s.cfg.logger.Error(err, "cronlock: fires run by no instance: this instance's claim won but its reply was lost",
+			"job", s.name, "instance", s.cfg.instance, "first", missed[0], "last", o.Fire, "count", len(missed),
+			"previous_fire", o.Prev, "claimed_fire", o.Fire)
+		s.tel.gap(ctx, len(missed))
+	}
+	for _, at := range claim.Unsettled {
+		err := fmt.Errorf("cronlock: fire %v of %q may have run on no instance: the reply of this instance's claim was lost, and the claim record no longer tells whether it won", at, s.name)
+		s.cfg.logger.Error(err, "cronlock: a claim whose reply was lost may have won", "job", s.name, "instance", s.cfg.instance, "claimed_fire", at)
+	}
+}
+
 // skipRunning reports a claimed fire whose lease could not be taken: the
 // run of an earlier fire still holds it (Info), or the store failed (Error).
 func (s *singleton) skipRunning(ctx context.Context, span trace.Span, kv []any, err error) {
@@ -248,6 +272,8 @@ func (s *singleton) skipRunning(ctx context.Context, span trace.Span, kv []any, 
 		s.tel.skipped(ctx, span, reasonBusy, err)
 		return
 	}
-	s.cfg.logger.Error(err, "cronlock: skip: the lock could not be taken, the job did not run", kv...)
+	// The fire is claimed: no other instance runs it, nor counts it.
+	s.cfg.logger.Error(err, "cronlock: skip: the lock could not be taken, the job did not run; the fire runs on no instance", append(kv, "count", 1)...)
 	s.tel.skipped(ctx, span, reasonUnavailable, err)
+	s.tel.gap(ctx, 1)
 }

@@ -157,6 +157,15 @@ func (l *Locker) Lock(ctx context.Context, key string) (gocron.Lock, error) {
 		log.Error("gocronlock: skip: the fire could not be claimed, the job did not run", append(kv, "error", err)...)
 		return nil, err
 	}
+	for _, o := range claim.Orphans {
+		// This instance's claim whose reply was lost won: no one ran it.
+		missed := append(fire.Missed(fireclaim.Claim{Fire: o.Prev}, o.Fire, j.cron.inner.Next), o.Fire)
+		log.Error("gocronlock: fires run by no instance: this instance's claim won but its reply was lost",
+			append(kv, "first", missed[0], "last", o.Fire, "count", len(missed), "previous_fire", o.Prev, "claimed_fire", o.Fire)...)
+	}
+	for _, u := range claim.Unsettled {
+		log.Error("gocronlock: a claim whose reply was lost may have won: its fire may have run on no instance", append(kv, "claimed_fire", u)...)
+	}
 	if !claim.Won {
 		log.Info("gocronlock: skip: fire claimed by another instance", append(kv, "claimed_fire", claim.Fire, "claimed_by", claim.By)...)
 		return nil, fmt.Errorf("%w: fire %v of %q: %v claimed by %s", ErrClaimed, at, key, claim.Fire, claim.By)

@@ -25,7 +25,7 @@ var ErrMaxHold = errors.New("cronlock: job ran past its MaxHold; its lock was re
 // errPanicked ends the context of a job that panicked.
 var errPanicked = errors.New("cronlock: job panicked")
 
-// A ContextJob is a cron.Job that can take a context. Singleton calls
+// A ContextJob is a cron.Job that can take a context. A Scheduler calls
 // RunContext with the lease context, which is cancelled when the lock is
 // lost (cause lockmw.ErrLost) or MaxHold passes (cause ErrMaxHold); the
 // job should stop then. Its error is logged and recorded on the run's span.
@@ -36,9 +36,9 @@ type ContextJob interface {
 
 // Func adapts a function to a ContextJob, as cron.FuncJob does for func():
 //
-//	c.AddJob(spec, cronlock.Singleton(locker, "report")(cronlock.Func(report)))
+//	s.AddJob("report", spec, cronlock.Func(report))
 //
-// Run, used when no Singleton wraps it, calls f with context.Background()
+// Run, used when nothing wraps it, calls f with context.Background()
 // and drops its error.
 type Func func(ctx context.Context) error
 
@@ -50,6 +50,11 @@ func (f Func) RunContext(ctx context.Context) error { return f(ctx) }
 
 // Singleton is New for program setup: it panics with New's error on
 // invalid arguments.
+//
+// Deprecated: a hold-based wrapper loses fires, or runs them twice, when
+// the instances' timers differ by more than its hold (see the package
+// overview). Add the job through a Scheduler (NewScheduler and
+// Scheduler.AddJob), which runs each fire once whatever the skew.
 func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapper {
 	w, err := New(locker, name, opts...)
 	if err != nil {
@@ -80,6 +85,12 @@ func Singleton(locker *lockmw.Locker, name string, opts ...Option) cron.JobWrapp
 // name is the lock key and the low-cardinality telemetry name (cron.job).
 // Errors match lockmw.ErrInvalidKey (empty or overlong name) or
 // lockmw.ErrInvalidOption.
+//
+// Deprecated: a hold-based wrapper loses fires, or runs them twice, when
+// the instances' timers differ by more than MinHold (see the package
+// overview). Add the job through a Scheduler (NewScheduler and
+// Scheduler.AddJob or Scheduler.Schedule), which claims each fire by its
+// scheduled time and runs it once whatever the skew.
 func New(locker *lockmw.Locker, name string, opts ...Option) (cron.JobWrapper, error) {
 	s, err := newSingleton(locker, name, false, opts...)
 	if err != nil {

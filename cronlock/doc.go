@@ -24,11 +24,16 @@
 // later than the recorded mark, the mark becomes this fire and the
 // instance runs it; otherwise the claim is refused and the fire skipped
 // here. Comparing and raising the mark is one atomic step in the store,
-// and the record is small, one per job (no key per fire, no expiry). In
-// Redis it is the hash "cronlock:{NAME}:fired", raised by one Lua script;
-// in etcd (a Locker from lockmw/etcd) a key under the Locker's prefix,
-// outside every lock's directory, raised by a transaction that puts the
-// new mark only if the record is unchanged since it was read. The winner
+// and the record is small, one per job (no key per fire, no expiry). It is
+// scoped by the Locker's prefix (lockmw.WithPrefix), so applications that
+// share a store with different prefixes claim their fires apart, even for
+// jobs of the same name. In Redis it is the hash
+// "PREFIX" + "cronlock:{NAME}:claim" (by default
+// "lockmw:cronlock:{NAME}:claim"), raised by one Lua script, also when
+// NewScheduler is given a client; in etcd (a Locker from lockmw/etcd) a
+// key under the Locker's prefix, outside every lock's directory, raised by
+// a transaction that puts the new mark only if the record is unchanged
+// since it was read. The winner
 // then takes a lockmw lease on the job name for the run: watchdog,
 // lost-lock context, fence, WithMaxHold, all as before, and released as
 // soon as the job returns.
@@ -60,16 +65,62 @@
 // (one of its masters). A claim whose reply was lost and replayed by the
 // client is recognized by its token.
 //
-// # Singleton: the hold-based wrapper
+// A claim whose reply is lost (the store stalled past the client's
+// timeout) is logged as not run, though the store may still apply it.
+// The instance remembers it, and its next claim of the job, once the store
+// answers, reads the record's last wins: if the lost claim won, its fire
+// ran on no instance, and the instance logs it at Error and counts it in
+// cronlock.gaps, with the fires before it that no one claimed. A claimed
+// fire whose lease cannot be taken (the store failed) is counted there
+// too, by its claimant. So cronlock.gaps counts every fire that ran on no
+// instance, once, except fires skipped because the run of an earlier
+// fire was still going (reason busy), and claims an instance stopped
+// before settling. In Redis the record keeps the last 16 wins; a lost
+// claim older than those is logged at Error as unsettled, not counted.
 //
-// Singleton (and New) are the older cron.JobWrappers, kept for code that
-// cannot add jobs through a Scheduler. They make one attempt at the lock
-// named after the job and keep it for at least MinHold after the run
-// starts (ShedLock's lockAtLeastFor), so that an instance whose timer fires
-// up to MinHold later finds it busy; WithMinHold and WithSchedule set it.
-// A hold is a guess about skew: too short runs a fire twice, too long
-// skips the next one. A Singleton wraps one job: wrapping a second (as
-// cron.WithChain does for every job) panics with ErrDuplicateJob.
+// # Upgrading from a release that claimed in "cronlock:{NAME}:fired"
+//
+// Earlier releases kept the Redis record in "cronlock:{NAME}:fired",
+// whatever the Locker's prefix, so two applications sharing a Redis with a
+// job of the same name took each other's fires. This release claims in
+// both records: a claim wins only when neither the prefixed record nor a
+// claim of an earlier release in the old record holds the fire or a later
+// one, and then raises both, in one script when both keys share a hash tag
+// (any prefix without braces), otherwise the old record first. So during a
+// rolling upgrade an instance of the earlier release and one of this
+// release never both run a fire (whichever claims second finds the fire in
+// the old record), and no fire is refused that one of them would have run.
+// The claims this release writes in the old record are marked, so they do
+// not refuse another application running this release; claims of an
+// earlier release still refuse every application sharing the Redis, as
+// they did. To upgrade: deploy this release on every instance, in any
+// order, with no other step. A later release will drop the old record; it
+// runs safely beside this release but not beside an earlier one, so
+// upgrade every instance to this release before that one. The old record
+// may be deleted once no instance of an earlier release is left. etcd
+// records were always scoped by the prefix and are unchanged.
+//
+// # Singleton and New: deprecated
+//
+// Singleton (and New) are the older cron.JobWrappers. They make one
+// attempt at the lock named after the job and keep it for at least
+// MinHold after the run starts (ShedLock's lockAtLeastFor), so that an
+// instance whose timer fires up to MinHold later finds it busy. A hold is
+// a guess about skew: measured with three robfig/cron instances on a
+// one-second schedule, one host 0, 300 or 700 ms late, they lost 25-38%
+// of the fires (a late host's hold covers the next fire), and with
+// WithSchedule and one host 700 ms late they ran every fire twice. A
+// wrapper sees neither the fire's scheduled time nor the schedule, so it
+// cannot name the fire to claim it. They are deprecated: add the job
+// through a Scheduler instead, which gives one run per fire whatever the
+// skew. The change is one line per job:
+//
+//	c.AddJob(spec, cronlock.Singleton(locker, name, opts...)(job)) // before
+//	s.AddJob(name, spec, job, opts...)                             // after
+//
+// with s from NewScheduler, dropping WithMinHold, WithSchedule and
+// WithHolderRecord (a Scheduler's skip logs name the running instance by
+// themselves).
 //
 // # Contexts, failures, panics
 //

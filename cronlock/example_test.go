@@ -85,9 +85,10 @@ func ExampleWithQueue() {
 	defer c.Stop()
 }
 
-// Singleton is the hold-based wrapper, for one job: the lock is kept for
-// MinHold after the run starts, so that a late timer finds it busy.
-func ExampleSingleton() {
+// A job that was wrapped in Singleton (deprecated) is added through a
+// Scheduler instead: the job, its name and its options stay, the hold
+// options go. AddJob reports bad arguments as errors.
+func ExampleScheduler_AddJob() {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr}) // and the settings of ExampleScheduler
 	defer client.Close()
 	locker, err := lockmw.New(client)
@@ -96,52 +97,33 @@ func ExampleSingleton() {
 	}
 	defer locker.Close()
 
-	sched, err := cron.ParseStandard("*/5 * * * *")
+	c := cron.New()
+	s, err := cronlock.NewScheduler(c, locker, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	job := cronlock.Singleton(locker, "mail-digest",
-		cronlock.WithSchedule(sched), // MinHold: half the time to the next fire
-		cronlock.WithMaxHold(30*time.Minute),
-	)(cronlock.Func(func(ctx context.Context) error {
+	digest := cronlock.Func(func(ctx context.Context) error {
 		fmt.Println("mailing the digest")
 		return ctx.Err()
-	}))
-	c := cron.New()
-	c.Schedule(sched, job)
-	c.Start()
-	defer c.Stop()
-
-	// What cron does at each fire, here at once: the first run holds the
-	// lock for MinHold, so a second instance's (or a late timer's) run of
-	// the same fire is skipped.
-	job.Run()
-	job.Run()
-	// Output: mailing the digest
-}
-
-// New reports bad arguments as errors instead of panicking.
-func ExampleNew() {
-	client := redis.NewClient(&redis.Options{Addr: redisAddr}) // and the settings of ExampleScheduler
-	defer client.Close()
-	locker, err := lockmw.New(client)
-	if err != nil {
-		log.Fatal(err)
+	})
+	// Before:
+	//	sched, _ := cron.ParseStandard("*/5 * * * *")
+	//	c.Schedule(sched, cronlock.Singleton(locker, "mail-digest",
+	//		cronlock.WithSchedule(sched), cronlock.WithMaxHold(30*time.Minute))(digest))
+	if _, err := s.AddJob("mail-digest", "*/5 * * * *", digest, cronlock.WithMaxHold(30*time.Minute)); err != nil {
+		log.Fatal(err) // matches lockmw.ErrInvalidKey, lockmw.ErrInvalidOption or cronlock.ErrDuplicateJob
 	}
-	defer locker.Close()
-
-	if _, err := cronlock.New(locker, "", cronlock.WithSchedule(cron.Every(time.Hour))); err != nil {
+	if _, err := s.AddJob("", "@hourly", digest); err != nil {
 		fmt.Println("bad name:", errors.Is(err, lockmw.ErrInvalidKey))
 	}
-	singleton, err := cronlock.New(locker, "reindex", cronlock.WithSchedule(cron.Every(time.Hour)))
-	if err != nil {
-		log.Fatal(err) // matches lockmw.ErrInvalidKey or lockmw.ErrInvalidOption
+	if _, err := s.AddJob("reindex", "every tuesday", digest); err != nil {
+		fmt.Println("bad spec:", errors.Is(err, lockmw.ErrInvalidOption))
 	}
-	c := cron.New()
-	c.Schedule(cron.Every(time.Hour), singleton(cron.FuncJob(func() { fmt.Println("reindexing") })))
 	c.Start()
 	defer c.Stop()
-	// Output: bad name: true
+	// Output:
+	// bad name: true
+	// bad spec: true
 }
 
 func sweepInvoices(ctx context.Context, _ time.Time) error { return ctx.Err() }

@@ -16,10 +16,16 @@ const (
 	// given: instances whose timers differ by less than a second run a fire
 	// once. It suits schedules whose fires are at least two seconds apart;
 	// give WithSchedule for faster ones.
+	//
+	// Deprecated: only Singleton and New, deprecated, hold a lock after a
+	// run; a Scheduler needs no hold.
 	DefaultMinHold = time.Second
 	// MaxDerivedMinHold caps the MinHold derived from WithSchedule (half the
 	// time to the next fire), so that a daily job does not keep its lock
 	// for half a day.
+	//
+	// Deprecated: only Singleton and New, deprecated, hold a lock after a
+	// run; a Scheduler needs no hold.
 	MaxDerivedMinHold = time.Minute
 )
 
@@ -66,6 +72,8 @@ func (f optionFunc) apply(c *config) { f(c) }
 // while the job runs. It overrides the MinHold derived from WithSchedule.
 // New refuses a negative d, or a d over WithMaxHold's; a Scheduler refuses
 // the option.
+//
+// Deprecated: for Singleton and New, deprecated; a Scheduler needs no hold.
 func WithMinHold(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.minHold, c.minSet = d, true })
 }
@@ -85,6 +93,9 @@ func WithMaxHold(d time.Duration) Option {
 // MaxDerivedMinHold. Pass the same schedule the job is added with, e.g.
 // from cron.ParseStandard(spec) or cron.Every(d). New refuses a nil s; a
 // Scheduler refuses the option.
+//
+// Deprecated: for Singleton and New, deprecated; a Scheduler is given the
+// schedule with the job (Scheduler.AddJob, Scheduler.Schedule).
 func WithSchedule(s cron.Schedule) Option {
 	return optionFunc(func(c *config) { c.schedule, c.scheduleSet = s, true })
 }
@@ -113,11 +124,17 @@ func WithInstance(id string) Option {
 	return optionFunc(func(c *config) { c.instance, c.instanceSet = id, true })
 }
 
-// WithHolderRecord makes every run record the instance name in Redis, in
-// the key "cronlock:{NAME}:holder" through client, so that the skip logs of
-// other instances name the instance that holds the lock (the one that took
-// it last). The key has no expiry: one small key per job name. Without this
-// option skip logs carry no holder. The constructors refuse a nil client.
+// WithHolderRecord (Singleton only) makes every run record the instance
+// name in Redis, in the key "cronlock:{NAME}:holder" under the Locker's
+// prefix (by default "lockmw:cronlock:{NAME}:holder"; releases before the
+// prefix scoping wrote "cronlock:{NAME}:holder", which they read), through
+// client, so that the skip logs of other instances name the instance that
+// holds the lock (the one that took it last). The key has no expiry: one
+// small key per job name. Without this option skip logs carry no holder.
+// The constructors refuse a nil client.
+//
+// Deprecated: for Singleton and New, deprecated; a Scheduler's skip logs
+// name the running fire and instance from its claim record.
 func WithHolderRecord(client redis.UniversalClient) Option {
 	return optionFunc(func(c *config) { c.holders, c.holdersSet = client, true })
 }

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the deprecated Singleton and New keep working: their tests use them on purpose.
+
 package cronlock_test
 
 import (

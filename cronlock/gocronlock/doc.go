@@ -2,7 +2,7 @@
 // on exactly one instance of a service, with the protocol of cronlock's
 // Scheduler: a fire is named by its scheduled time, the first instance to
 // claim it in Redis runs it, later claims of the same or an older fire are
-// refused.
+// refused. The claim records are cronlock's, under the Locker's prefix.
 //
 // gocron's distributed Locker only gets the job's name, and a plain lock
 // released on Unlock lets an instance whose timer is late run the fire

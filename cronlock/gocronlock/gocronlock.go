@@ -44,8 +44,10 @@ type Locker struct {
 var _ gocron.Locker = (*Locker)(nil)
 
 // New returns a Locker that runs jobs under leases of locker and claims
-// their fires in rdb, a client of the Redis every instance shares. Errors
-// match lockmw.ErrInvalidOption.
+// their fires in rdb, a client of the Redis every instance shares, in
+// records under locker's prefix (and, during the upgrade from releases
+// that ignored the prefix, in their record too: see cronlock's Upgrading).
+// Errors match lockmw.ErrInvalidOption.
 func New(locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if locker == nil || rdb == nil {
 		return nil, fmt.Errorf("%w: gocronlock.New: nil Locker or Redis client", lockmw.ErrInvalidOption)

@@ -2,7 +2,6 @@ package cronlock_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -18,51 +17,17 @@ import (
 
 // Two applications share one Redis with different prefixes, each on two
 // instances (one 300 ms late), and each has a job named cleanup: each
-// application runs every fire of its own job exactly once, whether its
-// Scheduler claims in the Locker's Redis (rdb nil) or through a client.
-func TestSchedulerPrefixes(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		viaLock bool // rdb nil
-	}{{"Locker's Redis", true}, {"client given", false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := redistest.Start(t)
-			app := func(host string) string { return strings.SplitN(host, "-", 2)[0] }
-			newScheduler := func(t testing.TB, c *cron.Cron, h cronsuite.Host, opts ...cronlock.Option) (*cronlock.Scheduler, error) {
-				client := srv.Client(t)
-				l := newLockerOn(t, client, lockmw.WithPrefix(app(h.Name)+":"))
-				if tc.viaLock {
-					return cronlock.NewScheduler(c, l, nil, opts...)
-				}
-				return cronlock.NewScheduler(c, l, client, opts...)
-			}
-			logs := &cronsuite.RecordLogger{}
-			tally := cronsuite.RunHosts(t, newScheduler, "cleanup", []cronsuite.Host{
-				{Name: "billing-a"}, {Name: "billing-b", Late: 300 * time.Millisecond},
-				{Name: "mail-a"}, {Name: "mail-b", Late: 300 * time.Millisecond},
-			}, 10, logs)
-			apps := map[string]*cronsuite.FireTally{}
-			for at, hosts := range tally.All() {
-				for _, h := range hosts {
-					if apps[app(h)] == nil {
-						apps[app(h)] = &cronsuite.FireTally{Started: tally.Started}
-					}
-					apps[app(h)].Add(at, h)
-				}
-			}
-			for _, name := range []string{"billing", "mail"} {
-				if apps[name] == nil {
-					t.Errorf("%s ran no fire", name)
-					continue
-				}
-				t.Run(name, func(t *testing.T) { apps[name].Check(t, time.Second) })
-			}
-			if errs := logs.Find(true, ""); len(errs) != 0 {
-				t.Errorf("error logs, want none: %v", errs)
-			}
-		})
-	}
+// application runs every fire of its own job exactly once, also when its
+// Scheduler is given a Redis client (the suite's Prefixes claims in the
+// Locker's Redis).
+func TestSchedulerPrefixesClientGiven(t *testing.T) {
+	srv := redistest.Start(t)
+	cronsuite.CheckPrefixes(t, func(prefix string) cronsuite.NewScheduler {
+		return func(t testing.TB, c *cron.Cron, _ cronsuite.Host, opts ...cronlock.Option) (*cronlock.Scheduler, error) {
+			client := srv.Client(t)
+			return cronlock.NewScheduler(c, newLockerOn(t, client, lockmw.WithPrefix(prefix)), client, opts...)
+		}
+	})
 }
 
 // A rolling upgrade on one Redis: instances of the release before the

@@ -50,6 +50,7 @@ func Run(t *testing.T, env Env) {
 		runParallel(t, env,
 			subtest{"Claims", testClaims},
 			subtest{"OneRunPerFire", testSchedulerOneRunPerFire},
+			subtest{"Prefixes", testSchedulerPrefixes},
 			subtest{"RunStillGoing", testSchedulerRunStillGoing})
 	})
 }

@@ -3,6 +3,7 @@ package cronsuite
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lockmw/lockmw/cronlock"
 	"github.com/lockmw/lockmw/internal/fireclaim"
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // RunClaims checks the claim semantics on c, with records of job: a fire
@@ -277,5 +279,46 @@ func CheckRunStillGoing(t *testing.T, newScheduler NewScheduler, job string, que
 	}
 	if !found {
 		t.Errorf("no busy skip of fire %v names the running fire %v and its instance: %v", next, l, busy)
+	}
+}
+
+// Two applications share the store with different prefixes, each on two
+// instances, and each has a job named cleanup: each runs every fire of its
+// own job exactly once, its claims kept in the Locker's store.
+func testSchedulerPrefixes(t *testing.T, env Env) {
+	CheckPrefixes(t, func(prefix string) NewScheduler {
+		return func(t testing.TB, c *cron.Cron, _ Host, opts ...cronlock.Option) (*cronlock.Scheduler, error) {
+			return cronlock.NewScheduler(c, env.NewLocker(t, lockmw.WithPrefix(prefix)), nil, opts...)
+		}
+	})
+}
+
+// CheckPrefixes runs the job cleanup of two applications, billing and
+// mail, on two instances each (the second 300 ms late), with Schedulers
+// from forPrefix with the application's prefix ("billing:", "mail:"), and
+// checks that each application runs every fire exactly once, with no
+// error logged.
+func CheckPrefixes(t *testing.T, forPrefix func(prefix string) NewScheduler) {
+	t.Helper()
+	app := func(host string) string { return strings.SplitN(host, "-", 2)[0] }
+	newScheduler := func(t testing.TB, c *cron.Cron, h Host, opts ...cronlock.Option) (*cronlock.Scheduler, error) {
+		return forPrefix(app(h.Name)+":")(t, c, h, opts...)
+	}
+	logs := &RecordLogger{}
+	tally := RunHosts(t, newScheduler, "cleanup", []Host{
+		{Name: "billing-a"}, {Name: "billing-b", Late: 300 * time.Millisecond},
+		{Name: "mail-a"}, {Name: "mail-b", Late: 300 * time.Millisecond},
+	}, 10, logs)
+	apps := map[string]*FireTally{"billing": {Started: tally.Started}, "mail": {Started: tally.Started}}
+	for at, hosts := range tally.All() {
+		for _, h := range hosts {
+			apps[app(h)].Add(at, h)
+		}
+	}
+	for _, name := range []string{"billing", "mail"} {
+		t.Run(name, func(t *testing.T) { apps[name].Check(t, time.Second) })
+	}
+	if errs := logs.Find(true, ""); len(errs) != 0 {
+		t.Errorf("error logs, want none: %v", errs)
 	}
 }

@@ -2,7 +2,9 @@ package lockmw
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -236,6 +238,18 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string
 func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (bool, error) {
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
+}
+
+// fairQueued reports whether fair waiters may be queued for the lock: its
+// holder's value is marked (see grant.lua). The mark is set when the queue
+// is made, and stays on every holder the lock passes to until the queue is
+// served; a free lock has none.
+func (b *redisBackend) fairQueued(ctx context.Context, k lockKeys) (bool, error) {
+	v, err := b.client.Get(ctx, k.lock).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return strings.Contains(v, "+"), err
 }
 
 // leave takes entry out of the fair queue. It reports whether the lock had

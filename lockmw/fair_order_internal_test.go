@@ -136,3 +136,71 @@ func TestFairWaiterIsNotOvertakenByALaterLocalWaiter(t *testing.T) {
 		}
 	})
 }
+
+// TestFairWaiterIsServedAfterTheLockExpired: the holder's key expires (here:
+// is deleted) while a Fair waiter of L2 is queued, and L3 takes the free
+// lock at once: an attempt on a free lock does not look at the queue. The
+// queued waiter's next poll marks L3's lease, so that its release serves
+// the queue: L2's waiter gets the lock before a default waiter of L3 that
+// arrived after it, which a plain release would have handed it to.
+func TestFairWaiterIsServedAfterTheLockExpired(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "fair-after-expiry"
+	l1 := newTestLocker(t, srv.Client(t))
+	l2 := newTestLocker(t, srv.Client(t))
+	l3 := newTestLocker(t, srv.Client(t))
+	keys := newLockKeys(DefaultPrefix, key)
+
+	// A holder with 1s left: the fair waiter polls about then.
+	if _, err := l1.Acquire(ctx, key, WithLeaseTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	gotF := acquireAsync(l2, key, Fair())
+	waitFor(t, 10*time.Second, "L2's fair waiter to queue in Redis", func() bool { return queueLen(t, admin, key) == 1 })
+	if err := admin.Del(ctx, keys.lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	x, err := l3.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotD := acquireAsync(l3, key)
+	waitFor(t, 10*time.Second, "L3's later waiter to wait in its room", func() bool {
+		d, _ := roomWaiters(l3, key)
+		return d == 1 && releaseSubscribers(t, admin, key) == 1
+	})
+	waitFor(t, 5*time.Second, "the fair waiter's poll to mark the holder that took the expired lock", func() bool {
+		v, err := admin.Get(ctx, keys.lock).Result()
+		return err == nil && v == x.token+"+"
+	})
+	if err := x.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var f *Lease
+	select {
+	case a := <-gotD:
+		t.Fatalf("L3's default waiter, which arrived after L2's Fair waiter, got the lock first (%v)", a.err)
+	case a := <-gotF:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		f = a.lease
+	case <-time.After(10 * time.Second):
+		t.Fatal("nobody got the lock after x's release")
+	}
+	if f.Fence() <= x.Fence() {
+		t.Fatalf("the fair waiter's fence %d is not above x's %d", f.Fence(), x.Fence())
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d := takeLease(t, gotD, "L3's later waiter")
+	if d.Fence() <= f.Fence() {
+		t.Fatalf("L3's later waiter's fence %d is not above the fair waiter's %d", d.Fence(), f.Fence())
+	}
+	if err := d.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -240,16 +240,25 @@ func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (b
 	return n > 0, err
 }
 
-// fairQueued reports whether fair waiters may be queued for the lock: its
-// holder's value is marked (see grant.lua). The mark is set when the queue
-// is made, and stays on every holder the lock passes to until the queue is
-// served; a free lock has none.
+// fairQueued reports whether waiters may be queued for the lock in Redis:
+// its holder's value is marked (see grant.lua), or the queue's list exists
+// (its first waiter may be kept in the value instead). One round trip.
 func (b *redisBackend) fairQueued(ctx context.Context, k lockKeys) (bool, error) {
-	v, err := b.client.Get(ctx, k.lock).Result()
+	var get *redis.StringCmd
+	var exists *redis.IntCmd
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, exists = p.Get(ctx, k.lock), p.Exists(ctx, k.queue)
+		return nil
+	}) // errors are read from the commands
+	v, err := get.Result()
 	if errors.Is(err, redis.Nil) {
-		return false, nil
+		v, err = "", nil
 	}
-	return strings.Contains(v, "+"), err
+	if err != nil {
+		return false, err
+	}
+	n, err := exists.Result()
+	return n > 0 || strings.Contains(v, "+"), err
 }
 
 // leave takes entry out of the fair queue. It reports whether the lock had

@@ -204,3 +204,44 @@ func TestFairWaiterIsServedAfterTheLockExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEarlyHandOverToAWaiterThatWasWaitingFirst: keeping Fair order must
+// not cost the early hand-over where nobody is queued. c queues behind b in
+// L1's room without an attempt of its own; it was waiting before the
+// transfer that gave b the lock found no fair waiter, so b's release hands
+// it the lock early.
+func TestEarlyHandOverToAWaiterThatWasWaitingFirst(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	const key = "early-waiting-first"
+	l := newTestLocker(t, srv.Client(t))
+
+	a, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotB := acquireAsync(l, key)
+	waitFor(t, 10*time.Second, "b to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
+	gotC := acquireAsync(l, key)
+	waitFor(t, 10*time.Second, "c to wait behind b", func() bool { d, _ := roomWaiters(l, key); return d == 2 })
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := takeLease(t, gotB, "b")
+	if b.reserved.Load() == 0 {
+		t.Fatal("b's lease holds no reserved fence")
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := takeLease(t, gotC, "c")
+	if c.early == nil {
+		t.Fatal("c was not handed the lock early")
+	}
+	if c.Fence() <= b.Fence() {
+		t.Fatalf("c's fence %d is not above b's %d", c.Fence(), b.Fence())
+	}
+	if err := c.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -144,7 +144,7 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 // leaves w as it was: it is then not handed the lock early.
 func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
 	l.roomsMu.Lock()
-	known := w.aheadOfQueue
+	known := w.aheadOfQueue || w.delivered // (handed the lock meanwhile: take it)
 	l.roomsMu.Unlock()
 	if known {
 		return

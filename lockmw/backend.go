@@ -65,6 +65,7 @@ type waitBackend interface {
 	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
 	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
 	leave(ctx context.Context, k lockKeys, entry, token string) (bool, error)
+	fairQueued(ctx context.Context, k lockKeys) (bool, error)
 	subscriber() *subscriber
 	close()
 }

@@ -123,15 +123,17 @@
 //     and wait for a release or for that TTL. Waiters of one key queue in
 //     arrival order and only the first retries. A release by a lease of the
 //     same Locker transfers the lock to its first waiter in the same script
-//     (no message, no retry), unless other Lockers wait for the key too.
-//     A lease that came by such a transfer carries a fence reserved for its
-//     successor, so its release lets the next local waiter start at once,
-//     while the transfer is on the wire (an early hand-over; its validity
-//     is bounded as described under Safety, it is not renewed until Redis
-//     confirms the transfer, and its release waits for that answer). If
-//     Redis answers that the lock was gone, the lease ends at once with
-//     ErrLost. Waiters of other Lockers that queued meanwhile keep their
-//     places and are served one turn later.
+//     (no message, no retry), unless waiters of other Lockers wait too:
+//     queued ones are served first, and if others listen for releases the
+//     lock is freed for all to try. A lease that came by such a transfer
+//     carries a fence reserved for its successor, so its release lets the
+//     next local waiter start at once, while the transfer is on the wire
+//     (an early hand-over; its validity is bounded as described under
+//     Safety, it is not renewed until Redis confirms the transfer, and its
+//     release waits for that answer), provided that waiter is known to
+//     have arrived before every waiter queued in Redis (see Fair order).
+//     If Redis answers that the lock was gone, the lease ends at once with
+//     ErrLost.
 //   - Fair: waiters join the queue in Redis whatever their Locker. A release
 //     hands the lock to the first entry whose Locker still listens (PUBLISH
 //     reports how many listeners got the message, so an entry of a process
@@ -146,6 +148,24 @@
 //     the next entry; one whose holder dies with it finds itself in neither
 //     place when it polls, and queues again. TryAcquire with Fair takes a
 //     free lock only when nobody is queued.
+//   - Fair order: a Fair waiter is never overtaken by a waiter that
+//     arrived after it (that called Acquire once the Fair waiter's entry
+//     was in the queue), whatever that waiter's mode or Locker.
+//     Hand-overs in Redis serve the queue in order (grant.lua), and a
+//     release that would keep the lock in its Locker or free it
+//     (transfer.lua, unlock.lua) gives way to the queue instead: queuing
+//     marks the holder's value, and the mark passes to every later holder
+//     until the queue is served. An early hand-over is decided before
+//     Redis is asked, so it goes only to a waiter known to have arrived
+//     before every fair waiter queued by then: one that, after it arrived,
+//     found the lock unmarked and no queue (one round trip, made once by
+//     the first waiter of a Locker's room), or that was already waiting
+//     when the transfer that gave the releaser the lock found none. Fair
+//     waiters that queued after it keep their places and are served when
+//     it releases. A lock whose holder lost it (the key expired while
+//     waiters were queued) is free until one of them checks it, at the
+//     holder's TTL: an attempt in between takes it, and the waiters' next
+//     check marks that holder, so its release serves them.
 //   - A lost message costs latency, never liveness: queued waiters also
 //     check the lock when the holder's TTL would run out.
 //   - Giving up: WithWait(d) returns ErrNotAcquired, and a context that
@@ -205,10 +225,12 @@
 //     lost. The waiter's own release waits for that answer, so it cannot
 //     reach Redis first. Its fence was reserved (drawn, INCRBY 2, by the
 //     transfer or grant that gave the releaser the lock), so it is above
-//     the releaser's and below every later holder's. Waiters of other
-//     Lockers that queued meanwhile keep their places: the transfer still
-//     replaces the releaser's token by the waiter's, keeping the queue's
-//     mark, and the waiter's release hands the lock to them.
+//     the releaser's and below every later holder's. Which waiter may be
+//     handed the lock early is a matter of order, not of safety (see Fair
+//     order, under Waiting): waiters of other Lockers that queued after
+//     the early waiter arrived keep their places, as the transfer replaces
+//     the releaser's token by the waiter's, keeping the queue's mark, and
+//     the waiter's release hands the lock to them.
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's
 //     token and fence, is made only while that lease is live, and ends
 //     when it ends.

@@ -93,6 +93,10 @@ func (h *handover) apply(l *Locker) {
 		l.keeper.lose(h.lease, h.lost)
 		return
 	}
+	if !h.lease.fair && h.reserve != 0 {
+		sentAt := h.sentAt
+		h.lease.reservedAt.Store(&sentAt)
+	}
 	h.lease.reserved.Store(h.reserve)
 	h.lease.next.Store(&h.next)
 	l.keeper.confirm(h.lease, h.sentAt)
@@ -170,17 +174,30 @@ func (l *Locker) handEarlyFair(keys lockKeys, token string, fence uint64, deadli
 
 // handEarly hands the lock of keys to the first default-mode waiter of this
 // Locker, before Redis is told: it returns that waiter and the hand-over to
-// settle, or nil when nobody waits.
-func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline time.Time) (*waiter, *handover) {
+// settle, or nil when nobody waits or that waiter may not go first.
+// reservedAt is when the transfer that gave the releasing lease the lock
+// (and reserved fence) was sent.
+//
+// Fair order (doc.go, Waiting): a fair waiter is never overtaken by one
+// that arrived after it. The releaser does not know who queued in Redis
+// since it got the lock, so the waiter goes first only when it is known to
+// have arrived before every fair waiter queued now: a check of the lock
+// made after it arrived found no fair waiter queued (aheadOfQueue), or it
+// was waiting before reservedAt, when the releaser's own transfer found
+// none. Any fair waiter queued now queued after that check, so after the
+// waiter; the transfer keeps its place, and the waiter's release serves
+// it. Otherwise the release goes through Redis (releaseTokenOf), which
+// hands the lock to the queue first.
+func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	var w *waiter
 	if r := l.rooms[keys.lock]; r != nil && r.fairBusy == 0 {
 		// (With fair waiters of its own queued, the lock goes to them: see
-		// transfer.lua. Those of other Lockers end the early lease.)
+		// transfer.lua.)
 		w = r.nextDefault()
 	}
-	if w == nil {
+	if w == nil || !(w.aheadOfQueue || w.arrived.Before(reservedAt)) {
 		return nil, nil
 	}
 	w.delivered = true

@@ -136,9 +136,22 @@ func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair b
 	}
 	if !fair {
 		next = acquireAsync(l, key, append(mode, opts...)...)
-		waitFor(t, 10*time.Second, "the next waiter to wait", func() bool { d, _ := roomWaiters(l, key); return d == 1 })
+		waitFor(t, 10*time.Second, "the next waiter to wait, known to be ahead of any fair waiter", func() bool {
+			return aheadOfQueue(l, key)
+		})
 	}
 	return b, next
+}
+
+// aheadOfQueue reports whether l's only default-mode waiter for key has
+// learnt that no fair waiter was queued when it arrived: a release of l may
+// then hand it the lock early.
+func aheadOfQueue(l *Locker, key string) bool {
+	keys := newLockKeys(l.cfg.prefix, key)
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[keys.lock]
+	return r != nil && len(r.defaults) == 1 && r.defaults[0].aheadOfQueue
 }
 
 // TestEarlyHandOverLastsNoLongerThanTheWaitersTTL: the holder's lease has

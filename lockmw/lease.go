@@ -26,6 +26,11 @@ type Lease struct {
 	// came by a transfer that saw nobody else waiting: a waiter of this
 	// Locker may get it, and start before Redis confirms its hand-over.
 	reserved atomic.Uint64
+	// reservedAt is when the transfer that reserved it was sent (nil until
+	// known): that transfer found no fair waiter queued, so a waiter of
+	// this Locker already waiting then arrived before every fair waiter
+	// queued since.
+	reservedAt atomic.Pointer[time.Time]
 	// next is, for a fair lease handed over by a release, the queue entry
 	// of the waiter first in line then (that waiter is next unless it gives
 	// up); "" or nil when none was known.

@@ -200,11 +200,13 @@ func WithoutWatchdog() AcquireOption {
 // waiter whose process dies is skipped at hand-off; one that gives up
 // (context ended, WithWait ran out) leaves the queue at once.
 //
-// Waiters of other Lockers (processes) queue in the same line whether or
-// not they use Fair; Fair adds arrival order within a Locker and for a lock
-// that is free while others are queued. A waiter of the holder's own
-// Locker that was handed the lock before Redis confirmed it (an early
-// hand-over) goes one turn ahead of the queue. TryAcquire with Fair takes a
+// A Fair waiter is never overtaken by a waiter that arrived after it,
+// whatever that waiter's mode or Locker: waiters of other Lockers
+// (processes) queue in the same line whether or not they use Fair, and a
+// release hands the lock to a waiter of its own Locker ahead of the queue
+// only when that waiter arrived before every queued one (see the package
+// documentation, Waiting). Fair adds arrival order within a Locker and for
+// a lock that is free while others are queued. TryAcquire with Fair takes a
 // free lock only when nobody is queued for it.
 func Fair() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.fair = true })

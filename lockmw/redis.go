@@ -2,7 +2,9 @@ package lockmw
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -236,6 +238,27 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string
 func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (bool, error) {
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
+}
+
+// fairQueued reports whether waiters may be queued for the lock in Redis:
+// its holder's value is marked (see grant.lua), or the queue's list exists
+// (its first waiter may be kept in the value instead). One round trip.
+func (b *redisBackend) fairQueued(ctx context.Context, k lockKeys) (bool, error) {
+	var get *redis.StringCmd
+	var exists *redis.IntCmd
+	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		get, exists = p.Get(ctx, k.lock), p.Exists(ctx, k.queue)
+		return nil
+	}) // errors are read from the commands
+	v, err := get.Result()
+	if errors.Is(err, redis.Nil) {
+		v, err = "", nil
+	}
+	if err != nil {
+		return false, err
+	}
+	n, err := exists.Result()
+	return n > 0 || strings.Contains(v, "+"), err
 }
 
 // leave takes entry out of the fair queue. It reports whether the lock had

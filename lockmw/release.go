@@ -50,6 +50,7 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockKeys, token string
 	if l.waits == nil {
 		return l.backend.release(ctx, keys, token)
 	}
+	queued := false // fair waiters are known to be queued: release.lua hands over
 	if to, ttl := l.defaultHead(keys); to != "" {
 		sentAt := time.Now()
 		t, err := l.waits.transfer(ctx, keys, token, to, ttl, false)
@@ -62,8 +63,9 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockKeys, token string
 		case !t.fairQueue:
 			return t.ownership, nil
 		}
+		queued = true
 	}
-	if !fair {
+	if !fair && !queued {
 		o, queued, err := l.waits.unlock(ctx, keys, token)
 		if err != nil || !queued {
 			return o, err
@@ -107,7 +109,11 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	if s.fair {
 		return l.releaseFairEarly(ctx, s, reserved, deadline)
 	}
-	w, h := l.handEarly(s.keys, reserved, deadline)
+	var reservedAt time.Time
+	if at := s.reservedAt.Load(); at != nil {
+		reservedAt = *at
+	}
+	w, h := l.handEarly(s.keys, reserved, deadline, reservedAt)
 	if w == nil {
 		return l.releaseTokenOf(ctx, s.keys, s.token, false)
 	}

@@ -33,6 +33,12 @@ type waiter struct {
 	grant     chan grantInfo // fair mode: the lock was handed over
 	delivered bool           // fair mode: a grant was sent on grant (or claimed)
 	passOn    bool           // default mode: leaves its room to line up in the queue
+	// arrived and aheadOfQueue are, in default mode, when w joined its
+	// room, and whether a check of the lock made since found no fair
+	// waiter queued for it: w then arrived before every fair waiter queued
+	// now, and may be handed the lock ahead of them (see handEarly).
+	arrived      time.Time
+	aheadOfQueue bool
 	// busySent and busyCounter are, in fair mode, the sent time of the last
 	// attempt that found the lock held (or of the request that queued w)
 	// and the fence counter that attempt saw. A grant whose fence is above

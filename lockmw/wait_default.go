@@ -51,7 +51,7 @@ func (r *room) nextDefault() *waiter {
 // instead (see lineup.go), and the room's next waiter is woken to do the
 // same.
 func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
-	w := &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1)}
+	w := &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1), arrived: time.Now()}
 	l.roomsMu.Lock()
 	r := l.join(a.keys)
 	r.defaults = append(r.defaults, w)
@@ -89,6 +89,7 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 					return nil, true, nil
 				}
 			}
+			l.checkAheadOfQueue(a, w)
 		}
 		retry = false
 		sleep := holderTTL
@@ -112,7 +113,9 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 				return lease, false, err
 			}
 			lease, err := l.newLease(a, w.token, g.fence, g.validFrom, false)
-			if lease != nil {
+			if lease != nil && g.reserved != 0 {
+				// A transfer's grant: validFrom is when it was sent.
+				lease.reservedAt.Store(&g.validFrom)
 				lease.reserved.Store(g.reserved)
 			}
 			return lease, false, err
@@ -131,6 +134,30 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 			default:
 			}
 		}
+	}
+}
+
+// checkAheadOfQueue asks Redis, once w is in its room and until an answer
+// says so, whether fair waiters are queued for the lock: if none is, w
+// arrived before every fair waiter that queues later, and a release of
+// this Locker may hand it the lock ahead of them (see handEarly). An error
+// leaves w as it was: it is then not handed the lock early.
+func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
+	l.roomsMu.Lock()
+	known := w.aheadOfQueue || w.delivered // (handed the lock meanwhile: take it)
+	l.roomsMu.Unlock()
+	if known {
+		return
+	}
+	queued, err := l.waits.fairQueued(a.opCtx, a.keys)
+	if err != nil {
+		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.Any("error", err))
+		return
+	}
+	if !queued {
+		l.roomsMu.Lock()
+		w.aheadOfQueue = true
+		l.roomsMu.Unlock()
 	}
 }
 

@@ -416,7 +416,7 @@ func TestEarlyHandOverIsConfirmedOrCancelled(t *testing.T) {
 		// The previous waiter's UNSUBSCRIBE may not have reached Redis
 		// yet: wait for it, so that the count below is the new waiter's.
 		eventually(t, 5*time.Second, subscribers(0))
-		sets := commandCalls(t, srv, "set")
+		sets, gets := commandCalls(t, srv, "set"), commandCalls(t, srv, "get")
 		got := make(chan *lockmw.Lease, 1)
 		go func() {
 			lease, err := l.Acquire(ctx, key, lockmw.WithWait(10*time.Second))
@@ -432,6 +432,11 @@ func TestEarlyHandOverIsConfirmedOrCancelled(t *testing.T) {
 		eventually(t, 5*time.Second, func() error {
 			if n := commandCalls(t, srv, "set") - sets; n < 2 {
 				return fmt.Errorf("the waiter has made %d attempts, want 2", n)
+			}
+			// Then it checks that no fair waiter queued before it: only
+			// then may a release hand it the lock early.
+			if n := commandCalls(t, srv, "get") - gets; n < 1 {
+				return fmt.Errorf("the waiter has not checked the fair queue")
 			}
 			return nil
 		})

@@ -62,12 +62,13 @@ if ARGV[4] == 'try' then
   return {0, pttl, counter}
 end
 if ARGV[4] == 'wait' or (first ~= entry and not redis.call('LPOS', KEYS[3], entry)) then
-  if redis.call('RPUSH', KEYS[3], entry) == 1 then
-    -- A new list: mark the holder so that its release hands over.
-    local cur = redis.call('GET', KEYS[1])
-    if cur and not string.find(cur, '+', 1, true) then
-      redis.call('SET', KEYS[1], cur .. '+', 'KEEPTTL')
-    end
-  end
+  redis.call('RPUSH', KEYS[3], entry)
+end
+-- Mark the holder so that its release hands over: the first waiter of a
+-- new list, or a poll that finds a holder that took the lock while it was
+-- free with waiters queued (it had expired), whose release would otherwise
+-- free it for anyone. (A holder granted the lock above is marked.)
+if owner and not string.find(owner, '+', 1, true) then
+  redis.call('SET', KEYS[1], owner .. '+', 'KEEPTTL')
 end
 return {0, pttl, counter}

@@ -10,10 +10,11 @@
 -- ARGV[4]  NUMSUB, or SHARDNUMSUB on Redis Cluster
 -- ARGV[5]  PUBLISH, or SPUBLISH on Redis Cluster
 -- ARGV[6]  "1": the waiter has already started (its Locker knew the owner's
---          lease to be valid), so hand over whoever else waits, also
---          ahead of waiters queued behind the owner (they keep their
---          places, and the waiter's release serves them); "0": only when
---          nobody else waits, and never past queued waiters ({3}).
+--          lease to be valid, and the waiter to have arrived before every
+--          queued waiter), so hand over whoever else waits, also ahead of
+--          waiters queued since (they keep their places, and the waiter's
+--          release serves them); "0": only when nobody else waits, and
+--          never past queued waiters ({3}).
 --
 -- The fence counter moves by 2: the waiter's fence is the returned value
 -- minus 1 (or, when it started early, the value its Locker reserved at the

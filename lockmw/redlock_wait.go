@@ -110,8 +110,14 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	r := l.join(a.keys)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
-	queued := false
-	defer func() { l.leaveRedlock(r, w, entry, queued) }()
+	// queued: w counts itself queued on the first master, and waits for a
+	// wake (a wake pops the entry). unsure: an attempt may have queued the
+	// entry unseen (its reply lost), so the entry may be there whatever
+	// queued says. Leaving takes the entry out if either is set, whether
+	// w gives up, is closed, or got its lease (a won attempt may have
+	// queued it too): see leaveRedlock.
+	queued, unsure := false, false
+	defer func() { l.leaveRedlock(r, w, entry, queued || unsure) }()
 
 	channel := a.keys.grants + l.id
 	if err := watchUntil(a.opCtx, b.subs, a.giveUp, channel, true); err == nil {
@@ -131,7 +137,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 		case err == nil && n > 0:
 			queued, retry = true, false
 		case err != nil && mayHaveRun(err):
-			queued = true // it may be queued: leaving takes it out; an attempt follows
+			queued, unsure = true, true // it may be queued: leaving takes it out; an attempt follows
 		}
 	}
 	var (
@@ -148,6 +154,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 			}
 			lease, reply, err := l.attemptQueued(a, e)
 			queued = queued || reply.queued // (also when it failed: leaving takes the entry out)
+			unsure = unsure || reply.unsure
 			if lease != nil || err != nil {
 				return lease, err
 			}

@@ -32,11 +32,12 @@ func redlockQueueGone(t *testing.T, first *redistest.Server, key, why string) {
 
 // newRedlockVia returns a Redlock Locker over masters whose link to the
 // first master goes through p, closed at cleanup.
-func newRedlockVia(t *testing.T, masters []*redistest.Server, p *redistest.Proxy, opts ...lockmw.Option) *lockmw.Locker {
+func newRedlockVia(t *testing.T, masters []*redistest.Server, p *redistest.Proxy, opts ...func(*redis.Options)) *lockmw.Locker {
 	t.Helper()
 	clients := redlockClients(t, masters, fastFailing, dialOnce)
-	clients[0] = masters[0].Client(t, fastFailing, dialOnce, func(o *redis.Options) { o.Addr = p.Addr() })
-	l, err := lockmw.NewRedlock(clients, opts...)
+	opts = append([]func(*redis.Options){fastFailing, dialOnce, func(o *redis.Options) { o.Addr = p.Addr() }}, opts...)
+	clients[0] = masters[0].Client(t, opts...)
+	l, err := lockmw.NewRedlock(clients)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,30 +104,43 @@ func TestRedlockQueueEntryGoneAfterClose(t *testing.T) {
 	// heals; its Locker closes.
 	t.Run("reply lost", func(t *testing.T) {
 		masters := redistest.StartN(t, 3)
-		const key = "redlock:q-lost-reply"
-		for _, m := range masters {
-			occupy(t, m, key, foreign)
-		}
 		p := redistest.StartProxy(t, masters[0].Addr())
-		l := newRedlockVia(t, masters, p)
-		// A connection to master 0 made before the replies slow down (a
-		// new one would fail its handshake, sending nothing).
-		warm, err := l.TryAcquire(ctx, "redlock:q-warm")
-		if err != nil {
-			t.Fatal(err)
+		// The attempt must go on a connection made before the replies
+		// slowed down (a new one fails its handshake, sending nothing),
+		// which the client does not always reuse: a few tries, each on a
+		// key of its own, until master 0 has run the attempt.
+		for try := range 5 {
+			key := fmt.Sprintf("redlock:q-lost-reply-%d", try)
+			for _, m := range masters {
+				occupy(t, m, key, foreign)
+			}
+			l := newRedlockVia(t, masters, p, func(o *redis.Options) { o.PoolSize = 1 })
+			warm, err := l.TryAcquire(ctx, key+"-warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			p.AddLatency(t, 400*time.Millisecond) // over the clients' 200ms ReadTimeout
+			if _, err := l.Acquire(ctx, key, lockmw.WithWait(500*time.Millisecond)); !errors.Is(err, lockmw.ErrNotAcquired) {
+				t.Fatalf("Acquire: %v, want ErrNotAcquired", err)
+			}
+			ran, err := masters[0].Client(t).Get(ctx, lockKey(key)+":fence").Int64()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				t.Fatal(err)
+			}
+			p.Heal(t)
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if ran == 0 {
+				continue // master 0 never saw the attempt
+			}
+			redlockQueueGone(t, masters[0], key, "master 0 queued the entry but its reply was lost, and the waiter did not count it queued")
+			return
 		}
-		if err := warm.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		p.AddLatency(t, 400*time.Millisecond) // over the clients' 200ms ReadTimeout
-		if _, err := l.Acquire(ctx, key, lockmw.WithWait(500*time.Millisecond)); !errors.Is(err, lockmw.ErrNotAcquired) {
-			t.Fatalf("Acquire: %v, want ErrNotAcquired", err)
-		}
-		p.Heal(t)
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		redlockQueueGone(t, masters[0], key, "master 0 queued the entry but its reply was lost, and the waiter did not count it queued")
+		t.Fatal("master 0 never ran an attempt whose reply was lost")
 	})
 
 	// Queued normally, then Close while waiting: the waiter leaves.

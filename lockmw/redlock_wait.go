@@ -32,6 +32,37 @@ import (
 // waiter that gave up as it was woken and could not pass its turn on)
 // costs latency, never liveness: a queued waiter also retries when the
 // holder's TTL would have run out.
+//
+// No entry outlives its Locker's Close (while the first master answers).
+// An entry reaches the queue only through a waiter's attempt sent with it
+// (redlock_acquire.lua queues it when the lock is held there) or its
+// RPUSHX. After each, the waiter records what it learnt (waitRedlock):
+// queued when the first master answered that it queued the entry, or has
+// not answered (acquireQueued waits for that answer a bounded time, and
+// counts an answer still missing as queued); unsure when the first master
+// failed without answering (a lost reply, which may have run). Every
+// reply carries both, a won attempt's and a failed one's too: the first
+// master may queue the entry while the others grant the lock, or before
+// the fencing round fails. A wake clears queued only (the release that
+// woke the waiter popped its entry); unsure stays. When the waiter is
+// done for any reason (lease, give-up, error, Close: leaveRedlock is
+// deferred), it takes the entry out if either is set: an LREM of every
+// copy (a lost reply's attempt and the next may both have queued it),
+// sent through the first master's queue after every attempt of the
+// waiter, and retried by the cleaner twice after an answer (cleanup.go:
+// an attempt stalled in the master runs before the second). Close stops
+// waiters first and waits for them, so their leaves are handed to the
+// cleaner, whose close gives each a last try before the backend stops.
+// If the entry is not recorded it was never queued: each attempt's first
+// master answer said busy-and-queued, granted (nothing queued), or is
+// missing or failed, all four counted above.
+//
+// If the first master does not answer at Close (down, paused, cut off),
+// the leave is given up: its entry stays, and is skipped by the first
+// release or passed-on wake there that reaches it (its Locker no longer
+// listens, so PUBLISH reaches nobody and the next entry is tried), or is
+// taken with the queue when the queue expires. A paused master runs a
+// leave already sent when it resumes.
 
 // newRedlockWaits gives b a wake channel on the first master for the
 // Locker l.

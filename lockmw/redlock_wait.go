@@ -53,6 +53,11 @@ import (
 // an attempt stalled in the master runs before the second). Close stops
 // waiters first and waits for them, so their leaves are handed to the
 // cleaner, whose close gives each a last try before the backend stops.
+// That wait is bounded by the Locker's TTL: a waiter still inside an
+// attempt then (a slow first master: an attempt can wait up to a second
+// for its answer, and its rollback another) leaves after the backend
+// stopped, its leave fails with ErrClosed, and its entry is left as
+// below (a known gap).
 // If the entry is not recorded it was never queued: each attempt's first
 // master answer said busy-and-queued, granted (nothing queued), or is
 // missing or failed, all four counted above.

@@ -25,7 +25,12 @@ type acquireReply struct {
 	acquired  bool
 	fence     uint64        // when acquired: the new fencing token
 	holderTTL time.Duration // when busy: the holder's remaining TTL, 0 if unknown
-	queued    bool          // Redlock: the attempt queued the caller's wait entry
+	queued    bool          // Redlock: the attempt queued the caller's wait entry (or may yet: no answer)
+	// unsure (Redlock) is set when the first master failed without
+	// answering (its reply lost, say): the attempt may have queued the
+	// entry there all the same. It is not counted queued (no wake is
+	// awaited on it), but the waiter must leave the queue.
+	unsure bool
 }
 
 // ownership is what a compare-and-act script found under the lock key.

@@ -82,10 +82,10 @@ func startRedisChaos(t *testing.T, slots int) *chaos.Deployment {
 		}
 		clients[i] = chaosClient(t, addr)
 	}
-	pickProxy := func(env *chaos.FaultEnv) *redistest.Proxy {
+	pickProxy := func(env *chaos.FaultEnv) []*redistest.Proxy {
 		i := env.Rand.IntN(len(proxies))
 		env.Note("link of slot %d", proxySlot[i])
-		return proxies[i]
+		return proxies[i : i+1]
 	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
@@ -97,31 +97,10 @@ func startRedisChaos(t *testing.T, slots int) *chaos.Deployment {
 		},
 	}
 	d.Faults = []chaos.Fault{
-		{Name: "latency", Run: func(env *chaos.FaultEnv) {
-			// Slow replies, pub/sub messages (releases, Fair grants) included.
-			p := pickProxy(env)
-			lat, hold := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond), env.Rand.Duration(200*time.Millisecond, 2*time.Second)
-			env.Note("+%v for %v", lat, hold)
-			p.AddLatency(env.T, lat)
-			env.Sleep(hold)
-			p.Heal(env.T)
-		}},
-		{Name: "cut", Run: func(env *chaos.FaultEnv) {
-			p := pickProxy(env)
-			hold := env.Rand.Duration(50*time.Millisecond, 2*time.Second)
-			env.Note("for %v", hold)
-			p.Cut(env.T)
-			env.Sleep(hold)
-			p.Heal(env.T)
-		}},
-		{Name: "reset", Run: func(env *chaos.FaultEnv) {
-			p := pickProxy(env)
-			hold := env.Rand.Duration(10*time.Millisecond, 500*time.Millisecond)
-			env.Note("for %v", hold)
-			p.ResetConnections(env.T)
-			env.Sleep(hold)
-			p.Heal(env.T)
-		}},
+		// Slow replies, pub/sub messages (releases, Fair grants) included.
+		chaos.LinkFault("latency", 200*time.Millisecond, 2*time.Second, pickProxy),
+		chaos.LinkFault("cut", 50*time.Millisecond, 2*time.Second, pickProxy),
+		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickProxy),
 		{Name: "pause", Run: func(env *chaos.FaultEnv) {
 			hold := env.Rand.Duration(20*time.Millisecond, 1500*time.Millisecond)
 			env.Note("SIGSTOP for %v", hold)
@@ -201,20 +180,6 @@ func startRedlockChaos(t *testing.T, slots int) *chaos.Deployment {
 		env.Note("link of slot %d to master %d", l.slot, l.master)
 		return []*redistest.Proxy{l.p}
 	}
-	linkFault := func(name string, min, max time.Duration, inject func(p *redistest.Proxy, env *chaos.FaultEnv)) chaos.Fault {
-		return chaos.Fault{Name: name, Run: func(env *chaos.FaultEnv) {
-			ps := pickLinks(env)
-			hold := env.Rand.Duration(min, max)
-			env.Note("for %v", hold)
-			for _, p := range ps {
-				inject(p, env)
-			}
-			env.Sleep(hold)
-			for _, p := range ps {
-				p.Heal(env.T)
-			}
-		}}
-	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.NewRedlock(clients[slot], opts...)
@@ -233,13 +198,9 @@ func startRedlockChaos(t *testing.T, slots int) *chaos.Deployment {
 		},
 	}
 	d.Faults = []chaos.Fault{
-		linkFault("latency", 200*time.Millisecond, 2*time.Second, func(p *redistest.Proxy, env *chaos.FaultEnv) {
-			lat := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond)
-			env.Note("+%v", lat)
-			p.AddLatency(env.T, lat)
-		}),
-		linkFault("cut", 50*time.Millisecond, 2*time.Second, func(p *redistest.Proxy, env *chaos.FaultEnv) { p.Cut(env.T) }),
-		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *redistest.Proxy, env *chaos.FaultEnv) { p.ResetConnections(env.T) }),
+		chaos.LinkFault("latency", 200*time.Millisecond, 2*time.Second, pickLinks),
+		chaos.LinkFault("cut", 50*time.Millisecond, 2*time.Second, pickLinks),
+		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickLinks),
 		{Name: "pause", Run: func(env *chaos.FaultEnv) {
 			// One master (a quorum stays) or two (none does).
 			k := 1 + env.Rand.IntN(2)

@@ -483,7 +483,12 @@
 //     waits for that answer (a second at most) before it sleeps, since an
 //     attempt the first master granted queued nothing there, and a waiter
 //     sleeping as if queued would wait out a TTL with the lock free (the
-//     decision itself never waits). Fair gives ErrInvalidOption.
+//     decision itself never waits). A waiter that is done (lease,
+//     give-up, error or Close) takes out any entry an attempt of its may
+//     have queued, a won attempt's or one whose reply was lost included,
+//     so no entry outlives Close while the first master answers; one that
+//     cannot be taken out then is skipped by the next release there (see
+//     redlock_wait.go). Fair gives ErrInvalidOption.
 //
 // Redlock promises that at most one lease is valid (its context live) at a
 // time, provided that the clocks of the clients and the masters advance at

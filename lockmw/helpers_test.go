@@ -136,17 +136,7 @@ func lostReason(t testing.TB, ctx context.Context) lockmw.LostReason {
 }
 
 // mustBusy asserts that key is held by someone else, seen from l.
-func mustBusy(t testing.TB, l *lockmw.Locker, key string) {
-	t.Helper()
-	lease, err := l.TryAcquire(context.Background(), key)
-	if err == nil {
-		_ = lease.Release(context.Background())
-		t.Fatalf("TryAcquire(%q) succeeded; the lock should be held", key)
-	}
-	if !errors.Is(err, lockmw.ErrNotAcquired) {
-		t.Fatalf("TryAcquire(%q) = %v, want ErrNotAcquired", key, err)
-	}
-}
+var mustBusy = lockmwtest.MustBusy
 
 // lockKey is where lockmw stores the owner token of key with the default prefix.
 func lockKey(key string) string { return lockmw.DefaultPrefix + "{" + key + "}" }

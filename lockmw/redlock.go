@@ -210,6 +210,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 	var (
 		won, failed int
 		queued      bool
+		unsure      bool // the first master failed without answering: the entry may be queued there
 		answered0   bool // the first master answered
 		granted     = make([]bool, n)
 		settled     = make([]bool, n)     // the lock is known not to be token's there
@@ -229,6 +230,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 			failed++
 			errs = append(errs, b.masterErr(r.master, err))
 			settled[r.master] = !mayHaveRun(err)
+			unsure = unsure || (r.master == 0 && entry != "" && !settled[r.master])
 			return false
 		case vals[0] == acquireTaken:
 			won++
@@ -263,7 +265,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 				settled[i] = settled[i] || !sent[i]
 			}
 			b.rollback(k, token, ttl, granted, settled)
-			return acquireReply{queued: entry != "" && (queued || !answered0)}, ctx.Err()
+			return acquireReply{queued: entry != "" && (queued || !answered0), unsure: unsure}, ctx.Err()
 		}
 		if !record(r) {
 			sendRest() // the first quorum cannot grant it alone
@@ -304,18 +306,21 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 		// be, the waiter's timer covers it.
 		queued = true
 	}
+	// Every reply below carries queued and unsure, a won attempt's too (the
+	// first master may have queued the entry while the others granted the
+	// lock): the waiter takes the entry out when it is done (leaveRedlock).
 	if lost {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
-			return acquireReply{queued: queued}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
+			return acquireReply{queued: queued, unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
-		return acquireReply{holderTTL: freeIn(busyTTLs, q-won), queued: queued}, nil
+		return acquireReply{holderTTL: freeIn(busyTTLs, q-won), queued: queued, unsure: unsure}, nil
 	}
 
 	fence, err := b.settleFence(ctx, k, token, fences)
 	if err != nil {
 		b.rollback(k, token, ttl, granted, settled)
-		return acquireReply{}, err
+		return acquireReply{queued: queued, unsure: unsure}, err
 	}
 	// The release goes where the lock may be token's: where it was granted,
 	// and where the request may yet run or did without an answer.
@@ -324,7 +329,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 		maybe[i] = !settled[i]
 	}
 	b.held.Store(heldKey(k, token), &heldOn{masters: maybe})
-	return acquireReply{acquired: true, fence: uint64(fence)}, nil
+	return acquireReply{acquired: true, fence: uint64(fence), queued: queued, unsure: unsure}, nil
 }
 
 // heldKey names a lease in redlockBackend.held.

@@ -32,6 +32,42 @@ import (
 // waiter that gave up as it was woken and could not pass its turn on)
 // costs latency, never liveness: a queued waiter also retries when the
 // holder's TTL would have run out.
+//
+// No entry outlives its Locker's Close (while the first master answers).
+// An entry reaches the queue only through a waiter's attempt sent with it
+// (redlock_acquire.lua queues it when the lock is held there) or its
+// RPUSHX. After each, the waiter records what it learnt (waitRedlock):
+// queued when the first master answered that it queued the entry, or has
+// not answered (acquireQueued waits for that answer a bounded time, and
+// counts an answer still missing as queued); unsure when the first master
+// failed without answering (a lost reply, which may have run). Every
+// reply carries both, a won attempt's and a failed one's too: the first
+// master may queue the entry while the others grant the lock, or before
+// the fencing round fails. A wake clears queued only (the release that
+// woke the waiter popped its entry); unsure stays. When the waiter is
+// done for any reason (lease, give-up, error, Close: leaveRedlock is
+// deferred), it takes the entry out if either is set: an LREM of every
+// copy (a lost reply's attempt and the next may both have queued it),
+// sent through the first master's queue after every attempt of the
+// waiter, and retried by the cleaner twice after an answer (cleanup.go:
+// an attempt stalled in the master runs before the second). Close stops
+// waiters first and waits for them, so their leaves are handed to the
+// cleaner, whose close gives each a last try before the backend stops.
+// That wait is bounded by the Locker's TTL: a waiter still inside an
+// attempt then (a slow first master: an attempt can wait up to a second
+// for its answer, and its rollback another) leaves after the backend
+// stopped, its leave fails with ErrClosed, and its entry is left as
+// below (a known gap).
+// If the entry is not recorded it was never queued: each attempt's first
+// master answer said busy-and-queued, granted (nothing queued), or is
+// missing or failed, all four counted above.
+//
+// If the first master does not answer at Close (down, paused, cut off),
+// the leave is given up: its entry stays, and is skipped by the first
+// release or passed-on wake there that reaches it (its Locker no longer
+// listens, so PUBLISH reaches nobody and the next entry is tried), or is
+// taken with the queue when the queue expires. A paused master runs a
+// leave already sent when it resumes.
 
 // newRedlockWaits gives b a wake channel on the first master for the
 // Locker l.
@@ -110,8 +146,14 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	r := l.join(a.keys)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
-	queued := false
-	defer func() { l.leaveRedlock(r, w, entry, queued) }()
+	// queued: w counts itself queued on the first master, and waits for a
+	// wake (a wake pops the entry). unsure: an attempt may have queued the
+	// entry unseen (its reply lost), so the entry may be there whatever
+	// queued says. Leaving takes the entry out if either is set, whether
+	// w gives up, is closed, or got its lease (a won attempt may have
+	// queued it too): see leaveRedlock.
+	queued, unsure := false, false
+	defer func() { l.leaveRedlock(r, w, entry, queued || unsure) }()
 
 	channel := a.keys.grants + l.id
 	if err := watchUntil(a.opCtx, b.subs, a.giveUp, channel, true); err == nil {
@@ -131,7 +173,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 		case err == nil && n > 0:
 			queued, retry = true, false
 		case err != nil && mayHaveRun(err):
-			queued = true // it may be queued: leaving takes it out; an attempt follows
+			queued, unsure = true, true // it may be queued: leaving takes it out; an attempt follows
 		}
 	}
 	var (
@@ -148,6 +190,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 			}
 			lease, reply, err := l.attemptQueued(a, e)
 			queued = queued || reply.queued // (also when it failed: leaving takes the entry out)
+			unsure = unsure || reply.unsure
 			if lease != nil || err != nil {
 				return lease, err
 			}

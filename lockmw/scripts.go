@@ -157,9 +157,10 @@ const redlockReleaseWoke = 2
 const redlockRenewRetaken = 2
 
 // redlockLeaveScript takes a waiter's entry (ARGV[1]) out of the wait
-// queue (KEYS[2]); KEYS[1], the lock, orders it after the lock's earlier
-// calls on the first master.
-var redlockLeaveScript = redis.NewScript(`return redis.call('LREM', KEYS[2], 1, ARGV[1])`)
+// queue (KEYS[2]), every copy of it (an attempt whose reply was lost may
+// have queued it, and the next one again); KEYS[1], the lock, orders it
+// after the lock's earlier calls on the first master.
+var redlockLeaveScript = redis.NewScript(`return redis.call('LREM', KEYS[2], 0, ARGV[1])`)
 
 // pttlScript reads a lock's remaining TTL on one master, through its queue.
 var pttlScript = redis.NewScript(`return redis.call('PTTL', KEYS[1])`)

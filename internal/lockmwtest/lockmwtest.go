@@ -2,6 +2,8 @@
 package lockmwtest
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,6 +16,21 @@ import (
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
+
+// MustBusy asserts that key is held by someone other than l: TryAcquire
+// from l answers ErrNotAcquired (a lease it gets is given back before the
+// test fails).
+func MustBusy(t testing.TB, l *lockmw.Locker, key string) {
+	t.Helper()
+	lease, err := l.TryAcquire(context.Background(), key)
+	if err == nil {
+		_ = lease.Release(context.Background())
+		t.Fatalf("TryAcquire(%q) succeeded; the lock should be held", key)
+	}
+	if !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("TryAcquire(%q) = %v, want ErrNotAcquired", key, err)
+	}
+}
 
 // NewLocker returns a Locker on its own client to srv (one per simulated
 // process or service instance), closed at cleanup.

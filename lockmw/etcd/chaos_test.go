@@ -134,20 +134,6 @@ func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
 		env.Note("link of slot %d to %s", l.slot, members[l.member].Name())
 		return []*etcdtest.Proxy{l.p}
 	}
-	linkFault := func(name string, min, max time.Duration, inject func(p *etcdtest.Proxy, env *chaos.FaultEnv)) chaos.Fault {
-		return chaos.Fault{Name: name, Run: func(env *chaos.FaultEnv) {
-			ps := pickLinks(env)
-			hold := env.Rand.Duration(min, max)
-			env.Note("for %v", hold)
-			for _, p := range ps {
-				inject(p, env)
-			}
-			env.Sleep(hold)
-			for _, p := range ps {
-				p.Heal(env.T)
-			}
-		}}
-	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return etcd.New(clients[slot], opts...)
@@ -162,14 +148,10 @@ func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
 		Events:  startEtcdRecorder(t, c, admin),
 	}
 	d.Faults = []chaos.Fault{
-		linkFault("latency", 200*time.Millisecond, 3*time.Second, func(p *etcdtest.Proxy, env *chaos.FaultEnv) {
-			lat := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond)
-			env.Note("+%v", lat)
-			p.AddLatency(env.T, lat)
-		}),
+		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pickLinks),
 		// Up to longer than the longest TTL: the slot's leases are lost.
-		linkFault("cut", 50*time.Millisecond, 6*time.Second, func(p *etcdtest.Proxy, env *chaos.FaultEnv) { p.Cut(env.T) }),
-		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *etcdtest.Proxy, env *chaos.FaultEnv) { p.ResetConnections(env.T) }),
+		chaos.LinkFault("cut", 50*time.Millisecond, 6*time.Second, pickLinks),
+		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickLinks),
 		{Name: "pause", Run: func(env *chaos.FaultEnv) {
 			k := 1 + env.Rand.IntN(2)
 			first := env.Rand.IntN(len(members))

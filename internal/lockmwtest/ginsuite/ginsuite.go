@@ -8,7 +8,6 @@ package ginsuite
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -170,19 +169,6 @@ func DecodeProblem(t testing.TB, rec *httptest.ResponseRecorder, status int) gin
 		t.Fatalf("problem = %+v, want type, title, detail and status %d", p, status)
 	}
 	return p
-}
-
-// mustBusy asserts that key is held by someone other than l.
-func mustBusy(t testing.TB, l *lockmw.Locker, key string) {
-	t.Helper()
-	lease, err := l.TryAcquire(context.Background(), key)
-	if err == nil {
-		_ = lease.Release(context.Background())
-		t.Fatalf("TryAcquire(%q) succeeded; the lock should be held", key)
-	}
-	if !errors.Is(err, lockmw.ErrNotAcquired) {
-		t.Fatalf("TryAcquire(%q) = %v, want ErrNotAcquired", key, err)
-	}
 }
 
 // mustFree asserts that key can be taken from l, and gives it back.

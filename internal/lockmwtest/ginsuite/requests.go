@@ -279,7 +279,7 @@ func (r *runner) jsonBodyIntact(t *testing.T) {
 	e := NewEngine(http.MethodPost, "/pay",
 		ginlock.New(l, ginlock.JSONField("order.id"), ginlock.WithName("order:{id}")),
 		func(c *gin.Context) {
-			mustBusy(t, other, "order:17")
+			lockmwtest.MustBusy(t, other, "order:17")
 			var bound struct {
 				Order struct{ ID string }
 				Note  string

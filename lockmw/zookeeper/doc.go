@@ -1,0 +1,3 @@
+// Package zookeeper keeps lockmw locks in ZooKeeper. (Documentation
+// follows.)
+package zookeeper

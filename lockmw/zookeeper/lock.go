@@ -108,16 +108,17 @@ func (s *zkStore) acquired(e *entry, pos position, ttl time.Duration, renewed bo
 // lockmw's lease deadline (the last renewal's send time + TTL − drift)
 // came before: the lease was over.
 func (s *zkStore) expire(e *entry, ttl time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), ttl)
-	defer cancel()
-	for ctx.Err() == nil {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), max(ttl, time.Second))
 		s.mu.Lock()
 		gone := s.held[e.token] != e || s.closed
 		s.mu.Unlock()
 		if gone || !s.tr.same(e.sess) {
+			cancel()
 			return
 		}
 		_, err := s.do(ctx, "delete", e.parent+"/"+e.name, func() error { return s.conn.Delete(e.parent+"/"+e.name, -1) })
+		cancel()
 		if err == nil || errors.Is(err, zk.ErrNoNode) {
 			s.drop(e)
 			s.dropParent(e.parent)
@@ -273,12 +274,17 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 				for j, c := range pending {
 					ops[j] = &zk.CheckVersionRequest{Path: c.path, Version: -1}
 				}
-				var mr []zk.MultiResponse
+				out := make(chan []zk.MultiResponse, 1)
 				_, err := s.do(ctx, "multi", pending[0].path, func() error {
-					var err error
-					mr, err = s.conn.Multi(ops...)
+					mr, err := s.conn.Multi(ops...)
+					out <- mr
 					return err
 				})
+				var mr []zk.MultiResponse
+				select {
+				case mr = <-out: // the request completed: its per-op answers
+				default:
+				}
 				if !s.tr.same(st) {
 					for _, c := range pending {
 						res[c.i].Ownership = store.Missing

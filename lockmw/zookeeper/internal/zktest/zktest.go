@@ -309,7 +309,7 @@ func (s *Server) writeConfig() error {
 	fmt.Fprintf(&b, "tickTime=%d\ninitLimit=50\nsyncLimit=20\ndataDir=%s\n", TickTime.Milliseconds(), s.dir)
 	fmt.Fprintf(&b, "clientPort=%d\nclientPortAddress=127.0.0.1\n", s.clientPort)
 	fmt.Fprintf(&b, "maxSessionTimeout=%d\nmaxClientCnxns=0\n", MaxSessionTimeout.Milliseconds())
-	b.WriteString("admin.enableServer=false\n4lw.commands.whitelist=*\n")
+	b.WriteString("admin.enableServer=false\n4lw.commands.whitelist=*\nforceSync=no\n")
 	if len(s.e.servers) > 1 {
 		b.WriteString("standaloneEnabled=false\n")
 		for _, o := range s.e.servers {

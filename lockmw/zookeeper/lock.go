@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -359,14 +360,24 @@ func (s *zkStore) Close() error {
 }
 
 // create creates token's node under parent in the current session (and
-// parent, a container node, when missing). A create whose reply is lost is
-// looked for by token; a node found is taken only if its ephemeral owner is
-// the session the create was sent in, and that session is still current:
-// nothing is created again in a new session.
+// parent, a container node, when missing).
 func (s *zkStore) create(ctx context.Context, parent, token string) (*entry, error) {
-	st := s.tr.now()
+	return s.createIn(ctx, parent, token, s.tr.now())
+}
+
+// createIn creates token's node in session st, and in no other: the
+// create is one Multi with a check that st's guard node exists (guard),
+// so a request go-zookeeper sends on a later session (it queues requests
+// across reconnections, and a new session follows an expiry) creates
+// nothing. A create whose reply is lost is looked for by token; a node
+// found is taken only if its ephemeral owner is st, still current.
+func (s *zkStore) createIn(ctx context.Context, parent, token string, st sessionState) (*entry, error) {
 	if st.id == 0 {
 		return nil, errNoSession
+	}
+	guard, err := s.guard(ctx, st)
+	if err != nil {
+		return nil, err
 	}
 	e := &entry{token: token, parent: parent, sess: st, since: time.Now()}
 	s.mu.Lock()
@@ -378,25 +389,64 @@ func (s *zkStore) create(ctx context.Context, parent, token string) (*entry, err
 	s.mu.Unlock()
 	prefix := parent + "/" + nodePrefix(token)
 	for try := 0; ; try++ {
-		var name string
+		out := make(chan []zk.MultiResponse, 1)
 		_, err := s.do(ctx, "create", prefix, func() error {
-			var err error
-			name, err = s.conn.Create(prefix, nil, zk.FlagEphemeral|zk.FlagSequence, s.acl)
+			mr, err := s.conn.Multi(
+				&zk.CheckVersionRequest{Path: guard, Version: -1},
+				&zk.CreateRequest{Path: prefix, Acl: s.acl, Flags: zk.FlagEphemeral | zk.FlagSequence})
+			out <- mr
 			return err
 		})
+		var mr []zk.MultiResponse
+		select {
+		case mr = <-out:
+		default:
+		}
+		if len(mr) == 2 {
+			switch {
+			case mr[0].Error != nil && !isInconsistency(mr[0].Error):
+				// st's guard is gone: st ended, and this went out on a
+				// later session. Nothing was created.
+				s.drop(e)
+				return nil, errSessionChanged
+			case mr[1].Error != nil && !isInconsistency(mr[1].Error):
+				err = mr[1].Error
+			}
+		}
+		var name string
+		if err == nil && len(mr) == 2 {
+			name = mr[1].String
+		}
 		switch {
-		case err == nil:
+		case err == nil && name != "":
 			s.mu.Lock()
 			e.name = path.Base(name)
 			s.mu.Unlock()
 			if !s.tr.same(st) {
-				// go-zookeeper sent it on a later session: not this
-				// acquisition's; delete it.
-				s.giveUp(e)
+				s.giveUp(e) // cannot be, by the guard; never kept
 				return nil, errSessionChanged
 			}
 			return e, nil
+		case err == nil:
+			s.drop(e)
+			return nil, errors.New("zookeeper: a create was answered without the node's path")
+		case errors.Is(err, zk.ErrNoNode) && !s.tr.same(st):
+			// The guard's check failed: the Multi went out on a later
+			// session, and created nothing.
+			s.drop(e)
+			return nil, errSessionChanged
 		case errors.Is(err, zk.ErrNoNode) && try < 3:
+			if try > 0 {
+				// The guard (or the parent) went missing in a live
+				// session: make both again.
+				s.mu.Lock()
+				s.guarded = 0
+				s.mu.Unlock()
+				if guard, err = s.guard(ctx, st); err != nil {
+					s.drop(e)
+					return nil, err
+				}
+			}
 			if err := s.makeParent(ctx, parent); err != nil {
 				s.drop(e)
 				return nil, err
@@ -426,6 +476,49 @@ func (s *zkStore) create(ctx context.Context, parent, token string) (*entry, err
 		s.abandon(e)
 		return nil, errUnknownCreate
 	}
+}
+
+// isInconsistency reports ZooKeeper's error for the operations of a
+// failed Multi that did not fail themselves (ZRUNTIMEINCONSISTENCY).
+func isInconsistency(err error) bool { return strings.Contains(err.Error(), "-2") }
+
+// guard returns the path of st's guard node, an ephemeral node of st
+// created once per session: while it exists, st is alive. It is created
+// in st or not at all (a guard created on a later session is deleted).
+func (s *zkStore) guard(ctx context.Context, st sessionState) (string, error) {
+	p := s.root + "lockmw%session%" + strconv.FormatInt(st.id, 16)
+	s.mu.Lock()
+	ok := s.guarded == st.epoch
+	s.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	_, err := s.do(ctx, "create", p, func() error {
+		_, err := s.conn.Create(p, nil, zk.FlagEphemeral, s.acl)
+		return err
+	})
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return "", err
+	}
+	out := make(chan *zk.Stat, 1)
+	_, err = s.do(ctx, "exists", p, func() error {
+		_, stat, err := s.conn.Exists(p)
+		out <- stat
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if stat := <-out; stat == nil || stat.EphemeralOwner != st.id || !s.tr.same(st) {
+		if stat != nil && stat.EphemeralOwner != 0 && stat.EphemeralOwner != st.id {
+			_, _ = s.do(ctx, "delete", p, func() error { return s.conn.Delete(p, -1) })
+		}
+		return "", errSessionChanged
+	}
+	s.mu.Lock()
+	s.guarded = st.epoch
+	s.mu.Unlock()
+	return p, nil
 }
 
 // find looks for the node of e, whose create's outcome is unknown, by its

@@ -71,34 +71,40 @@ type Auth struct {
 // lockmw.ErrInvalidOption when the session the server grants cannot keep
 // the Locker's TTL.
 func New(cfg Config, opts ...lockmw.Option) (*lockmw.Locker, error) {
+	l, _, err := newLocker(cfg, opts)
+	return l, err
+}
+
+// newLocker is New, also returning the store.
+func newLocker(cfg Config, opts []lockmw.Option) (*lockmw.Locker, *zkStore, error) {
 	if len(cfg.Servers) == 0 {
-		return nil, fmt.Errorf("%w: zookeeper.Config.Servers is empty: name the ensemble, e.g. []string{\"localhost:2181\"}", lockmw.ErrNilClient)
+		return nil, nil, fmt.Errorf("%w: zookeeper.Config.Servers is empty: name the ensemble, e.g. []string{\"localhost:2181\"}", lockmw.ErrNilClient)
 	}
 	if cfg.TickTime < 0 || cfg.SessionTimeout < 0 || cfg.ConnectTimeout < 0 {
-		return nil, fmt.Errorf("%w: zookeeper.Config: negative TickTime, SessionTimeout or ConnectTimeout", lockmw.ErrInvalidOption)
+		return nil, nil, fmt.Errorf("%w: zookeeper.Config: negative TickTime, SessionTimeout or ConnectTimeout", lockmw.ErrInvalidOption)
 	}
 	root := cfg.Root
 	if root == "" {
 		root = "/"
 	}
 	if !strings.HasPrefix(root, "/") || (root != "/" && strings.HasSuffix(root, "/")) {
-		return nil, fmt.Errorf("%w: zookeeper.Config.Root %q must be an absolute node path such as \"/locks\"", lockmw.ErrInvalidOption, cfg.Root)
+		return nil, nil, fmt.Errorf("%w: zookeeper.Config.Root %q must be an absolute node path such as \"/locks\"", lockmw.ErrInvalidOption, cfg.Root)
 	}
 	s := newStore(cfg, root)
 	l, err := store.NewLocker(s, opts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	locker := l.(*lockmw.Locker)
 	if err := s.connect(); err != nil {
 		_ = locker.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := s.CheckTTL(s.lockerTTL); err != nil {
 		_ = locker.Close()
-		return nil, err
+		return nil, nil, err
 	}
-	return locker, nil
+	return locker, s, nil
 }
 
 // zkStore keeps locks as ephemeral sequential nodes of one session.
@@ -116,6 +122,7 @@ type zkStore struct {
 	held      map[string]*entry // by token: nodes that may exist
 	abandoned map[string]*entry // by token: creates whose outcome stayed unknown
 	noContain bool              // the servers have no container nodes
+	guarded   uint64            // the session epoch whose guard node exists
 	closed    bool
 
 	// hook, set by tests, sees each request's outcome and may replace its

@@ -1,7 +1,6 @@
 package zookeeper_test
 
 import (
-	"context"
 	"io"
 	"log"
 	"strconv"
@@ -107,24 +106,4 @@ func received(t testing.TB, e *zktest.Ensemble) int64 {
 		}
 	}
 	return n
-}
-
-// waitFor polls cond every 10 ms until it holds, failing the test after
-// limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// bg is a context for test calls that must not hang.
-func bg(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }

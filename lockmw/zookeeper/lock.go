@@ -256,7 +256,7 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 				res[i].Ownership = store.Missing // went with its session
 			}
 		case r.TTL > s.maxTTL(st.timeout):
-			res[i].Err = s.CheckTTLLocked(r.TTL, st.timeout)
+			res[i].Err = s.renewTTLErr(r.TTL, st.timeout)
 		default:
 			if e.timer != nil {
 				e.timer.Reset(r.TTL) // asked to renew: not given up
@@ -332,8 +332,8 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 	return res
 }
 
-// CheckTTLLocked is CheckTTL's error for ttl under a session of timeout.
-func (s *zkStore) CheckTTLLocked(ttl, timeout time.Duration) error {
+// renewTTLErr is Renew's error for ttl under a session of timeout.
+func (s *zkStore) renewTTLErr(ttl, timeout time.Duration) error {
 	return errors.New("zookeeper: the session timeout granted on reconnection (" + timeout.String() + ") no longer keeps the lease TTL " + ttl.String())
 }
 

@@ -109,7 +109,9 @@ func (t *tracker) event(ev zk.Event) {
 	case zk.StateExpired:
 		t.expired++
 		if t.cur.id != 0 {
-			t.cur = sessionState{epoch: t.cur.epoch + 1}
+			// The timeout stays: CheckTTL judges TTLs by the last one
+			// granted until the next session's.
+			t.cur = sessionState{timeout: t.cur.timeout, epoch: t.cur.epoch + 1}
 			close(t.changed)
 			t.changed = make(chan struct{})
 		}

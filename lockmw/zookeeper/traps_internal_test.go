@@ -312,3 +312,22 @@ func TestSequenceWrapAndSiblings(t *testing.T) {
 		t.Errorf("predecessor of %s: %q, want %q", names[4], p, own)
 	}
 }
+
+// Between an expiry and the next session, CheckTTL still judges TTLs by
+// the timeout last granted (it once saw 0 and refused every TTL).
+func TestCheckTTLBetweenSessions(t *testing.T) {
+	s := newStore(Config{Servers: []string{"unused:1"}, TickTime: zktest.TickTime}, "/")
+	s.conn = &zk.Conn{}
+	s.tr.handshake(42, 3*time.Second)
+	s.tr.event(zk.Event{Type: zk.EventSession, State: zk.StateHasSession})
+	s.tr.event(zk.Event{Type: zk.EventSession, State: zk.StateExpired})
+	if st := s.tr.now(); st.id != 0 {
+		t.Fatalf("session %x after the expiry, want none", st.id)
+	}
+	if err := s.CheckTTL(time.Second); err != nil {
+		t.Fatalf("CheckTTL(1s) between sessions of 3s: %v", err)
+	}
+	if err := s.CheckTTL(3 * time.Second); !errors.Is(err, lockmw.ErrInvalidOption) {
+		t.Fatalf("CheckTTL(3s) between sessions of 3s: %v, want ErrInvalidOption", err)
+	}
+}

@@ -41,7 +41,7 @@ const (
 	// ContainerCheck is how often the servers delete empty container nodes.
 	ContainerCheck = 100 * time.Millisecond
 
-	readyTimeout = 30 * time.Second
+	readyTimeout = 60 * time.Second
 	exitTimeout  = 10 * time.Second
 	logCap       = 64 << 10
 )
@@ -83,6 +83,10 @@ func (p *process) exited() bool {
 	}
 }
 
+// starting admits two ensembles' starts at a time: JVMs starting together
+// on a small machine each take much longer than one alone.
+var starting = make(chan struct{}, 2)
+
 // Start starts one standalone server and returns once it serves. It calls
 // t.Fatalf, with the server's output, when ZooKeeper is missing or not
 // ready within 30 seconds; it never skips the test.
@@ -95,6 +99,8 @@ func Start(t testing.TB) *Server {
 // returns once a leader serves and every server answers.
 func StartEnsemble(t testing.TB, n int) *Ensemble {
 	t.Helper()
+	starting <- struct{}{}
+	defer func() { <-starting }()
 	jar, err := findJar()
 	if err != nil {
 		t.Fatalf("zktest: %v", err)
@@ -142,7 +148,7 @@ func (e *Ensemble) Addrs() []string {
 }
 
 // Leader returns the server that leads (the only one when standalone),
-// waiting up to 30 seconds for one.
+// waiting up to 60 seconds for one.
 func (e *Ensemble) Leader(t testing.TB) *Server {
 	t.Helper()
 	deadline := time.Now().Add(readyTimeout)

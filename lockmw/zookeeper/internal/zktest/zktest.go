@@ -89,7 +89,7 @@ var starting = make(chan struct{}, 2)
 
 // Start starts one standalone server and returns once it serves. It calls
 // t.Fatalf, with the server's output, when ZooKeeper is missing or not
-// ready within 30 seconds; it never skips the test.
+// ready within 60 seconds; it never skips the test.
 func Start(t testing.TB) *Server {
 	t.Helper()
 	return StartEnsemble(t, 1).servers[0]

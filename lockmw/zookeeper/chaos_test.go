@@ -100,6 +100,7 @@ func startZkChaos(t *testing.T, slots int) *chaos.Deployment {
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			cfg := config(addrs[slot]...)
 			cfg.SessionTimeout = chaosSession
+			cfg.ConnectTimeout = time.Second // a slot may be cut off: no wait
 			return zookeeper.New(cfg, opts...)
 		},
 		Describe: func(slot int) string {

@@ -29,7 +29,7 @@ var (
 func (s *zkStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, ttl)
 	defer cancel()
-	e, err := s.create(ctx, s.parentOf(k), token)
+	e, err := s.create(ctx, s.parentOf(k), token, ttl)
 	if err != nil {
 		return store.Reply{}, err
 	}
@@ -72,7 +72,7 @@ func (s *zkStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 		}
 		if e == nil {
 			var err error
-			if e, err = s.create(ctx, parent, token); err != nil {
+			if e, err = s.create(ctx, parent, token, ttl); err != nil {
 				return store.Reply{}, err
 			}
 		}
@@ -361,8 +361,12 @@ func (s *zkStore) Close() error {
 
 // create creates token's node under parent in the current session (and
 // parent, a container node, when missing).
-func (s *zkStore) create(ctx context.Context, parent, token string) (*entry, error) {
-	return s.createIn(ctx, parent, token, s.tr.now())
+func (s *zkStore) create(ctx context.Context, parent, token string, ttl time.Duration) (*entry, error) {
+	st := s.tr.now()
+	if st.id != 0 && ttl > s.maxTTL(st.timeout) {
+		return nil, s.CheckTTL(ttl) // a session granted after lockmw's own check
+	}
+	return s.createIn(ctx, parent, token, st)
 }
 
 // createIn creates token's node in session st, and in no other: the

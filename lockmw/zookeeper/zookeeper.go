@@ -51,8 +51,10 @@ type Config struct {
 	Root string
 	// Logger receives go-zookeeper's messages (default: discarded).
 	Logger zk.Logger
-	// ConnectTimeout bounds New's wait for a first session (default
-	// DefaultConnectTimeout).
+	// ConnectTimeout bounds New's wait for a first session, against which
+	// it checks the Locker's TTL (default DefaultConnectTimeout). Without
+	// one by then, New returns the Locker all the same: acquisitions fail
+	// with lockmw.ErrUnavailable until a session exists.
 	ConnectTimeout time.Duration
 }
 
@@ -66,10 +68,11 @@ type Auth struct {
 // New connects to ZooKeeper and returns a Locker keeping its locks there.
 // The Locker owns the connection: Locker.Close closes it, which ends the
 // session and so deletes every node the Locker still had. Options are
-// lockmw's. New fails with an error matching lockmw.ErrUnavailable when no
-// session is established within Config.ConnectTimeout, and with
-// lockmw.ErrInvalidOption when the session the server grants cannot keep
-// the Locker's TTL.
+// lockmw's. New waits up to Config.ConnectTimeout for a first session and
+// fails with an error matching lockmw.ErrInvalidOption when the session
+// the server grants cannot keep the Locker's TTL; without a session by
+// then it returns the Locker, whose acquisitions fail with
+// lockmw.ErrUnavailable until one exists.
 func New(cfg Config, opts ...lockmw.Option) (*lockmw.Locker, error) {
 	l, _, err := newLocker(cfg, opts)
 	return l, err
@@ -205,7 +208,11 @@ func (s *zkStore) connect() error {
 	select {
 	case <-s.tr.hasFirst:
 	case <-time.After(wait):
-		return fmt.Errorf("%w: zookeeper: no session with %v within %v", lockmw.ErrUnavailable, s.cfg.Servers, wait)
+		// No session yet (the ensemble is down, or the link): the Locker
+		// is made all the same, as a process started during an outage
+		// must be; its acquisitions fail with ErrUnavailable until a
+		// session exists, and each checks its TTL against that session.
+		return nil
 	}
 	for _, a := range s.cfg.Auth {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -232,6 +239,9 @@ func (s *zkStore) CheckTTL(ttl time.Duration) error {
 	}
 	s.mu.Unlock()
 	timeout := s.tr.now().timeout
+	if timeout == 0 {
+		return nil // no session yet: each create checks its TTL against its session
+	}
 	if limit := s.maxTTL(timeout); ttl > limit {
 		return fmt.Errorf("%w: TTL %v: the ZooKeeper session (timeout %v as granted by the server, tick %v) keeps a lock only %v after its last confirmed request: "+
 			"use a TTL of at most %v, or a longer zookeeper.Config.SessionTimeout (which the server's maxSessionTimeout, 20 ticks by default, bounds)",

@@ -61,9 +61,6 @@ func runConformance(t *testing.T, name string, e *zktest.Ensemble) {
 		Kill:   each((*zktest.Server).Kill),
 		// Servers restart together: one alone has no quorum.
 		Restart: func(t testing.TB) {
-			for _, s := range e.Servers() {
-				s.Restart(t, false)
-			}
 			var wg sync.WaitGroup
 			for _, s := range e.Servers() {
 				wg.Go(func() { s.Restart(t, false) })

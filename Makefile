@@ -2,7 +2,7 @@
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: test bench chaos lint demo redis-server etcd-server
+.PHONY: test bench chaos lint demo redis-server etcd-server zookeeper
 
 # ETCD_MODULE is the nested module of the etcd store (its own go.mod, so
 # that importing the core does not bring etcd into a module graph); the
@@ -11,6 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 # embedded Redis) is not a requirement of the module users import. go.work
 # joins them all.
 ETCD_MODULE := lockmw/etcd
+ZK_MODULE := lockmw/zookeeper
 
 # redis-server: install Debian's redis-server when it is not on PATH. Tests
 # start their own servers on free loopback ports; none needs to be running.
@@ -32,12 +33,21 @@ etcd-server:
 	}
 	@etcd --version | head -1
 
+# zookeeper: install Debian's zookeeper (not zookeeperd, a system service)
+# when its jar is missing; the tests run it in the foreground with java.
+zookeeper:
+	@[ -f /usr/share/java/zookeeper.jar ] || { \
+		echo "zookeeper not found: installing it with apt-get"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; \
+	}
+
 # test: every module's tests, the three modules at once (their tests spend
 # most of their time waiting on servers they start, so they overlap well on
 # two cores); each module's output is printed when it is done, and test
 # fails if any module failed.
-TEST_MODULES := . $(ETCD_MODULE) examples
-test: redis-server etcd-server
+TEST_MODULES := . $(ETCD_MODULE) $(ZK_MODULE) examples
+test: redis-server etcd-server zookeeper
 	@dir=$$(mktemp -d); pids=""; \
 	for m in $(TEST_MODULES); do \
 		( cd $$m && $(GO) test -race -count=1 -timeout 15m ./... ) > $$dir/$$(echo $$m | tr / _).log 2>&1 & pids="$$pids $$!"; \
@@ -52,13 +62,15 @@ test: redis-server etcd-server
 # -chaos.store=etcd' (the other package's TestChaos then skips).
 CHAOS_DURATION ?= 5m
 CHAOS_ARGS ?=
-chaos: redis-server etcd-server
+chaos: redis-server etcd-server zookeeper
 	$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 ./lockmw/ -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(ETCD_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
+	cd $(ZK_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
-bench: redis-server etcd-server
+bench: redis-server etcd-server zookeeper
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/
 	cd $(ETCD_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
+	cd $(ZK_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 
 # lint: gofmt, go vet and staticcheck over every module. staticcheck is
 # pinned as a tool of internal/tools (its own module, joined by go.work, so
@@ -68,8 +80,10 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	cd $(ETCD_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd $(ZK_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/etcd && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd examples/zookeeper && $(GO) vet ./... && $(GO) tool staticcheck ./...
 
 demo:
 	$(GO) run ./examples/quickstart

@@ -1,0 +1,78 @@
+package zookeeper_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/lockmw/lockmw/internal/conformance"
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/zookeeper"
+	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
+)
+
+// The conformance suite (internal/conformance) against one ZooKeeper
+// server and a three-server ensemble.
+
+func TestConformanceZooKeeper(t *testing.T) {
+	t.Parallel()
+	runConformance(t, "zookeeper", zktest.StartEnsemble(t, 1))
+}
+
+func TestConformanceZooKeeperEnsemble(t *testing.T) {
+	t.Parallel()
+	runConformance(t, "zookeeper-ensemble", zktest.StartEnsemble(t, 3))
+}
+
+func runConformance(t *testing.T, name string, e *zktest.Ensemble) {
+	adm := admin(t, e.Addrs()...)
+	each := func(do func(*zktest.Server, testing.TB)) func(testing.TB) {
+		return func(t testing.TB) {
+			for _, s := range e.Servers() {
+				do(s, t)
+			}
+		}
+	}
+	conformance.Run(t, conformance.Store{
+		Name: name,
+		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
+			return zookeeper.New(config(e.Addrs()...), opts...)
+		},
+		NewCuttableLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, func(testing.TB), func(testing.TB), error) {
+			var proxies []*redistest.Proxy
+			var addrs []string
+			for _, s := range e.Servers() {
+				p := zktest.StartProxy(t, s)
+				proxies = append(proxies, p)
+				addrs = append(addrs, p.Addr())
+			}
+			all := func(do func(*redistest.Proxy, testing.TB)) func(testing.TB) {
+				return func(t testing.TB) {
+					for _, p := range proxies {
+						do(p, t)
+					}
+				}
+			}
+			l, err := zookeeper.New(config(addrs...), opts...)
+			return l, all((*redistest.Proxy).Cut), all((*redistest.Proxy).Heal), err
+		},
+		Pause:  each((*zktest.Server).Pause),
+		Resume: each((*zktest.Server).Resume),
+		Kill:   each((*zktest.Server).Kill),
+		// Servers restart together: one alone has no quorum.
+		Restart: func(t testing.TB) {
+			var wg sync.WaitGroup
+			for _, s := range e.Servers() {
+				wg.Go(func() { s.Restart(t, false) })
+			}
+			wg.Wait()
+			e.Leader(t)
+		},
+		Leftovers:            func(t testing.TB, key string) []string { return leftovers(t, adm, key) },
+		Fair:                 true,
+		QueuesDefaultWaiters: true,
+		Queued:               func(t testing.TB, key string) int { return max(len(nodes(t, adm, key))-1, 0) },
+		Notifies:             true,
+		Requests:             func(t testing.TB) int64 { return received(t, e) },
+	})
+}

@@ -1,0 +1,125 @@
+// Package zookeeper keeps lockmw locks in ZooKeeper: New returns a
+// *lockmw.Locker whose leases, watchdog, validity deadlines, nesting,
+// waiting and telemetry are lockmw's, and whose locks are ephemeral
+// sequential nodes. It lives in its own module
+// (github.com/lockmw/lockmw/lockmw/zookeeper), so programs that only
+// import lockmw do not build go-zookeeper.
+//
+// New dials the ensemble itself and owns the connection (one session per
+// Locker): go-zookeeper sets its event callback only when connecting and
+// keeps the negotiated session timeout private, so the store cannot be
+// built on a user's *zk.Conn. Config carries what users need of
+// go-zookeeper's options: servers, session timeout, auth, ACL, dialer,
+// logger.
+//
+// # Nodes
+//
+// A lock on key K with prefix P (lockmw.WithPrefix, default "lockmw:") is
+// the parent node R+P+K (R: Config.Root, default "/"; '%', '/', control
+// characters and non-ASCII bytes of P and K written %XX), a container node,
+// which ZooKeeper deletes once it is empty (a persistent node that
+// releases delete on servers without containers). Each acquisition and
+// each waiter creates one ephemeral sequential child, "lock-"+token+"-"+
+// sequence, whose name carries the lease's token. The children are a
+// queue in sequence order, compared with serial-number arithmetic on the
+// 32-bit sequence (which wraps; never as strings or plain integers); names
+// that are not lock nodes are ignored. The first holds the lock, and its
+// czxid is the fence (Lease.Fence): zxids are 64-bit and totally ordered
+// across the ensemble, leader changes and a recreated parent, unlike the
+// sequence, which restarts with the parent.
+//
+// # Validity
+//
+// ZooKeeper expires a session when its leader has heard of no request or
+// ping from the client for the negotiated session timeout T. A follower
+// tells the leader of its clients' requests only on the leader's pings
+// (every half tick), so a request the client sent at s, answered by a
+// follower that then lost the leader, may never reach the leader's tracking;
+// the leader then knows of a request of the client's at most T/3 (the
+// client's ping interval) plus half a tick before s. So a session confirmed
+// by a request sent at s lives until at least s + 2T/3 − a tick, and a
+// lease TTL is at most 2T/3 − Config.TickTime: CheckTTL refuses longer ones
+// with lockmw.ErrInvalidOption, against the T the server granted (read from
+// its connect response on the wire; the server clamps the request to [2,
+// 20] ticks by default). Without Config.SessionTimeout the store asks for
+// T = 3/2 × (the Locker's TTL + a tick). A lease's deadline is then
+// lockmw's: the send time of the last confirmed request + TTL − drift,
+// which comes before the server can expire the session.
+//
+// lockmw's own watchdog proves the session and the nodes alive: each tick
+// is one Multi of version checks over the Locker's held nodes, which
+// succeeds only while every node exists. A holding nobody asks to renew for
+// its TTL (acquired WithoutWatchdog, or lost at its deadline) is deleted
+// by the store, so that no node of a live session holds a lock forever.
+// The session's changes are followed through go-zookeeper's event callback
+// (its event channel drops events when full) and compared by session id:
+// on expiry every node of the old session is gone, so every lease of it
+// ends with lockmw.ErrLost at its next renewal, if its deadline has not
+// ended it already; a node of an old session is never treated as held.
+//
+// # Safety: how a lease becomes live
+//
+// The invariant: while a lockmw lease with token t is live, t's node N
+// exists in the lock's parent and no lock node of the parent has a lower
+// sequence. Two live leases would need two nodes each lowest, which cannot
+// be. Every way a lease becomes live keeps it:
+//
+//   - Acquisition and queueing (Acquire, Queue.Enqueue): one Multi checks
+//     that the session's guard node exists and creates N (ephemeral,
+//     sequential) in the session S that the store has now; then the
+//     parent's children and N's stat are read together, in S. The lease is
+//     live only when N is among them with owner S, and no lock node has a
+//     lower sequence. ZooKeeper answers a session's requests in order, from
+//     a server that has applied the session's earlier writes, so every node
+//     created before N (a lower sequence) that still existed is seen; nodes
+//     created later have higher sequences, and the parent cannot be deleted
+//     while N is in it. So N stays lowest while it exists. N exists until
+//     this store deletes it or S expires, not before v + 2T/3 − tick (see
+//     Validity), v being the send time of those reads: ValidFrom, with
+//     TTL ≤ 2T/3 − tick. Fence: N's czxid; every earlier holder's node was
+//     created before N (it was lower, or deleted before N was created), so
+//     its czxid is lower.
+//   - Renewal: one Multi of version checks, sent at s, answered in S: N
+//     existed after s, and S was alive then: D = max(D, s + TTL − drift).
+//     An answer after S changed is never counted.
+//   - A create whose reply is lost is found again by t in the names of
+//     the parent's children, and taken only when its ephemeral owner is S
+//     and S is still the session (CURATOR-498: a node of another session
+//     is deleted, never held). go-zookeeper queues requests across
+//     reconnections and sends them on whatever session it has then, also
+//     a new one after an expiry: the create's Multi checks S's guard node
+//     (an ephemeral node of S, created once per session and checked to be
+//     S's), which S's expiry deleted, so such a create creates nothing.
+//   - Every failure after a create deletes the node (and lockmw's
+//     give-back, Release, retries); a single attempt that is not first
+//     deletes its node before reporting busy. Release deletes by name,
+//     which is t's alone: it never deletes another holder's node.
+//
+// # Waiting
+//
+// A waiter's node watches only the node just before it (exists watch: no
+// herd); when that one is deleted, the waiter reads the queue again. Fair
+// and default waiters queue alike (lockmw's default mode asks for a place
+// in the queue once a lock is busy), so a release wakes one waiter across
+// all Lockers, and no waiter is overtaken.
+//
+// # Compared with zk.Lock
+//
+// go-zookeeper's zk.Lock has no context, leaves its node behind when a
+// call after the create fails (everyone then waits for the session to
+// end), never checks whose session a found protected node belongs to,
+// sorts across the sequence's wrap by plain integers, fails on a sibling
+// that is not a lock node, and never tells a holder its session expired.
+// traps_internal_test.go shows each avoided here; lost_test.go shows a
+// cut longer than the session: the lockmw lease has ended when another
+// Locker gets the lock, while a zk.Lock holder has no signal at all.
+// bench_test.go measures both on one server (make bench).
+//
+// # Scheduled jobs
+//
+// cronlock.NewScheduler given a Locker of this package and no Redis client
+// claims the fires of its jobs in ZooKeeper: per job J, the persistent node
+// R+P+"%cronfire%"+J holds the highest fire claimed, and R+P+"%cronrun%"+J
+// the run last started. A claim is a SetData at the version read (a create
+// when there is none): a compare-and-set.
+package zookeeper

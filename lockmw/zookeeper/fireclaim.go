@@ -1,0 +1,165 @@
+package zookeeper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/lockmw/lockmw/internal/fireclaim"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+// The fire claims of cronlock's Scheduler (package internal/fireclaim),
+// for a Scheduler given no Redis client.
+//
+// A job's claim record is the persistent node R+P+"%cronfire%"+J (R the
+// root, P the escaped prefix, J the escaped job name) and its run record
+// R+P+"%cronrun%"+J. Escaping writes '%' only before two upper-case hex
+// digits, so no lock's parent (R+P+escaped key) is named like a record,
+// and no two (prefix, job) pairs share a node. A claim is a versioned
+// SetData (or a create, when there is no record): the compare-and-set.
+
+var _ store.FireClaimer = (*zkStore)(nil)
+
+// FireClaims returns the claims of a Locker with prefix.
+func (s *zkStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims {
+	return &claims{s: s, prefix: s.root + escape(prefix), ttl: ttl}
+}
+
+type claims struct {
+	s      *zkStore
+	prefix string
+	ttl    time.Duration
+}
+
+// record is the data of a claim or run record.
+type record struct {
+	Fire  int64  `json:"fire"` // unix ms
+	By    string `json:"by"`
+	Token string `json:"token,omitempty"` // claim records only
+}
+
+func (c *claims) claimPath(job string) string { return c.prefix + "%cronfire%" + escape(job) }
+func (c *claims) runPath(job string) string   { return c.prefix + "%cronrun%" + escape(job) }
+
+const maxClaimTries = 16
+
+// read returns the record at p and its version; version -1 when there is
+// none.
+func (c *claims) read(ctx context.Context, p string) (record, int32, error) {
+	type got struct {
+		data []byte
+		stat *zk.Stat
+	}
+	out := make(chan got, 1)
+	_, err := c.s.do(ctx, "get", p, func() error {
+		data, stat, err := c.s.conn.Get(p)
+		out <- got{data, stat}
+		return err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return record{}, -1, nil
+	}
+	if err != nil {
+		return record{}, 0, err
+	}
+	g := <-out
+	var r record
+	if err := json.Unmarshal(g.data, &r); err != nil {
+		return record{}, 0, fmt.Errorf("unreadable claim record %s: %q: %v", p, g.data, err)
+	}
+	return r, g.stat.Version, nil
+}
+
+// Claim raises the job's record to at if it holds an earlier fire (or
+// none): a SetData at the version read (a create when there was none), so
+// that of several claims of one fire only the first to land finds an
+// earlier fire; the others' versions are stale, and their re-read finds
+// that fire. A write whose reply was lost is read back: the record
+// carrying this claim's token means it won.
+func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance string) (fireclaim.Claim, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.ttl)
+	defer cancel()
+	token, err := fireclaim.NewToken()
+	if err != nil {
+		return fireclaim.Claim{}, err
+	}
+	p := c.claimPath(job)
+	ms := at.UnixMilli()
+	val, err := json.Marshal(record{Fire: ms, By: instance, Token: token})
+	if err != nil {
+		return fireclaim.Claim{}, err
+	}
+	for range maxClaimTries {
+		cur, version, err := c.read(ctx, p)
+		if err != nil {
+			return fireclaim.Claim{}, claimErr(job, at, err)
+		}
+		prev := fireclaim.Claim{By: cur.By}
+		if version >= 0 {
+			prev.Fire = time.UnixMilli(cur.Fire)
+			if cur.Fire >= ms {
+				prev.Won = cur.Token == token // this claim's own write, read back
+				return prev, nil
+			}
+		}
+		_, err = c.s.do(ctx, "set", p, func() error {
+			if version < 0 {
+				_, err := c.s.conn.Create(p, val, 0, c.s.acl)
+				return err
+			}
+			_, err := c.s.conn.Set(p, val, version)
+			return err
+		})
+		switch {
+		case err == nil:
+			prev.Won = true
+			return prev, nil
+		case errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrBadVersion), !definite(err) && ctx.Err() == nil:
+			continue // another claim landed first, or the reply was lost: read again
+		}
+		return fireclaim.Claim{}, claimErr(job, at, err)
+	}
+	return fireclaim.Claim{}, claimErr(job, at, errors.New("the record kept changing under the claim"))
+}
+
+func claimErr(job string, at time.Time, err error) error {
+	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
+}
+
+// Running writes the run record.
+func (c *claims) Running(ctx context.Context, job string, at time.Time, instance string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.ttl)
+	defer cancel()
+	val, err := json.Marshal(record{Fire: at.UnixMilli(), By: instance})
+	if err != nil {
+		return err
+	}
+	p := c.runPath(job)
+	_, err = c.s.do(ctx, "set", p, func() error {
+		_, err := c.s.conn.Set(p, val, -1)
+		if errors.Is(err, zk.ErrNoNode) {
+			_, err = c.s.conn.Create(p, val, 0, c.s.acl)
+			if errors.Is(err, zk.ErrNodeExists) {
+				_, err = c.s.conn.Set(p, val, -1)
+			}
+		}
+		return err
+	})
+	return err
+}
+
+// Runner reads the run record.
+func (c *claims) Runner(ctx context.Context, job string) (time.Time, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.ttl)
+	defer cancel()
+	r, version, err := c.read(ctx, c.runPath(job))
+	if err != nil || version < 0 || r.By == "" {
+		return time.Time{}, "", err
+	}
+	return time.UnixMilli(r.Fire), r.By, nil
+}

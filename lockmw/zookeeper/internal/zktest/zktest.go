@@ -1,0 +1,450 @@
+// Package zktest starts real ZooKeeper servers for tests: one server, or an
+// ensemble of n, on free 127.0.0.1 ports, each a JVM in the foreground
+// (org.apache.zookeeper.server.quorum.QuorumPeerMain) with its data under
+// t.TempDir(), killed at t.Cleanup. Faults: Pause (SIGSTOP, returning once
+// every thread has stopped), Resume, Kill, Restart, and a TCP proxy
+// (StartProxy) that cuts one client's link.
+//
+// ZooKeeper comes from the Debian package zookeeper (not zookeeperd, which
+// installs a system service); its jar is found at /usr/share/java, or
+// through LOCKMW_ZOOKEEPER_JAR. Servers run with TickTime ticks, the admin
+// server off, four-letter words on (srvr tells readiness and the leader),
+// sessions allowed up to MaxSessionTimeout, and container nodes checked
+// every ContainerCheck so that an empty lock parent goes quickly.
+package zktest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+)
+
+const (
+	// TickTime is the servers' tickTime: sessions last 2 to
+	// MaxSessionTimeout/TickTime ticks.
+	TickTime = 100 * time.Millisecond
+	// MaxSessionTimeout is the longest session timeout the servers grant.
+	MaxSessionTimeout = 60 * time.Second
+	// ContainerCheck is how often the servers delete empty container nodes.
+	ContainerCheck = 100 * time.Millisecond
+
+	readyTimeout = 60 * time.Second
+	exitTimeout  = 10 * time.Second
+	logCap       = 64 << 10
+)
+
+const installHint = "install Debian's zookeeper package (apt-get install zookeeper; not zookeeperd, " +
+	"which starts a system service), or set LOCKMW_ZOOKEEPER_JAR to a zookeeper.jar whose manifest names its class path"
+
+// Ensemble is one or more servers started together.
+type Ensemble struct {
+	servers []*Server
+	jar     string
+}
+
+// Server is one ZooKeeper server process.
+type Server struct {
+	e                           *Ensemble
+	id                          int
+	dir                         string
+	clientPort, quorumPort, elP int
+	out                         logBuffer
+
+	mu      sync.Mutex
+	proc    *process
+	stopped bool
+}
+
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// starting admits two ensembles' starts at a time: JVMs starting together
+// on a small machine each take much longer than one alone.
+var starting = make(chan struct{}, 2)
+
+// Start starts one standalone server and returns once it serves. It calls
+// t.Fatalf, with the server's output, when ZooKeeper is missing or not
+// ready within 60 seconds; it never skips the test.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	return StartEnsemble(t, 1).servers[0]
+}
+
+// StartEnsemble starts n servers as one ensemble (n = 1: standalone) and
+// returns once a leader serves and every server answers.
+func StartEnsemble(t testing.TB, n int) *Ensemble {
+	t.Helper()
+	starting <- struct{}{}
+	defer func() { <-starting }()
+	jar, err := findJar()
+	if err != nil {
+		t.Fatalf("zktest: %v", err)
+	}
+	e := &Ensemble{jar: jar}
+	ports, err := freePorts(3 * n)
+	if err != nil {
+		t.Fatalf("zktest: free ports: %v", err)
+	}
+	base := t.TempDir()
+	for i := range n {
+		e.servers = append(e.servers, &Server{e: e, id: i + 1, dir: filepath.Join(base, "zk"+strconv.Itoa(i+1)),
+			clientPort: ports[3*i], quorumPort: ports[3*i+1], elP: ports[3*i+2]})
+	}
+	t.Cleanup(e.cleanup)
+	for _, s := range e.servers {
+		if err := s.writeConfig(); err != nil {
+			t.Fatalf("zktest: %v", err)
+		}
+		s.mu.Lock()
+		err := s.launchLocked()
+		s.mu.Unlock()
+		if err != nil {
+			t.Fatalf("zktest: %v", err)
+		}
+	}
+	for _, s := range e.servers {
+		if err := s.waitServing(); err != nil {
+			t.Fatalf("zktest: server %d: %v\n%s", s.id, err, e.tails())
+		}
+	}
+	return e
+}
+
+// Servers returns the ensemble's servers.
+func (e *Ensemble) Servers() []*Server { return slices.Clone(e.servers) }
+
+// Addrs returns every server's client address.
+func (e *Ensemble) Addrs() []string {
+	var out []string
+	for _, s := range e.servers {
+		out = append(out, s.Addr())
+	}
+	return out
+}
+
+// Leader returns the server that leads (the only one when standalone),
+// waiting up to 60 seconds for one.
+func (e *Ensemble) Leader(t testing.TB) *Server {
+	t.Helper()
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		for _, s := range e.servers {
+			if m, err := s.Mode(); err == nil && (m == "leader" || m == "standalone") {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("zktest: no leader within %v\n%s", readyTimeout, e.tails())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Ensemble returns the ensemble s belongs to.
+func (s *Server) Ensemble() *Ensemble { return s.e }
+
+// Addr is the server's client address, 127.0.0.1:port.
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.clientPort) }
+
+// Mode asks the server (four-letter word srvr) for its mode: standalone,
+// leader or follower; an error while it does not serve.
+func (s *Server) Mode() (string, error) {
+	out, err := s.FourLetter("srvr")
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.SplitSeq(out, "\n") {
+		if m, ok := strings.CutPrefix(line, "Mode: "); ok {
+			return strings.TrimSpace(m), nil
+		}
+	}
+	return "", fmt.Errorf("not serving: %q", strings.TrimSpace(out))
+}
+
+// FourLetter sends a four-letter word to the server and returns its answer.
+func (s *Server) FourLetter(word string) (string, error) {
+	c, err := net.DialTimeout("tcp", s.Addr(), time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Write([]byte(word)); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		b.WriteString(sc.Text())
+		b.WriteByte('\n')
+	}
+	return b.String(), sc.Err()
+}
+
+// Pause stops the server (SIGSTOP) and returns once every thread of its
+// JVM has stopped: it keeps its sockets but answers nothing until Resume.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.signalLocked(syscall.SIGSTOP); err != nil {
+		t.Fatalf("zktest: Pause %d: %v", s.id, err)
+	}
+	if !canObserveStop {
+		return
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		stopped, err := processStopped(s.proc.cmd.Process.Pid)
+		switch {
+		case err != nil:
+			t.Fatalf("zktest: Pause %d: %v", s.id, err)
+		case stopped:
+			return
+		case time.Now().After(deadline):
+			t.Fatalf("zktest: Pause %d: not stopped within %v", s.id, readyTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Resume undoes Pause (SIGCONT).
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.signalLocked(syscall.SIGCONT); err != nil {
+		t.Fatalf("zktest: Resume %d: %v", s.id, err)
+	}
+}
+
+// Kill SIGKILLs the server and waits for its exit; its data stays for
+// Restart. Killing a server that is not running does nothing.
+func (s *Server) Kill(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.killLocked(); err != nil {
+		t.Fatalf("zktest: Kill %d: %v", s.id, err)
+	}
+}
+
+// Restart starts the server again (killing it first if it runs) on the
+// same ports and data, and returns once it answers srvr; when serve is
+// true, once it serves (it has a quorum).
+func (s *Server) Restart(t testing.TB, serve bool) {
+	t.Helper()
+	s.mu.Lock()
+	err := s.killLocked()
+	if err == nil {
+		fmt.Fprintf(&s.out, "--- zktest: restart of server %d ---\n", s.id)
+		err = s.launchLocked()
+	}
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatalf("zktest: Restart %d: %v", s.id, err)
+	}
+	if !serve {
+		return
+	}
+	if err := s.waitServing(); err != nil {
+		t.Fatalf("zktest: Restart %d: %v\n%s", s.id, err, s.e.tails())
+	}
+}
+
+// Output returns the tail of the server's output.
+func (s *Server) Output() string { return s.out.String() }
+
+// StartProxy starts a TCP proxy to s's client port (redistest's toxiproxy
+// wrapper), stopped at t.Cleanup.
+func StartProxy(t testing.TB, s *Server) *redistest.Proxy {
+	t.Helper()
+	return redistest.StartProxy(t, s.Addr())
+}
+
+func (s *Server) waitServing() error {
+	deadline := time.Now().Add(readyTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		p := s.proc
+		s.mu.Unlock()
+		if p == nil || p.exited() {
+			return errors.New("exited while starting")
+		}
+		if _, err := s.Mode(); err == nil {
+			return nil
+		} else {
+			last = err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("not serving within %v (last: %v)", readyTimeout, last)
+}
+
+func (s *Server) writeConfig() error {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "tickTime=%d\ninitLimit=50\nsyncLimit=20\ndataDir=%s\n", TickTime.Milliseconds(), s.dir)
+	fmt.Fprintf(&b, "clientPort=%d\nclientPortAddress=127.0.0.1\n", s.clientPort)
+	fmt.Fprintf(&b, "maxSessionTimeout=%d\nmaxClientCnxns=0\n", MaxSessionTimeout.Milliseconds())
+	b.WriteString("admin.enableServer=false\n4lw.commands.whitelist=*\nforceSync=no\n")
+	if len(s.e.servers) > 1 {
+		b.WriteString("standaloneEnabled=false\n")
+		for _, o := range s.e.servers {
+			fmt.Fprintf(&b, "server.%d=127.0.0.1:%d:%d\n", o.id, o.quorumPort, o.elP)
+		}
+		if err := os.WriteFile(filepath.Join(s.dir, "myid"), []byte(strconv.Itoa(s.id)+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(s.dir, "zoo.cfg"), []byte(b.String()), 0o600)
+}
+
+func (s *Server) launchLocked() error {
+	cmd := exec.Command("java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+		"-Dzookeeper.admin.enableServer=false",
+		"-Dznode.container.checkIntervalMs="+strconv.Itoa(int(ContainerCheck.Milliseconds())),
+		"-Dznode.container.maxNeverUsedIntervalMs=1000",
+		"-cp", s.e.jar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg"))
+	cmd.Stdout = &s.out
+	cmd.Stderr = &s.out
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting java: %v (%s)", err, installHint)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	s.proc = p
+	return nil
+}
+
+func (s *Server) signalLocked(sig syscall.Signal) error {
+	if s.stopped {
+		return errors.New("server already stopped by its cleanup")
+	}
+	if s.proc == nil || s.proc.exited() {
+		return errors.New("server is not running")
+	}
+	return syscall.Kill(-s.proc.cmd.Process.Pid, sig)
+}
+
+func (s *Server) killLocked() error {
+	p := s.proc
+	if p == nil {
+		return nil
+	}
+	s.proc = nil
+	if !p.exited() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		_ = p.cmd.Process.Kill()
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(exitTimeout):
+		return fmt.Errorf("pid %d did not exit within %v of SIGKILL", p.cmd.Process.Pid, exitTimeout)
+	}
+}
+
+func (e *Ensemble) cleanup() {
+	for _, s := range e.servers {
+		s.mu.Lock()
+		_ = s.killLocked()
+		s.stopped = true
+		s.mu.Unlock()
+	}
+}
+
+func (e *Ensemble) tails() string {
+	var b strings.Builder
+	for _, s := range e.servers {
+		out := s.out.String()
+		if len(out) > 4000 {
+			out = out[len(out)-4000:]
+		}
+		fmt.Fprintf(&b, "--- server %d output ---\n%s\n", s.id, out)
+	}
+	return b.String()
+}
+
+// findJar returns the ZooKeeper server jar.
+func findJar() (string, error) {
+	if _, err := exec.LookPath("java"); err != nil {
+		return "", errors.New("java not found on PATH: " + installHint)
+	}
+	jar := os.Getenv("LOCKMW_ZOOKEEPER_JAR")
+	if jar == "" {
+		jar = "/usr/share/java/zookeeper.jar"
+	}
+	if _, err := os.Stat(jar); err != nil {
+		return "", fmt.Errorf("%s: %v: %s", jar, err, installHint)
+	}
+	return jar, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// logBuffer keeps the last logCap bytes of a server's output.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - logCap; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}

@@ -1,0 +1,27 @@
+package zktest_test
+
+import (
+	"testing"
+
+	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
+)
+
+func TestStartSingle(t *testing.T) {
+	s := zktest.Start(t)
+	if m, err := s.Mode(); err != nil || m != "standalone" {
+		t.Fatalf("mode %q, %v", m, err)
+	}
+}
+
+func TestEnsembleLeaderKill(t *testing.T) {
+	e := zktest.StartEnsemble(t, 3)
+	l := e.Leader(t)
+	l.Kill(t)
+	if n := e.Leader(t); n == l {
+		t.Fatal("killed server still leads")
+	}
+	l.Restart(t, true)
+	if m, err := l.Mode(); err != nil || m != "follower" {
+		t.Fatalf("restarted leader: mode %q, %v", m, err)
+	}
+}

@@ -1,0 +1,757 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+// This file takes, queues, keeps and gives back lock nodes. Safety: it
+// makes leases live; the argument is in doc.go ("Safety"), not repeated
+// here.
+
+var (
+	_ store.Store = (*zkStore)(nil)
+	_ store.Queue = (*zkStore)(nil)
+)
+
+// Acquire creates token's node and keeps it only when it is the first lock
+// node of the parent; otherwise it deletes it again and reports busy.
+func (s *zkStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	e, err := s.create(ctx, s.parentOf(k), token, ttl)
+	if err != nil {
+		return store.Reply{}, err
+	}
+	pos, err := s.position(ctx, e)
+	if err != nil {
+		s.giveUp(e)
+		return store.Reply{}, err
+	}
+	if pos.pred != "" {
+		// Not first: a single attempt leaves no entry behind. If the
+		// delete fails the error says so, and lockmw gives the token back
+		// through Release, which tries again.
+		if _, err := s.Release(ctx, k, token); err != nil {
+			return store.Reply{}, err
+		}
+		return store.Reply{}, nil
+	}
+	s.acquired(e, pos, ttl, renewed)
+	return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
+}
+
+// Enqueue creates token's node unless it has one, and says whether it is
+// first, or which node is just before it.
+func (s *zkStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	parent := s.parentOf(k)
+	for try := 0; ; try++ {
+		s.mu.Lock()
+		e := s.held[token]
+		s.mu.Unlock()
+		switch {
+		case e != nil && e.unknown:
+			return store.Reply{}, errUnknownCreate
+		case e != nil && !s.tr.same(e.sess):
+			// The entry went with its session: queue anew, in the
+			// current one (a waiter loses its place, never its safety).
+			s.drop(e)
+			e = nil
+		}
+		if e == nil {
+			var err error
+			if e, err = s.create(ctx, parent, token, ttl); err != nil {
+				return store.Reply{}, err
+			}
+		}
+		pos, err := s.position(ctx, e)
+		switch {
+		case errors.Is(err, errEntryGone) && try < 2:
+			s.drop(e) // deleted by someone else: queue anew
+			continue
+		case err != nil:
+			return store.Reply{}, err
+		case pos.pred != "":
+			return store.Reply{Predecessor: parent + "/" + pos.pred}, nil
+		}
+		s.acquired(e, pos, ttl, renewed)
+		return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
+	}
+}
+
+// acquired records that e holds the lock. A holding that nobody asks to
+// renew for its TTL is deleted (expire): lockmw has given it up (it was
+// acquired WithoutWatchdog, or its lease was lost at its deadline), and a
+// node of a live session would otherwise hold the lock forever.
+func (s *zkStore) acquired(e *entry, pos position, ttl time.Duration, renewed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.czxid = pos.czxid
+	if e.timer == nil {
+		e.timer = time.AfterFunc(time.Until(pos.sent.Add(ttl)), func() { s.expire(e, ttl) })
+	}
+}
+
+// expire deletes the node of a holding whose TTL passed with no renewal
+// asked for; if ZooKeeper cannot be reached, the session's end deletes it.
+// lockmw's lease deadline (the last renewal's send time + TTL − drift)
+// came before: the lease was over.
+func (s *zkStore) expire(e *entry, ttl time.Duration) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), max(ttl, time.Second))
+		s.mu.Lock()
+		gone := s.held[e.token] != e || s.closed
+		s.mu.Unlock()
+		if gone || !s.tr.same(e.sess) {
+			cancel()
+			return
+		}
+		_, err := s.do(ctx, "delete", e.parent+"/"+e.name, func() error { return s.conn.Delete(e.parent+"/"+e.name, -1) })
+		cancel()
+		if err == nil || errors.Is(err, zk.ErrNoNode) {
+			s.drop(e)
+			s.dropParent(e.parent)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitTurn watches the predecessor (only it: no herd) until it is
+// deleted, or the session changes (token's own entry went with it).
+func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
+	s.mu.Lock()
+	e := s.held[token]
+	s.mu.Unlock()
+	if e == nil || !s.tr.same(e.sess) || r.Predecessor == "" {
+		return nil
+	}
+	changed := s.tr.changes()
+	if !s.tr.same(e.sess) {
+		return nil
+	}
+	for {
+		var (
+			exists bool
+			ch     <-chan zk.Event
+		)
+		_, err := s.do(ctx, "existsw", r.Predecessor, func() error {
+			var err error
+			exists, _, ch, err = s.conn.ExistsW(r.Predecessor)
+			return err
+		})
+		switch {
+		case err == nil && !exists:
+			return nil
+		case err == nil:
+			select {
+			case <-ch:
+				return nil
+			case <-changed:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case definite(err):
+			return err
+		}
+		// The connection is down: wait for it, or for the session's end.
+		select {
+		case <-changed:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Leave deletes token's entry.
+func (s *zkStore) Leave(ctx context.Context, k store.Key, token string) error {
+	_, err := s.Release(ctx, k, token)
+	return err
+}
+
+// Release deletes token's node. Its name is token's alone, so the delete
+// never touches another holder's node.
+func (s *zkStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+	s.mu.Lock()
+	e := s.held[token]
+	if e == nil {
+		e = s.abandoned[token]
+	}
+	if e != nil && e.timer != nil {
+		e.timer.Stop()
+	}
+	s.mu.Unlock()
+	if e == nil {
+		return store.Missing, nil
+	}
+	if !s.tr.same(e.sess) {
+		s.drop(e) // it went with its session
+		return store.Missing, nil
+	}
+	if e.unknown {
+		found, err := s.find(ctx, e)
+		if err != nil {
+			return 0, err
+		}
+		if !found {
+			// The create may still be applied: a later listing of the
+			// parent deletes it (position), until the session ends.
+			s.abandon(e)
+			return store.Missing, nil
+		}
+	}
+	p := e.parent + "/" + e.name
+	_, err := s.do(ctx, "delete", p, func() error { return s.conn.Delete(p, -1) })
+	switch {
+	case err == nil:
+		s.drop(e)
+		s.dropParent(e.parent)
+		return store.Owned, nil
+	case errors.Is(err, zk.ErrNoNode):
+		s.drop(e)
+		return store.Missing, nil
+	}
+	return 0, err
+}
+
+// Renew proves that each request's node still exists in the current
+// session, with one Multi of version checks (chunks of 512) sent after
+// lockmw's renewal time: a confirmed check is a request the session's
+// server answered, which ZooKeeper counts as the session being alive.
+func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+	res := make([]store.RenewResult, len(reqs))
+	st := s.tr.now()
+	type check struct {
+		i    int
+		path string
+	}
+	var checks []check
+	s.mu.Lock()
+	for i, r := range reqs {
+		e := s.held[r.Token]
+		switch {
+		case e == nil || e.name == "" || e.unknown || e.czxid == 0:
+			res[i].Ownership = store.Missing
+		case st.id == 0 || e.sess.epoch < st.epoch:
+			if st.id == 0 && e.sess.epoch == st.epoch {
+				res[i].Err = errNoSession // disconnected: maybe back in time
+			} else {
+				res[i].Ownership = store.Missing // went with its session
+			}
+		case r.TTL > s.maxTTL(st.timeout):
+			res[i].Err = s.renewTTLErr(r.TTL, st.timeout)
+		default:
+			if e.timer != nil {
+				e.timer.Reset(r.TTL) // asked to renew: not given up
+			}
+			checks = append(checks, check{i, e.parent + "/" + e.name})
+		}
+	}
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(checks); lo += 512 {
+		chunk := checks[lo:min(lo+512, len(checks))]
+		wg.Go(func() {
+			pending := chunk
+			for len(pending) > 0 {
+				ops := make([]any, len(pending))
+				for j, c := range pending {
+					ops[j] = &zk.CheckVersionRequest{Path: c.path, Version: -1}
+				}
+				out := make(chan []zk.MultiResponse, 1)
+				_, err := s.do(ctx, "multi", pending[0].path, func() error {
+					mr, err := s.conn.Multi(ops...)
+					out <- mr
+					return err
+				})
+				var mr []zk.MultiResponse
+				select {
+				case mr = <-out: // the request completed: its per-op answers
+				default:
+				}
+				if !s.tr.same(st) {
+					for _, c := range pending {
+						res[c.i].Ownership = store.Missing
+					}
+					return
+				}
+				if err == nil {
+					for _, c := range pending {
+						res[c.i].Ownership = store.Owned
+					}
+					return
+				}
+				if len(mr) != len(pending) {
+					for _, c := range pending {
+						res[c.i].Err = err
+					}
+					return
+				}
+				// The Multi failed as a whole: the checks before the
+				// failing one passed, the failing one names a missing
+				// node; the rest are asked again.
+				var again []check
+				for j, c := range pending {
+					switch {
+					case mr[j].Error == nil:
+						res[c.i].Ownership = store.Owned
+					case errors.Is(mr[j].Error, zk.ErrNoNode), errors.Is(mr[j].Error, zk.ErrBadVersion):
+						res[c.i].Ownership = store.Missing
+					default:
+						again = append(again, c)
+					}
+				}
+				if len(again) == len(pending) {
+					for _, c := range again {
+						res[c.i].Err = err
+					}
+					return
+				}
+				pending = again
+			}
+		})
+	}
+	wg.Wait()
+	return res
+}
+
+// renewTTLErr is Renew's error for ttl under a session of timeout.
+func (s *zkStore) renewTTLErr(ttl, timeout time.Duration) error {
+	return errors.New("zookeeper: the session timeout granted on reconnection (" + timeout.String() + ") no longer keeps the lease TTL " + ttl.String())
+}
+
+// Close ends the session: ZooKeeper deletes every node the store still
+// has (lockmw has released its leases before).
+func (s *zkStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for _, e := range s.held {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+	conn := s.conn
+	s.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+	return nil
+}
+
+// create creates token's node under parent in the current session (and
+// parent, a container node, when missing).
+func (s *zkStore) create(ctx context.Context, parent, token string, ttl time.Duration) (*entry, error) {
+	st := s.tr.now()
+	if st.id != 0 && ttl > s.maxTTL(st.timeout) {
+		return nil, s.CheckTTL(ttl) // a session granted after lockmw's own check
+	}
+	return s.createIn(ctx, parent, token, st)
+}
+
+// createIn creates token's node in session st, and in no other: the
+// create is one Multi with a check that st's guard node exists (guard),
+// so a request go-zookeeper sends on a later session (it queues requests
+// across reconnections, and a new session follows an expiry) creates
+// nothing. A create whose reply is lost is looked for by token; a node
+// found is taken only if its ephemeral owner is st, still current.
+func (s *zkStore) createIn(ctx context.Context, parent, token string, st sessionState) (*entry, error) {
+	if st.id == 0 {
+		return nil, errNoSession
+	}
+	guard, err := s.guard(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	e := &entry{token: token, parent: parent, sess: st, since: time.Now()}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, lockmw.ErrClosed
+	}
+	s.held[token] = e
+	s.mu.Unlock()
+	prefix := parent + "/" + nodePrefix(token)
+	for try := 0; ; try++ {
+		out := make(chan []zk.MultiResponse, 1)
+		_, err := s.do(ctx, "create", prefix, func() error {
+			mr, err := s.conn.Multi(
+				&zk.CheckVersionRequest{Path: guard, Version: -1},
+				&zk.CreateRequest{Path: prefix, Acl: s.acl, Flags: zk.FlagEphemeral | zk.FlagSequence})
+			out <- mr
+			return err
+		})
+		var mr []zk.MultiResponse
+		select {
+		case mr = <-out:
+		default:
+		}
+		if len(mr) == 2 {
+			switch {
+			case mr[0].Error != nil && !isInconsistency(mr[0].Error):
+				// st's guard is gone: st ended, and this went out on a
+				// later session. Nothing was created.
+				s.drop(e)
+				return nil, errSessionChanged
+			case mr[1].Error != nil && !isInconsistency(mr[1].Error):
+				err = mr[1].Error
+			}
+		}
+		var name string
+		if err == nil && len(mr) == 2 {
+			name = mr[1].String
+		}
+		switch {
+		case err == nil && name != "":
+			s.mu.Lock()
+			e.name = path.Base(name)
+			s.mu.Unlock()
+			if !s.tr.same(st) {
+				s.giveUp(e) // cannot be, by the guard; never kept
+				return nil, errSessionChanged
+			}
+			return e, nil
+		case err == nil:
+			s.drop(e)
+			return nil, errors.New("zookeeper: a create was answered without the node's path")
+		case errors.Is(err, zk.ErrNoNode) && !s.tr.same(st):
+			// The guard's check failed: the Multi went out on a later
+			// session, and created nothing.
+			s.drop(e)
+			return nil, errSessionChanged
+		case errors.Is(err, zk.ErrNoNode) && try < 3:
+			if try > 0 {
+				// The guard (or the parent) went missing in a live
+				// session: make both again.
+				s.mu.Lock()
+				s.guarded = 0
+				s.mu.Unlock()
+				if guard, err = s.guard(ctx, st); err != nil {
+					s.drop(e)
+					return nil, err
+				}
+			}
+			if err := s.makeParent(ctx, parent); err != nil {
+				s.drop(e)
+				return nil, err
+			}
+			continue
+		case definite(err):
+			s.drop(e)
+			return nil, err
+		}
+		// The reply was lost: the node may exist.
+		s.mu.Lock()
+		e.unknown = true
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			return nil, err // lockmw gives the token back through Release
+		}
+		found, ferr := s.find(ctx, e)
+		switch {
+		case ferr != nil:
+			return nil, err
+		case found:
+			return e, nil
+		case !s.tr.same(st):
+			s.drop(e)
+			return nil, errSessionChanged
+		}
+		s.abandon(e)
+		return nil, errUnknownCreate
+	}
+}
+
+// isInconsistency reports ZooKeeper's error for the operations of a
+// failed Multi that did not fail themselves (ZRUNTIMEINCONSISTENCY).
+func isInconsistency(err error) bool { return strings.Contains(err.Error(), "-2") }
+
+// guard returns the path of st's guard node, an ephemeral node of st
+// created once per session: while it exists, st is alive. It is created
+// in st or not at all (a guard created on a later session is deleted).
+func (s *zkStore) guard(ctx context.Context, st sessionState) (string, error) {
+	p := s.root + "lockmw%session%" + strconv.FormatInt(st.id, 16)
+	s.mu.Lock()
+	ok := s.guarded == st.epoch
+	s.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	_, err := s.do(ctx, "create", p, func() error {
+		_, err := s.conn.Create(p, nil, zk.FlagEphemeral, s.acl)
+		return err
+	})
+	if err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return "", err
+	}
+	out := make(chan *zk.Stat, 1)
+	_, err = s.do(ctx, "exists", p, func() error {
+		_, stat, err := s.conn.Exists(p)
+		out <- stat
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if stat := <-out; stat == nil || stat.EphemeralOwner != st.id || !s.tr.same(st) {
+		if stat != nil && stat.EphemeralOwner != 0 && stat.EphemeralOwner != st.id {
+			_, _ = s.do(ctx, "delete", p, func() error { return s.conn.Delete(p, -1) })
+		}
+		return "", errSessionChanged
+	}
+	s.mu.Lock()
+	s.guarded = st.epoch
+	s.mu.Unlock()
+	return p, nil
+}
+
+// find looks for the node of e, whose create's outcome is unknown, by its
+// token. A node carrying the token whose ephemeral owner is not e's
+// session (the create went out on a later session) is deleted, never
+// taken.
+func (s *zkStore) find(ctx context.Context, e *entry) (bool, error) {
+	var children []string
+	_, err := s.do(ctx, "children", e.parent, func() error {
+		var err error
+		children, _, err = s.conn.Children(e.parent)
+		return err
+	})
+	if errors.Is(err, zk.ErrNoNode) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	want := nodePrefix(e.token)
+	for _, c := range children {
+		if !strings.HasPrefix(c, want) {
+			continue
+		}
+		p := e.parent + "/" + c
+		var (
+			ok   bool
+			stat *zk.Stat
+		)
+		if _, err := s.do(ctx, "exists", p, func() error {
+			var err error
+			ok, stat, err = s.conn.Exists(p)
+			return err
+		}); err != nil {
+			return false, err
+		}
+		if !ok {
+			continue
+		}
+		if stat.EphemeralOwner == e.sess.id && s.tr.same(e.sess) {
+			s.mu.Lock()
+			e.name, e.unknown = c, false
+			s.mu.Unlock()
+			return true, nil
+		}
+		// Not e's session (CURATOR-498): never treated as held.
+		_, _ = s.do(ctx, "delete", p, func() error { return s.conn.Delete(p, -1) })
+	}
+	return false, nil
+}
+
+// position is where an entry stands in its lock's queue.
+type position struct {
+	pred  string    // the node just before it; "" when first
+	czxid int64     // the entry's node's czxid: its fence
+	sent  time.Time // send time of the confirmed reads
+}
+
+// position reads e's parent's children and e's node (two requests, one
+// round trip) after e's create. The node's czxid is its fence.
+func (s *zkStore) position(ctx context.Context, e *entry) (position, error) {
+	own, ok := parseNode(e.name)
+	if !ok {
+		return position{}, errEntryGone
+	}
+	p := e.parent + "/" + e.name
+	var (
+		wg                sync.WaitGroup
+		children          []string
+		exists            bool
+		stat              *zk.Stat
+		childErr, exErr   error
+		childSent, exSent time.Time
+	)
+	wg.Go(func() {
+		childSent, childErr = s.do(ctx, "children", e.parent, func() error {
+			var err error
+			children, _, err = s.conn.Children(e.parent)
+			return err
+		})
+	})
+	wg.Go(func() {
+		exSent, exErr = s.do(ctx, "exists", p, func() error {
+			var err error
+			exists, stat, err = s.conn.Exists(p)
+			return err
+		})
+	})
+	wg.Wait()
+	switch {
+	case childErr != nil && !errors.Is(childErr, zk.ErrNoNode):
+		return position{}, childErr
+	case exErr != nil:
+		return position{}, exErr
+	case !s.tr.same(e.sess):
+		return position{}, errSessionChanged
+	case !exists || errors.Is(childErr, zk.ErrNoNode):
+		return position{}, errEntryGone
+	case stat.EphemeralOwner != e.sess.id:
+		return position{}, errEntryGone // cannot be: its name is token's
+	}
+	s.sweep(ctx, e.parent, children)
+	sent := childSent
+	if exSent.Before(sent) {
+		sent = exSent
+	}
+	return position{pred: predecessor(children, own), czxid: stat.Czxid, sent: sent}, nil
+}
+
+// sweep deletes nodes of abandoned creates found among children, and
+// forgets abandoned creates of ended sessions.
+func (s *zkStore) sweep(ctx context.Context, parent string, children []string) {
+	s.mu.Lock()
+	if len(s.abandoned) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	cur := s.tr.now()
+	var doomed []string
+	for tok, e := range s.abandoned {
+		if e.sess.epoch != cur.epoch {
+			delete(s.abandoned, tok)
+			continue
+		}
+		if e.parent != parent {
+			continue
+		}
+		for _, c := range children {
+			if strings.HasPrefix(c, nodePrefix(tok)) {
+				doomed = append(doomed, parent+"/"+c)
+				delete(s.abandoned, tok)
+			}
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range doomed {
+		_, _ = s.do(ctx, "delete", p, func() error { return s.conn.Delete(p, -1) })
+	}
+}
+
+// makeParent creates parent as a container node, which ZooKeeper deletes
+// once it is empty; on servers without containers, a persistent node that
+// releases delete when empty.
+func (s *zkStore) makeParent(ctx context.Context, parent string) error {
+	s.mu.Lock()
+	noContain := s.noContain
+	s.mu.Unlock()
+	if !noContain {
+		_, err := s.do(ctx, "create", parent, func() error {
+			_, err := s.conn.CreateContainer(parent, nil, zk.FlagContainer, s.acl)
+			return err
+		})
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return errors.New("zookeeper: the root node " + strings.TrimSuffix(s.root, "/") + " does not exist: create it, or change zookeeper.Config.Root")
+		case !strings.Contains(err.Error(), "-6"): // ZUNIMPLEMENTED
+			return err
+		}
+		s.mu.Lock()
+		s.noContain = true
+		s.mu.Unlock()
+	}
+	_, err := s.do(ctx, "create", parent, func() error {
+		_, err := s.conn.Create(parent, nil, 0, s.acl)
+		return err
+	})
+	if err == nil || errors.Is(err, zk.ErrNodeExists) {
+		return nil
+	}
+	return err
+}
+
+// dropParent deletes an empty persistent parent, on servers without
+// container nodes (which delete empty containers themselves).
+func (s *zkStore) dropParent(parent string) {
+	s.mu.Lock()
+	noContain := s.noContain
+	s.mu.Unlock()
+	if !noContain {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = s.do(ctx, "delete", parent, func() error { return s.conn.Delete(parent, -1) })
+}
+
+// giveUp deletes e's node after a failed step, in the background and
+// bounded; lockmw's own give-back (Release) retries what this misses.
+func (s *zkStore) giveUp(e *entry) {
+	s.mu.Lock()
+	name := e.name
+	s.mu.Unlock()
+	if name == "" {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.tr.now().timeout)
+		defer cancel()
+		p := e.parent + "/" + name
+		if _, err := s.do(ctx, "delete", p, func() error { return s.conn.Delete(p, -1) }); err == nil || errors.Is(err, zk.ErrNoNode) {
+			s.drop(e)
+		}
+	}()
+}
+
+// drop forgets e.
+func (s *zkStore) drop(e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[e.token] == e {
+		delete(s.held, e.token)
+	}
+	if s.abandoned[e.token] == e {
+		delete(s.abandoned, e.token)
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+}
+
+// abandon moves e, a create whose outcome is unknown and whose node was
+// not found, to the abandoned creates.
+func (s *zkStore) abandon(e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[e.token] == e {
+		delete(s.held, e.token)
+	}
+	s.abandoned[e.token] = e
+}

@@ -18,9 +18,19 @@ import (
 // TestChaos runs lockmw's seeded randomized safety checker
 // (internal/chaos) against a three-server ZooKeeper ensemble:
 //
-//	go test -race -run '^TestChaos$' .                       # short: 30s
-//	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=30m
+//	go test -run '^TestChaos$' .                       # short: 30s
+//	go test -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=30m
+//
+// It runs without the race detector (make test and make chaos run it so):
+// go-zookeeper v1.0.4 itself races on its last zxid between its receive
+// loop and the watch re-registration after a reconnect (go-zookeeper/zk
+// pull request 35, not merged), which the checker's faults reach within
+// minutes, and a -race binary then fails on the client, not on lockmw.
+// Every other test of this module runs with -race.
 func TestChaos(t *testing.T) {
+	if raceDetector {
+		t.Skip("built with -race: go-zookeeper v1.0.4 races on its own last zxid after reconnects; make test runs TestChaos without -race")
+	}
 	chaos.RunStores(t, zkChaosStore)
 }
 

@@ -26,12 +26,17 @@
 //
 // # The binary
 //
-// The etcd binary is $LOCKMW_ETCD when that is set, else etcd found on
-// $PATH (Debian's etcd-server package installs /usr/bin/etcd; the tests
-// were written against etcd 3.4). If neither exists, Start fails the test
-// (it never skips) with a message saying how to install it. The members
-// get none of the test's ETCD_* environment variables, which etcd would
-// read as flags.
+// The etcd binary is $LOCKMW_ETCD when that is set, else the repository's
+// .bin/etcd: the etcd server pinned as a tool in internal/tools/etcd (etcd
+// 3.6.16, the server of the client lockmw/etcd requires), built from the
+// Go module proxy by `make etcd` (and so by make test, make chaos and make
+// bench). When .bin/etcd is missing or reports another version, the first
+// Start of a test binary builds it, under a file lock so that the packages
+// go test runs in parallel build it once; if that fails, Start fails the
+// test (it never skips) with the command to run. etcd on $PATH is never
+// used: point LOCKMW_ETCD at it (for example Debian's /usr/bin/etcd, etcd
+// 3.4.23, for make etcd-15247). The members get none of the test's ETCD_*
+// environment variables, which etcd would read as flags.
 //
 // # Process hygiene
 //

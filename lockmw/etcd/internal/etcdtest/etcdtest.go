@@ -60,9 +60,6 @@ const (
 	tailLines = 40
 )
 
-const installHint = "install it with `apt-get install etcd-server` " +
-	"(or run `make test`, which installs it), or set LOCKMW_ETCD to its path"
-
 // Option configures the members started by Start and StartCluster.
 type Option func(*config)
 
@@ -742,23 +739,6 @@ func (c *Cluster) tails() string {
 		b.WriteString("\n")
 	}
 	return b.String()
-}
-
-// findBinary returns the etcd binary to run.
-func findBinary() (string, error) {
-	if env := os.Getenv("LOCKMW_ETCD"); env != "" {
-		bin, err := exec.LookPath(env)
-		if err != nil {
-			return "", fmt.Errorf("LOCKMW_ETCD=%q is not an executable (%v): "+
-				"fix or unset it to use etcd from PATH; to get etcd, %s", env, err, installHint)
-		}
-		return bin, nil
-	}
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		return "", errors.New("etcd not found on PATH: " + installHint)
-	}
-	return bin, nil
 }
 
 // freePorts asks the kernel for n distinct free 127.0.0.1 ports. Someone

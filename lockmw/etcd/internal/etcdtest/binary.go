@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
 // The etcd server the tests run is $LOCKMW_ETCD when that is set, else the
@@ -51,19 +53,20 @@ var built struct {
 	err  error
 }
 
-// findBinary returns the etcd binary to run.
-func findBinary() (string, error) {
-	if env := os.Getenv(binaryEnv); env != "" {
-		bin, err := exec.LookPath(env)
-		if err != nil {
-			return "", fmt.Errorf("%s=%q is not an executable (%v): fix it, or unset it to run "+
-				"the etcd pinned in %s (built into %s by `make etcd`)", binaryEnv, env, err, toolsDir, builtBinary)
-		}
-		return bin, nil
-	}
-	built.once.Do(func() { built.bin, built.err = repositoryBinary() })
-	return built.bin, built.err
+// binary is where etcd comes from: never from PATH.
+var binary = servertest.Binary{
+	Name:   "etcd",
+	Env:    binaryEnv,
+	Source: "the etcd pinned in " + toolsDir,
+	Hint:   "build it with `make etcd` at the repository root (into " + builtBinary + ")",
+	Find: func() (string, error) {
+		built.once.Do(func() { built.bin, built.err = repositoryBinary() })
+		return built.bin, built.err
+	},
 }
+
+// findBinary returns the etcd binary to run.
+func findBinary() (string, error) { return binary.Path() }
 
 // repositoryBinary returns the repository's .bin/etcd, building it first
 // when it is missing or not the pinned version. The build holds a file

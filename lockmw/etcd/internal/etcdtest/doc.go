@@ -19,7 +19,7 @@
 //
 // # Network faults
 //
-// StartProxy puts a TCP proxy (redistest's toxiproxy wrapper) in front of
+// StartProxy puts a TCP proxy (servertest's toxiproxy wrapper) in front of
 // one member's client port: Cut black-holes the link, AddLatency slows it,
 // Heal undoes both, while the member keeps running and stays reachable
 // directly. Point a client at the proxy's Addr to cut that client alone.
@@ -40,9 +40,10 @@
 //
 // # Process hygiene
 //
-// Members run in their own process group and, on Linux, are started with
-// Pdeathsig SIGKILL, so a test binary that crashes does not leave them
-// behind. Cleanup SIGKILLs each member's process group and waits for it to
+// The members are run by internal/servertest, the process supervisor
+// every test kit shares. Members run in their own process group and, on
+// Linux, are started with Pdeathsig SIGKILL, so a test binary that crashes
+// does not leave them behind. Cleanup SIGKILLs each member's process group and waits for it to
 // exit, whether it is running, paused or already dead.
 //
 // # Example

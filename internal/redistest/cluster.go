@@ -146,7 +146,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 			return err
 		})
 		if err != nil {
-			t.Fatalf("redistest: cluster node %s: CLUSTER MYID: %v\n%s", n.srv.addr, err, n.srv.out.tail())
+			t.Fatalf("redistest: cluster node %s: CLUSTER MYID: %v\n%s", n.srv.addr, err, n.srv.proc.Tail())
 		}
 	}
 
@@ -163,7 +163,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 			return rc.ClusterAddSlotsRange(ctx, lo, hi).Err()
 		})
 		if err != nil {
-			t.Fatalf("redistest: cluster node %s: CLUSTER ADDSLOTSRANGE %d %d: %v\n%s", n.srv.addr, lo, hi, err, n.srv.out.tail())
+			t.Fatalf("redistest: cluster node %s: CLUSTER ADDSLOTSRANGE %d %d: %v\n%s", n.srv.addr, lo, hi, err, n.srv.proc.Tail())
 		}
 	}
 	first := c.nodes[0]
@@ -172,7 +172,7 @@ func StartCluster(t testing.TB, opts ...Option) *Cluster {
 			return rc.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", n.srv.port, n.busPort).Err()
 		})
 		if err != nil {
-			t.Fatalf("redistest: cluster node %s: CLUSTER MEET %s: %v\n%s", first.srv.addr, n.srv.addr, err, first.srv.out.tail())
+			t.Fatalf("redistest: cluster node %s: CLUSTER MEET %s: %v\n%s", first.srv.addr, n.srv.addr, err, first.srv.proc.Tail())
 		}
 	}
 	for _, m := range c.nodes {
@@ -197,7 +197,7 @@ func (n *clusterNode) replicate(t testing.TB, master *clusterNode) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("redistest: cluster node %s: CLUSTER REPLICATE %s: %v\n%s", n.srv.addr, master.id, err, n.srv.out.tail())
+			t.Fatalf("redistest: cluster node %s: CLUSTER REPLICATE %s: %v\n%s", n.srv.addr, master.id, err, n.srv.proc.Tail())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -311,7 +311,7 @@ func (c *Cluster) WaitHealthy(t testing.TB) {
 			var tails []string
 			for _, n := range c.nodes {
 				for _, m := range append([]*clusterNode{n}, n.replicas...) {
-					tails = append(tails, fmt.Sprintf("node %s %s", m.srv.addr, m.srv.out.tail()))
+					tails = append(tails, fmt.Sprintf("node %s %s", m.srv.addr, m.srv.proc.Tail()))
 				}
 			}
 			t.Fatalf("redistest: cluster not healthy within %v:\n\t%s\n%s", clusterReadyTimeout,
@@ -465,7 +465,7 @@ func (m *SlotMigration) MoveKeys(t testing.TB) int {
 			return rc.Do(ctx, args...).Err()
 		})
 		if err != nil {
-			t.Fatalf("redistest: moving keys of slot %d from %s to %s: %v\n%s", m.slot, m.from.srv.addr, m.to.srv.addr, err, m.from.srv.out.tail())
+			t.Fatalf("redistest: moving keys of slot %d from %s to %s: %v\n%s", m.slot, m.from.srv.addr, m.to.srv.addr, err, m.from.srv.proc.Tail())
 		}
 		if len(keys) == 0 {
 			return moved
@@ -504,7 +504,7 @@ func (m *SlotMigration) setSlot(t testing.TB, n *clusterNode, state, id string) 
 		return rc.Do(ctx, "CLUSTER", "SETSLOT", m.slot, state, id).Err()
 	})
 	if err != nil {
-		t.Fatalf("redistest: %s: CLUSTER SETSLOT %d %s %s: %v\n%s", n.srv.addr, m.slot, state, id, err, n.srv.out.tail())
+		t.Fatalf("redistest: %s: CLUSTER SETSLOT %d %s %s: %v\n%s", n.srv.addr, m.slot, state, id, err, n.srv.proc.Tail())
 	}
 }
 
@@ -517,7 +517,8 @@ func (c *Cluster) MigrateSlot(t testing.TB, slot, to int) {
 
 // pickPorts returns a port picker for n's server that also picks a new
 // cluster bus port each time: when redis-server fails because either port
-// is taken, both are chosen again. It runs under n.srv.mu (in firstStart).
+// is taken, both are chosen again. It runs in firstStart, before the node
+// is shared.
 func (n *clusterNode) pickPorts(pickPort, pickBusPort func() (int, error)) func() (int, error) {
 	return func() (int, error) {
 		port, err := pickPort()

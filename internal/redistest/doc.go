@@ -4,10 +4,13 @@
 //
 // Each server listens on a free 127.0.0.1 port, has persistence disabled
 // (--save "" --appendonly no) and its own temporary working directory, which
-// is removed when the server is stopped. A server can be paused (SIGSTOP),
-// resumed (SIGCONT), killed (SIGKILL) and restarted on the same address,
-// which is enough to exercise timeouts, lost locks and reconnection logic
-// against the real thing.
+// is removed when the server is stopped. A server can be paused (SIGSTOP;
+// on Linux, Pause returns once every thread has stopped), resumed
+// (SIGCONT), killed (SIGKILL) and restarted on the same address, which is
+// enough to exercise timeouts, lost locks and reconnection logic against
+// the real thing. The processes are run by internal/servertest, the
+// supervisor every test kit shares; redistest says how to run and probe
+// redis-server.
 //
 // StartMain starts one server from a TestMain, which has no testing.TB (for
 // example one server for a package's runnable examples), and returns its
@@ -34,8 +37,8 @@
 //
 // # Network faults
 //
-// StartProxy puts a TCP proxy (toxiproxy, run in-process as a library) in
-// front of a server: AddLatency slows replies, Cut black-holes the link
+// StartProxy puts a TCP proxy (servertest's toxiproxy, run in-process as
+// a library) in front of a server: AddLatency slows replies, Cut black-holes the link
 // (clients see only timeouts), ResetConnections resets it, and Heal undoes
 // them, while the server itself keeps running and stays reachable directly.
 //

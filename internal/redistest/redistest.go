@@ -3,42 +3,37 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
 const (
 	// readyTimeout bounds how long Start and Restart wait for PONG.
 	readyTimeout = 10 * time.Second
-	// exitTimeout bounds how long Kill and cleanup wait for a SIGKILLed
-	// process to be reaped.
-	exitTimeout = 10 * time.Second
 	// bindAttempts is how many ports Start tries when redis-server cannot
 	// bind the one it was given (another process took it in between).
 	bindAttempts = 5
-	// logCap is how many bytes of server output are kept in memory.
-	logCap = 256 << 10
-	// tailLines is how many lines of server output failure messages quote.
-	tailLines = 40
 )
 
 const installHint = "install it with `apt-get install redis-server` " +
 	"(or run `make test`, which installs it), or set REDIS_SERVER to its path"
+
+// binary is where redis-server comes from.
+var binary = servertest.Binary{Name: "redis-server", Env: "REDIS_SERVER", Hint: installHint}
 
 // Option configures the servers started by Start and StartN.
 type Option func(*config)
@@ -102,7 +97,8 @@ type Server struct {
 	port  int
 	addr  string
 	dir   string
-	out   *logBuffer
+	// proc runs redis-server (or a Sentinel) on port.
+	proc *servertest.Process
 	// kind names the process in messages: "redis-server", or "sentinel"
 	// for the process behind a Sentinel.
 	kind string
@@ -115,26 +111,6 @@ type Server struct {
 	// feedsReplicas is set once a replica of this server has been started:
 	// later launches then pass --repl-diskless-sync-delay 0.
 	feedsReplicas atomic.Bool
-
-	mu      sync.Mutex
-	proc    *process // nil when not running
-	stopped bool     // set by cleanup; the server cannot be used afterwards
-}
-
-// process is one run of redis-server.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed once cmd.Wait has returned
-	err  error         // cmd.Wait's result, valid after done is closed
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 // Start starts a fresh redis-server on a free 127.0.0.1 port, with no
@@ -227,7 +203,7 @@ func StartMain() (addr string, stop func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("redistest: %v", err)
 	}
-	s := &Server{bin: bin, dir: dir, out: &logBuffer{}, kind: "redis-server", linkTimeout: readyTimeout}
+	s := newProcess(&Server{bin: bin, dir: dir, kind: "redis-server", linkTimeout: readyTimeout})
 	stop = func() {
 		if err := s.stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "redistest: %v\n", err)
@@ -250,8 +226,26 @@ func newServer(t testing.TB, bin string) *Server {
 	if err != nil {
 		t.Fatalf("redistest: %v", err)
 	}
-	s := &Server{bin: bin, dir: dir, out: &logBuffer{}, kind: "redis-server"}
+	s := newProcess(&Server{bin: bin, dir: dir, kind: "redis-server"})
 	t.Cleanup(func() { s.cleanup(t) })
+	return s
+}
+
+// newProcess gives s the servertest.Process that runs it, and returns s.
+func newProcess(s *Server) *Server {
+	s.proc = servertest.New(servertest.Config{
+		Name: "redis-server",
+		Command: func() (servertest.Command, error) {
+			args, err := s.commandLine(s.port)
+			return servertest.Command{Path: s.bin, Args: args, Dir: s.dir}, err
+		},
+		Ready: func(_ context.Context, r *servertest.Run) error {
+			if err := s.waitReady(r); err != nil {
+				return err
+			}
+			return s.waitRole(r)
+		},
+	})
 	return s
 }
 
@@ -274,16 +268,16 @@ func (s *Server) Client(t testing.TB, opts ...func(*redis.Options)) *redis.Clien
 	return c
 }
 
-// Pause sends SIGSTOP to the server. The process keeps its sockets, so
-// clients can still connect and write, but nothing is answered until Resume:
-// requests fail only through client-side timeouts. Pause fails the test if the
-// server is not running.
+// Pause sends SIGSTOP to the server and, on Linux, returns once every
+// thread of the process has stopped, so that it answers nothing from then
+// on. The process keeps its sockets, so clients can still connect and
+// write, but nothing is answered until Resume: requests fail only through
+// client-side timeouts. Pause fails the test if the server is not running,
+// or has not stopped within 20 seconds.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.signalLocked(syscall.SIGSTOP); err != nil {
-		t.Fatalf("redistest: Pause %s: %v\n%s", s.addr, err, s.out.tail())
+	if err := s.proc.Pause(); err != nil {
+		t.Fatalf("redistest: Pause %s: %v\n%s", s.addr, err, s.proc.Tail())
 	}
 }
 
@@ -292,10 +286,8 @@ func (s *Server) Pause(t testing.TB) {
 // is not running.
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.signalLocked(syscall.SIGCONT); err != nil {
-		t.Fatalf("redistest: Resume %s: %v\n%s", s.addr, err, s.out.tail())
+	if err := s.proc.Resume(); err != nil {
+		t.Fatalf("redistest: Resume %s: %v\n%s", s.addr, err, s.proc.Tail())
 	}
 }
 
@@ -305,13 +297,8 @@ func (s *Server) Resume(t testing.TB) {
 // killed, or crashed) does nothing.
 func (s *Server) Kill(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		t.Fatalf("redistest: Kill %s: server already stopped by its cleanup", s.addr)
-	}
-	if err := s.killLocked(); err != nil {
-		t.Fatalf("redistest: Kill %s: %v\n%s", s.addr, err, s.out.tail())
+	if err := s.proc.Kill(); err != nil {
+		t.Fatalf("redistest: Kill %s: %v\n%s", s.addr, err, s.proc.Tail())
 	}
 }
 
@@ -324,17 +311,8 @@ func (s *Server) Kill(t testing.TB) {
 // cannot be started again on its port within 10 seconds.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		t.Fatalf("redistest: Restart %s: server already stopped by its cleanup", s.addr)
-	}
-	if err := s.killLocked(); err != nil {
-		t.Fatalf("redistest: Restart %s: %v\n%s", s.addr, err, s.out.tail())
-	}
-	fmt.Fprintf(s.out, "--- redistest: restart on port %d ---\n", s.port)
-	if _, err := s.launchLocked(s.port); err != nil {
-		t.Fatalf("redistest: Restart %s: %v", s.addr, err)
+	if _, err := s.proc.Restart(); err != nil {
+		t.Fatalf("redistest: Restart %s: %s on %s: %v\n%s", s.addr, s.kind, s.addr, err, s.proc.Tail())
 	}
 }
 
@@ -367,7 +345,7 @@ func (s *Server) Info(t testing.TB, section string) map[string]string {
 	}
 	raw, err := c.Info(context.Background(), sections...).Result()
 	if err != nil {
-		t.Fatalf("redistest: INFO %s on %s: %v\n%s", section, s.addr, err, s.out.tail())
+		t.Fatalf("redistest: INFO %s on %s: %v\n%s", section, s.addr, err, s.proc.Tail())
 	}
 	return parseInfo(raw)
 }
@@ -389,8 +367,6 @@ func parseInfo(raw string) map[string]string {
 // firstStart launches the server for the first time, picking a new port
 // whenever redis-server fails because the port is taken.
 func (s *Server) firstStart(pickPort func() (int, error)) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var err error
 	for attempt := 1; attempt <= bindAttempts; attempt++ {
 		var port int
@@ -400,56 +376,25 @@ func (s *Server) firstStart(pickPort func() (int, error)) error {
 		}
 		s.port = port
 		s.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		var portTaken bool
-		portTaken, err = s.launchLocked(port)
-		if err == nil || !portTaken {
+		var r *servertest.Run
+		r, err = s.proc.Start()
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("%s on %s: %v\n%s", s.kind, s.addr, err, s.proc.Tail())
+		if r == nil || !portTaken(r.Output()) {
 			return err
 		}
-		fmt.Fprintf(s.out, "--- redistest: port %d taken, retrying on a new port ---\n", port)
+		s.proc.Logf("--- redistest: port %d taken, retrying on a new port ---", port)
 	}
 	return fmt.Errorf("giving up after %d ports: %w", bindAttempts, err)
 }
 
-// launchLocked starts redis-server on port and waits until it answers PING
-// and, for a replica or a Sentinel, until it is in the state its starter
-// promises (see waitRole). On failure the process is killed and reaped, and
-// portTaken reports whether it failed because the port was in use.
-func (s *Server) launchLocked(port int) (portTaken bool, err error) {
-	args, err := s.commandLine(port)
-	if err != nil {
-		return false, fmt.Errorf("%s on %s: %v", s.kind, s.addr, err)
-	}
-	cmd := exec.Command(s.bin, args...)
-	cmd.Dir = s.dir
-	cmd.Stdout = s.out
-	cmd.Stderr = s.out
-	cmd.SysProcAttr = sysProcAttr()
-	// Wait must not hang on the output pipe if something inherited it.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
-		return false, fmt.Errorf("starting %s: %v", s.bin, err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-
-	err = s.waitReady(p)
-	if err == nil {
-		if err = s.waitRole(p); err == nil {
-			return false, nil
-		}
-		// It answered PING, so it holds its port: not a bind failure.
-		_ = s.killLocked()
-		return false, fmt.Errorf("%s on %s: %v\n%s", s.kind, s.addr, err, s.out.tail())
-	}
-	_ = s.killLocked()
-	out := s.out.String()
-	portTaken = strings.Contains(out, "Address already in use") ||
+// portTaken reports whether redis-server's output says it could not bind
+// its port.
+func portTaken(out string) bool {
+	return strings.Contains(out, "Address already in use") ||
 		strings.Contains(out, "Failed listening on port")
-	return portTaken, fmt.Errorf("%s on %s: %v\n%s", s.kind, s.addr, err, s.out.tail())
 }
 
 // commandLine returns redis-server's arguments for a run on port. For a
@@ -508,7 +453,7 @@ func hasArg(args []string, name string) bool {
 // waitRole waits, after the first PONG from p, until a replica's link to its
 // master is up, or until a Sentinel is watching its master. It does nothing
 // for other servers.
-func (s *Server) waitRole(p *process) error {
+func (s *Server) waitRole(p *servertest.Run) error {
 	switch {
 	case s.sentinel != nil:
 		return s.sentinel.waitWatching(s, p)
@@ -524,7 +469,7 @@ func (s *Server) waitRole(p *process) error {
 				return info["role"] == "slave" && info["master_link_status"] == "up", state, nil
 			})
 		if err != nil {
-			return fmt.Errorf("replica of %s: %v\nmaster %s %s", s.master.addr, err, s.master.addr, s.master.out.tail())
+			return fmt.Errorf("replica of %s: %v\nmaster %s %s", s.master.addr, err, s.master.addr, s.master.proc.Tail())
 		}
 	}
 	return nil
@@ -533,14 +478,14 @@ func (s *Server) waitRole(p *process) error {
 // waitUntil polls check on s over fresh connections, every 20ms, until it
 // reports done, p exits, or timeout passes. want describes the awaited state
 // and state the last one seen, for the error.
-func (s *Server) waitUntil(p *process, timeout time.Duration, want string,
+func (s *Server) waitUntil(p *servertest.Run, timeout time.Duration, want string,
 	check func(ctx context.Context, c *redis.Client) (done bool, state string, err error),
 ) error {
 	deadline := time.Now().Add(timeout)
 	var last string
 	for {
-		if p.exited() {
-			return fmt.Errorf("exited while waiting for %s (%v)", want, p.err)
+		if p.Exited() {
+			return fmt.Errorf("exited while waiting for %s (%v)", want, p.Err())
 		}
 		var done bool
 		err := oneShot(s.addr, time.Second, func(ctx context.Context, c *redis.Client) error {
@@ -562,7 +507,7 @@ func (s *Server) waitUntil(p *process, timeout time.Duration, want string,
 			return fmt.Errorf("no %s within %v (last seen: %s)", want, timeout, last)
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -571,13 +516,13 @@ func (s *Server) waitUntil(p *process, timeout time.Duration, want string,
 // waitReady polls the server with PING until it answers PONG, p exits, or
 // readyTimeout passes. A PONG from a process other than p (one that holds the
 // port we were given) does not count.
-func (s *Server) waitReady(p *process) error {
+func (s *Server) waitReady(p *servertest.Run) error {
 	deadline := time.Now().Add(readyTimeout)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if p.exited() {
-			return fmt.Errorf("exited before answering PING (%v)", p.err)
+		if p.Exited() {
+			return fmt.Errorf("exited before answering PING (%v)", p.Err())
 		}
 		// Probe in the background so that an exit is noticed at once, not
 		// after the probe's timeouts (a port thief may accept and never
@@ -597,20 +542,20 @@ func (s *Server) waitReady(p *process) error {
 		select {
 		case r := <-res:
 			pid, err = r.pid, r.err
-		case <-p.done:
-			return fmt.Errorf("exited before answering PING (%v)", p.err)
+		case <-p.Done():
+			return fmt.Errorf("exited before answering PING (%v)", p.Err())
 		}
 		switch {
 		case err != nil:
 			// Not listening yet (or not answering): poll again.
-		case pid == strconv.Itoa(p.cmd.Process.Pid):
+		case pid == strconv.Itoa(p.Pid()):
 			return nil
 		default:
 			// Someone else holds the port, so ours is about to exit with
 			// a bind error.
 			select {
-			case <-p.done:
-				return fmt.Errorf("exited before answering PING (%v)", p.err)
+			case <-p.Done():
+				return fmt.Errorf("exited before answering PING (%v)", p.Err())
 			case <-time.After(time.Until(deadline)):
 				return fmt.Errorf("port %d is served by another redis (pid %s)", s.port, pid)
 			}
@@ -619,7 +564,7 @@ func (s *Server) waitReady(p *process) error {
 			return fmt.Errorf("no PONG within %v (last error: %v)", readyTimeout, err)
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-tick.C:
 		}
 	}
@@ -677,72 +622,25 @@ func oneShot(addr string, timeout time.Duration, fn func(ctx context.Context, c 
 	return fn(context.Background(), c)
 }
 
-// signalLocked sends sig to the running server's process group.
-func (s *Server) signalLocked(sig syscall.Signal) error {
-	if s.stopped {
-		return errors.New("server already stopped by its cleanup")
-	}
-	if s.proc == nil || s.proc.exited() {
-		return errors.New("server is not running (killed, or exited on its own)")
-	}
-	return syscall.Kill(-s.proc.cmd.Process.Pid, sig)
-}
-
-// killLocked SIGKILLs the server's process group, if there is a process, and
-// waits for it to be reaped. SIGKILL also ends a stopped (paused) process.
-func (s *Server) killLocked() error {
-	p := s.proc
-	if p == nil {
-		return nil
-	}
-	s.proc = nil
-	if !p.exited() {
-		// The group may already be gone; ESRCH is fine.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		_ = p.cmd.Process.Kill()
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(exitTimeout):
-		return fmt.Errorf("pid %d did not exit within %v of SIGKILL", p.cmd.Process.Pid, exitTimeout)
-	}
-}
-
 // cleanup is registered with t.Cleanup by StartN.
 func (s *Server) cleanup(t testing.TB) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return
-	}
-	s.stopped = true
-	if p := s.proc; p != nil && p.exited() {
+	if p := s.proc.Run(); p != nil && p.Exited() {
 		// It died on its own (crash, SHUTDOWN, DEBUG SEGFAULT...). Not
 		// necessarily a failure, but worth a look.
-		t.Logf("redistest: %s on %s had exited before cleanup (%v)\n%s", s.kind, s.addr, p.err, s.out.tail())
+		t.Logf("redistest: %s on %s had exited before cleanup (%v)\n%s", s.kind, s.addr, p.Err(), s.proc.Tail())
 	}
-	if err := s.stopLocked(); err != nil {
+	if err := s.stop(); err != nil {
 		t.Errorf("redistest: %v", err)
 	}
 }
 
-// stop stops a server started by StartMain, as cleanup does for Start's.
+// stop stops the server for good (its process group SIGKILLed and
+// reaped) and removes its directory: at the cleanup of Start's servers,
+// by the func StartMain returns for its own.
 func (s *Server) stop() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		return nil
-	}
-	s.stopped = true
-	return s.stopLocked()
-}
-
-// stopLocked kills the server's process, if any, and removes its directory.
-func (s *Server) stopLocked() error {
 	var errs []error
-	if err := s.killLocked(); err != nil {
-		errs = append(errs, fmt.Errorf("stopping %s: %v\n%s", s.addr, err, s.out.tail()))
+	if err := s.proc.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stopping %s: %v\n%s", s.addr, err, s.proc.Tail()))
 	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		errs = append(errs, fmt.Errorf("removing %s: %v", s.dir, err))
@@ -751,66 +649,8 @@ func (s *Server) stopLocked() error {
 }
 
 // findBinary returns the redis-server binary to run.
-func findBinary() (string, error) {
-	if env := os.Getenv("REDIS_SERVER"); env != "" {
-		bin, err := exec.LookPath(env)
-		if err != nil {
-			return "", fmt.Errorf("REDIS_SERVER=%q is not an executable (%v): "+
-				"fix or unset it to use redis-server from PATH; to get redis-server, %s", env, err, installHint)
-		}
-		return bin, nil
-	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", errors.New("redis-server not found on PATH: " + installHint)
-	}
-	return bin, nil
-}
+func findBinary() (string, error) { return binary.Path() }
 
 // freePort asks the kernel for a free 127.0.0.1 port. Someone else may take
 // it before redis-server binds it; firstStart retries in that case.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// logBuffer collects a server's stdout and stderr, keeping the last logCap
-// bytes. It is written by os/exec's copying goroutine and read by tests.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - logCap; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-// tail returns the last tailLines lines of output, formatted for a failure
-// message.
-func (b *logBuffer) tail() string {
-	out := bytes.TrimRight([]byte(b.String()), "\n")
-	if len(out) == 0 {
-		return "redis-server output: (empty)"
-	}
-	lines := bytes.Split(out, []byte("\n"))
-	if len(lines) > tailLines {
-		lines = lines[len(lines)-tailLines:]
-	}
-	return "redis-server output (last lines):\n\t" + string(bytes.Join(lines, []byte("\n\t")))
-}
+func freePort() (int, error) { return servertest.FreePort() }

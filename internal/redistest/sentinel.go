@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
 // Sentinel timings written into every Sentinel's configuration: a master
@@ -99,7 +101,7 @@ func StartSentinels(t testing.TB, n int, masterName string, master *Server, quor
 	}
 	replicas, err := connectedReplicas(master)
 	if err != nil {
-		t.Fatalf("redistest.StartSentinel: master %s: INFO replication: %v\n%s", master.addr, err, master.out.tail())
+		t.Fatalf("redistest.StartSentinel: master %s: INFO replication: %v\n%s", master.addr, err, master.proc.Tail())
 	}
 
 	sentinels := make([]*Sentinel, n)
@@ -151,7 +153,7 @@ func (s *Sentinel) MasterAddr(t testing.TB) string {
 	t.Helper()
 	addr, err := s.srv.sentinel.masterAddr(s.srv.addr)
 	if err != nil {
-		t.Fatalf("redistest: SENTINEL get-master-addr-by-name %s on %s: %v\n%s", s.name, s.srv.addr, err, s.srv.out.tail())
+		t.Fatalf("redistest: SENTINEL get-master-addr-by-name %s on %s: %v\n%s", s.name, s.srv.addr, err, s.srv.proc.Tail())
 	}
 	return addr
 }
@@ -169,10 +171,8 @@ func (s *Sentinel) Client(t testing.TB) *redis.SentinelClient {
 // master.
 func (s *Sentinel) waitPeers(t testing.TB, n int) {
 	t.Helper()
-	s.srv.mu.Lock()
-	p := s.srv.proc
-	s.srv.mu.Unlock()
-	if p == nil {
+	p := s.srv.proc.Run()
+	if p == nil || p.Exited() {
 		t.Fatalf("redistest: sentinel on %s is not running", s.srv.addr)
 	}
 	err := s.srv.waitUntil(p, readyTimeout, fmt.Sprintf("%d other sentinels", n),
@@ -184,7 +184,7 @@ func (s *Sentinel) waitPeers(t testing.TB, n int) {
 			return len(peers) >= n, fmt.Sprintf("%d other sentinels", len(peers)), nil
 		})
 	if err != nil {
-		t.Fatalf("redistest: sentinel on %s: %v\n%s", s.srv.addr, err, s.srv.out.tail())
+		t.Fatalf("redistest: sentinel on %s: %v\n%s", s.srv.addr, err, s.srv.proc.Tail())
 	}
 }
 
@@ -219,7 +219,7 @@ func (sp *sentinelSpec) commandLine(dir string, port int) ([]string, error) {
 
 // waitWatching waits until the Sentinel process p (of srv) is watching its
 // master, as StartSentinel promises.
-func (sp *sentinelSpec) waitWatching(srv *Server, p *process) error {
+func (sp *sentinelSpec) waitWatching(srv *Server, p *servertest.Run) error {
 	want := fmt.Sprintf("master %s at %s, connected, with at least %d replicas", sp.name, sp.master.addr, sp.replicas)
 	err := srv.waitUntil(p, readyTimeout, want,
 		func(ctx context.Context, c *redis.Client) (bool, string, error) {
@@ -237,7 +237,7 @@ func (sp *sentinelSpec) waitWatching(srv *Server, p *process) error {
 			return addr == sp.master.addr && fields["flags"] == "master" && n >= sp.replicas, state, nil
 		})
 	if err != nil {
-		return fmt.Errorf("%v\nmaster %s %s", err, sp.master.addr, sp.master.out.tail())
+		return fmt.Errorf("%v\nmaster %s %s", err, sp.master.addr, sp.master.proc.Tail())
 	}
 	return nil
 }

@@ -19,25 +19,31 @@
 //
 // # Network faults
 //
-// StartProxy puts a TCP proxy (redistest's toxiproxy wrapper) in front of
+// StartProxy puts a TCP proxy (servertest's toxiproxy wrapper) in front of
 // one member's client port: Cut black-holes the link, AddLatency slows it,
 // Heal undoes both, while the member keeps running and stays reachable
 // directly. Point a client at the proxy's Addr to cut that client alone.
 //
 // # The binary
 //
-// The etcd binary is $LOCKMW_ETCD when that is set, else etcd found on
-// $PATH (Debian's etcd-server package installs /usr/bin/etcd; the tests
-// were written against etcd 3.4). If neither exists, Start fails the test
-// (it never skips) with a message saying how to install it. The members
-// get none of the test's ETCD_* environment variables, which etcd would
-// read as flags.
+// The etcd binary is $LOCKMW_ETCD when that is set, else the repository's
+// .bin/etcd: the etcd server pinned as a tool in internal/tools/etcd (etcd
+// 3.6.16, the server of the client lockmw/etcd requires), built from the
+// Go module proxy by `make etcd` (and so by make test, make chaos and make
+// bench). When .bin/etcd is missing or reports another version, the first
+// Start of a test binary builds it, under a file lock so that the packages
+// go test runs in parallel build it once; if that fails, Start fails the
+// test (it never skips) with the command to run. etcd on $PATH is never
+// used: point LOCKMW_ETCD at it (for example Debian's /usr/bin/etcd, etcd
+// 3.4.23, for make etcd-15247). The members get none of the test's ETCD_*
+// environment variables, which etcd would read as flags.
 //
 // # Process hygiene
 //
-// Members run in their own process group and, on Linux, are started with
-// Pdeathsig SIGKILL, so a test binary that crashes does not leave them
-// behind. Cleanup SIGKILLs each member's process group and waits for it to
+// The members are run by internal/servertest, the process supervisor
+// every test kit shares. Members run in their own process group and, on
+// Linux, are started with Pdeathsig SIGKILL, so a test binary that crashes
+// does not leave them behind. Cleanup SIGKILLs each member's process group and waits for it to
 // exit, whether it is running, paused or already dead.
 //
 // # Example

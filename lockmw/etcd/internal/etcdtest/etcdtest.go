@@ -3,22 +3,18 @@
 package etcdtest
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +22,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
 // Raft timing of every member, fast so that a lost leader is replaced
@@ -38,12 +36,9 @@ const (
 )
 
 const (
-	// readyTimeout bounds how long Start, Restart, Pause, Leader and
-	// MoveLeader wait for the state they promise.
+	// readyTimeout bounds how long Start, Restart, Leader and MoveLeader
+	// wait for the state they promise (Pause waits as long, in servertest).
 	readyTimeout = 20 * time.Second
-	// exitTimeout bounds how long Kill and cleanup wait for a SIGKILLed
-	// process to be reaped.
-	exitTimeout = 10 * time.Second
 	// startAttempts is how many sets of ports StartCluster tries when a
 	// member cannot bind the port it was given.
 	startAttempts = 5
@@ -51,17 +46,7 @@ const (
 	probeTimeout = 500 * time.Millisecond
 	// pollEvery is how often the waits ask again.
 	pollEvery = 20 * time.Millisecond
-	// stopPollEvery is how often Pause looks whether the member has
-	// stopped (a read of /proc, cheap next to a status request).
-	stopPollEvery = time.Millisecond
-	// logCap is how many bytes of a member's output are kept in memory.
-	logCap = 256 << 10
-	// tailLines is how many lines of output failure messages quote.
-	tailLines = 40
 )
-
-const installHint = "install it with `apt-get install etcd-server` " +
-	"(or run `make test`, which installs it), or set LOCKMW_ETCD to its path"
 
 // Option configures the members started by Start and StartCluster.
 type Option func(*config)
@@ -94,35 +79,16 @@ type Server struct {
 	c    *Cluster
 	name string
 	dir  string
-	out  *logBuffer
+	// proc runs the member; its Ready check (waitRestarted) applies to
+	// Restart only: StartCluster waits for the members together.
+	proc *servertest.Process
 
 	// Set by the first start, read-only afterwards.
 	clientPort, peerPort int
 	id                   uint64
 	probe                *clientv3.Client
-
-	// live is true while the process runs and is not paused.
-	live atomic.Bool
-
-	mu      sync.Mutex
-	proc    *process // nil when not running
-	stopped bool     // set by cleanup; the member cannot be used afterwards
-}
-
-// process is one run of etcd.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed once cmd.Wait has returned
-	err  error         // cmd.Wait's result, valid after done is closed
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	// joined is set once the member has been part of a ready cluster.
+	joined atomic.Bool
 }
 
 // Start starts a single-member etcd on free 127.0.0.1 ports, with its data
@@ -156,7 +122,18 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	c := &Cluster{bin: bin, args: cfg.args, token: "etcdtest-" + randomHex(8)}
 	for i := range n {
 		name := fmt.Sprintf("m%d", i)
-		c.members = append(c.members, &Server{c: c, name: name, dir: filepath.Join(root, name), out: &logBuffer{}})
+		s := &Server{c: c, name: name, dir: filepath.Join(root, name)}
+		s.proc = servertest.New(servertest.Config{
+			Name:    "etcd " + name,
+			Command: s.command,
+			Ready: func(_ context.Context, r *servertest.Run) error {
+				if !s.joined.Load() {
+					return nil // StartCluster waits for every member
+				}
+				return s.waitRestarted(r)
+			},
+		})
+		c.members = append(c.members, s)
 	}
 	t.Cleanup(func() { c.cleanup(t) })
 	for attempt := 1; ; attempt++ {
@@ -173,7 +150,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 // firstStart picks ports, starts every member and waits for a leader. On
 // failure it stops them all again and reports whether a port was taken.
 func (c *Cluster) firstStart() (portTaken bool, err error) {
-	ports, err := freePorts(2 * len(c.members))
+	ports, err := servertest.FreePorts(2 * len(c.members))
 	if err != nil {
 		return false, err
 	}
@@ -181,7 +158,6 @@ func (c *Cluster) firstStart() (portTaken bool, err error) {
 	for i, s := range c.members {
 		s.clientPort, s.peerPort = ports[2*i], ports[2*i+1]
 		initial = append(initial, s.name+"="+s.peerURL())
-		s.out.reset()
 		if err := os.RemoveAll(s.dir); err != nil {
 			return false, err
 		}
@@ -193,22 +169,24 @@ func (c *Cluster) firstStart() (portTaken bool, err error) {
 		}
 	}
 	c.initial = strings.Join(initial, ",")
-	for _, s := range c.members {
-		s.mu.Lock()
-		err := s.launchLocked()
-		s.mu.Unlock()
-		if err != nil {
+	runs := make([]*servertest.Run, len(c.members))
+	for i, s := range c.members {
+		if runs[i], err = s.proc.Start(); err != nil {
 			c.stopAll()
 			return false, err
 		}
 	}
 	if err = c.waitAllReady(); err == nil {
+		for _, s := range c.members {
+			s.joined.Store(true)
+		}
 		return false, nil
 	}
 	c.stopAll()
-	for _, s := range c.members {
-		if strings.Contains(s.out.String(), "address already in use") {
+	for i, s := range c.members {
+		if strings.Contains(runs[i].Output(), "address already in use") {
 			portTaken = true
+			s.proc.Logf("--- etcdtest: a port of the cluster was taken, retrying on new ports ---")
 		}
 	}
 	return portTaken, fmt.Errorf("%v\n%s", err, c.tails())
@@ -216,9 +194,7 @@ func (c *Cluster) firstStart() (portTaken bool, err error) {
 
 func (c *Cluster) stopAll() {
 	for _, s := range c.members {
-		s.mu.Lock()
-		_ = s.killLocked()
-		s.mu.Unlock()
+		_ = s.proc.Kill()
 	}
 }
 
@@ -241,7 +217,7 @@ func (c *Cluster) waitAllReady() error {
 		}
 		last = err.Error()
 		for _, s := range c.members {
-			if p := s.currentProc(); p == nil || p.exited() {
+			if !s.proc.Running() {
 				return fmt.Errorf("member %s exited while starting", s.name)
 			}
 		}
@@ -356,7 +332,7 @@ func (c *Cluster) waitLeader(want func(*Server) bool) (*Server, error) {
 	for {
 		var live []*Server
 		for _, s := range c.members {
-			if s.live.Load() {
+			if s.proc.Live() {
 				live = append(live, s)
 			}
 		}
@@ -496,41 +472,8 @@ func newClient(endpoints []string) (*clientv3.Client, error) {
 // the member is not running, or has not stopped within 20 seconds.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.signalLocked(syscall.SIGSTOP); err != nil {
-		t.Fatalf("etcdtest: Pause %s: %v\n%s", s.name, err, s.out.tail(s.name))
-	}
-	s.live.Store(false)
-	if err := s.waitStoppedLocked(); err != nil {
-		t.Fatalf("etcdtest: Pause %s: %v\n%s", s.name, err, s.out.tail(s.name))
-	}
-}
-
-// waitStoppedLocked waits until every thread of the member's process is
-// stopped. SIGSTOP takes effect asynchronously: kill returns once the
-// signal is queued, and the process stops only when one of its threads
-// has run to dequeue it, which on a busy machine can be after the next
-// request has been answered.
-func (s *Server) waitStoppedLocked() error {
-	if !canObserveStop {
-		return nil
-	}
-	p := s.proc
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		stopped, err := processStopped(p.cmd.Process.Pid)
-		switch {
-		case p.exited():
-			return fmt.Errorf("exited while being paused (%v)", p.err)
-		case err != nil:
-			return fmt.Errorf("reading its state: %v", err)
-		case stopped:
-			return nil
-		case time.Now().After(deadline):
-			return fmt.Errorf("pid %d not stopped within %v of SIGSTOP", p.cmd.Process.Pid, readyTimeout)
-		}
-		time.Sleep(stopPollEvery)
+	if err := s.proc.Pause(); err != nil {
+		t.Fatalf("etcdtest: Pause %s: %v\n%s", s.name, err, s.proc.Tail())
 	}
 }
 
@@ -538,12 +481,9 @@ func (s *Server) waitStoppedLocked() error {
 // if the member is not running.
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.signalLocked(syscall.SIGCONT); err != nil {
-		t.Fatalf("etcdtest: Resume %s: %v\n%s", s.name, err, s.out.tail(s.name))
+	if err := s.proc.Resume(); err != nil {
+		t.Fatalf("etcdtest: Resume %s: %v\n%s", s.name, err, s.proc.Tail())
 	}
-	s.live.Store(true)
 }
 
 // Kill sends SIGKILL to the member and waits until the process has exited,
@@ -551,13 +491,8 @@ func (s *Server) Resume(t testing.TB) {
 // for Restart. Killing a member that is not running does nothing.
 func (s *Server) Kill(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		t.Fatalf("etcdtest: Kill %s: member already stopped by its cleanup", s.name)
-	}
-	if err := s.killLocked(); err != nil {
-		t.Fatalf("etcdtest: Kill %s: %v\n%s", s.name, err, s.out.tail(s.name))
+	if err := s.proc.Kill(); err != nil {
+		t.Fatalf("etcdtest: Kill %s: %v\n%s", s.name, err, s.proc.Tail())
 	}
 }
 
@@ -569,35 +504,23 @@ func (s *Server) Kill(t testing.TB) {
 // that does not happen within 20 seconds.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped {
-		t.Fatalf("etcdtest: Restart %s: member already stopped by its cleanup", s.name)
-	}
-	if err := s.killLocked(); err != nil {
-		t.Fatalf("etcdtest: Restart %s: %v\n%s", s.name, err, s.out.tail(s.name))
-	}
-	fmt.Fprintf(s.out, "--- etcdtest: restart of %s ---\n", s.name)
-	if err := s.launchLocked(); err != nil {
-		t.Fatalf("etcdtest: Restart %s: %v", s.name, err)
-	}
-	if err := s.waitRestarted(s.proc); err != nil {
+	if _, err := s.proc.Restart(); err != nil {
 		t.Fatalf("etcdtest: Restart %s: %v\n%s", s.name, err, s.c.tails())
 	}
 }
 
 // waitRestarted waits until the member answers with its own ID and, if a
 // quorum is live, reports a leader.
-func (s *Server) waitRestarted(p *process) error {
+func (s *Server) waitRestarted(p *servertest.Run) error {
 	deadline := time.Now().Add(readyTimeout)
 	var last string
 	for {
-		if p.exited() {
-			return fmt.Errorf("exited while restarting (%v)", p.err)
+		if p.Exited() {
+			return fmt.Errorf("exited while restarting (%v)", p.Err())
 		}
 		live := 0
 		for _, m := range s.c.members {
-			if m.live.Load() {
+			if m.proc.Live() {
 				live++
 			}
 		}
@@ -620,16 +543,10 @@ func (s *Server) waitRestarted(p *process) error {
 	}
 }
 
-func (s *Server) currentProc() *process {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.proc
-}
-
-// launchLocked starts the member's process; it does not wait for it.
-func (s *Server) launchLocked() error {
+// command returns the member's command line.
+func (s *Server) command() (servertest.Command, error) {
 	if err := os.MkdirAll(filepath.Dir(s.dir), 0o700); err != nil {
-		return err
+		return servertest.Command{}, err
 	}
 	args := []string{
 		"--name", s.name,
@@ -649,24 +566,7 @@ func (s *Server) launchLocked() error {
 		"--log-level", "warn",
 	}
 	args = append(args, s.c.args...)
-	cmd := exec.Command(s.c.bin, args...)
-	cmd.Env = etcdEnv()
-	cmd.Stdout = s.out
-	cmd.Stderr = s.out
-	cmd.SysProcAttr = sysProcAttr()
-	// Wait must not hang on the output pipe if something inherited it.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %v", s.c.bin, err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-	s.live.Store(true)
-	return nil
+	return servertest.Command{Path: s.c.bin, Args: args, Env: etcdEnv()}, nil
 }
 
 // etcdEnv is the test's environment without ETCD_* variables, which etcd
@@ -681,56 +581,18 @@ func etcdEnv() []string {
 	return env
 }
 
-// signalLocked sends sig to the running member's process group.
-func (s *Server) signalLocked(sig syscall.Signal) error {
-	if s.stopped {
-		return errors.New("member already stopped by its cleanup")
-	}
-	if s.proc == nil || s.proc.exited() {
-		return errors.New("member is not running (killed, or exited on its own)")
-	}
-	return syscall.Kill(-s.proc.cmd.Process.Pid, sig)
-}
-
-// killLocked SIGKILLs the member's process group, if there is a process,
-// and waits for it to be reaped. SIGKILL also ends a stopped process.
-func (s *Server) killLocked() error {
-	s.live.Store(false)
-	p := s.proc
-	if p == nil {
-		return nil
-	}
-	s.proc = nil
-	if !p.exited() {
-		// The group may already be gone; ESRCH is fine.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		_ = p.cmd.Process.Kill()
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(exitTimeout):
-		return fmt.Errorf("pid %d did not exit within %v of SIGKILL", p.cmd.Process.Pid, exitTimeout)
-	}
-}
-
 // cleanup is registered with t.Cleanup by StartCluster.
 func (c *Cluster) cleanup(t testing.TB) {
 	for _, s := range c.members {
-		s.mu.Lock()
-		if !s.stopped {
-			s.stopped = true
-			if p := s.proc; p != nil && p.exited() {
-				t.Logf("etcdtest: member %s had exited before cleanup (%v)\n%s", s.name, p.err, s.out.tail(s.name))
-			}
-			if err := s.killLocked(); err != nil {
-				t.Errorf("etcdtest: stopping %s: %v\n%s", s.name, err, s.out.tail(s.name))
-			}
-			if s.probe != nil {
-				_ = s.probe.Close()
-			}
+		if p := s.proc.Run(); p != nil && p.Exited() {
+			t.Logf("etcdtest: member %s had exited before cleanup (%v)\n%s", s.name, p.Err(), s.proc.Tail())
 		}
-		s.mu.Unlock()
+		if err := s.proc.Stop(); err != nil {
+			t.Errorf("etcdtest: stopping %s: %v\n%s", s.name, err, s.proc.Tail())
+		}
+		if s.probe != nil {
+			_ = s.probe.Close()
+		}
 	}
 }
 
@@ -738,89 +600,14 @@ func (c *Cluster) cleanup(t testing.TB) {
 func (c *Cluster) tails() string {
 	var b strings.Builder
 	for _, s := range c.members {
-		b.WriteString(s.out.tail(s.name))
+		b.WriteString(s.proc.Tail())
 		b.WriteString("\n")
 	}
 	return b.String()
-}
-
-// findBinary returns the etcd binary to run.
-func findBinary() (string, error) {
-	if env := os.Getenv("LOCKMW_ETCD"); env != "" {
-		bin, err := exec.LookPath(env)
-		if err != nil {
-			return "", fmt.Errorf("LOCKMW_ETCD=%q is not an executable (%v): "+
-				"fix or unset it to use etcd from PATH; to get etcd, %s", env, err, installHint)
-		}
-		return bin, nil
-	}
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		return "", errors.New("etcd not found on PATH: " + installHint)
-	}
-	return bin, nil
-}
-
-// freePorts asks the kernel for n distinct free 127.0.0.1 ports. Someone
-// else may take one before etcd binds it; StartCluster retries then.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// logBuffer collects a member's stdout and stderr, keeping the last logCap
-// bytes. It is written by os/exec's copying goroutine and read by tests.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - logCap; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
-}
-
-func (b *logBuffer) reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = nil
-}
-
-// tail returns the last tailLines lines of output, formatted for a failure
-// message.
-func (b *logBuffer) tail(name string) string {
-	out := bytes.TrimRight([]byte(b.String()), "\n")
-	if len(out) == 0 {
-		return "etcd " + name + " output: (empty)"
-	}
-	lines := bytes.Split(out, []byte("\n"))
-	if len(lines) > tailLines {
-		lines = lines[len(lines)-tailLines:]
-	}
-	return "etcd " + name + " output (last lines):\n\t" + string(bytes.Join(lines, []byte("\n\t")))
 }

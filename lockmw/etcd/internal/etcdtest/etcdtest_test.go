@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -289,19 +290,96 @@ func TestStartFailureQuotesOutput(t *testing.T) {
 	}
 }
 
-func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
+func TestBinaryIsNeverTakenFromPATH(t *testing.T) {
 	// Not parallel: t.Setenv.
-	t.Setenv("LOCKMW_ETCD", "")
-	t.Setenv("PATH", t.TempDir())
-	msg := fatalMessage(t, func(tb testing.TB) { Start(tb) })
-	want := "etcd not found on PATH: install it with `apt-get install etcd-server` " +
-		"(or run `make test`, which installs it), or set LOCKMW_ETCD to its path"
-	if !strings.Contains(msg, want) {
-		t.Fatalf("Start without etcd: Fatalf(%q), want it to contain %q", msg, want)
+	t.Setenv(binaryEnv, "")
+	fake := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fake, "etcd"), []byte("#!/bin/sh\necho 'etcd Version: 3.4.23'\n"), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	t.Setenv("LOCKMW_ETCD", "/nonexistent/etcd")
-	msg = fatalMessage(t, func(tb testing.TB) { Start(tb) })
-	if !strings.Contains(msg, "LOCKMW_ETCD") || !strings.Contains(msg, "apt-get install etcd-server") {
-		t.Fatalf("Start with a bad LOCKMW_ETCD: Fatalf(%q), want it to name LOCKMW_ETCD and the install hint", msg)
+	t.Setenv("PATH", fake+string(filepath.ListSeparator)+os.Getenv("PATH"))
+	bin, err := findBinary()
+	if err != nil {
+		t.Fatalf("findBinary: %v", err)
+	}
+	root, err := repositoryRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(root, builtBinary); bin != want {
+		t.Fatalf("findBinary = %s, want the repository's build %s (never etcd from PATH)", bin, want)
+	}
+	want, err := pinnedVersion(filepath.Join(root, toolsDir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := binaryVersion(bin); err != nil || got != want {
+		t.Fatalf("%s --version: %q, %v; want %s", bin, got, err, want)
+	}
+}
+
+func TestBadBinaryEnvNamesIt(t *testing.T) {
+	// Not parallel: t.Setenv.
+	t.Setenv(binaryEnv, "/nonexistent/etcd")
+	msg := fatalMessage(t, func(tb testing.TB) { Start(tb) })
+	if !strings.Contains(msg, "LOCKMW_ETCD") || !strings.Contains(msg, "make etcd") {
+		t.Fatalf("Start with a bad LOCKMW_ETCD: Fatalf(%q), want it to name LOCKMW_ETCD and `make etcd`", msg)
+	}
+}
+
+func TestOutsideTheRepositoryNamesTheVariable(t *testing.T) {
+	// Not parallel: t.Chdir.
+	t.Chdir(t.TempDir())
+	_, err := repositoryRoot()
+	if err == nil || !strings.Contains(err.Error(), "set LOCKMW_ETCD") {
+		t.Fatalf("repositoryRoot outside the repository: %v, want an error saying to set LOCKMW_ETCD", err)
+	}
+}
+
+// TestBuildsStaleBinaryUnderLock has binaryIn build over a stale
+// binary, from several goroutines at once (the file lock works between them
+// as between processes). So that it takes a second, not a minute, the tools
+// module it builds from replaces the etcd server by a main package that
+// only prints its version.
+func TestBuildsStaleBinaryUnderLock(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	files := map[string]string{
+		toolsDir + "/go.mod": "module example.com/tools\n\ngo 1.26.0\n\n" +
+			"tool " + serverModule + "\n\nrequire " + serverModule + " v3.6.99\n\n" +
+			"replace " + serverModule + " => ./fake\n",
+		toolsDir + "/fake/go.mod": "module " + serverModule + "\n\ngo 1.26.0\n",
+		toolsDir + "/fake/main.go": "package main\n\nimport \"fmt\"\n\n" +
+			"func main() { fmt.Println(\"etcd Version: 3.6.99\") }\n",
+		builtBinary: "#!/bin/sh\necho 'etcd Version: 3.4.23'\n",
+	}
+	for name, content := range files {
+		path := filepath.Join(tmp, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(tmp, builtBinary)
+	bins := make([]string, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range bins {
+		wg.Go(func() { bins[i], errs[i] = binaryIn(tmp) })
+	}
+	wg.Wait()
+	for i := range bins {
+		if errs[i] != nil || bins[i] != bin {
+			t.Fatalf("binaryIn: %q, %v; want %s", bins[i], errs[i], bin)
+		}
+	}
+	if got, err := binaryVersion(bin); err != nil || got != "3.6.99" {
+		t.Fatalf("%s --version after the build: %q, %v; want 3.6.99", bin, got, err)
+	}
+	left, _ := filepath.Glob(bin + ".tmp*")
+	if len(left) > 0 {
+		t.Fatalf("temporary build outputs left behind: %v", left)
 	}
 }

@@ -5,14 +5,14 @@ package etcdtest
 import (
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
-// Proxy is a TCP proxy in front of one member's client port: redistest's
+// Proxy is a TCP proxy in front of one member's client port: servertest's
 // toxiproxy wrapper, which forwards any TCP protocol. Cut black-holes the
 // link (clients see only timeouts), AddLatency slows replies,
 // ResetConnections resets connections, and Heal undoes them.
-type Proxy = redistest.Proxy
+type Proxy = servertest.Proxy
 
 // StartProxy starts a proxy forwarding to member s's client port, stopped at
 // t.Cleanup. A client whose only endpoint is the proxy's Addr reaches s
@@ -20,5 +20,5 @@ type Proxy = redistest.Proxy
 // sets Endpoints).
 func StartProxy(t testing.TB, s *Server) *Proxy {
 	t.Helper()
-	return redistest.StartProxy(t, s.Addr())
+	return servertest.StartProxy(t, s.Addr())
 }

@@ -1,11 +1,11 @@
 //go:build unix && !linux
 
-package etcdtest
+package servertest
 
 import "syscall"
 
-// sysProcAttr puts etcd in its own process group, so that signals
-// reach it and any child it forks. Pdeathsig is Linux-only: elsewhere a test
+// sysProcAttr puts a run in its own process group, so that signals reach
+// it and any child it forks. Pdeathsig is Linux-only: elsewhere a test
 // binary that crashes can leave servers behind.
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
@@ -15,5 +15,5 @@ func sysProcAttr() *syscall.SysProcAttr {
 // effect in: there Pause returns once SIGSTOP is sent.
 const canObserveStop = false
 
-// processStopped cannot tell here; it reports true.
-func processStopped(int) (bool, error) { return true, nil }
+// groupStopped cannot tell here; it reports true.
+func groupStopped(int) (bool, error) { return true, nil }

@@ -1,0 +1,31 @@
+package servertest
+
+import "net"
+
+// FreePort asks the kernel for a free 127.0.0.1 port. Someone else may take
+// it before the server binds it: a launcher that sees its server fail so
+// (Run.Output says "address already in use" in the server's words) picks
+// again.
+func FreePort() (int, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return 0, err
+	}
+	return ports[0], nil
+}
+
+// FreePorts asks the kernel for n distinct free 127.0.0.1 ports (held
+// together while they are picked, so they differ), for a server that
+// listens on several or a cluster started at once.
+func FreePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}

@@ -89,7 +89,9 @@
 // (any prefix without braces), otherwise the old record first. So during a
 // rolling upgrade an instance of the earlier release and one of this
 // release never both run a fire (whichever claims second finds the fire in
-// the old record), and no fire is refused that one of them would have run.
+// the old record), and no fire is refused that one of them would have run
+// (but for a claim that fails between the two steps, which is then counted
+// in cronlock.gaps like any fire no one claimed).
 // The claims this release writes in the old record are marked, so they do
 // not refuse another application running this release; claims of an
 // earlier release still refuse every application sharing the Redis, as

@@ -363,3 +363,46 @@ func TestGapIsError(t *testing.T) {
 		t.Errorf("no Error log of the fires after host-gone's claim:\n%s", strings.Join(logs.find(""), "\n"))
 	}
 }
+
+// The claim record is under the Locker's prefix: applications sharing a
+// Redis with different prefixes claim their fires apart.
+func TestRecordUnderPrefix(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t)
+	ran := map[string]chan struct{}{"billing:": make(chan struct{}, 1), "mail:": make(chan struct{}, 1)}
+	var scheds []gocron.Scheduler
+	for _, prefix := range []string{"billing:", "mail:"} {
+		jl, err := gocronlock.New(lockmwtest.NewLockerOn(t, client, lockmw.WithPrefix(prefix)), client,
+			gocronlock.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := gocron.NewScheduler()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jl.NewJob(s, "cleanup", "* * * * * *", true, func(ctx context.Context) error {
+			select {
+			case ran[prefix] <- struct{}{}:
+			default:
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		scheds = append(scheds, s)
+		s.Start()
+	}
+	<-ran["billing:"] // each application runs the fires of its cleanup
+	<-ran["mail:"]
+	for _, s := range scheds {
+		if err := s.Shutdown(); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, key := range []string{"billing:cronlock:{cleanup}:claim", "mail:cronlock:{cleanup}:claim"} {
+		if n, err := client.Exists(context.Background(), key).Result(); err != nil || n != 1 {
+			t.Errorf("record %s: exists %d, %v", key, n, err)
+		}
+	}
+}

@@ -69,9 +69,13 @@ func LegacyKey(job string) string { return "cronlock:{" + job + "}:fired" }
 //     record is a high-water mark raised in one atomic step, as before;
 //   - no fire is refused by everyone that would have run before: a claim
 //     of this release is refused by the old record only for a fire an
-//     older release claimed (in the two-step order, the first part raising
-//     the old record without winning the second refuses only older
-//     releases, which would have been refused by the winner anyway);
+//     older release claimed. In the two-step order, a claim that passed
+//     the old record's part and is refused in the Locker's record refuses
+//     older releases a fire that the winner runs; one that fails between
+//     the parts refuses them a fire no one may run, as a won claim whose
+//     lease fails would, and the next claim counts it among the fires
+//     claimed by no one (its prev is the higher of the Locker's record and
+//     the older releases' claims, neither of which holds it);
 //   - an application running this release is not refused by another
 //     application's claims of this release: they are marked in the old
 //     record's token and not counted. Claims of an older release still

@@ -170,7 +170,7 @@ func TestLeaseDeadlineChecked(t *testing.T) {
 		l.keeper.ahead.Store(int64(time.Until(h.deadline) + time.Millisecond))
 		s, err := l.newEarlyLease(a, newToken(), h, false)
 		if s != nil || !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("lease handed over past its deadline: %v, %v; want none and ErrUnavailable", s, err)
+			t.Fatalf("lease %p handed over past its deadline (error %v); want none and ErrUnavailable", s, err)
 		}
 	})
 }

@@ -79,8 +79,8 @@ func (w *WatchdogStall) Resume() { w.resumed.Do(func() { close(w.resume) }) }
 type stallHandler struct{ w *WatchdogStall }
 
 func (h stallHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h stallHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
-func (h stallHandler) WithGroup(string) slog.Handler           { return h }
+func (h stallHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h stallHandler) WithGroup(string) slog.Handler            { return h }
 
 func (h stallHandler) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != stallMessage {

@@ -363,6 +363,9 @@ func (c *Cache) Invalidate(ctx context.Context, keys ...string) error {
 // if a newer writer got there first, by checking fence (see FencedExec).
 // Its context is cancelled if the lock is lost; if that happens, Update
 // returns an error matching lockmw.ErrLost, also when write returned nil.
+// Update checks the lease's deadline itself once write returns
+// (lockmw.Lease.Valid), so a write that outlasted the lease is reported
+// lost even while the timer that ends its context has not fired.
 //
 // The keys are invalidated after every write, successful or not (a write
 // that failed may still have committed), even if ctx has ended by then. If
@@ -405,6 +408,12 @@ func (c *Cache) Update(ctx context.Context, resource string, write func(ctx cont
 		errs = append(errs, fmt.Errorf("cachelock: Update %q: write: %w", resource, werr))
 	}
 	lostCause := context.Cause(lease.Context())
+	if lostCause == nil && !lease.Valid() {
+		// Past its deadline, though the watchdog's timer that ends the
+		// context has not fired (it can be late): Valid ended the lease as
+		// lost, and a write that outlasted it is reported as such.
+		lostCause = context.Cause(lease.Context())
+	}
 	bg := context.WithoutCancel(ctx)
 	if ierr := c.invalidateAfterWrite(bg, resource, keys); ierr != nil {
 		errs = append(errs, ierr)

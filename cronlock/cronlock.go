@@ -245,12 +245,16 @@ func (s *singleton) run(ctx context.Context, span trace.Span, lease *lockmw.Leas
 		capTimer.Stop()
 	}
 
+	// The lease context ends when the watchdog's timer fires, which can be
+	// late: a job that outlasted its lease's deadline is recorded lost even
+	// before that (Valid ends the lease and so cancels jobCtx).
+	valid := lease.Valid()
 	outcome := outcomeOK
 	switch cause := context.Cause(jobCtx); {
 	case errors.Is(cause, ErrMaxHold):
 		outcome = outcomeMaxHold
 		log.Error(cause, "cronlock: job ran past MaxHold; its context was cancelled and the lock released", "job", s.name, "instance", s.cfg.instance, "max_hold", s.cfg.maxHold)
-	case jobCtx.Err() != nil:
+	case jobCtx.Err() != nil || !valid:
 		// The lease context ended while the job ran: lost, or the
 		// Locker was closed.
 		outcome = outcomeLost

@@ -14,6 +14,9 @@
 // validity deadline (the send time of the last confirmed renewal + TTL −
 // drift, on the monotonic clock) passes without a confirmed renewal, also
 // while Redis is unreachable, so work stops before another holder can start.
+// Lease.Deadline returns that deadline and Lease.Valid checks it, without
+// waiting for the timer that ends the context (timers fire late on a loaded
+// host); lockmw checks it the same way wherever it acts on a lease.
 //
 // Every acquisition gets a fencing token, Lease.Fence, that strictly
 // increases per key across holders (failed attempts may skip numbers), for
@@ -81,6 +84,20 @@
 //     margin covers the lateness: the randomized checker (TestChaos, make
 //     chaos) saw timers up to 1s late on a 2-core VM at load 9, and runs
 //     with a drift factor of 0.2.
+//   - Deadline and Valid: Lease.Deadline is the current validity deadline
+//     (with the monotonic reading; a nested lease reports its outermost
+//     lease's), moved later by each confirmed renewal. Lease.Valid reports
+//     whether the lease is live and before that deadline now, by the
+//     monotonic clock; a lease it finds past its deadline is lost at once
+//     (cause ErrLost, reason deadline), its timer late or not. lockmw
+//     checks the deadline the same way, not only the timer, wherever it
+//     acts on a lease: a renewal or an early hand-over confirmed only after
+//     the deadline does not revive the lease (it is lost), a lease past its
+//     deadline does not nest (reentrant Acquire), Release of one returns
+//     ErrLost, and a waiter handed a lock whose deadline has passed gives it
+//     back. cachelock's Update and cronlock's runs check it after the write
+//     or job. Check Valid before each step that must run under the lock,
+//     and fence the step anyway: the deadline can pass just after.
 //   - Watchdog: renews at TTL/3 (leases due within TTL/6 share the round
 //     trip). A failed renewal is retried every TTL/10 (5ms to 1s) until the
 //     deadline. WithoutWatchdog leases expire after their TTL, and their
@@ -176,9 +193,11 @@
 //
 // The promise is that at most one lease of a key is live at a time, and
 // that each holder's fence is above every earlier holder's. A lease is live
-// from the moment Acquire returns it until its context ends; the watchdog
-// ends it at its validity deadline D at the latest. The whole argument
-// rests on one invariant:
+// from the moment Acquire returns it until its context ends or its validity
+// deadline D passes, whichever comes first: the watchdog's timer ends the
+// context at D, and, as a timer can fire late, lockmw checks D itself
+// before it acts on a lease (Lease.Valid). The whole argument rests on one
+// invariant:
 //
 //	while a lease with token t is live, the lock key holds t.
 //
@@ -198,7 +217,8 @@
 //     right after the SET: every earlier holder drew its own before its
 //     key was released, or its reply came too late for it to become live.
 //   - Renewal (renew.lua, PEXPIRE if the token is there): D = max(D,
-//     s + TTL − drift). A failed or unanswered renewal never moves D.
+//     s + TTL − drift). A failed or unanswered renewal never moves D, nor
+//     does one answered at or after D: the lease ended at D, and is lost.
 //   - Transfer to a default waiter of the releasing Locker (transfer.lua):
 //     the script replaces the releaser's token by the waiter's, PX the
 //     waiter's TTL, and draws its fence (INCRBY) after every earlier
@@ -222,7 +242,9 @@
 //     send time s. So the waiter's D = min(D_r, s + TTL − drift), with s
 //     read before the transfer leaves, and it is not renewed until the
 //     transfer's answer confirms it (D = s + TTL − drift) or ends it as
-//     lost. The waiter's own release waits for that answer, so it cannot
+//     lost (also an answer that comes after D; and a waiter that gets to
+//     the hand-over after D gives the lock back instead of returning a
+//     lease). The waiter's own release waits for that answer, so it cannot
 //     reach Redis first. Its fence was reserved (drawn, INCRBY 2, by the
 //     transfer or grant that gave the releaser the lock), so it is above
 //     the releaser's and below every later holder's. Which waiter may be
@@ -232,8 +254,8 @@
 //     the releaser's token by the waiter's, keeping the queue's mark, and
 //     the waiter's release hands the lock to them.
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's
-//     token and fence, is made only while that lease is live, and ends
-//     when it ends.
+//     token and fence, is made only while that lease is live and before
+//     its D, and ends when it ends.
 //   - Another store (etcd.New, package lockmw/etcd, a module of its
 //     own): the store reports the lock acquired with a time v no later
 //     than the moment from which it keeps the lock for TTL, and D = v +
@@ -325,9 +347,11 @@
 //     holder gets the lock after that.
 //   - Timers: every deadline above is enforced by a timer of the holder's
 //     own process. A process that is paused or starved of CPU fires it
-//     late; the drift (TTL × drift factor + 2ms) is the only slack. On a
-//     loaded machine raise WithDriftFactor, and fence every write that
-//     matters.
+//     late; the drift (TTL × drift factor + 2ms) is the only slack. lockmw
+//     checks the deadline itself wherever it acts on a lease, but your
+//     code sees a late timer as a context still live: check Lease.Valid
+//     before each step that matters. On a loaded machine raise
+//     WithDriftFactor, and fence every write that matters.
 //   - A Redis restarted without persistence forgets every lock; leases held
 //     there end with ErrLost (reason expired) at their next renewal.
 //

@@ -65,7 +65,8 @@ const (
 	// LostTaken: the lock key holds another owner's token.
 	LostTaken LostReason = "taken"
 	// LostDeadline: the validity deadline (last confirmed renewal + TTL −
-	// drift, on the monotonic clock) passed without a confirmed renewal.
+	// drift, on the monotonic clock) passed without a confirmed renewal (a
+	// renewal confirmed only after it does not count).
 	LostDeadline LostReason = "deadline"
 	// LostReleased: a nested lease's outermost lease was released while the
 	// nested lease was still held, so the lock was no longer the nested

@@ -160,6 +160,39 @@ func ExampleLease_Context() {
 	// Output: still holding cart:9 with fence 1
 }
 
+// Check the lease before each step that must run under the lock: its
+// context ends when the watchdog's timer fires, which can be late on a
+// loaded host, while Valid and Deadline read the clock.
+func ExampleLease_Valid() {
+	client := redis.NewClient(&redis.Options{Addr: redisAddr})
+	defer client.Close()
+	locker, err := lockmw.New(client, lockmw.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer locker.Close()
+
+	ctx := context.Background()
+	lease, err := locker.Acquire(ctx, "invoices:batch")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, invoice := range []string{"A-1", "A-2"} {
+		// Stop when the lease has ended or has too little left for a step.
+		if !lease.Valid() || time.Until(lease.Deadline()) < time.Second {
+			fmt.Println("lease ending; stopping before", invoice)
+			break
+		}
+		fmt.Println("sending", invoice) // with lease.Fence(), for the store to check
+	}
+	lease.Release(ctx)
+	fmt.Println("valid after release:", lease.Valid())
+	// Output:
+	// sending A-1
+	// sending A-2
+	// valid after release: false
+}
+
 // Locks on a Redis Cluster: every key of one lock shares a hash tag, so it
 // lives on one master; renewals go to each master in one round trip.
 // (Compiled, not run: it needs a Cluster.)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +21,15 @@ import (
 // clock, so the lease is valid until t + TTL − drift on ours. The scheduler
 // enforces that deadline itself, so a lease is cancelled in time even while
 // Redis does not answer at all.
+//
+// Its timer can fire late (a loaded host, a starved process), so the
+// deadline is also checked, not only timed: a renewal or a hand-over's
+// confirmation answered at or after the deadline does not move it, and the
+// lease is lost (reason deadline); Lease.Valid, nesting and Release end a
+// lease they find past its deadline the same way (expire). This only ever
+// ends a lease earlier than the timer would, never keeps one live longer, so
+// doc.go's safety argument (the deadline D bounds every live lease) holds as
+// it is written.
 
 // leaseState is where a lease is in its life.
 type leaseState uint8
@@ -64,6 +74,29 @@ type renewScheduler struct {
 	wake    chan struct{}
 	done    chan struct{}
 	stopped chan struct{}
+
+	// ahead, set only by internal tests, moves the clock that deadline
+	// checks read (now) ahead of the one the loop's timer runs on: a
+	// deadline then passes while its timer has not fired, as on a host where
+	// timers fire late.
+	ahead atomic.Int64
+}
+
+// monoEpoch is the origin of Lease.validUntil: a time with a monotonic
+// reading, so that deadlines kept as offsets from it keep theirs.
+var monoEpoch = time.Now()
+
+// now is the time deadline checks compare a lease's deadline with: the
+// monotonic clock (see ahead).
+func (s *renewScheduler) now() time.Time {
+	return time.Now().Add(time.Duration(s.ahead.Load()))
+}
+
+// setDeadline sets l's validity deadline, for the scheduler and for
+// Lease.Deadline. Caller holds s.mu.
+func setDeadline(l *Lease, d time.Time) {
+	l.keep.deadline = d
+	l.validUntil.Store(int64(d.Sub(monoEpoch)))
 }
 
 func newRenewScheduler(b backend, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
@@ -93,7 +126,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	k := &l.keep
 	k.state = stateHeld
 	s.held[l.keys.lock]++
-	k.deadline = sentAt.Add(l.ttl - s.drift(l.ttl))
+	setDeadline(l, sentAt.Add(l.ttl-s.drift(l.ttl)))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
 	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
@@ -114,7 +147,8 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	k := &l.keep
 	k.state, k.pending = stateHeld, true
 	s.held[l.keys.lock]++
-	k.deadline, k.fireAt, k.slack = deadline, deadline, 0
+	setDeadline(l, deadline)
+	k.fireAt, k.slack = deadline, 0
 	heap.Push(&s.queue, l)
 	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
 		s.poke()
@@ -123,38 +157,86 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 }
 
 // confirm ends l's pending state: Redis set its lock by a request sent at
-// sentAt.
+// sentAt. A confirmation that comes when l's deadline has passed (its timer
+// late) does not revive it: l is lost.
 func (s *renewScheduler) confirm(l *Lease, sentAt time.Time) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	k := &l.keep
 	if k.state != stateHeld || !k.pending {
+		s.mu.Unlock()
 		return
 	}
 	k.pending = false
+	if !s.now().Before(k.deadline) {
+		s.end(l, &LostError{Key: l.key, Reason: LostDeadline, Err: errConfirmedLate})
+		s.mu.Unlock()
+		s.finishLost([]*Lease{l})
+		return
+	}
 	if d := sentAt.Add(l.ttl - s.drift(l.ttl)); d.After(k.deadline) {
-		k.deadline = d
+		setDeadline(l, d)
 	}
 	s.scheduleRenewal(l, sentAt)
 	heap.Fix(&s.queue, k.index)
 	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
 		s.poke()
 	}
+	s.mu.Unlock()
 }
 
-// lose marks l lost with cause, if it is still held, and tells its owner.
-func (s *renewScheduler) lose(l *Lease, cause *LostError) {
+// expire ends l as lost if it is held and its deadline has passed, whether
+// or not the timer for that deadline has fired yet. It reports whether l was
+// held and within its deadline.
+func (s *renewScheduler) expire(l *Lease) bool {
 	s.mu.Lock()
 	k := &l.keep
 	if k.state != stateHeld {
 		s.mu.Unlock()
-		return
+		return false
 	}
+	if s.now().Before(k.deadline) {
+		s.mu.Unlock()
+		return true
+	}
+	s.end(l, s.deadlineLost(l))
+	s.mu.Unlock()
+	s.finishLost([]*Lease{l})
+	return false
+}
+
+// end marks the held lease l lost with cause and stops keeping it; the
+// caller then tells its owner (finishLost). Caller holds s.mu.
+func (s *renewScheduler) end(l *Lease, cause *LostError) {
+	k := &l.keep
 	k.state, k.lost = stateLost, cause
 	s.unhold(l)
 	if k.index >= 0 {
 		heap.Remove(&s.queue, k.index)
 	}
+}
+
+// deadlineLost is the cause of l's loss at its deadline. Caller holds s.mu.
+func (s *renewScheduler) deadlineLost(l *Lease) *LostError {
+	k := &l.keep
+	reason := LostDeadline
+	if !l.watchdog {
+		reason = LostExpired // it was meant to expire: no renewal was due
+	}
+	why := k.lastErr
+	if why == nil && k.inflight {
+		why = errRenewalUnanswered
+	}
+	return &LostError{Key: l.key, Reason: reason, Err: why}
+}
+
+// lose marks l lost with cause, if it is still held, and tells its owner.
+func (s *renewScheduler) lose(l *Lease, cause *LostError) {
+	s.mu.Lock()
+	if l.keep.state != stateHeld {
+		s.mu.Unlock()
+		return
+	}
+	s.end(l, cause)
 	s.mu.Unlock()
 	s.finishLost([]*Lease{l})
 }
@@ -291,18 +373,7 @@ func (s *renewScheduler) collect(now time.Time) (batch, lost []*Lease) {
 			break
 		}
 		if !now.Before(k.deadline) {
-			heap.Pop(&s.queue)
-			k.state = stateLost
-			s.unhold(l)
-			reason := LostDeadline
-			if !l.watchdog {
-				reason = LostExpired // it was meant to expire: no renewal was due
-			}
-			why := k.lastErr
-			if why == nil && k.inflight {
-				why = errRenewalUnanswered
-			}
-			k.lost = &LostError{Key: l.key, Reason: reason, Err: why}
+			s.end(l, s.deadlineLost(l))
 			lost = append(lost, l)
 			continue
 		}
@@ -332,6 +403,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 	cancel()
 
 	now := time.Now()
+	checked := s.now() // = now, unless a test moved the check clock ahead
 	var ok, failed int
 	var failure error
 	var lost []*Lease
@@ -354,19 +426,21 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 				k.fireAt = k.deadline
 			}
 			heap.Fix(&s.queue, k.index)
+		case r.ownership == owned && !checked.Before(k.deadline):
+			// Confirmed, but only once the deadline had passed (its timer
+			// is late): the lease ended there, and is not revived.
+			s.end(l, &LostError{Key: l.key, Reason: LostDeadline, Err: errRenewalLate})
+			lost = append(lost, l)
 		case r.ownership == owned:
 			ok++
 			k.lastErr = nil
 			if d := sentAt.Add(l.ttl - s.drift(l.ttl)); d.After(k.deadline) {
-				k.deadline = d
+				setDeadline(l, d)
 			}
 			s.scheduleRenewal(l, sentAt)
 			heap.Fix(&s.queue, k.index)
 		default:
-			heap.Remove(&s.queue, k.index)
-			k.state = stateLost
-			s.unhold(l)
-			k.lost = &LostError{Key: l.key, Reason: r.ownership.lostReason()}
+			s.end(l, &LostError{Key: l.key, Reason: r.ownership.lostReason()})
 			lost = append(lost, l)
 		}
 	}
@@ -400,6 +474,14 @@ func (s *renewScheduler) finishLost(lost []*Lease) {
 // errRenewalUnanswered explains a deadline that passed while a renewal was
 // still waiting for Redis' answer.
 var errRenewalUnanswered = errors.New("the store (Redis, etcd) has not answered the last renewal")
+
+// errRenewalLate explains a deadline that passed before the store's
+// confirmation of a renewal came in.
+var errRenewalLate = errors.New("the store (Redis, etcd) confirmed the last renewal only after the validity deadline")
+
+// errConfirmedLate explains a lease handed over early whose hand-over was
+// confirmed only after its validity deadline.
+var errConfirmedLate = errors.New("the store confirmed the hand-over only after the validity deadline")
 
 // retryDelay is how long the watchdog waits after a failed renewal.
 func retryDelay(ttl time.Duration) time.Duration {

@@ -60,6 +60,9 @@ type Lease struct {
 
 	keep keepState                 // owned by the Locker's renewScheduler
 	lost atomic.Pointer[LostError] // set once the lock is known lost
+	// validUntil is keep.deadline as an offset from monoEpoch, readable
+	// without the scheduler's lock (Deadline, Valid).
+	validUntil atomic.Int64
 
 	releaseOnce sync.Once
 	releaseErr  error
@@ -90,6 +93,49 @@ func (s *Lease) Fence() uint64 { return s.fence }
 // acquired through a context detached from the outer one.
 func (s *Lease) Context() context.Context { return s.ctx }
 
+// Deadline returns the lease's validity deadline: the time until which the
+// lock is known to be held, counted from the send time of its acquisition
+// or last confirmed renewal (+ TTL − drift). Each confirmed renewal moves it
+// later. It carries the monotonic clock reading, so time.Until(Deadline())
+// is not affected by changes of the wall clock. A nested lease returns its
+// outermost lease's deadline. Once the lease has ended, Deadline returns the
+// last deadline it had.
+func (s *Lease) Deadline() time.Time {
+	return monoEpoch.Add(time.Duration(s.outermost().validUntil.Load()))
+}
+
+// Valid reports whether the lease is live (not released, lost or closed)
+// and before its deadline now, by the monotonic clock. The lease context
+// ends at the deadline when the watchdog's timer fires, which can be late
+// on a loaded host; Valid does not wait for that timer. A lease that Valid
+// finds past its deadline is lost from then on: its context ends at once
+// with cause ErrLost (reason LostDeadline, or LostExpired for a lease
+// without watchdog), as when the timer fires. lockmw makes the same check
+// itself wherever it acts on a lease (renewal, nesting, Release).
+//
+// Check Valid right before an action that must run under the lock, and
+// still fence the action (Fence): the deadline may pass right after Valid
+// returns true, and a paused process can act later than it checked.
+func (s *Lease) Valid() bool {
+	if !s.live() {
+		return false
+	}
+	o := s.outermost()
+	keeper := o.locker.keeper
+	if keeper.now().Sub(monoEpoch) < time.Duration(o.validUntil.Load()) {
+		return true // deadlines only move later while a lease is held
+	}
+	return keeper.expire(o) && s.live()
+}
+
+// outermost returns the outermost lease of s: s itself unless nested.
+func (s *Lease) outermost() *Lease {
+	if s.outer != nil {
+		return s.outer
+	}
+	return s
+}
+
 // Release gives up the lease. For an outermost lease it deletes the lock in
 // Redis if, and only if, this lease still owns it, and ends the lease
 // context and those of the leases nested in it. A nested lease only ends its
@@ -117,6 +163,7 @@ func (s *Lease) Release(ctx context.Context) error {
 
 func (s *Lease) release(ctx context.Context) error {
 	if s.outer != nil {
+		s.outer.locker.keeper.expire(s.outer) // past its deadline: lost, whatever the timer
 		s.cancel(nil)
 		s.outer.disown(s)
 		return s.outer.nestedEndErr()
@@ -124,6 +171,7 @@ func (s *Lease) release(ctx context.Context) error {
 	l := s.locker
 	l.flights.start()
 	defer l.flights.done()
+	l.keeper.expire(s) // past its deadline: lost, whatever the timer
 	prev, lost, deadline := l.keeper.remove(s)
 	if prev == stateClosed {
 		return ErrClosed

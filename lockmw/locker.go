@@ -245,6 +245,9 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	if nested := l.nestIn(ctx, key); nested != nil {
 		return nested, nil
 	}
+	if ctx.Err() != nil {
+		return nil, ctxErr(ctx, key) // nestIn found ctx's lease past its deadline and ended it
+	}
 
 	start := time.Now()
 	opCtx, span := l.tel.startSpan(ctx, spanAcquire, ac.name)

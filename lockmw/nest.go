@@ -15,11 +15,12 @@ import (
 // nestIn returns a lease nested in the lock that a lease on ctx's chain
 // holds for l on key, or nil when no such lease is live: a lease whose
 // context outlived it (context.WithoutCancel keeps the values) does not
-// nest, and the caller then acquires as anyone else would.
+// nest, and the caller then acquires as anyone else would. Nor does one
+// past its deadline whose timer has not fired yet: Valid ends it as lost.
 func (l *Locker) nestIn(ctx context.Context, key string) *Lease {
 	s, _ := ctx.Value(leaseContextKey{}).(*Lease)
 	for ; s != nil; s = s.enclosing {
-		if s.locker == l && s.key == key && s.live() {
+		if s.locker == l && s.key == key && s.Valid() {
 			if n := l.nest(ctx, s); n != nil {
 				return n
 			}

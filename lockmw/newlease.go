@@ -18,7 +18,7 @@ import (
 // over (Redis answered too late) is released instead.
 func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
 	validity := a.cfg.ttl - l.cfg.drift(a.cfg.ttl)
-	if elapsed := time.Since(validFrom); elapsed >= validity {
+	if elapsed := l.keeper.now().Sub(validFrom); elapsed >= validity {
 		// The answer came too late for the lease to be worth anything.
 		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
 		return nil, unavailable("acquire", a.key,
@@ -34,8 +34,23 @@ func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom 
 }
 
 // newEarlyLease makes the lease for a lock handed over by h before Redis
-// confirmed it (see handover).
+// confirmed it (see handover). A hand-over whose deadline has passed when
+// the waiter gets to it (a late goroutine) is given back, never returned.
 func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair bool) (*Lease, error) {
+	if late := l.keeper.now().Sub(h.deadline); late >= 0 {
+		// The transfer may still be on the wire: give the lock back once
+		// its answer is in (h.wait no longer waits, its deadline passed),
+		// or after the TTL at most.
+		settled := time.NewTimer(a.cfg.ttl)
+		select {
+		case <-h.done:
+		case <-settled.C:
+		}
+		settled.Stop()
+		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, h)
+		return nil, unavailable("acquire", a.key,
+			fmt.Errorf("the lock was handed over, but its validity had ended %v before the waiter took it", late))
+	}
 	s := l.makeLease(a, token, h.fence, time.Now(), fair)
 	s.early = h
 	if !l.keeper.addPending(s, h.deadline) {

@@ -526,3 +526,97 @@ func releaseOK(t *testing.T, lease *lockmw.Lease) {
 		t.Errorf("Release: %v", err)
 	}
 }
+
+// oldVersion is what a lockmw version from before counters expired sends
+// for an acquisition (SET NX PX, INCR, PTTL in one pipeline) and a release
+// (compare-and-delete), on a raw client.
+type oldVersion struct{ c *redis.Client }
+
+var oldRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+func (o oldVersion) lockOnce(t *testing.T, key string) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	token := fmt.Sprintf("old-%d", time.Now().UnixNano())
+	var set *redis.BoolCmd
+	var incr *redis.IntCmd
+	_, err := o.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		set = p.SetNX(ctx, lockKey(key), token, time.Second)
+		incr = p.Incr(ctx, fenceKey(key))
+		p.PTTL(ctx, lockKey(key))
+		return nil
+	})
+	if err != nil || !set.Val() {
+		t.Fatalf("old version's acquisition: taken %v, %v", set.Val(), err)
+	}
+	if err := oldRelease.Run(ctx, o.c, []string{lockKey(key)}, token).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return uint64(incr.Val())
+}
+
+// Upgrading from a version whose counters never expire: old and new
+// versions side by side keep fences rising, from the old counters on, as
+// long as the rolling upgrade ends within the retention (doc.go, Redis
+// keys: Upgrading). Past that, an old version alone finds an expired
+// counter and starts it at 1: why the upgrade has that deadline.
+func TestUpgradeFromCountersWithoutExpiry(t *testing.T) {
+	t.Parallel()
+	const retention = 2 * time.Second
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	old := oldVersion{srv.Client(t)}
+	const key = "upgrade"
+
+	var last uint64
+	rising := func(who string, f uint64) {
+		t.Helper()
+		if f <= last {
+			t.Fatalf("%s drew fence %d after %d", who, f, last)
+		}
+		last = f
+	}
+	for range 3 {
+		rising("old version", old.lockOnce(t, key))
+	}
+	if pttl := admin.PTTL(ctx, fenceKey(key)).Val(); pttl != -1 {
+		t.Fatalf("old counter PTTL %v, want none", pttl)
+	}
+	l := newLocker(t, srv, lockmw.WithTTL(time.Second), lockmw.WithRetention(retention))
+	for i := range 6 {
+		if i%2 == 0 {
+			lease, err := l.Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rising("new version", lease.Fence())
+			releaseOK(t, lease)
+		} else {
+			rising("old version", old.lockOnce(t, key))
+		}
+		if pttl := admin.PTTL(ctx, fenceKey(key)).Val(); pttl <= 0 || pttl > retention {
+			t.Fatalf("after round %d the counter's PTTL is %v, want the retention: the new version gives old counters an expiry", i, pttl)
+		}
+	}
+	if last < 1e15 {
+		t.Fatalf("last fence %d: the new version did not seed the old counter from the clock", last)
+	}
+
+	// The deadline: the counter expires once idle for the retention, and
+	// an old version alone would start over.
+	lockmwtest.Eventually(t, retention+5*time.Second, "the counter expired", func() bool {
+		return admin.Exists(ctx, fenceKey(key)).Val() == 0
+	})
+	if f := old.lockOnce(t, key); f != 1 {
+		t.Fatalf("old version after the counter expired: fence %d, want 1 (what the upgrade deadline prevents)", f)
+	}
+	// A new version finds that counter (below the floor) and seeds it
+	// again, above every fence before.
+	lease, err := l.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer releaseOK(t, lease)
+	rising("new version after the old one's 1", lease.Fence())
+}

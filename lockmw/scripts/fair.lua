@@ -17,10 +17,10 @@
 -- listening are skipped then) or when their waiter gives up (leave.lua),
 -- and an empty list does not exist. Each waiter's wait and poll refreshes
 -- the queue's expiry, so the entries of a process that died without
--- leaving go with the queue once nobody has waited for the retention. The first waiter in line
--- may be kept in the lock's value instead of the list; should the lock
--- expire with it, that waiter finds itself in neither when it polls and
--- queues again.
+-- leaving go with the queue once nobody has waited for the retention. The
+-- first waiter in line may be kept in the lock's value instead of the
+-- list; should the lock expire with it, that waiter finds itself in neither
+-- when it polls and queues again.
 --
 -- Returns {1, fence} when the lock was taken, {2, fence, pttl} when it had
 -- been granted to this waiter already (a fence drawn now), {0, pttl,
@@ -75,6 +75,6 @@ if ARGV[4] == 'wait' or (first ~= entry and not redis.call('LPOS', KEYS[3], entr
       redis.call('SET', KEYS[1], cur .. '+', 'KEEPTTL')
     end
   end
-  redis.call('PEXPIRE', KEYS[3], ARGV[8])
 end
+redis.call('PEXPIRE', KEYS[3], ARGV[8])
 return {0, pttl, counter}

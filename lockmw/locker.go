@@ -74,7 +74,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		_ = l.Close()
 		return nil, err
 	}
-	warnEviction(l.logger, []redis.UniversalClient{client})
+	warnEviction(l.logger, []redis.UniversalClient{client}, l.closing)
 	return l, nil
 }
 

@@ -89,7 +89,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	}
 	b.cleaner, b.logger = l.cleaner, l.logger
 	b.expiry = l.cfg.expiry()
-	warnEviction(l.logger, clients)
+	warnEviction(l.logger, clients, l.closing)
 	l.id = newToken()[:16]
 	newRedlockWaits(l, b, clients[0])
 	return l, nil

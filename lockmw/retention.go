@@ -103,8 +103,14 @@ func (c *config) expiry() keyExpiry {
 	return keyExpiry{counter: ms, queue: ms}
 }
 
-// evictionCheckTimeout bounds the check of the servers' eviction policy.
-const evictionCheckTimeout = 5 * time.Second
+// evictionCheckTimeout bounds the check of the servers' eviction policy,
+// which starts evictionCheckDelay after New: by then a Locker's first
+// acquisitions have their connections, so the check does not dial beside
+// them, and a Locker closed sooner is not checked.
+const (
+	evictionCheckTimeout = 5 * time.Second
+	evictionCheckDelay   = time.Second
+)
 
 // warnEviction reads maxmemory-policy on every node that may hold lock
 // keys (every Cluster master, every Redlock master), in the background, and
@@ -112,9 +118,17 @@ const evictionCheckTimeout = 5 * time.Second
 // Eviction can drop a held lock's key, which no client can make safe (and,
 // with WithPermanentFences, a counter: fences then fall). A node that
 // refuses CONFIG GET (managed services often do) is skipped, at Debug
-// level. It returns at once.
-func warnEviction(logger *slog.Logger, clients []redis.UniversalClient) {
+// level. It returns at once; the check starts evictionCheckDelay later,
+// unless closing is closed first.
+func warnEviction(logger *slog.Logger, clients []redis.UniversalClient, closing <-chan struct{}) {
 	go func() {
+		t := time.NewTimer(evictionCheckDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-closing:
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
 		defer cancel()
 		var (

@@ -640,14 +640,15 @@
 // back), so a hand-off that waited for Redis would leave the lock idle that
 // long: both modes let the next waiter of the same Locker start while the
 // hand-over is on the wire. Across processes a release hands the lock to
-// one queued waiter: 7 commands per acquisition in either mode (RPUSHX to
-// line up; the release script's GET, LPOP, SET, INCRBY, PUBLISH), in FIFO
+// one queued waiter: 8 commands per acquisition in either mode (RPUSHX to
+// line up; the release script's GET, LPOP, SET, INCRBY, PEXPIRE, PUBLISH), in FIFO
 // order, so jain is 1.000 and wait p99 about 16 holds. util is bounded by
 // how fast another process can be told: a ring of processes that does
 // nothing but pass a turn with one PUBLISH is the ceiling, and lockmw's
 // hand-off comes within 3–5% of it. Redlock needs two such hops (the wake,
 // then an attempt on a majority), and asks only the first majority, which
-// keeps it at 19 commands across 5 masters.
+// keeps it at 22 commands across 5 masters (19 before counters expired:
+// each master's draw refreshes the counter's expiry).
 //
 // Cluster (BenchmarkClusterLockUnlock: uncontended TryAcquire+Release over
 // keys spread on 3 local masters sharing one 2-core VM): 9,000–9,700 ops/s

@@ -24,12 +24,12 @@ import (
 var chaosStores = []chaos.Store{
 	{
 		Name: "redis", Fair: true, Start: startRedisChaos,
-		FaultNames: []string{"latency", "cut", "reset", "pause", "scriptflush", "killpubsub", "restart"},
+		FaultNames: []string{"latency", "cut", "reset", "pause", "scriptflush", "killpubsub", "restart", "counterdel"},
 		Package:    "./lockmw/",
 	},
 	{
 		Name: "redlock", Fair: false, Start: startRedlockChaos,
-		FaultNames: []string{"latency", "cut", "reset", "pause", "scriptflush", "restart"},
+		FaultNames: []string{"latency", "cut", "reset", "pause", "scriptflush", "restart", "counterdel"},
 		Package:    "./lockmw/",
 	},
 }
@@ -89,7 +89,7 @@ func startRedisChaos(t *testing.T, slots int) *chaos.Deployment {
 	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
-			return lockmw.New(clients[slot], opts...)
+			return lockmw.New(clients[slot], append(opts, chaosRetention)...)
 		},
 		Describe: describeSlot,
 		Residue: func(ctx context.Context) ([]chaos.Residue, error) {
@@ -112,6 +112,9 @@ func startRedisChaos(t *testing.T, slots int) *chaos.Deployment {
 			if err := admin.ScriptFlush(context.Background()).Err(); err != nil {
 				env.Note("SCRIPT FLUSH: %v", err)
 			}
+		}},
+		{Name: "counterdel", Run: func(env *chaos.FaultEnv) {
+			env.Note("%d fence counters deleted", deleteCounters(env, admin))
 		}},
 		{Name: "killpubsub", Run: func(env *chaos.FaultEnv) {
 			// Drops every subscription connection: releases and Fair grants
@@ -182,7 +185,7 @@ func startRedlockChaos(t *testing.T, slots int) *chaos.Deployment {
 	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
-			return lockmw.NewRedlock(clients[slot], opts...)
+			return lockmw.NewRedlock(clients[slot], append(opts, chaosRetention)...)
 		},
 		Describe: describeSlot,
 		Residue: func(ctx context.Context) ([]chaos.Residue, error) {
@@ -222,6 +225,15 @@ func startRedlockChaos(t *testing.T, slots int) *chaos.Deployment {
 				}
 			}
 		}},
+		{Name: "counterdel", Run: func(env *chaos.FaultEnv) {
+			// On one master, a majority or all of them.
+			k := 1 + env.Rand.IntN(n)
+			first := env.Rand.IntN(n)
+			for i := range k {
+				m := (first + i) % n
+				env.Note("master %d: %d fence counters deleted", m, deleteCounters(env, admins[m]))
+			}
+		}},
 		{Name: "restart", Weight: 1, Exclusive: true, Run: func(env *chaos.FaultEnv) {
 			m := env.Rand.IntN(n)
 			down := env.MaxTTL + time.Second
@@ -236,8 +248,40 @@ func startRedlockChaos(t *testing.T, slots int) *chaos.Deployment {
 	return d
 }
 
-// redisResidue lists the lock keys, fair queues and (with channels)
-// subscribed channels that one Redis holds under lockmw's default prefix.
+// chaosRetention is the retention of the checker's Lockers: above the
+// longest lease TTL (2s), so that queued waiters keep their queue, and
+// short enough that counters of keys idle during faults expire and are
+// seeded again during the run.
+var chaosRetention = lockmw.WithRetention(3 * time.Second)
+
+// deleteCounters deletes each fence counter on c with probability 1/2 (the
+// "counterdel" fault: a counter evicted or deleted by hand) and returns how
+// many it deleted. Fences must keep rising across it.
+func deleteCounters(env *chaos.FaultEnv, c *redis.Client) int {
+	ctx := context.Background()
+	var keys []string
+	iter := c.Scan(ctx, 0, lockmw.DefaultPrefix+"*:fence", 1000).Iterator()
+	for iter.Next(ctx) {
+		if env.Rand.IntN(2) == 0 {
+			keys = append(keys, iter.Val())
+		}
+	}
+	if err := iter.Err(); err != nil {
+		env.Note("SCAN: %v", err)
+	}
+	if len(keys) == 0 {
+		return 0
+	}
+	n, err := c.Del(ctx, keys...).Result()
+	if err != nil {
+		env.Note("DEL: %v", err)
+	}
+	return int(n)
+}
+
+// redisResidue lists the lock keys, fair queues, fence counters without an
+// expiry and (with channels) subscribed channels that one Redis holds under
+// lockmw's default prefix.
 func redisResidue(ctx context.Context, c *redis.Client, label string, channels bool) ([]chaos.Residue, error) {
 	var out []chaos.Residue
 	iter := c.Scan(ctx, 0, lockmw.DefaultPrefix+"*", 1000).Iterator()
@@ -245,6 +289,11 @@ func redisResidue(ctx context.Context, c *redis.Client, label string, channels b
 		k := iter.Val()
 		switch {
 		case strings.HasSuffix(k, ":fence"):
+			// Counters expire with the retention; every write keeps or
+			// refreshes their expiry.
+			if pttl, err := c.PTTL(ctx, k).Result(); err == nil && pttl == -1 {
+				out = append(out, chaos.Residue{What: label + "fence counter without expiry " + k})
+			}
 		case strings.HasSuffix(k, ":q"):
 			n, _ := c.LLen(ctx, k).Result()
 			out = append(out, chaos.Residue{What: fmt.Sprintf("%sfair queue %s (%d entries)", label, k, n), Queue: true})

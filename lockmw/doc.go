@@ -20,7 +20,15 @@
 //
 // Every acquisition gets a fencing token, Lease.Fence, that strictly
 // increases per key across holders (failed attempts may skip numbers), for
-// stores to reject late writers (UPDATE ... WHERE fence < $token).
+// stores to reject late writers (UPDATE ... WHERE fence < $token). Fences
+// are uint64 values that fit a signed 64-bit column (BIGINT): a counter
+// per lock, started from the Redis server's clock in microseconds.
+//
+// A lock leaves nothing behind: once released and idle for the retention
+// (WithRetention, a day by default), none of its keys remain in Redis; a
+// fence counter that expired or was lost otherwise starts again from the
+// server clock, above every fence before it (see Redis keys, and Safety:
+// Fence counters). Give locks a Redis that never evicts keys.
 //
 // Acquire on a context derived from a held lease's Context, for the same
 // key and Locker, returns a nested lease instead of deadlocking; the lock is
@@ -216,6 +224,10 @@
 //     after D is given back, never returned. The fence is drawn (INCR)
 //     right after the SET: every earlier holder drew its own before its
 //     key was released, or its reply came too late for it to become live.
+//     When that INCR found the counter missing, the fence is drawn again,
+//     from a seeded counter, by seed.lua, in the same call's round trips
+//     and before D (the reply, and so the seed, comes before D or the lease
+//     is given back), so while the key still holds the token.
 //   - Renewal (renew.lua, PEXPIRE if the token is there): D = max(D,
 //     s + TTL − drift). A failed or unanswered renewal never moves D, nor
 //     does one answered at or after D: the lease ended at D, and is lost.
@@ -291,6 +303,36 @@
 // as not to be retried; a second run of a transfer or grant would misreport
 // what the first one did.
 //
+// Fence counters. Each lock's counter (prefix+"{K}:fence") only grows while
+// it exists: INCR, INCRBY, and SETs that raise it (raise.lua, or the seed
+// below). Every draw refreshes its expiry, the retention R (WithRetention),
+// so it expires only after R without a draw, and eviction, a hand deletion
+// or a restart without persistence can lose it at any time. A draw that
+// finds it missing, or below 1e15 (counted from 1 by a version without
+// seeds), first sets it to the server's clock in microseconds (TIME), then
+// draws: fence.lua's draw, inside every script, or seed.lua after a plain
+// acquisition's INCR (above). Why the next fence is still above every
+// earlier one: a counter seeded at time t0 has moved by at most one per
+// microsecond since (each move is part of an acquisition attempt or
+// hand-over, which take Redis longer than that; hand-overs move it by 2 but
+// cost several commands), so its value never exceeds the clock, and a seed
+// drawn later is above it. That needs:
+//
+//   - clocks that do not step back: a server whose clock is set back by d
+//     can seed below fences drawn up to d before;
+//   - on Redlock and after a failover, clocks that agree: a counter raised
+//     to a fence drawn from another server's clock, or replicated from the
+//     old primary, is above the local clock by their difference, and a
+//     seed drawn less than that after the last draw (a counter deleted or
+//     evicted right after) could be below it. A counter that expired has
+//     been idle for R, so clocks that differ by less than R (a day by
+//     default) are enough there.
+//
+// WithPermanentFences drops the assumption and the expiry: counters count
+// from 1 and never expire, and a lost counter then makes fences fall.
+// Fences are uint64 and fit a signed 64-bit column: seeds stay below 2^53
+// (exact in the scripts' Lua numbers) until the year 2255.
+//
 // A request that fails without an answer may still run when Redis gets to
 // it, and take the lock for a token no lease has. The Locker gives such a
 // lock back with the same compare-and-act release, once Redis has answered
@@ -314,16 +356,18 @@
 // incrementing the same counter: B's value on m is above M_A, and B's
 // fence, the maximum over its masters, is at least that value.
 //
-// The argument needs m to have kept its counter, and a master restarted
-// without persistence forgets its counters (the restart-delay rule, under
-// Redlock, protects the locks, not the counters). The second round raises
-// every master that answers, and when every master grants an acquisition
-// their counters advance together, so in normal operation all N counters
-// hold the last fence and up to N/2 masters can lose their data without
-// breaking the order. That is not guaranteed when the last fence reached
-// only a bare majority (some masters were down, or held by a contender):
-// if fences must survive data loss, run the masters with AOF (appendonly
-// yes, appendfsync always).
+// The argument needs m to have kept its counter, or to seed it again
+// above M_A (Fence counters, above: a counter that expired after the
+// retention, or was lost on a master whose clock is not behind the one M_A
+// was drawn from, by more than the time since). A counter a plain master
+// found missing is seeded there by seed.lua before the master answers, so
+// a new lock's first acquisition gets differing seeds from the masters'
+// clocks, and the second round makes them agree; after it they advance
+// together. The second round raises every master that answers, so in
+// normal operation all N counters hold the last fence and up to N/2
+// masters can lose their data without breaking the order even with clocks
+// apart. Where fences must survive data loss whatever the clocks, run the
+// masters with AOF (appendonly yes, appendfsync always) and noeviction.
 //
 // # Guarantees and their limits
 //
@@ -564,8 +608,32 @@
 // counter), prefix+"{K}:q" (the wait queue, only while waiters queue), and
 // the channels prefix+"{K}:n" (releases) and prefix+"{K}:g:ID" (hand-overs
 // to the waiters of the Locker with id ID). All share the hash tag {K}, so
-// they live in one Cluster slot. The counter never expires, so that tokens
-// keep increasing: one small key per distinct lock name stays in Redis.
+// they live in one Cluster slot. The lock key expires with its lease's TTL;
+// the counter and the queue expire once the lock has been idle for the
+// retention (WithRetention, default a day; every acquisition, hand-over
+// and queued waiter refreshes it), so a lock that nobody uses leaves no key
+// behind, also when its holder or a waiter died. A counter that expired is
+// seeded from the server clock when it is next drawn from, so fences keep
+// rising (Safety: Fence counters). WithPermanentFences keeps the counters
+// forever instead (one small key per distinct lock name), counting from 1.
+//
+// Eviction: a Redis whose maxmemory-policy is not noeviction can evict a
+// held lock's key (allkeys-*, and volatile-* too: lock keys always have
+// an expiry, counters and queues do now), and then a second holder gets
+// the lock while the first still works; no client can make that safe.
+// New and NewRedlock read maxmemory-policy (CONFIG GET; a server that
+// refuses it is skipped) and log one warning naming the servers that may
+// evict. Give locks a Redis with noeviction, or a Redis of their own. A
+// counter evicted anyway is seeded again like an expired one.
+//
+// Upgrading from a version whose counters never expire: counters written
+// by it (small, no expiry) are seeded from the clock and given the
+// retention at their first draw by the new version, and the old version's
+// INCR keeps working on them; but an old version that finds a counter the
+// new version let expire starts it at 1. So finish the rolling upgrade
+// within the retention of starting it (or give the new version, for the
+// upgrade, a retention longer than the rollout). Lockers sharing a prefix
+// must agree on WithPermanentFences.
 //
 // # Telemetry
 //
@@ -608,8 +676,10 @@
 //
 // Why the figures are what they are. The uncontended path beats the raw
 // floor (SET NX PX, then a compare-and-delete EVALSHA) by sharing round
-// trips: an acquisition is SET NX PX, INCR and PTTL in one pipeline (Redis
-// runs them for well under half the cost of a script), a lock taken
+// trips: an acquisition is SET NX PX, INCR, PEXPIRE (the counter's
+// retention) and PTTL in one pipeline (Redis runs them for well under half
+// the cost of a script; a counter found missing costs a seed script in a
+// second round trip), a lock taken
 // without Fair is released by a short script, and the calls of concurrent
 // goroutines leave together: up to 4 pipelines of a Locker are on the wire
 // at once, later calls queue and leave together in the next one (about 5
@@ -621,14 +691,15 @@
 // back), so a hand-off that waited for Redis would leave the lock idle that
 // long: both modes let the next waiter of the same Locker start while the
 // hand-over is on the wire. Across processes a release hands the lock to
-// one queued waiter: 7 commands per acquisition in either mode (RPUSHX to
-// line up; the release script's GET, LPOP, SET, INCRBY, PUBLISH), in FIFO
+// one queued waiter: 8 commands per acquisition in either mode (RPUSHX to
+// line up; the release script's GET, LPOP, SET, INCRBY, PEXPIRE, PUBLISH), in FIFO
 // order, so jain is 1.000 and wait p99 about 16 holds. util is bounded by
 // how fast another process can be told: a ring of processes that does
 // nothing but pass a turn with one PUBLISH is the ceiling, and lockmw's
 // hand-off comes within 3–5% of it. Redlock needs two such hops (the wake,
 // then an attempt on a majority), and asks only the first majority, which
-// keeps it at 19 commands across 5 masters.
+// keeps it at 22 commands across 5 masters (19 before counters expired:
+// each master's draw refreshes the counter's expiry).
 //
 // Cluster (BenchmarkClusterLockUnlock: uncontended TryAcquire+Release over
 // keys spread on 3 local masters sharing one 2-core VM): 9,000–9,700 ops/s

@@ -12,13 +12,14 @@ import (
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// redisAddr is the Redis the examples use. TestMain points it at a
-// redis-server of its own, started empty, so that the fences the examples
-// print are those of fresh keys.
+// redisAddr is the Redis the examples use; TestMain points it at a
+// redis-server of its own. The examples print nothing that depends on
+// earlier runs (a fence is drawn from a counter seeded from the server
+// clock), so they pass however often they run (-count=2).
 var redisAddr = "localhost:6379"
 
 // The README's quickstart: a client configured for locks, a lock around one
-// job, then a lease held by hand. Its fence is 2: the key's second holding.
+// job, then a lease held by hand, whose fence a store can check.
 func Example() {
 	client := redis.NewClient(&redis.Options{
 		Addr: redisAddr,
@@ -58,8 +59,11 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	fmt.Println("holding order:42 with fence", lease.Fence()) // pass it to your store
-	// Output: holding order:42 with fence 2
+	// Pass the fence to your store, as a BIGINT: UPDATE orders SET ...
+	// WHERE id = 42 AND fence < $1 refuses a holder that lost the lock.
+	fence := int64(lease.Fence())
+	fmt.Println("holding order:42 with a fence:", fence > 0)
+	// Output: holding order:42 with a fence: true
 }
 
 // A lock around one job, run once across every instance that calls this.
@@ -109,7 +113,7 @@ func ExampleLocker_TryAcquire() {
 	defer lease.Release(ctx)
 	// Pass the fence to the store so that a writer that lost the lock is
 	// rejected: UPDATE invoices SET ... WHERE id = 7 AND fence < $1.
-	fmt.Println("fence", lease.Fence())
+	fmt.Println("holding invoice:7 with a fence:", lease.Fence() > 0)
 
 	// Meanwhile another instance (here a second Locker) finds it busy.
 	other, err := lockmw.New(client)
@@ -122,7 +126,7 @@ func ExampleLocker_TryAcquire() {
 		fmt.Println("busy elsewhere; retry within 5s:", wait <= 5*time.Second)
 	}
 	// Output:
-	// fence 1
+	// holding invoice:7 with a fence: true
 	// busy elsewhere; retry within 5s: true
 }
 
@@ -155,9 +159,9 @@ func ExampleLease_Context() {
 	case <-outer.Context().Done():
 		fmt.Println("lock lost:", context.Cause(outer.Context()))
 	default:
-		fmt.Println("still holding cart:9 with fence", outer.Fence())
+		fmt.Println("still holding cart:9; the nested lease had its fence:", inner.Fence() == outer.Fence())
 	}
-	// Output: still holding cart:9 with fence 1
+	// Output: still holding cart:9; the nested lease had its fence: true
 }
 
 // Check the lease before each step that must run under the lock: its

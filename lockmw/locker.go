@@ -69,10 +69,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	l.id, l.waits = id, b
 	b.subs.deliver = l.deliver
 	b.waitReplicas, b.waitTimeout = l.cfg.waitReplicas, l.cfg.waitTimeout
+	b.expiry = l.cfg.expiry()
 	if err := b.checkWaitTimeout(); err != nil {
 		_ = l.Close()
 		return nil, err
 	}
+	warnEviction(l.logger, []redis.UniversalClient{client}, l.closing)
 	return l, nil
 }
 
@@ -83,7 +85,7 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 			o.applyLocker(&cfg)
 		}
 	}
-	if err := errors.Join(cfg.errs...); err != nil {
+	if err := errors.Join(append(cfg.errs, cfg.checkRetention())...); err != nil {
 		return nil, err
 	}
 	tel, err := newTelemetry(cfg.tp, cfg.mp)

@@ -204,7 +204,14 @@ func TestFenceIncreasesAcrossHolders(t *testing.T) {
 	srv := redistest.Start(t)
 	lockers := []*lockmw.Locker{newLocker(t, srv), newLocker(t, srv), newLocker(t, srv)}
 	ctx := context.Background()
-	var last uint64
+	// A first holding with the default TTL: the key's first acquisition
+	// also seeds its counter (one more round trip), on fresh connections.
+	first, err := lockers[0].Acquire(ctx, "fenced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = first.Release(ctx)
+	last := first.Fence()
 	for i := range 12 {
 		l := lockers[i%len(lockers)]
 		lease, err := l.Acquire(ctx, "fenced", lockmw.WithWait(5*time.Second), lockmw.WithLeaseTTL(50*time.Millisecond), lockmw.WithoutWatchdog())
@@ -219,7 +226,10 @@ func TestFenceIncreasesAcrossHolders(t *testing.T) {
 			_ = lease.Release(ctx)
 		} // odd holders let their lock expire
 	}
-	other, err := lockers[0].TryAcquire(ctx, "other-key")
+	// Counters are per key: another key's counter starts on its own (from
+	// the server clock; with WithPermanentFences, as here, from 1).
+	permanent := newLocker(t, srv, lockmw.WithPermanentFences())
+	other, err := permanent.TryAcquire(ctx, "other-key")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,11 @@ type config struct {
 	// waitReplicas and waitTimeout are WithWaitReplicas' arguments.
 	waitReplicas int
 	waitTimeout  time.Duration
-	errs         []error
+	// retention (0: DefaultRetention) and permanentFences: see
+	// WithRetention, WithPermanentFences (retention.go).
+	retention       time.Duration
+	permanentFences bool
+	errs            []error
 }
 
 // Option configures a Locker in New.

@@ -109,6 +109,15 @@ type plainCall interface {
 	queue(ctx context.Context, pipe redis.Pipeliner)
 }
 
+// A followUpCall is a plainCall that may need a script after its
+// commands' replies (setNXCall: the seed after a missing counter): followUp
+// queues it on rs, which sends it in the batch's second round trip, with
+// the scripts resent after NOSCRIPT, before the lock's next call leaves.
+type followUpCall interface {
+	plainCall
+	followUp(rs *resend)
+}
+
 // runPlain sends p, whose commands are for lock key lock, through a round
 // trip, and returns once it is answered. A plain call is sent once and
 // never retried (its commands write).
@@ -246,6 +255,9 @@ func (b *batcher) send1(batch []*scriptCall) {
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
 	rs := resend{ctx: ctx, client: b.client}
 	for _, c := range batch {
+		if f, ok := c.plain.(followUpCall); ok {
+			f.followUp(&rs)
+		}
 		if c.script != nil && noScript(c.cmd.Err()) {
 			c.cmd = rs.eval(c.script, c.keys, c.args...)
 		}

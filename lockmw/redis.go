@@ -28,6 +28,8 @@ type redisBackend struct {
 	// plainAcquire: acquire with plain commands instead of the script (one
 	// server; on Cluster a slot migration could run them out of order).
 	plainAcquire bool
+	// expiry is the Locker's, for the counter and queue keys.
+	expiry keyExpiry
 }
 
 func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
@@ -103,7 +105,7 @@ type handoff struct {
 // already, with fence earlyFence ("" when none).
 func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token, early string, earlyFence uint64) (handoff, error) {
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
-		token, k.grants, b.self, b.publish, early, earlyFence)
+		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
 	if err != nil {
 		return handoff{}, err
 	}
@@ -164,7 +166,7 @@ func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to strin
 		f = "1"
 	}
 	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
-		token, to, millis(ttl), b.numsub, b.publish, f)
+		token, to, millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
 	if err != nil {
 		return transferReply{}, err
 	}
@@ -208,7 +210,7 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
-			token, millis(ttl), entry, string(mode), k.grants, b.publish).Int64Slice()
+			token, millis(ttl), entry, string(mode), k.grants, b.publish, b.expiry.counter, b.expiry.queue).Int64Slice()
 		return err
 	})
 	if err != nil {

@@ -112,7 +112,7 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 		})
 	case b.plainAcquire:
 		var fence int64
-		reply.acquired, fence, reply.holderTTL, err = b.setNX(ctx, k.lock, k.fence, token, time.Duration(millis(ttl))*time.Millisecond)
+		reply.acquired, fence, reply.holderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
 		if err != nil && reply.acquired {
 			// Taken, but no fence drawn: give it back.
 			_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
@@ -121,7 +121,7 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 		return reply, err
 	default:
 		var r any
-		if r, err = b.runScript(ctx, ttl/4, acquireScript, []string{k.lock, k.fence}, token, millis(ttl)); err == nil {
+		if r, err = b.runScript(ctx, ttl/4, acquireScript, []string{k.lock, k.fence}, token, millis(ttl), b.expiry.counter); err == nil {
 			vals, err = int64s(r)
 		}
 	}
@@ -158,7 +158,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 		}
 		node = n
 	}
-	keys, args := []string{k.lock, k.fence}, []any{token, millis(ttl)}
+	keys, args := []string{k.lock, k.fence}, []any{token, millis(ttl), b.expiry.counter}
 	var acq *redis.Cmd
 	var wait *redis.IntCmd
 	run := func(script func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) {
@@ -217,40 +217,59 @@ func (b *redisBackend) checkWaitTimeout() error {
 }
 
 // setNXCall is a plain acquisition (plainCall): SET NX PX of the lock key,
-// INCR of its fence counter and PTTL of the lock key, sent together and
-// run by Redis one after the other.
+// INCR of its fence counter, PEXPIRE of the counter (unless counters never
+// expire) and PTTL of the lock key, sent together and run by Redis one
+// after the other; and, when the INCR found the counter missing (below
+// seededFloor), the seed script as its follow-up (followUp).
 type setNXCall struct {
 	lock, fence, token string
+	keep               string // the counter's expiry in ms, "" for never
 	ttl                time.Duration
 	set                *redis.BoolCmd
 	incr               *redis.IntCmd
 	pttl               *redis.DurationCmd
+	seed               *redis.Cmd // the follow-up's draw, if it was needed
 }
 
 func (c *setNXCall) queue(ctx context.Context, pipe redis.Pipeliner) {
 	c.set = sendOnce(ctx, pipe, redis.NewBoolCmd(ctx, "set", c.lock, c.token, "px", c.ttl.Milliseconds(), "nx"))
 	c.incr = sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "incr", c.fence))
+	if c.keep != "" {
+		sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "pexpire", c.fence, c.keep))
+	}
 	c.pttl = pipe.PTTL(ctx, c.lock)
+}
+
+// followUp draws the fence again, with the seed script, when the INCR
+// found the counter missing (or counted from 1 by an older version): that
+// INCR's value is below every fence drawn before the counter was lost, and
+// is never used. It goes in the follow-up round trip of the same batch, so
+// the lock's next call leaves after it (pipeline.go).
+func (c *setNXCall) followUp(rs *resend) {
+	if c.keep != "" && c.incr.Err() == nil && c.incr.Val() < seededFloor {
+		c.seed = rs.eval(seedScript, []string{c.fence}, c.keep)
+	}
 }
 
 // setNXCalls recycles setNXCalls: an acquisition allocates none.
 var setNXCalls = sync.Pool{New: func() any { return new(setNXCall) }}
 
 // setNX takes the lock key for token for ttl without a script, and draws a
-// fence from the counter, in one round trip of the batcher. It returns the
+// fence from the counter, in one round trip of the batcher (two when the
+// counter was missing, see followUp). It returns the
 // fence n when the lock was taken (acquired; with an error, the lock was
 // taken but no fence drawn), else the holder's remaining TTL (0 when
 // unknown). The counter moves on either way: a fence drawn by a failed
 // attempt is never used, and the next holder draws after this one's SET
 // failed, so fences still increase from holder to holder.
-func (b *redisBackend) setNX(ctx context.Context, lock, fence, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
+func (b *redisBackend) setNX(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
 	c := setNXCalls.Get().(*setNXCall)
 	defer func() {
 		*c = setNXCall{}
 		setNXCalls.Put(c)
 	}()
-	c.lock, c.fence, c.token, c.ttl = lock, fence, token, ttl
-	b.batch.runPlain(ctx, lock, c)
+	c.lock, c.fence, c.token, c.keep, c.ttl = k.lock, k.fence, token, b.expiry.counter, ttl
+	b.batch.runPlain(ctx, k.lock, c)
 	if acquired, err = c.set.Result(); err != nil || !acquired {
 		if err == nil {
 			holderTTL, err = c.pttl.Result()
@@ -258,6 +277,10 @@ func (b *redisBackend) setNX(ctx context.Context, lock, fence, token string, ttl
 		}
 		return false, 0, holderTTL, err
 	}
-	n, err = c.incr.Result()
+	if c.seed != nil {
+		n, err = c.seed.Int64()
+	} else {
+		n, err = c.incr.Result()
+	}
 	return true, n, 0, err
 }

@@ -88,6 +88,8 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 		return nil, err
 	}
 	b.cleaner, b.logger = l.cleaner, l.logger
+	b.expiry = l.cfg.expiry()
+	warnEviction(l.logger, clients, l.closing)
 	l.id = newToken()[:16]
 	newRedlockWaits(l, b, clients[0])
 	return l, nil
@@ -110,6 +112,8 @@ type redlockBackend struct {
 	// held is, by lock key and token, where a lease's lock may be (a
 	// *heldOn): its release goes there only.
 	held sync.Map
+	// expiry is the Locker's, for the counter and queue keys.
+	expiry keyExpiry
 }
 
 // heldOn is where a Redlock lease's lock may be.
@@ -186,9 +190,9 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 	sent := make([]bool, n)
 	unsent := n
 	send := func(i int) {
-		call := masterScript{plain: true, keys: []string{k.lock, k.fence}, args: []any{token, millis(ttl)}}
+		call := masterScript{plain: true, keys: []string{k.lock, k.fence}, args: []any{token, millis(ttl), b.expiry.counter}}
 		if i == 0 {
-			call = masterScript{script: redlockAcquireScript, keys: []string{k.lock, k.fence, k.queue}, args: []any{token, millis(ttl), entry}}
+			call = masterScript{script: redlockAcquireScript, keys: []string{k.lock, k.fence, k.queue}, args: []any{token, millis(ttl), entry, b.expiry.counter, b.expiry.queue}}
 		}
 		sent[i] = true
 		unsent--
@@ -351,7 +355,7 @@ func (b *redlockBackend) settleFence(ctx context.Context, k lockKeys, token stri
 		return m, nil // the grants themselves set a quorum's counters to M
 	}
 	n, q := len(b.masters), b.quorum
-	replies := b.fanOut([]masterScript{{script: raiseScript, keys: []string{k.lock, k.fence}, args: []any{token, m}}})
+	replies := b.fanOut([]masterScript{{script: raiseScript, keys: []string{k.lock, k.fence}, args: []any{token, m, b.expiry.counter}}})
 	var owned, other int
 	var errs []error
 	for owned < q && n-other >= q {
@@ -675,8 +679,10 @@ func (b *redlockBackend) fanOut(calls []masterScript) <-chan masterReply {
 }
 
 // masterScript is one script invocation, or with plain a plain
-// acquisition: SET keys[0] args[0] NX PX args[1], then INCR keys[1], run
-// one after the other (answered as the acquire script is: {1, fence} or
+// acquisition: SET keys[0] args[0] NX PX args[1], then INCR keys[1] and,
+// unless args[2] (the counter's expiry) is "", PEXPIRE keys[1] args[2],
+// run one after the other, and the seed script after them when the
+// counter was missing (answered as the acquire script is: {1, fence} or
 // {0, 0}, the holder's TTL not asked).
 type masterScript struct {
 	script *redis.Script
@@ -838,6 +844,9 @@ func (m *master) exec(batch []*masterCall) {
 	type plainCmds struct {
 		call      *redis.Cmd
 		set, incr *redis.Cmd
+		keep      string     // the counter's expiry, "" for never
+		fence     string     // the counter's key
+		seed      *redis.Cmd // the follow-up draw when incr found the counter missing
 	}
 	var plains []plainCmds
 	for _, c := range batch {
@@ -845,18 +854,51 @@ func (m *master) exec(batch []*masterCall) {
 		for i, s := range c.calls {
 			if s.plain {
 				c.cmds[i] = redis.NewCmd(ctx)
+				keep, _ := s.args[2].(string)
 				plains = append(plains, plainCmds{
-					call: c.cmds[i],
-					set:  sendOnce(ctx, pipe, redis.NewCmd(ctx, "set", s.keys[0], s.args[0], "nx", "px", s.args[1])),
-					incr: sendOnce(ctx, pipe, redis.NewCmd(ctx, "incr", s.keys[1])),
+					call:  c.cmds[i],
+					set:   sendOnce(ctx, pipe, redis.NewCmd(ctx, "set", s.keys[0], s.args[0], "nx", "px", s.args[1])),
+					incr:  sendOnce(ctx, pipe, redis.NewCmd(ctx, "incr", s.keys[1])),
+					keep:  keep,
+					fence: s.keys[1],
 				})
+				if keep != "" {
+					sendOnce(ctx, pipe, redis.NewCmd(ctx, "pexpire", s.keys[1], keep))
+				}
 				continue
 			}
 			c.cmds[i] = s.script.EvalSha(ctx, once{pipe}, s.keys, s.args...)
 		}
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
+
+	// A counter found missing (INCR answered below seededFloor) is seeded
+	// and drawn from again, with the scripts resent after NOSCRIPT, before
+	// the lock's next call leaves; on a master where the lock was busy too,
+	// so that the masters' counters keep in step.
+	rs := resend{ctx: ctx, client: m.client}
+	for i, p := range plains {
+		if n, err := p.incr.Int64(); err == nil && p.keep != "" && n < seededFloor {
+			plains[i].seed = rs.eval(seedScript, []string{p.fence}, p.keep)
+		}
+	}
+	for _, c := range batch {
+		for i, cmd := range c.cmds {
+			if c.calls[i].plain {
+				continue
+			}
+			if noScript(cmd.Err()) {
+				s := c.calls[i]
+				c.cmds[i] = rs.eval(s.script, s.keys, s.args...)
+			}
+		}
+	}
+	rs.send()
+
 	for _, p := range plains {
+		if p.seed != nil {
+			p.incr = p.seed
+		}
 		switch err := p.set.Err(); {
 		case errors.Is(err, redis.Nil):
 			p.call.SetVal([]any{int64(acquireBusy), int64(0)})
@@ -873,20 +915,6 @@ func (m *master) exec(batch []*masterCall) {
 			p.call.SetVal([]any{int64(acquireTaken), n})
 		}
 	}
-
-	rs := resend{ctx: ctx, client: m.client}
-	for _, c := range batch {
-		for i, cmd := range c.cmds {
-			if c.calls[i].plain {
-				continue
-			}
-			if noScript(cmd.Err()) {
-				s := c.calls[i]
-				c.cmds[i] = rs.eval(s.script, s.keys, s.args...)
-			}
-		}
-	}
-	rs.send()
 	for _, c := range batch {
 		r := masterReply{master: c.master, cmds: c.cmds}
 		c.reply <- r

@@ -23,6 +23,24 @@ const (
 	// Any other reply, -1, is another owner's token: left untouched.
 )
 
+// fence.lua: draw, how every script that writes a fence counter moves it
+// (prepended to those scripts): it keeps the counter's expiry and seeds a
+// missing counter from the server clock. seed.lua draws with it after a
+// plain acquisition (no script) found the counter missing: its INCR
+// answered below seededFloor. Answers the fence.
+var (
+	//go:embed scripts/fence.lua
+	fenceSource string
+	//go:embed scripts/seed.lua
+	seedSource string
+	seedScript = redis.NewScript(fenceSource + seedSource)
+)
+
+// seededFloor is fence.lua's floor: a counter below it was missing (INCR
+// started it) or counted from 1 by an older version, and is seeded from the
+// server clock in microseconds (always above it) before a fence is drawn.
+const seededFloor = 1_000_000_000_000_000
+
 // acquire.lua: take the lock if it is free and draw the next fence.
 // Answers {acquireTaken, fence} or {acquireBusy, pttl} (pttl: the holder's
 // remaining milliseconds, -1 if it has no expiry). redlock_acquire.lua
@@ -31,7 +49,7 @@ const (
 var (
 	//go:embed scripts/acquire.lua
 	acquireSource string
-	acquireScript = redis.NewScript(acquireSource)
+	acquireScript = redis.NewScript(fenceSource + acquireSource)
 )
 
 const (
@@ -50,7 +68,7 @@ var (
 	releaseSource string
 	//go:embed scripts/grant.lua
 	grantSource   string
-	releaseScript = redis.NewScript(grantSource + releaseSource)
+	releaseScript = redis.NewScript(fenceSource + grantSource + releaseSource)
 )
 
 const (
@@ -72,7 +90,7 @@ var (
 var (
 	//go:embed scripts/fair.lua
 	fairSource string
-	fairScript = redis.NewScript(grantSource + fairSource)
+	fairScript = redis.NewScript(fenceSource + grantSource + fairSource)
 )
 
 const (
@@ -100,7 +118,7 @@ const leaveGranted = 1
 var (
 	//go:embed scripts/transfer.lua
 	transferSource string
-	transferScript = redis.NewScript(transferSource)
+	transferScript = redis.NewScript(fenceSource + transferSource)
 )
 
 const (
@@ -136,7 +154,7 @@ var (
 
 	raiseScript          = redis.NewScript(raiseSource)
 	redlockReleaseScript = redis.NewScript(redlockReleaseSource)
-	redlockAcquireScript = redis.NewScript(redlockAcquireSource)
+	redlockAcquireScript = redis.NewScript(fenceSource + redlockAcquireSource)
 	redlockWakeScript    = redis.NewScript(redlockWakeSource)
 	redlockRenewScript   = redis.NewScript(redlockRenewSource)
 )

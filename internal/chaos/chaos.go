@@ -299,7 +299,7 @@ func RunStores(t *testing.T, stores ...Store) {
 // repoFaults are the fault names of every store of the repository, also
 // accepted by -chaos.disable where no store of the test has them (make
 // chaos passes the same flags to every package).
-var repoFaults = []string{"latency", "cut", "reset", "pause", "scriptflush", "killpubsub", "restart", "leader"}
+var repoFaults = []string{"latency", "cut", "reset", "pause", "scriptflush", "killpubsub", "restart", "leader", "counterdel"}
 
 // storeHomes says, for every store of the repository, which package's
 // TestChaos runs it: -chaos.store naming a store of another package skips
@@ -349,8 +349,8 @@ type Deployment struct {
 	Faults []Fault
 	// Residue lists what the store still holds for lockmw after the run:
 	// lock keys (with their remaining TTL), fair queues and subscribed
-	// channels or watches. Fence counters are not residue (they never
-	// expire).
+	// channels or watches. Fence counters are residue only without an
+	// expiry (they go after the Lockers' retention).
 	Residue func(ctx context.Context) ([]Residue, error)
 	// Events, when set, returns what the deployment recorded of the
 	// store's own doings (deletions, leader changes...), oldest first: the

@@ -10,19 +10,25 @@
 --          periodic check: it may have been granted the lock, or dropped)
 -- ARGV[5]  grant channel prefix
 -- ARGV[6]  PUBLISH, or SPUBLISH on Redis Cluster
+-- ARGV[7]  the counter's expiry (fence.lua, prepended, draws fences)
+-- ARGV[8]  the queue's expiry in milliseconds (the Locker's retention)
 --
--- The queue has no TTL: entries leave when granted (those of Lockers that
--- stopped listening are skipped then) or when their waiter gives up
--- (leave.lua), and an empty list does not exist. The first waiter in line
--- may be kept in the lock's value instead of the list; should the lock
--- expire with it, that waiter finds itself in neither when it polls and
--- queues again.
+-- Entries leave the queue when granted (those of Lockers that stopped
+-- listening are skipped then) or when their waiter gives up (leave.lua),
+-- and an empty list does not exist. Each waiter's wait and poll refreshes
+-- the queue's expiry, so the entries of a process that died without
+-- leaving go with the queue once nobody has waited for the retention. The
+-- first waiter in line may be kept in the lock's value instead of the
+-- list; should the lock expire with it, that waiter finds itself in neither
+-- when it polls and queues again.
 --
 -- Returns {1, fence} when the lock was taken, {2, fence, pttl} when it had
 -- been granted to this waiter already (a fence drawn now), {0, pttl,
 -- counter} when another owner holds it (the waiter is then queued, unless
--- "try"; counter is the fence counter now: a grant to this waiter with a
--- fence not above it was made before this call, and has ended).
+-- "try"; counter is the fence counter now, as fence.lua's counter_now
+-- reads it: a grant to this waiter with a fence not above it was made
+-- before this call, and has ended).
+fence_keep = ARGV[7]
 local tok, entry = ARGV[1], ARGV[3]
 local owner = redis.call('GET', KEYS[1])
 local otok, first = nil, ''
@@ -33,7 +39,7 @@ end
 if otok == tok then
   -- Granted, the message not seen: the fence the grant drew is not known
   -- here (failed plain attempts move the counter too), so draw a new one.
-  return {2, redis.call('INCR', KEYS[2]), redis.call('PTTL', KEYS[1])}
+  return {2, draw(KEYS[2], 1), redis.call('PTTL', KEYS[1])}
 end
 if owner == false then
   local mine = true
@@ -53,11 +59,11 @@ if owner == false then
   end
   if mine then
     redis.call('SET', KEYS[1], head and (tok .. '+') or tok, 'PX', ARGV[2])
-    return {1, redis.call('INCR', KEYS[2])}
+    return {1, draw(KEYS[2], 1)}
   end
 end
 local pttl = redis.call('PTTL', KEYS[1])
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+local counter = counter_now(KEYS[2])
 if ARGV[4] == 'try' then
   return {0, pttl, counter}
 end
@@ -71,4 +77,5 @@ end
 if owner and not string.find(owner, '+', 1, true) then
   redis.call('SET', KEYS[1], owner .. '+', 'KEEPTTL')
 end
+redis.call('PEXPIRE', KEYS[3], ARGV[8])
 return {0, pttl, counter}

@@ -14,7 +14,8 @@ end
 -- grant hands the lock to the first live waiter: first (the entry that was
 -- in the lock's value, '' if none) or else the head of the list. It takes
 -- the next entry out of the list into the lock's value, sets the lock to the
--- waiter's token with the waiter's TTL, and moves the fence counter by 2:
+-- waiter's token with the waiter's TTL, and moves the fence counter by 2
+-- (fence.lua's draw, prepended before this file):
 -- the waiter's fence is the new value minus 1, and the new value is
 -- reserved for the waiter's own next hand-over. The waiter's Locker is told
 -- on its grant channel, unless it is the calling Locker (self), which hands
@@ -45,13 +46,13 @@ local function grant(lock, fence, queue, chanprefix, pub, self, skip, first, ear
       redis.call('SET', lock, t .. '+' .. (n or ''), 'PX', ttl)
       if id == self then
         if e == early then
-          return {2, tonumber(early_fence), t, redis.call('INCR', fence), n or ''}
+          return {2, tonumber(early_fence), t, draw(fence, 1), n or ''}
         end
-        local r = redis.call('INCRBY', fence, 2)
+        local r = draw(fence, 2)
         return {2, r - 1, t, r, n or ''}
       end
-      local r = redis.call('INCRBY', fence, 2)
-      if redis.call(pub, chanprefix .. id, t .. ' ' .. (r - 1) .. ' ' .. r .. ' ' .. (n or '')) > 0 then
+      local r = draw(fence, 2)
+      if redis.call(pub, chanprefix .. id, t .. ' ' .. string.format('%d %d ', r - 1, r) .. (n or '')) > 0 then
         return {3, r - 1, t, n and 1 or 0}
       end
     end

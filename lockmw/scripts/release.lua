@@ -12,6 +12,7 @@
 -- ARGV[5]  the entry of the caller's own fair waiter that was handed the
 --          lock already (early), or ''
 -- ARGV[6]  that waiter's fence
+-- ARGV[7]  the counter's expiry (fence.lua, prepended, draws fences)
 --
 -- The early waiter is the one the lock's value names as next in line: its
 -- Locker learnt that when this holder got the lock. Should it not be (it
@@ -22,6 +23,7 @@
 -- fence, token, reserved, next} or {3, fence, token, more} when it was
 -- handed to a fair waiter (see grant), {0} when it no longer exists, {-1} when another
 -- owner holds it (left untouched).
+fence_keep = ARGV[7]
 local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}

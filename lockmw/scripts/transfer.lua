@@ -15,6 +15,7 @@
 --          waiters queued since (they keep their places, and the waiter's
 --          release serves them); "0": only when nobody else waits, and
 --          never past queued waiters ({3}).
+-- ARGV[7]  the counter's expiry (fence.lua, prepended, draws the fence)
 --
 -- The fence counter moves by 2: the waiter's fence is the returned value
 -- minus 1 (or, when it started early, the value its Locker reserved at the
@@ -26,6 +27,7 @@
 -- waiters are queued (the caller releases with release.lua, which hands
 -- over to them; only when not started); {0} when the lock no longer exists; {-1} when another owner
 -- holds it (left untouched).
+fence_keep = ARGV[7]
 local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}
@@ -42,7 +44,7 @@ if mark == '+' then
   -- which keep their places (the mark and the first in line stay), and
   -- its release hands the lock to them.
   redis.call('SET', KEYS[1], ARGV[2] .. '+' .. first, 'PX', ARGV[3])
-  return {2, redis.call('INCRBY', KEYS[2], 2), 1}
+  return {2, draw(KEYS[2], 2), 1}
 end
 local others = redis.call('PUBSUB', ARGV[4], KEYS[3])[2] > 1
 if ARGV[6] ~= '1' then
@@ -53,4 +55,4 @@ if ARGV[6] ~= '1' then
   end
 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return {2, redis.call('INCRBY', KEYS[2], 2), others and 1 or 0}
+return {2, draw(KEYS[2], 2), others and 1 or 0}

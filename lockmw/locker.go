@@ -73,6 +73,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		_ = l.Close()
 		return nil, err
 	}
+	warnSlowClient(l.logger, []redis.UniversalClient{client}, l.cfg.ttl)
 	return l, nil
 }
 

@@ -90,6 +90,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	b.cleaner, b.logger = l.cleaner, l.logger
 	l.id = newToken()[:16]
 	newRedlockWaits(l, b, clients[0])
+	warnSlowClient(l.logger, clients, l.cfg.ttl)
 	return l, nil
 }
 

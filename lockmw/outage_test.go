@@ -2,12 +2,9 @@ package lockmw_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,57 +106,5 @@ func TestNewWarnsAboutASlowClient(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// acquisitionMark tags the contexts of the acquisitions a test counts.
-type acquisitionMark struct{}
-
-// handshakeCounter counts the connection handshakes (HELLO) made for
-// contexts tagged with acquisitionMark, started before their context's
-// deadline: each is a round trip to Redis that an acquisition may wait
-// for before its own commands. (One started past the deadline ends at once,
-// waiting for nothing.)
-type handshakeCounter struct{ n atomic.Int64 }
-
-func (h *handshakeCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *handshakeCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		dl, bounded := ctx.Deadline()
-		if ctx.Value(acquisitionMark{}) != nil && cmd.Name() == "hello" && (!bounded || time.Now().Before(dl)) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *handshakeCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-// With the README's client, an acquisition on a paused Redis is reported
-// after one round trip: go-redis, whose pipeline connection could not be
-// set up, does not try a second connection of its main pool (a second
-// timeout) before the acquisition returns ErrUnavailable.
-func TestPausedRedisCostsOneRoundTrip(t *testing.T) {
-	srv := redistest.Start(t)
-	client := srv.Client(t, readmeClient)
-	hellos := &handshakeCounter{}
-	client.AddHook(hellos)
-	l, err := lockmw.New(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	srv.Pause(t)
-	defer srv.Resume(t)
-	ctx := context.WithValue(context.Background(), acquisitionMark{}, true)
-	for i := range 3 {
-		before := hellos.n.Load()
-		if _, err := l.TryAcquire(ctx, fmt.Sprint("paused:", i)); !errors.Is(err, lockmw.ErrUnavailable) {
-			t.Fatalf("TryAcquire on a paused Redis = %v, want ErrUnavailable", err)
-		}
-		if n := hellos.n.Load() - before; n != 1 {
-			t.Errorf("acquisition %d waited for %d connection handshakes, want 1 (one timeout)", i+1, n)
-		}
 	}
 }

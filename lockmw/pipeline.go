@@ -34,16 +34,6 @@ import (
 // for one lock (or for keys hashing to one of keySlots slots) that queue
 // together go in successive round trips instead of one.
 //
-// Each pipeline is bounded by the client's ReadTimeout from its send (a
-// context deadline; roundTrip): go-redis (9.2x) takes a pipeline's
-// connection from a pool of its own and, when that connection cannot be
-// set up (its handshake timed out against a paused Redis), runs the
-// pipeline again on a connection of the main pool, a second timeout before
-// the error. With the deadline passed, that second try finds its context
-// ended and sends nothing, so an outage is reported after one timeout, as
-// for a single command. The bound can only make a call fail sooner, never
-// make it succeed: a lease's validity counts from the send as before.
-//
 // For the same reason a script refused while its Cluster slot is being
 // moved (TRYAGAIN; see redis_acquire.go) is retried here, within its round
 // trip, until its giveUp: retried from outside, a later call of the same
@@ -80,9 +70,6 @@ type scriptCall struct {
 type batcher struct {
 	client redis.UniversalClient
 	pool   sync.Pool
-	// tripBound bounds each pipeline (see roundTrip); 0: the client has
-	// no read timeout.
-	tripBound time.Duration
 
 	seed     maphash.Seed
 	mu       sync.Mutex
@@ -98,12 +85,6 @@ const keySlots = 1024
 
 func newBatcher(client redis.UniversalClient) *batcher {
 	b := &batcher{client: client, seed: maphash.MakeSeed()}
-	switch c := client.(type) {
-	case *redis.Client:
-		b.tripBound = max(c.Options().ReadTimeout, 0)
-	case *redis.ClusterClient:
-		b.tripBound = max(c.Options().ReadTimeout, 0)
-	}
 	b.pool.New = func() any { return &scriptCall{wake: make(chan []*scriptCall, 1)} }
 	return b
 }
@@ -250,12 +231,10 @@ func (b *batcher) send1(batch []*scriptCall) {
 		c.cmd = evalOnce(c.ctx, b.client, c.script, c.keys, c.args...)
 		return
 	}
-	base := context.Background()
+	ctx := context.Background()
 	if len(batch) == 1 {
-		base = batch[0].ctx
+		ctx = batch[0].ctx
 	}
-	ctx, cancel := b.roundTrip(base)
-	defer cancel()
 	pipe := b.client.Pipeline()
 	for _, c := range batch {
 		if c.plain != nil {
@@ -265,22 +244,11 @@ func (b *batcher) send1(batch []*scriptCall) {
 		c.cmd = c.script.EvalSha(ctx, once{pipe}, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read by the callers
-	rctx, rcancel := b.roundTrip(base)
-	defer rcancel()
-	rs := resend{ctx: rctx, client: b.client}
+	rs := resend{ctx: ctx, client: b.client}
 	for _, c := range batch {
 		if c.script != nil && noScript(c.cmd.Err()) {
 			c.cmd = rs.eval(c.script, c.keys, c.args...)
 		}
 	}
 	rs.send()
-}
-
-// roundTrip returns ctx bounded by the client's ReadTimeout from now, for
-// one pipeline (see the top of this file).
-func (b *batcher) roundTrip(ctx context.Context) (context.Context, context.CancelFunc) {
-	if b.tripBound <= 0 {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, b.tripBound)
 }

@@ -357,7 +357,14 @@ func (c *Cache) Invalidate(ctx context.Context, keys ...string) error {
 // cache keys to invalidate are given with Invalidating: one row is often
 // cached under several keys (by id, by SKU, in a list page). Without
 // Invalidating, Update invalidates the cache key named resource, as when
-// the row is cached under one key only.
+// the row is cached under one key only; the resource is then that cache key,
+// so Updates of one row through two of its cache keys (each without
+// Invalidating) take two locks and two fence sequences, which neither
+// serializes them nor orders their fences: the row's fence column, raised
+// by one key's writes, makes the other key's writes fail with ErrFenced.
+// Update's error then says so. Name the row and list its keys:
+//
+//	c.Update(ctx, "products/42", write, cachelock.Invalidating("product:42", "product-sku:ABC"))
 //
 // write should run the database transaction, and make the store reject it
 // if a newer writer got there first, by checking fence (see FencedExec).
@@ -391,7 +398,8 @@ func (c *Cache) Update(ctx context.Context, resource string, write func(ctx cont
 	if err != nil {
 		return fmt.Errorf("cachelock: Update %q: %w", resource, err)
 	}
-	if keys == nil {
+	keyAsResource := keys == nil
+	if keyAsResource {
 		keys = []string{resource}
 	}
 	ctx, span := c.tel.start(ctx, spanUpdate, attrKeys.Int(len(keys)))
@@ -405,6 +413,11 @@ func (c *Cache) Update(ctx context.Context, resource string, write func(ctx cont
 
 	var errs []error
 	if werr := write(lease.Context(), lease.Fence()); werr != nil {
+		if keyAsResource && errors.Is(werr, ErrFenced) {
+			werr = fmt.Errorf("%w (Update was given no Invalidating, so its resource is the cache key %q, locked and fenced "+
+				"on its own: if the row is also updated through another cache key, the fences are not the row's and one key's "+
+				"writes fence out the other's; name the row as the resource and its cache keys with Invalidating)", werr, resource)
+		}
 		errs = append(errs, fmt.Errorf("cachelock: Update %q: write: %w", resource, werr))
 	}
 	lostCause := context.Cause(lease.Context())

@@ -105,10 +105,26 @@ func bindFence(ph Placeholders, query string, fence uint64, args []any) (string,
 	if err != nil {
 		return "", nil, bad("%v", err)
 	}
+	// Count first, so that a mismatch is described with the whole query's
+	// counts, and the advice about {fence} is given only to a query
+	// without it.
+	fences, allQuestions := 0, 0
+	for _, t := range toks {
+		switch t.kind {
+		case tokFence:
+			fences++
+		case tokQuestion:
+			allQuestions++
+		}
+	}
+	fenceAdvice := "; the fence is not one of args: FencedExec binds it at each " + FenceMarker
+	if fences == 0 {
+		fenceAdvice = "; write the fence as " + FenceMarker + ", not as a placeholder with the fence among args"
+	}
 	var b strings.Builder
 	out := make([]any, 0, len(args)+2)
 	fenceArg := int64(fence)
-	fences, questions := 0, 0
+	questions := 0
 	used := make([]bool, len(args)+1)
 	last := 0
 	for _, t := range toks {
@@ -116,7 +132,6 @@ func bindFence(ph Placeholders, query string, fence uint64, args []any) (string,
 		last = t.end
 		switch t.kind {
 		case tokFence:
-			fences++
 			if ph == QuestionMarks {
 				b.WriteByte('?')
 				out = append(out, fenceArg)
@@ -131,7 +146,7 @@ func bindFence(ph Placeholders, query string, fence uint64, args []any) (string,
 			}
 			questions++
 			if questions > len(args) {
-				return "", nil, bad("the query has more \"?\" placeholders than the %d args (write the fence as %s, not as ?)", len(args), FenceMarker)
+				return "", nil, bad("the query has %d \"?\" placeholders but %d args: one arg per \"?\", in order%s", allQuestions, len(args), fenceAdvice)
 			}
 			b.WriteByte('?')
 			out = append(out, args[questions-1])
@@ -140,7 +155,7 @@ func bindFence(ph Placeholders, query string, fence uint64, args []any) (string,
 				return "", nil, bad("the query uses $%d with QuestionMarks: use \"?\" for args and %s for the fence", t.n, FenceMarker)
 			}
 			if t.n < 1 || t.n > len(args) {
-				return "", nil, bad("the query uses $%d but there are %d args (write the fence as %s, not as a numbered placeholder)", t.n, len(args), FenceMarker)
+				return "", nil, bad("the query uses $%d but there are %d args, for $1 to $%d%s", t.n, len(args), len(args), fenceAdvice)
 			}
 			used[t.n] = true
 			b.WriteString(query[t.start:t.end])
@@ -155,7 +170,7 @@ func bindFence(ph Placeholders, query string, fence uint64, args []any) (string,
 	switch ph {
 	case QuestionMarks:
 		if questions != len(args) {
-			return "", nil, bad("the query has %d \"?\" placeholders for %d args", questions, len(args))
+			return "", nil, bad("the query has %d \"?\" placeholders but %d args: one arg per \"?\", in order%s", questions, len(args), fenceAdvice)
 		}
 	case DollarNumbers:
 		for n := 1; n <= len(args); n++ {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -98,6 +99,46 @@ func TestBindFenceRefusesMismatches(t *testing.T) {
 			q, bound, err := bindFence(tc.ph, tc.query, tc.fence, tc.args)
 			if !errors.Is(err, ErrInvalidQuery) {
 				t.Fatalf("bindFence = %q %v, %v; want ErrInvalidQuery", q, bound, err)
+			}
+		})
+	}
+}
+
+// A count mismatch is described by its counts; the advice to write the
+// fence as {fence} goes only to a query that does not.
+func TestBindFenceSaysWhatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		ph        Placeholders
+		query     string
+		args      []any
+		want      []string
+		adviseFix bool // tell the caller to write {fence}
+	}{
+		{"one arg missing, ?", QuestionMarks, "UPDATE p SET price = ?, fence = {fence} WHERE id = ? AND fence < {fence}", []any{555},
+			[]string{`2 "?" placeholders but 1 args`}, false},
+		{"one arg too many, ?", QuestionMarks, "UPDATE p SET price = ?, fence = {fence} WHERE id = ? AND fence < {fence}", []any{555, 1, 7},
+			[]string{`2 "?" placeholders but 3 args`}, false},
+		{"one arg missing, $n", DollarNumbers, "UPDATE p SET price = $1, fence = {fence} WHERE id = $2 AND fence < {fence}", []any{555},
+			[]string{"$2", "1 args"}, false},
+		{"fence as ?", QuestionMarks, "UPDATE p SET price = ?, fence = ? WHERE id = ? AND fence < ?", []any{555, 7, 1},
+			[]string{`4 "?" placeholders but 3 args`}, true},
+		{"fence as $n", DollarNumbers, "UPDATE p SET price = $1, fence = $3 WHERE id = $2 AND fence < $3", []any{555, 1},
+			[]string{"$3", "2 args"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := bindFence(tc.ph, tc.query, 7, tc.args)
+			if !errors.Is(err, ErrInvalidQuery) {
+				t.Fatalf("bindFence: %v, want ErrInvalidQuery", err)
+			}
+			msg := err.Error()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+			if advised := strings.Contains(msg, "write the fence as {fence}"); advised != tc.adviseFix {
+				t.Errorf("error %q: advises writing {fence}: %v, want %v (the query uses {fence}: %v)", msg, advised, tc.adviseFix, strings.Contains(tc.query, "{fence}"))
 			}
 		})
 	}

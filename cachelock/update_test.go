@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,48 @@ func TestUpdateFencesTheRowAcrossCacheKeys(t *testing.T) {
 				t.Fatalf("%s = %s after the update of both keys, want 400 (database %s)", k, v, dbPrice(t, db, 1))
 			}
 		}
+	}
+}
+
+// Update without Invalidating fences per cache key: updating one row
+// through two of its keys that way makes writes fail with ErrFenced, and
+// the error says why and what to write instead.
+func TestUpdateWithoutInvalidatingExplainsFencedWrites(t *testing.T) {
+	srv := redistest.Start(t)
+	db := openDB(t)
+	c := newCache(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var fenced []error
+	for i, key := range []string{"product:1", "product:1", "product:1", "product-sku:ABC", "product:1"} {
+		err := c.Update(ctx, key, func(ctx context.Context, fence uint64) error {
+			return setPrice(ctx, db, 1, 100+i, fence)
+		})
+		switch {
+		case errors.Is(err, cachelock.ErrFenced):
+			fenced = append(fenced, err)
+		case err != nil:
+			t.Fatalf("update %d through %s: %v", i+1, key, err)
+		}
+	}
+	if len(fenced) == 0 {
+		t.Fatal("no update was fenced out, though each key has its own fences")
+	}
+	for _, err := range fenced {
+		for _, want := range []string{"no Invalidating", "cache key", "Invalidating"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("fenced Update: %q does not say %q", err, want)
+			}
+		}
+	}
+	// With Invalidating the row is the resource: the fence error carries
+	// no such advice.
+	err := c.Update(ctx, "products/1", func(ctx context.Context, fence uint64) error {
+		_, err := cachelock.FencedExec(ctx, db, cachelock.DollarNumbers, setPriceQuery, 0, 1, 1) // fence 0: never newer
+		return err
+	}, cachelock.Invalidating("product:1"))
+	if !errors.Is(err, cachelock.ErrFenced) || strings.Contains(err.Error(), "no Invalidating") {
+		t.Errorf("Update with Invalidating, fenced write: %v; want ErrFenced without the advice", err)
 	}
 }
 

@@ -42,16 +42,21 @@
 // # Responses
 //
 // Failures are answered with RFC 9457 problem details
-// (application/problem+json with type, title, status and detail), recorded
-// in c.Errors for gin's loggers, and the chain is aborted: the route's
-// handlers do not run.
+// (application/problem+json with type, title, status and detail), and the
+// chain is aborted: the route's handlers do not run. Answers of 500 and up
+// are recorded in c.Errors for gin's loggers (and otelgin, which then marks
+// the request's server span an error); 4xx answers (busy, bad input, a lost
+// lock) are not, as OpenTelemetry's HTTP conventions leave a server span
+// unset for a client's error: the middleware's own span, its counter and
+// its logger record them.
 //
 //   - Busy (another request holds the lock): 409 Conflict with Retry-After,
 //     the expected wait in whole seconds, rounded up, at least 1: the moving
 //     average (weight 1/4 for the newest) of how long this process held
 //     locks of the same name and Locker, from acquisition to release,
 //     bounded by the holder's remaining lease; while no hold has been seen,
-//     the holder's remaining lease. With 200ms holds and a 3s TTL the
+//     1 (the holder's remaining lease renewed by the watchdog says nothing
+//     about when it is released). With 200ms holds and a 3s TTL the
 //     client is told 1, not 3. By default the middleware fails fast;
 //     WithWait waits for the lock first, never longer than the request's
 //     context allows.
@@ -62,8 +67,9 @@
 //     with Retry-After: 1. The detail does not expose the cause, which is
 //     logged (WithLogger) and recorded on the span.
 //   - Set up wrong (ErrMisconfigured: Param names a parameter the route does
-//     not have, or the engine does not set ContextWithFallback): 500, and an
-//     error log line saying what to fix.
+//     not have, or the engine does not set ContextWithFallback): 500 for
+//     every request, and an error log line saying what to fix, once per
+//     route and middleware.
 //
 // WithBusyHandler and WithErrorHandler replace these responses.
 //

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -64,6 +65,10 @@ type middleware struct {
 
 	tracer   trace.Tracer
 	requests metric.Int64Counter
+
+	// misconfiguredRoutes holds the routes (gin's FullPath) whose setup
+	// mistake has been logged.
+	misconfiguredRoutes sync.Map
 }
 
 // lockName returns the lock.name of a request: the template, or else the
@@ -183,11 +188,11 @@ func (m *middleware) handle(c *gin.Context) {
 			if !answered {
 				err := fmt.Errorf("ginlock: lock %q was lost while the handlers ran: %w", key, cause)
 				held = nil // nothing to send from the handler
-				_ = c.Error(err)
 				m.cfg.onError(c, err)
 				if !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
 					DefaultErrorHandler(c, err)
 				}
+				recordServerError(c, err)
 			}
 		} else if relErr != nil {
 			span.RecordError(relErr) // the lock expires after its TTL
@@ -217,13 +222,19 @@ func (m *middleware) handle(c *gin.Context) {
 	finished = true
 }
 
-// misconfigured reports a setup mistake loudly: an error span and an error
-// log line, besides the 500 answer.
+// misconfigured reports a setup mistake loudly: an error span for every
+// request, besides the 500 answer, and an error log line the first time
+// the route meets it (the same mistake fails every request: a line per
+// request would bury it).
 func (m *middleware) misconfigured(c *gin.Context, span trace.Span, err error) {
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
-	m.cfg.logger.LogAttrs(c.Request.Context(), slog.LevelError, "ginlock: middleware misconfigured for route",
-		slog.String("route", c.FullPath()), slog.Any("error", err))
+	route := c.FullPath()
+	if _, logged := m.misconfiguredRoutes.LoadOrStore(route, struct{}{}); logged {
+		return
+	}
+	m.cfg.logger.LogAttrs(c.Request.Context(), slog.LevelError, "ginlock: middleware misconfigured for route; every request to it is answered 500 until it is fixed (logged once per route)",
+		slog.String("route", route), slog.Any("error", err))
 }
 
 // estimatedError is a busy error with the middleware's estimate of the wait
@@ -270,10 +281,10 @@ func (m *middleware) key(c *gin.Context) (string, error) {
 	return key, nil
 }
 
-// reject records err in c.Errors, writes h's response, or the default one
-// if h wrote nothing, and aborts the chain.
+// reject writes h's response, or the default one if h wrote nothing,
+// records err in c.Errors if the answer is a server error (see
+// recordServerError), and aborts the chain.
 func (m *middleware) reject(c *gin.Context, h ErrorHandler, err error) {
-	_ = c.Error(err)
 	h(c, err)
 	if !c.Writer.Written() && c.Writer.Status() == http.StatusOK {
 		if errors.Is(err, lockmw.ErrNotAcquired) {
@@ -282,7 +293,20 @@ func (m *middleware) reject(c *gin.Context, h ErrorHandler, err error) {
 			DefaultErrorHandler(c, err)
 		}
 	}
+	recordServerError(c, err)
 	c.Abort()
+}
+
+// recordServerError records err in c.Errors, for gin's loggers and otelgin,
+// when the response written is a server error (500 and up). A 4xx answer
+// (busy, bad input, a lost lock) is the client's to handle: otelgin marks
+// the server span an error whenever c.Errors is not empty, and
+// OpenTelemetry's HTTP conventions leave a server span unset for 4xx. The
+// middleware's own span, counter and logger record every outcome.
+func recordServerError(c *gin.Context, err error) {
+	if c.Writer.Status() >= http.StatusInternalServerError {
+		_ = c.Error(err)
+	}
 }
 
 // Problem types of the default responses, RFC 9457 "type" URIs that lead to
@@ -331,9 +355,9 @@ func DefaultBusyHandler(c *gin.Context, err error) {
 // seconds, rounded up, and at least 1. For the errors the middleware hands to
 // its busy handler it is the expected wait: the moving average of how long
 // this process's requests held locks of the same name (and Locker), bounded
-// by the holder's remaining lease (lockmw.RetryAfter), or that remaining
-// lease while no hold has been seen. For other errors it is the remaining
-// lease; 1 when nothing is known.
+// by the holder's remaining lease (lockmw.RetryAfter), or 1 while no hold
+// has been seen. For other errors it is the remaining lease; 1 when nothing
+// is known.
 func RetryAfterSeconds(err error) int {
 	var est *estimatedError
 	d, ok := time.Duration(0), false

@@ -134,7 +134,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 
 // WithLogger sets the logger for failures an operator should see: Redis
 // unavailable, a lock lost while the handlers ran (Warn), and setup mistakes
-// (Error). Without it slog.Default() is used.
+// (Error, once per route). Without it slog.Default() is used.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }

@@ -38,7 +38,8 @@
 //     waits that long. The wait is the moving average (weight 1/4 for the
 //     newest) of how long this process held locks of the same name and
 //     Locker, bounded by the holder's remaining lease; while no hold has
-//     been seen, the holder's remaining lease: with a 5s TTL and holds of a
+//     been seen, 1s (or the holder's remaining lease, if shorter), not the
+//     TTL, which the watchdog keeps renewing: with a 5s TTL and holds of a
 //     few hundred milliseconds, the client is told a few hundred
 //     milliseconds, not 5s. Aborted is the gRPC code for
 //     concurrency conflicts that the client may retry.

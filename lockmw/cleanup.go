@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -38,7 +39,9 @@ import (
 //
 // Only tokens for which no lease was made come here (the acquisition
 // returned an error, or gave the lock back), so the cleaner never releases
-// a live lease's lock.
+// a live lease's lock; and only those whose request may have reached Redis
+// (mayHaveRun): a request refused a connection (Redis down) took nothing.
+// A lock the cleaner gives up on is warned about once per outage.
 
 // Cleanup retry parameters.
 const (
@@ -74,6 +77,7 @@ type cleaner struct {
 	jobs    []*cleanup // waiting for their next try
 	running bool       // the run goroutine is on
 	closed  bool
+	outage  bool // a give-back failed and none was answered since (see gaveUp)
 	wake    chan struct{}
 	closing chan struct{}
 	wg      sync.WaitGroup
@@ -179,6 +183,9 @@ func (c *cleaner) run() {
 		var again []*cleanup
 		for i, j := range due {
 			err := errs[i]
+			if err == nil {
+				c.answered()
+			}
 			switch {
 			case err == nil && !j.answered && !final:
 				j.answered, j.next = true, now // once more, after this answer
@@ -224,22 +231,59 @@ func (c *cleaner) tryAll(due []*cleanup, final bool) []error {
 	return errs
 }
 
+// gaveUp logs a lock that could not be given back: a Warn for the first
+// of an outage (until a try of the cleaner is answered again), Debug for
+// the others, which an outage makes by the hundred and which say nothing
+// new.
 func (c *cleaner) gaveUp(j *cleanup, err error) {
-	c.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
-		slog.String("lock", j.lock), slog.Any("error", err))
+	c.mu.Lock()
+	first := !c.outage
+	c.outage = true
+	c.mu.Unlock()
+	level, msg := slog.LevelDebug, "lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL"
+	if first {
+		level = slog.LevelWarn
+		msg += " (the next ones are logged at Debug level until Redis answers the Locker's give-backs again)"
+	}
+	c.logger.Log(context.Background(), level, msg, slog.String("lock", j.lock), slog.Any("error", err))
+}
+
+// answered notes that Redis answered a give-back: the outage, if any, is
+// over, and the next lock that cannot be given back is warned about.
+func (c *cleaner) answered() {
+	c.mu.Lock()
+	c.outage = false
+	c.mu.Unlock()
 }
 
 // mayHaveRun reports whether a lock-taking request that failed with err
 // may run in Redis all the same: it failed without Redis' answer. An error
 // reply from Redis (MOVED, TRYAGAIN, READONLY, OOM, ...) means it did not
-// run, and a closed client sent nothing. ErrNotReplicated means the lock was
-// taken, and the rollback may not have reached Redis.
+// run, and a closed client sent nothing. Nor did a request that never had
+// a connection: a failed dial (connection refused: Redis is down) or no
+// connection free in the pool (lockmw's writes are never re-sent by the
+// client, so the error is that of the only attempt, see noretry.go).
+// ErrNotReplicated means the lock was taken, and the rollback may not have
+// reached Redis.
 func mayHaveRun(err error) bool {
 	if errors.Is(err, ErrNotReplicated) {
 		return true
 	}
 	var reply redis.Error
-	return !errors.As(err, &reply) && !errors.Is(err, redis.ErrClosed) && !errors.Is(err, ErrClosed)
+	if errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	return !neverSent(err)
+}
+
+// neverSent reports whether err says that the request found no connection
+// to send it on.
+func neverSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
 
 // takeBack hands the cleaner the lock that token may hold on keys, taken by

@@ -75,6 +75,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	warnEviction(l.logger, []redis.UniversalClient{client}, l.closing)
+	warnSlowClient(l.logger, []redis.UniversalClient{client}, l.cfg.ttl)
 	return l, nil
 }
 

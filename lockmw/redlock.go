@@ -92,6 +92,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	warnEviction(l.logger, clients, l.closing)
 	l.id = newToken()[:16]
 	newRedlockWaits(l, b, clients[0])
+	warnSlowClient(l.logger, clients, l.cfg.ttl)
 	return l, nil
 }
 

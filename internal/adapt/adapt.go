@@ -105,10 +105,18 @@ func (h *Hold) Observe(d time.Duration) {
 	}
 }
 
+// FirstWait is the wait Hold.Wait suggests while no hold of the lock's name
+// has been seen, unless the holder's remaining TTL is shorter. It is not
+// the TTL: with the watchdog renewing it, the TTL left says nothing about
+// how soon the lock is released, and a client told to wait a whole TTL
+// (10s by default) for a lock held for milliseconds waits for nothing.
+const FirstWait = time.Second
+
 // Wait estimates how long a request that found the lock busy should wait
 // before retrying: the moving average of the holds observed, bounded by the
 // holder's remaining TTL (left, when known: ok). With no hold observed yet
-// it is the remaining TTL. known is false when neither is known.
+// it is FirstWait, bounded the same way. known is false only when ok is
+// false and no hold has been seen.
 func (h *Hold) Wait(left time.Duration, ok bool) (wait time.Duration, known bool) {
 	h.mu.Lock()
 	avg := h.avg
@@ -119,7 +127,7 @@ func (h *Hold) Wait(left time.Duration, ok bool) (wait time.Duration, known bool
 	case avg > 0:
 		return avg, true
 	case ok && left > 0:
-		return left, true
+		return min(FirstWait, left), true
 	}
 	return 0, false
 }

@@ -21,8 +21,11 @@ func TestHoldWait(t *testing.T) {
 	if _, known := h.Wait(0, false); known {
 		t.Error("an estimate with no holds and no TTL")
 	}
-	if w, _ := h.Wait(3*time.Second, true); w != 3*time.Second {
-		t.Errorf("no holds yet: wait %v, want the remaining TTL", w)
+	if w, _ := h.Wait(10*time.Second, true); w != FirstWait {
+		t.Errorf("no holds yet, 10s left: wait %v, want FirstWait (%v), not the remaining TTL", w, FirstWait)
+	}
+	if w, _ := h.Wait(300*time.Millisecond, true); w != 300*time.Millisecond {
+		t.Errorf("no holds yet, 300ms left: wait %v, want the 300ms left", w)
 	}
 	for range 10 {
 		h.Observe(200 * time.Millisecond)

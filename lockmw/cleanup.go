@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"net"
 	"sync"
 	"time"
 
@@ -40,7 +39,7 @@ import (
 // Only tokens for which no lease was made come here (the acquisition
 // returned an error, or gave the lock back), so the cleaner never releases
 // a live lease's lock; and only those whose request may have reached Redis
-// (mayHaveRun): a request refused a connection (Redis down) took nothing.
+// (mayHaveRun): a request that found no free connection took nothing.
 // A lock the cleaner gives up on is warned about once per outage.
 
 // Cleanup retry parameters.
@@ -260,8 +259,7 @@ func (c *cleaner) answered() {
 // may run in Redis all the same: it failed without Redis' answer. An error
 // reply from Redis (MOVED, TRYAGAIN, READONLY, OOM, ...) means it did not
 // run, and a closed client sent nothing. Nor did a request that never had
-// a connection: a failed dial (connection refused: Redis is down) or no
-// connection free in the pool (lockmw's writes are never re-sent by the
+// a connection: no connection free in the pool (lockmw's writes are never re-sent by the
 // client, so the error is that of the only attempt, see noretry.go).
 // ErrNotReplicated means the lock was taken, and the rollback may not have
 // reached Redis.
@@ -277,12 +275,12 @@ func mayHaveRun(err error) bool {
 }
 
 // neverSent reports whether err says that the request found no connection
-// to send it on.
+// to send it on: no connection free in the pool. A failed dial (Redis
+// down) is still given back: counting it as never sent made the next
+// holder's release fail with a refused dial just after a killed Redis came
+// back (TestConformanceRedis/LostWhenStoreKilled), which is not understood
+// yet; the give-backs an outage makes are warned about once (gaveUp).
 func neverSent(err error) bool {
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return true
-	}
 	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
 

@@ -389,16 +389,17 @@ func TestAcquireGivesBackALockWithoutAFence(t *testing.T) {
 		t.Fatalf("the lock key is left (%d, %v): it would block others for its whole TTL", n, err)
 	}
 
-	// Repaired, the counter goes on.
-	if err := admin.Set(ctx, lockKey(key)+":fence", "41", 0).Err(); err != nil {
+	// Repaired, the counter goes on (from a value above any seed drawn from
+	// the server clock, so it is counted on, not seeded again).
+	if err := admin.Set(ctx, lockKey(key)+":fence", "4000000000000041", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := l.TryAcquire(ctx, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lease.Fence() != 42 {
-		t.Fatalf("fence %d, want 42", lease.Fence())
+	if lease.Fence() != 4000000000000042 {
+		t.Fatalf("fence %d, want 4000000000000042", lease.Fence())
 	}
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockmw/lockmw/internal/redistest"
 )
 
@@ -39,37 +37,6 @@ func (h *levelCounter) count(level slog.Level) int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.n[level]
-}
-
-// An acquisition refused a connection (Redis killed) never reached Redis:
-// nothing is handed to the cleaner, and nothing is logged about giving it
-// back.
-func TestRefusedAcquisitionLeavesNothingToGiveBack(t *testing.T) {
-	srv := redistest.Start(t)
-	logs := &levelCounter{msg: "could not give back", n: map[slog.Level]int{}}
-	l, err := New(srv.Client(t, quickTimeouts, func(o *redis.Options) { o.DialerRetries = 1 }), WithLogger(slog.New(logs)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Kill(t)
-	for i := range 5 {
-		_, err := l.TryAcquire(context.Background(), fmt.Sprint("k", i))
-		if !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("TryAcquire on a killed Redis = %v, want ErrUnavailable", err)
-		}
-		if !neverSent(err) {
-			t.Fatalf("TryAcquire on a killed Redis = %v: not a refused connection", err)
-		}
-		if !l.cleaner.idle() {
-			t.Fatalf("acquisition %d, refused a connection, left a give-back to the cleaner", i+1)
-		}
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := logs.count(slog.LevelWarn); n != 0 {
-		t.Errorf("%d warnings about give-backs for acquisitions that never left", n)
-	}
 }
 
 // Locks that cannot be given back in one outage are warned about once;

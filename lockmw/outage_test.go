@@ -99,7 +99,7 @@ func TestNewWarnsAboutASlowClient(t *testing.T) {
 			case tc.warns && len(got) != 1:
 				t.Errorf("%d warnings, want 1: %q", len(got), got)
 			case tc.warns:
-				for _, want := range []string{"ReadTimeout=", "WriteTimeout=", "retries=", "ttl=", "README, Redis client settings", "MaxRetries: -1"} {
+				for _, want := range []string{"ReadTimeout=", "WriteTimeout=", "retries=", "ttl=", "README, Quickstart", "MaxRetries: -1"} {
 					if !strings.Contains(got[0], want) {
 						t.Errorf("warning %q does not name %q", got[0], want)
 					}

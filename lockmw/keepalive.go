@@ -241,6 +241,32 @@ func (s *renewScheduler) lose(l *Lease, cause *LostError) {
 	s.finishLost([]*Lease{l})
 }
 
+// loseTokens ends, as lost (LostExpired, with why), every held lease whose
+// token is among tokens: a store reported their holdings ended
+// (store.LossNotifier). It only ends leases earlier than their deadline
+// would, so the safety argument is unchanged.
+func (s *renewScheduler) loseTokens(tokens []string, why error) {
+	if len(tokens) == 0 {
+		return
+	}
+	set := make(map[string]bool, len(tokens))
+	for _, t := range tokens {
+		set[t] = true
+	}
+	s.mu.Lock()
+	var lost []*Lease
+	for _, l := range s.queue {
+		if set[l.token] && l.keep.state == stateHeld {
+			lost = append(lost, l)
+		}
+	}
+	for _, l := range lost {
+		s.end(l, &LostError{Key: l.key, Reason: LostExpired, Err: why})
+	}
+	s.mu.Unlock()
+	s.finishLost(lost)
+}
+
 // scheduleRenewal sets l's next event after a confirmed acquisition or
 // renewal sent at sentAt. Caller holds s.mu.
 func (s *renewScheduler) scheduleRenewal(l *Lease, sentAt time.Time) {

@@ -60,6 +60,9 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 		return nil, err
 	}
 	b.prefix = l.cfg.prefix
+	if n, ok := s.(store.LossNotifier); ok {
+		n.NotifyLoss(l.keeper.loseTokens)
+	}
 	if l.cfg.waitReplicas > 0 {
 		_ = l.Close()
 		return nil, fmt.Errorf("%w: WithWaitReplicas waits for Redis replicas; this store replicates on its own: drop the option", ErrInvalidOption)

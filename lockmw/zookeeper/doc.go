@@ -54,8 +54,13 @@
 // The session's changes are followed through go-zookeeper's event callback
 // (its event channel drops events when full) and compared by session id:
 // on expiry every node of the old session is gone, so every lease of it
-// ends with lockmw.ErrLost at its next renewal, if its deadline has not
-// ended it already; a node of an old session is never treated as held.
+// ends with lockmw.ErrLost at the StateExpired event (reason expired,
+// wrapping zk.ErrSessionExpired), if its deadline has not ended it
+// already; a renewal that finds the session gone first ends it the same
+// way. A node of an old session is never treated as held. (An expiry
+// comes before the deadline only when the session was closed or expired
+// early on the server, e.g. closed by another client knowing its
+// password; at the event is then as soon as the client can know.)
 //
 // # Safety: how a lease becomes live
 //

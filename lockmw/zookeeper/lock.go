@@ -20,9 +20,37 @@ import (
 // here.
 
 var (
-	_ store.Store = (*zkStore)(nil)
-	_ store.Queue = (*zkStore)(nil)
+	_ store.Store        = (*zkStore)(nil)
+	_ store.Queue        = (*zkStore)(nil)
+	_ store.LossNotifier = (*zkStore)(nil)
 )
+
+// NotifyLoss registers the Locker's callback for holdings that end with
+// their session (sessionExpired).
+func (s *zkStore) NotifyLoss(lost func(tokens []string, why error)) {
+	s.mu.Lock()
+	s.lost = lost
+	s.mu.Unlock()
+}
+
+// sessionExpired ends, at the StateExpired event, every lease whose node
+// was created in the session old: the server deleted those nodes with the
+// session, so waiting for the next renewal tick to find them gone would
+// leave the leases live after another holder may have the lock.
+func (s *zkStore) sessionExpired(old sessionState) {
+	s.mu.Lock()
+	var tokens []string
+	for token, e := range s.held {
+		if e.sess.id == old.id && e.sess.epoch == old.epoch {
+			tokens = append(tokens, token)
+		}
+	}
+	lost := s.lost
+	s.mu.Unlock()
+	if lost != nil {
+		lost(tokens, errExpired)
+	}
+}
 
 // Acquire creates token's node and keeps it only when it is the first lock
 // node of the parent; otherwise it deletes it again and reports busy.
@@ -243,7 +271,15 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 		path string
 	}
 	var checks []check
+	// gone collects the tokens whose nodes went with their session: they
+	// are reported lost with the expiry as cause (as sessionExpired does),
+	// whichever of the two comes first.
+	var (
+		goneMu sync.Mutex
+		gone   []string
+	)
 	s.mu.Lock()
+	lost := s.lost
 	for i, r := range reqs {
 		e := s.held[r.Token]
 		switch {
@@ -254,6 +290,7 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 				res[i].Err = errNoSession // disconnected: maybe back in time
 			} else {
 				res[i].Ownership = store.Missing // went with its session
+				gone = append(gone, r.Token)
 			}
 		case r.TTL > s.maxTTL(st.timeout):
 			res[i].Err = s.renewTTLErr(r.TTL, st.timeout)
@@ -287,9 +324,12 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 				default:
 				}
 				if !s.tr.same(st) {
+					goneMu.Lock()
 					for _, c := range pending {
 						res[c.i].Ownership = store.Missing
+						gone = append(gone, reqs[c.i].Token)
 					}
+					goneMu.Unlock()
 					return
 				}
 				if err == nil {
@@ -329,6 +369,9 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 		})
 	}
 	wg.Wait()
+	if len(gone) > 0 && lost != nil {
+		lost(gone, errExpired)
+	}
 	return res
 }
 

@@ -40,11 +40,16 @@ type tracker struct {
 	pending struct { // the last connect response read on the wire
 		id      int64
 		timeout time.Duration
+		passwd  []byte
 	}
+	passwd   []byte        // the current session's password (tests close the session with it)
 	expired  int           // sessions the server reported expired
 	changed  chan struct{} // closed and replaced when the session ends or changes
 	hasFirst chan struct{} // closed once the first session is established
 	first    sync.Once
+	// onExpire, set before the connection exists, is called (on its own
+	// goroutine) with the session the server reported expired.
+	onExpire func(old sessionState)
 }
 
 func newTracker() *tracker {
@@ -79,10 +84,17 @@ func (t *tracker) same(st sessionState) bool {
 }
 
 // handshake records a connect response read on the wire.
-func (t *tracker) handshake(id int64, timeout time.Duration) {
+func (t *tracker) handshake(id int64, timeout time.Duration, passwd []byte) {
 	t.mu.Lock()
-	t.pending.id, t.pending.timeout = id, timeout
+	t.pending.id, t.pending.timeout, t.pending.passwd = id, timeout, passwd
 	t.mu.Unlock()
+}
+
+// credentials returns the current session's id and password.
+func (t *tracker) credentials() (int64, []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cur.id, t.passwd
 }
 
 // event is go-zookeeper's event callback. It must not block.
@@ -105,15 +117,20 @@ func (t *tracker) event(ev zk.Event) {
 		} else {
 			t.cur.timeout = p.timeout
 		}
+		t.passwd = p.passwd
 		t.first.Do(func() { close(t.hasFirst) })
 	case zk.StateExpired:
 		t.expired++
 		if t.cur.id != 0 {
+			old := t.cur
 			// The timeout stays: CheckTTL judges TTLs by the last one
 			// granted until the next session's.
 			t.cur = sessionState{timeout: t.cur.timeout, epoch: t.cur.epoch + 1}
 			close(t.changed)
 			t.changed = make(chan struct{})
+			if t.onExpire != nil {
+				go t.onExpire(old) // the callback must not block
+			}
 		}
 	}
 }
@@ -132,8 +149,8 @@ func (t *tracker) dialer(d zk.Dialer) zk.Dialer {
 
 // handshakeConn parses the first frame the server sends on a connection,
 // the connect response: length, protocol version (int32), timeout in ms
-// (int32), session id (int64), password. go-zookeeper reads it whole
-// before anything else, from one goroutine.
+// (int32), session id (int64), password (int32 length, bytes). go-zookeeper
+// reads it whole before anything else, from one goroutine.
 type handshakeConn struct {
 	net.Conn
 	t    *tracker
@@ -145,12 +162,19 @@ func (h *handshakeConn) Read(p []byte) (int, error) {
 	n, err := h.Conn.Read(p)
 	if !h.done && n > 0 {
 		h.buf = append(h.buf, p[:n]...)
-		if len(h.buf) >= 4+16 {
-			h.done = true
-			timeout := time.Duration(int32(binary.BigEndian.Uint32(h.buf[8:12]))) * time.Millisecond
-			id := int64(binary.BigEndian.Uint64(h.buf[12:20]))
-			h.buf = nil
-			h.t.handshake(id, timeout)
+		if len(h.buf) >= 4+20 {
+			plen := int(int32(binary.BigEndian.Uint32(h.buf[20:24])))
+			if plen < 0 || plen > 64 {
+				plen = 0 // not a password: keep none
+			}
+			if len(h.buf) >= 24+plen {
+				h.done = true
+				timeout := time.Duration(int32(binary.BigEndian.Uint32(h.buf[8:12]))) * time.Millisecond
+				id := int64(binary.BigEndian.Uint64(h.buf[12:20]))
+				passwd := append([]byte(nil), h.buf[24:24+plen]...)
+				h.buf = nil
+				h.t.handshake(id, timeout, passwd)
+			}
 		}
 	}
 	return n, err

@@ -319,7 +319,7 @@ func TestSequenceWrapAndSiblings(t *testing.T) {
 func TestCheckTTLBetweenSessions(t *testing.T) {
 	s := newStore(Config{Servers: []string{"unused:1"}, TickTime: zktest.TickTime}, "/")
 	s.conn = &zk.Conn{}
-	s.tr.handshake(42, 3*time.Second)
+	s.tr.handshake(42, 3*time.Second, nil)
 	s.tr.event(zk.Event{Type: zk.EventSession, State: zk.StateHasSession})
 	s.tr.event(zk.Event{Type: zk.EventSession, State: zk.StateExpired})
 	if st := s.tr.now(); st.id != 0 {

@@ -127,6 +127,7 @@ type zkStore struct {
 	noContain bool              // the servers have no container nodes
 	guarded   uint64            // the session epoch whose guard node exists
 	closed    bool
+	lost      func(tokens []string, why error) // the Locker's (store.LossNotifier)
 
 	// hook, set by tests, sees each request's outcome and may replace its
 	// error (as a lost reply would).
@@ -156,6 +157,7 @@ func newStore(cfg Config, root string) *zkStore {
 		held:      make(map[string]*entry),
 		abandoned: make(map[string]*entry),
 	}
+	s.tr.onExpire = s.sessionExpired
 	if s.tick == 0 {
 		s.tick = DefaultTickTime
 	}
@@ -256,6 +258,8 @@ var (
 	errSessionChanged = errors.New("zookeeper: the session ended (expired) during the request")
 	errEntryGone      = errors.New("zookeeper: the lock node is gone")
 	errUnknownCreate  = errors.New("zookeeper: a create's reply was lost and its node was not found; it is given up")
+	// errExpired is why a holding ended at its session's expiry.
+	errExpired = fmt.Errorf("zookeeper: the server expired the session, deleting its lock nodes: %w", zk.ErrSessionExpired)
 )
 
 // do runs one request bounded by ctx, through the test hook.

@@ -16,6 +16,8 @@
 //     predecessor to wait for. Fair waiting needs it.
 //   - FireClaimer: a place for the fire claims of cronlock's Scheduler
 //     (package internal/fireclaim), so that a Scheduler needs no Redis.
+//   - LossNotifier: a way to end leases as soon as the store knows their
+//     holdings ended (a ZooKeeper session expiry).
 //
 // The safety contract every store must keep, on which lockmw's argument
 // rests (see package lockmw's documentation, "Safety"): when Acquire (or
@@ -156,6 +158,17 @@ type FireClaimer interface {
 	// whose requests are bounded by ttl (the Locker's lease TTL: a claim
 	// answered later than that may find its fire over).
 	FireClaims(prefix string, ttl time.Duration) fireclaim.Claims
+}
+
+// LossNotifier is a store that learns on its own that holdings ended
+// before their TTL (a ZooKeeper session expired, and every node of it
+// went): it tells the Locker at once, so that those leases end then rather
+// than at their next renewal.
+type LossNotifier interface {
+	// NotifyLoss registers lost, called once per such event with the
+	// tokens whose holdings ended and why. The Locker registers it before
+	// its first acquisition; lost does not block on the store.
+	NotifyLoss(lost func(tokens []string, why error))
 }
 
 // NewLocker is set by package lockmw: it returns a *lockmw.Locker (as any)

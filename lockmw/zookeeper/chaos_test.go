@@ -9,7 +9,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockmw/lockmw/internal/chaos"
-	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
 	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
@@ -62,7 +61,7 @@ func startZkChaos(t *testing.T, slots int) *chaos.Deployment {
 	adm := admin(t, e.Addrs()...)
 	type link struct {
 		slot, server int
-		p            *redistest.Proxy
+		p            *zktest.Proxy
 	}
 	var links []link
 	addrs := make([][]string, slots)
@@ -77,11 +76,11 @@ func startZkChaos(t *testing.T, slots int) *chaos.Deployment {
 			addrs[s] = append(addrs[s], p.Addr())
 		}
 	}
-	pickLinks := func(env *chaos.FaultEnv) []*redistest.Proxy {
+	pickLinks := func(env *chaos.FaultEnv) []*zktest.Proxy {
 		l := links[env.Rand.IntN(len(links))]
 		if env.Rand.IntN(3) == 0 {
 			env.Note("every link of slot %d", l.slot)
-			var ps []*redistest.Proxy
+			var ps []*zktest.Proxy
 			for _, o := range links {
 				if o.slot == l.slot {
 					ps = append(ps, o.p)
@@ -90,9 +89,9 @@ func startZkChaos(t *testing.T, slots int) *chaos.Deployment {
 			return ps
 		}
 		env.Note("link of slot %d to server %d", l.slot, l.server+1)
-		return []*redistest.Proxy{l.p}
+		return []*zktest.Proxy{l.p}
 	}
-	linkFault := func(name string, min, max time.Duration, inject func(p *redistest.Proxy, env *chaos.FaultEnv)) chaos.Fault {
+	linkFault := func(name string, min, max time.Duration, inject func(p *zktest.Proxy, env *chaos.FaultEnv)) chaos.Fault {
 		return chaos.Fault{Name: name, Run: func(env *chaos.FaultEnv) {
 			ps := pickLinks(env)
 			hold := env.Rand.Duration(min, max)
@@ -122,14 +121,14 @@ func startZkChaos(t *testing.T, slots int) *chaos.Deployment {
 		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return zkResidue(adm) },
 	}
 	d.Faults = []chaos.Fault{
-		linkFault("latency", 200*time.Millisecond, 3*time.Second, func(p *redistest.Proxy, env *chaos.FaultEnv) {
+		linkFault("latency", 200*time.Millisecond, 3*time.Second, func(p *zktest.Proxy, env *chaos.FaultEnv) {
 			lat := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond)
 			env.Note("+%v", lat)
 			p.AddLatency(env.T, lat)
 		}),
 		// Up to longer than the session: the slot's session expires.
-		linkFault("cut", 50*time.Millisecond, 6*time.Second, func(p *redistest.Proxy, env *chaos.FaultEnv) { p.Cut(env.T) }),
-		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *redistest.Proxy, env *chaos.FaultEnv) { p.ResetConnections(env.T) }),
+		linkFault("cut", 50*time.Millisecond, 6*time.Second, func(p *zktest.Proxy, env *chaos.FaultEnv) { p.Cut(env.T) }),
+		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *zktest.Proxy, env *chaos.FaultEnv) { p.ResetConnections(env.T) }),
 		{Name: "pause", Run: func(env *chaos.FaultEnv) {
 			k := 1 + env.Rand.IntN(2)
 			first := env.Rand.IntN(len(servers))

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/lockmw/lockmw/internal/conformance"
-	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
 	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
@@ -39,14 +38,14 @@ func runConformance(t *testing.T, name string, e *zktest.Ensemble) {
 			return zookeeper.New(config(e.Addrs()...), opts...)
 		},
 		NewCuttableLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, func(testing.TB), func(testing.TB), error) {
-			var proxies []*redistest.Proxy
+			var proxies []*zktest.Proxy
 			var addrs []string
 			for _, s := range e.Servers() {
 				p := zktest.StartProxy(t, s)
 				proxies = append(proxies, p)
 				addrs = append(addrs, p.Addr())
 			}
-			all := func(do func(*redistest.Proxy, testing.TB)) func(testing.TB) {
+			all := func(do func(*zktest.Proxy, testing.TB)) func(testing.TB) {
 				return func(t testing.TB) {
 					for _, p := range proxies {
 						do(p, t)
@@ -54,7 +53,7 @@ func runConformance(t *testing.T, name string, e *zktest.Ensemble) {
 				}
 			}
 			l, err := zookeeper.New(config(addrs...), opts...)
-			return l, all((*redistest.Proxy).Cut), all((*redistest.Proxy).Heal), err
+			return l, all((*zktest.Proxy).Cut), all((*zktest.Proxy).Heal), err
 		},
 		Pause:  each((*zktest.Server).Pause),
 		Resume: each((*zktest.Server).Resume),

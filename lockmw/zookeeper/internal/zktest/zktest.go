@@ -1,9 +1,11 @@
 // Package zktest starts real ZooKeeper servers for tests: one server, or an
 // ensemble of n, on free 127.0.0.1 ports, each a JVM in the foreground
 // (org.apache.zookeeper.server.quorum.QuorumPeerMain) with its data under
-// t.TempDir(), killed at t.Cleanup. Faults: Pause (SIGSTOP, returning once
-// every thread has stopped), Resume, Kill, Restart, and a TCP proxy
-// (StartProxy) that cuts one client's link.
+// t.TempDir(), killed at t.Cleanup. It is a launcher on internal/servertest,
+// the one process supervisor of the test kits. Faults: Pause (SIGSTOP,
+// returning once every thread has stopped: a paused server answers
+// nothing), Resume, Kill, Restart, CloseSession (a forced expiry), and a
+// TCP proxy (StartProxy) that cuts one client's link.
 //
 // ZooKeeper comes from the Debian package zookeeper (not zookeeperd, which
 // installs a system service); its jar is found at /usr/share/java, or
@@ -19,17 +21,14 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
 const (
@@ -42,8 +41,6 @@ const (
 	ContainerCheck = 100 * time.Millisecond
 
 	readyTimeout = 60 * time.Second
-	exitTimeout  = 10 * time.Second
-	logCap       = 64 << 10
 )
 
 const installHint = "install Debian's zookeeper package (apt-get install zookeeper; not zookeeperd, " +
@@ -55,32 +52,13 @@ type Ensemble struct {
 	jar     string
 }
 
-// Server is one ZooKeeper server process.
+// Server is one ZooKeeper server process, supervised by servertest.
 type Server struct {
 	e                           *Ensemble
 	id                          int
 	dir                         string
 	clientPort, quorumPort, elP int
-	out                         logBuffer
-
-	mu      sync.Mutex
-	proc    *process
-	stopped bool
-}
-
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
-func (p *process) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
+	proc                        *servertest.Process
 }
 
 // starting admits two ensembles' starts at a time: JVMs starting together
@@ -106,25 +84,26 @@ func StartEnsemble(t testing.TB, n int) *Ensemble {
 		t.Fatalf("zktest: %v", err)
 	}
 	e := &Ensemble{jar: jar}
-	ports, err := freePorts(3 * n)
+	ports, err := servertest.FreePorts(3 * n)
 	if err != nil {
 		t.Fatalf("zktest: free ports: %v", err)
 	}
 	base := t.TempDir()
 	for i := range n {
-		e.servers = append(e.servers, &Server{e: e, id: i + 1, dir: filepath.Join(base, "zk"+strconv.Itoa(i+1)),
-			clientPort: ports[3*i], quorumPort: ports[3*i+1], elP: ports[3*i+2]})
+		s := &Server{e: e, id: i + 1, dir: filepath.Join(base, "zk"+strconv.Itoa(i+1)),
+			clientPort: ports[3*i], quorumPort: ports[3*i+1], elP: ports[3*i+2]}
+		// No Ready check: a server of an ensemble serves only once a
+		// quorum runs, so StartEnsemble launches them all, then waits.
+		s.proc = servertest.New(servertest.Config{Name: "zookeeper " + strconv.Itoa(s.id), Command: s.command})
+		e.servers = append(e.servers, s)
 	}
 	t.Cleanup(e.cleanup)
 	for _, s := range e.servers {
 		if err := s.writeConfig(); err != nil {
 			t.Fatalf("zktest: %v", err)
 		}
-		s.mu.Lock()
-		err := s.launchLocked()
-		s.mu.Unlock()
-		if err != nil {
-			t.Fatalf("zktest: %v", err)
+		if _, err := s.proc.Start(); err != nil {
+			t.Fatalf("zktest: %v\n%s", err, s.proc.Tail())
 		}
 	}
 	for _, s := range e.servers {
@@ -207,38 +186,19 @@ func (s *Server) FourLetter(word string) (string, error) {
 }
 
 // Pause stops the server (SIGSTOP) and returns once every thread of its
-// JVM has stopped: it keeps its sockets but answers nothing until Resume.
+// JVM has stopped (servertest's Pause): it keeps its sockets but answers
+// nothing until Resume.
 func (s *Server) Pause(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.signalLocked(syscall.SIGSTOP); err != nil {
-		t.Fatalf("zktest: Pause %d: %v", s.id, err)
-	}
-	if !canObserveStop {
-		return
-	}
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		stopped, err := processStopped(s.proc.cmd.Process.Pid)
-		switch {
-		case err != nil:
-			t.Fatalf("zktest: Pause %d: %v", s.id, err)
-		case stopped:
-			return
-		case time.Now().After(deadline):
-			t.Fatalf("zktest: Pause %d: not stopped within %v", s.id, readyTimeout)
-		}
-		time.Sleep(time.Millisecond)
+	if err := s.proc.Pause(); err != nil {
+		t.Fatalf("zktest: Pause %d: %v\n%s", s.id, err, s.proc.Tail())
 	}
 }
 
 // Resume undoes Pause (SIGCONT).
 func (s *Server) Resume(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.signalLocked(syscall.SIGCONT); err != nil {
+	if err := s.proc.Resume(); err != nil {
 		t.Fatalf("zktest: Resume %d: %v", s.id, err)
 	}
 }
@@ -247,27 +207,18 @@ func (s *Server) Resume(t testing.TB) {
 // Restart. Killing a server that is not running does nothing.
 func (s *Server) Kill(t testing.TB) {
 	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.killLocked(); err != nil {
+	if err := s.proc.Kill(); err != nil {
 		t.Fatalf("zktest: Kill %d: %v", s.id, err)
 	}
 }
 
 // Restart starts the server again (killing it first if it runs) on the
-// same ports and data, and returns once it answers srvr; when serve is
-// true, once it serves (it has a quorum).
+// same ports and data; when serve is true, it returns once the server
+// serves (it has a quorum).
 func (s *Server) Restart(t testing.TB, serve bool) {
 	t.Helper()
-	s.mu.Lock()
-	err := s.killLocked()
-	if err == nil {
-		fmt.Fprintf(&s.out, "--- zktest: restart of server %d ---\n", s.id)
-		err = s.launchLocked()
-	}
-	s.mu.Unlock()
-	if err != nil {
-		t.Fatalf("zktest: Restart %d: %v", s.id, err)
+	if _, err := s.proc.Restart(); err != nil {
+		t.Fatalf("zktest: Restart %d: %v\n%s", s.id, err, s.proc.Tail())
 	}
 	if !serve {
 		return
@@ -277,24 +228,25 @@ func (s *Server) Restart(t testing.TB, serve bool) {
 	}
 }
 
-// Output returns the tail of the server's output.
-func (s *Server) Output() string { return s.out.String() }
+// Output returns the server's output (the last 256 KiB of it).
+func (s *Server) Output() string { return s.proc.Output() }
 
-// StartProxy starts a TCP proxy to s's client port (redistest's toxiproxy
-// wrapper), stopped at t.Cleanup.
-func StartProxy(t testing.TB, s *Server) *redistest.Proxy {
+// Proxy is a TCP proxy in front of one server's client port
+// (servertest's toxiproxy wrapper): Cut black-holes the link, AddLatency
+// slows replies, ResetConnections resets connections, Heal undoes them.
+type Proxy = servertest.Proxy
+
+// StartProxy starts a TCP proxy to s's client port, stopped at t.Cleanup.
+func StartProxy(t testing.TB, s *Server) *Proxy {
 	t.Helper()
-	return redistest.StartProxy(t, s.Addr())
+	return servertest.StartProxy(t, s.Addr())
 }
 
 func (s *Server) waitServing() error {
 	deadline := time.Now().Add(readyTimeout)
 	var last error
 	for time.Now().Before(deadline) {
-		s.mu.Lock()
-		p := s.proc
-		s.mu.Unlock()
-		if p == nil || p.exited() {
+		if !s.proc.Running() {
 			return errors.New("exited while starting")
 		}
 		if _, err := s.Mode(); err == nil {
@@ -328,81 +280,41 @@ func (s *Server) writeConfig() error {
 	return os.WriteFile(filepath.Join(s.dir, "zoo.cfg"), []byte(b.String()), 0o600)
 }
 
-func (s *Server) launchLocked() error {
-	cmd := exec.Command("java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+// command is the server's command line: the JVM in the foreground.
+func (s *Server) command() (servertest.Command, error) {
+	java, err := javaBinary.Path()
+	if err != nil {
+		return servertest.Command{}, err
+	}
+	return servertest.Command{Path: java, Args: []string{"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
 		"-Dzookeeper.admin.enableServer=false",
-		"-Dznode.container.checkIntervalMs="+strconv.Itoa(int(ContainerCheck.Milliseconds())),
+		"-Dznode.container.checkIntervalMs=" + strconv.Itoa(int(ContainerCheck.Milliseconds())),
 		"-Dznode.container.maxNeverUsedIntervalMs=1000",
-		"-cp", s.e.jar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg"))
-	cmd.Stdout = &s.out
-	cmd.Stderr = &s.out
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting java: %v (%s)", err, installHint)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-	return nil
-}
-
-func (s *Server) signalLocked(sig syscall.Signal) error {
-	if s.stopped {
-		return errors.New("server already stopped by its cleanup")
-	}
-	if s.proc == nil || s.proc.exited() {
-		return errors.New("server is not running")
-	}
-	return syscall.Kill(-s.proc.cmd.Process.Pid, sig)
-}
-
-func (s *Server) killLocked() error {
-	p := s.proc
-	if p == nil {
-		return nil
-	}
-	s.proc = nil
-	if !p.exited() {
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		_ = p.cmd.Process.Kill()
-	}
-	select {
-	case <-p.done:
-		return nil
-	case <-time.After(exitTimeout):
-		return fmt.Errorf("pid %d did not exit within %v of SIGKILL", p.cmd.Process.Pid, exitTimeout)
-	}
+		"-cp", s.e.jar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg")}}, nil
 }
 
 func (e *Ensemble) cleanup() {
 	for _, s := range e.servers {
-		s.mu.Lock()
-		_ = s.killLocked()
-		s.stopped = true
-		s.mu.Unlock()
+		_ = s.proc.Stop()
 	}
 }
 
 func (e *Ensemble) tails() string {
 	var b strings.Builder
 	for _, s := range e.servers {
-		out := s.out.String()
-		if len(out) > 4000 {
-			out = out[len(out)-4000:]
-		}
-		fmt.Fprintf(&b, "--- server %d output ---\n%s\n", s.id, out)
+		b.WriteString(s.proc.Tail())
+		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
+// javaBinary is the JVM that runs the servers.
+var javaBinary = servertest.Binary{Name: "java", Hint: installHint}
+
 // findJar returns the ZooKeeper server jar.
 func findJar() (string, error) {
-	if _, err := exec.LookPath("java"); err != nil {
-		return "", errors.New("java not found on PATH: " + installHint)
+	if _, err := javaBinary.Path(); err != nil {
+		return "", err
 	}
 	jar := os.Getenv("LOCKMW_ZOOKEEPER_JAR")
 	if jar == "" {
@@ -412,39 +324,4 @@ func findJar() (string, error) {
 		return "", fmt.Errorf("%s: %v: %s", jar, err, installHint)
 	}
 	return jar, nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// logBuffer keeps the last logCap bytes of a server's output.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - logCap; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }

@@ -25,3 +25,17 @@ func TestEnsembleLeaderKill(t *testing.T) {
 		t.Fatalf("restarted leader: mode %q, %v", m, err)
 	}
 }
+
+// A paused server answers nothing until Resume: Pause returns once the JVM
+// has stopped, not when SIGSTOP is queued.
+func TestPauseMeansStopped(t *testing.T) {
+	s := zktest.Start(t)
+	s.Pause(t)
+	if out, err := s.FourLetter("ruok"); err == nil && out != "" {
+		t.Fatalf("the paused server answered ruok: %q", out)
+	}
+	s.Resume(t)
+	if out, err := s.FourLetter("ruok"); err != nil || out != "imok\n" {
+		t.Fatalf("after Resume: ruok answered %q, %v", out, err)
+	}
+}

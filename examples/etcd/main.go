@@ -6,8 +6,14 @@
 //
 // It needs a running etcd, named by ETCD_ENDPOINTS (comma-separated):
 //
-//	etcd --data-dir /tmp/lockmw-etcd &    # Debian: apt-get install etcd-server
+//	make etcd                              # builds etcd 3.6 into .bin/etcd
+//	.bin/etcd --data-dir /tmp/lockmw-etcd &
 //	ETCD_ENDPOINTS=localhost:2379 go run ./examples/etcd
+//
+// Use etcd 3.5 or 3.6 (`make etcd`, or a release from
+// https://github.com/etcd-io/etcd/releases), not Debian's etcd-server
+// package: its 3.4.23 has etcd issue 15247 (a deposed leader can revoke a
+// lease early), which lockmw's validity argument does not survive.
 //
 // The example is a module of its own, listed in the repository's go.work,
 // so that the lockmw module does not depend on the etcd client.
@@ -15,17 +21,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/lockmw/lockmw/internal/storedemo"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 )
@@ -34,10 +38,13 @@ func main() {
 	eps := os.Getenv("ETCD_ENDPOINTS")
 	if eps == "" {
 		fmt.Fprint(os.Stderr, `ETCD_ENDPOINTS is not set: this example needs a running etcd.
-Start one (Debian: apt-get install etcd-server; or a release from
-https://github.com/etcd-io/etcd/releases), for example:
+Start etcd 3.5 or 3.6: in this repository, make etcd builds 3.6 into
+.bin/etcd (or take a release from https://github.com/etcd-io/etcd/releases;
+not Debian's etcd-server package, whose 3.4.23 has etcd issue 15247, a
+lease revoked early). For example:
 
-	etcd --data-dir /tmp/lockmw-etcd &
+	make etcd
+	.bin/etcd --data-dir /tmp/lockmw-etcd &
 	ETCD_ENDPOINTS=localhost:2379 go run ./examples/etcd
 `)
 		os.Exit(2)
@@ -49,7 +56,7 @@ https://github.com/etcd-io/etcd/releases), for example:
 }
 
 func run(endpoints []string) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	logger := storedemo.Logger()
 	ctx := context.Background()
 	var lockers []*lockmw.Locker
 	for range 2 {
@@ -65,58 +72,5 @@ func run(endpoints []string) error {
 		defer l.Close()
 		lockers = append(lockers, l)
 	}
-
-	fmt.Println("== Act 1: two instances take turns, in arrival order")
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for i, l := range lockers {
-		wg.Go(func() {
-			for range 3 {
-				err := l.Do(ctx, "report:daily", func(ctx context.Context) error {
-					lease := ctx // the lease context: it ends if the lock is lost
-					fmt.Printf("instance-%c holds report:daily\n", 'a'+i)
-					select {
-					case <-time.After(50 * time.Millisecond):
-						return nil
-					case <-lease.Done():
-						return context.Cause(lease)
-					}
-				}, lockmw.Fair(), lockmw.WithWait(30*time.Second))
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-
-	fmt.Println()
-	fmt.Println("== Act 2: a lease without renewal expires, and its holder notices first")
-	a, b := lockers[0], lockers[1]
-	lease, err := a.Acquire(ctx, "payment:7", lockmw.WithLeaseTTL(2*time.Second), lockmw.WithoutWatchdog())
-	if err != nil {
-		return err
-	}
-	fmt.Printf("instance-a holds payment:7 (fence %d, 2s lease, no watchdog)\n", lease.Fence())
-	next, err := b.Acquire(ctx, "payment:7", lockmw.WithWait(30*time.Second))
-	if err != nil {
-		return err
-	}
-	defer next.Release(ctx)
-	select {
-	case <-lease.Context().Done():
-		fmt.Printf("instance-a's lease context ended before instance-b got the lock: %v\n", context.Cause(lease.Context()))
-	default:
-		return errors.New("instance-b got the lock while instance-a's lease was live")
-	}
-	fmt.Printf("instance-b holds payment:7 with fence %d > %d: a store fencing writes rejects instance-a's\n", next.Fence(), lease.Fence())
-	if err := lease.Release(ctx); errors.Is(err, lockmw.ErrLost) {
-		fmt.Println("instance-a's Release says:", err)
-	}
-	return nil
+	return storedemo.Run(ctx, lockers[0], lockers[1])
 }

@@ -17,14 +17,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/internal/storedemo"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
 )
@@ -48,7 +46,7 @@ Start one (Debian: apt-get install zookeeper), for example:
 }
 
 func run(servers []string) error {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	logger := storedemo.Logger()
 	ctx := context.Background()
 	var lockers []*lockmw.Locker
 	for range 2 {
@@ -60,58 +58,5 @@ func run(servers []string) error {
 		defer l.Close()
 		lockers = append(lockers, l)
 	}
-
-	fmt.Println("== Act 1: two instances take turns, in arrival order")
-	var wg sync.WaitGroup
-	errs := make(chan error, 2)
-	for i, l := range lockers {
-		wg.Go(func() {
-			for range 3 {
-				err := l.Do(ctx, "report:daily", func(ctx context.Context) error {
-					lease := ctx // the lease context: it ends if the lock is lost
-					fmt.Printf("instance-%c holds report:daily\n", 'a'+i)
-					select {
-					case <-time.After(50 * time.Millisecond):
-						return nil
-					case <-lease.Done():
-						return context.Cause(lease)
-					}
-				}, lockmw.Fair(), lockmw.WithWait(30*time.Second))
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-
-	fmt.Println()
-	fmt.Println("== Act 2: a lease without renewal expires, and its holder notices first")
-	a, b := lockers[0], lockers[1]
-	lease, err := a.Acquire(ctx, "payment:7", lockmw.WithLeaseTTL(2*time.Second), lockmw.WithoutWatchdog())
-	if err != nil {
-		return err
-	}
-	fmt.Printf("instance-a holds payment:7 (fence %d, 2s lease, no watchdog)\n", lease.Fence())
-	next, err := b.Acquire(ctx, "payment:7", lockmw.WithWait(30*time.Second))
-	if err != nil {
-		return err
-	}
-	defer next.Release(ctx)
-	select {
-	case <-lease.Context().Done():
-		fmt.Printf("instance-a's lease context ended before instance-b got the lock: %v\n", context.Cause(lease.Context()))
-	default:
-		return errors.New("instance-b got the lock while instance-a's lease was live")
-	}
-	fmt.Printf("instance-b holds payment:7 with fence %d > %d: a store fencing writes rejects instance-a's\n", next.Fence(), lease.Fence())
-	if err := lease.Release(ctx); errors.Is(err, lockmw.ErrLost) {
-		fmt.Println("instance-a's Release says:", err)
-	}
-	return nil
+	return storedemo.Run(ctx, lockers[0], lockers[1])
 }

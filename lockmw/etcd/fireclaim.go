@@ -39,19 +39,10 @@ type claims struct {
 }
 
 // record is the value of a claim or run record.
-type record struct {
-	Fire  int64  `json:"fire"` // unix ms
-	By    string `json:"by"`
-	Token string `json:"token,omitempty"` // claim records only
-}
+type record = fireclaim.Record
 
 func (c *claims) claimKey(job string) string { return c.prefix + "%cronfire%" + escape(job) }
 func (c *claims) runKey(job string) string   { return c.prefix + "%cronrun%" + escape(job) }
-
-// maxClaimTries bounds the transactions of one claim; each retry means
-// another claim, of an earlier fire, landed between the read and the
-// write.
-const maxClaimTries = 16
 
 // Claim raises the job's record to at if it holds an earlier fire (or
 // none), in a transaction that puts the new record only if the record's
@@ -65,64 +56,42 @@ const maxClaimTries = 16
 // A failed compare returns the record as it is now (the Else branch), so
 // no try needs a separate read. A transaction the client replayed
 // after it was applied fails its compare and finds its own token in the
-// record: the claim won.
+// record: the claim won (fireclaim.Raise's loop).
 func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance string) (fireclaim.Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.ttl)
 	defer cancel()
-	token, err := fireclaim.NewToken()
-	if err != nil {
-		return fireclaim.Claim{}, err
-	}
 	key := c.claimKey(job)
-	ms := at.UnixMilli()
-	val, err := json.Marshal(record{Fire: ms, By: instance, Token: token})
-	if err != nil {
-		return fireclaim.Claim{}, err
-	}
 	// The first try assumes no record; if there is one, its failed
 	// compare returns it.
 	var kvs []*mvccpb.KeyValue
-	for range maxClaimTries {
-		var cur record
-		var modRev int64
+	read := func(context.Context) (fireclaim.State, error) {
+		var st fireclaim.State
 		if len(kvs) > 0 {
-			if err := json.Unmarshal(kvs[0].Value, &cur); err != nil {
-				return fireclaim.Claim{}, claimErr(job, at, fmt.Errorf("%w: %q: %v", errBadRecord, kvs[0].Value, err))
+			if err := json.Unmarshal(kvs[0].Value, &st.Record); err != nil {
+				return st, fmt.Errorf("%w: %q: %v", errBadRecord, kvs[0].Value, err)
 			}
-			modRev = kvs[0].ModRevision
+			st.Version, st.Exists = kvs[0].ModRevision, kvs[0].ModRevision != 0
 		}
-		prev := fireclaim.Claim{By: cur.By}
-		if modRev != 0 {
-			prev.Fire = time.UnixMilli(cur.Fire)
-		}
-		if modRev != 0 && cur.Fire >= ms {
-			// Refused, unless the record is this claim's own, applied by
-			// a replay.
-			prev.Won = cur.Token == token
-			return prev, nil
-		}
+		return st, nil
+	}
+	set := func(ctx context.Context, val []byte, cur fireclaim.State) (bool, error) {
 		txn, err := c.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.Version)).
 			Then(clientv3.OpPut(key, string(val))).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
-			return fireclaim.Claim{}, claimErr(job, at, err)
+			return false, err
 		}
-		if txn.Succeeded {
-			prev.Won = true
-			return prev, nil
+		if !txn.Succeeded {
+			kvs = txn.Responses[0].GetResponseRange().Kvs
 		}
-		kvs = txn.Responses[0].GetResponseRange().Kvs
+		return txn.Succeeded, nil
 	}
-	return fireclaim.Claim{}, claimErr(job, at, errors.New("the record kept changing under the claim"))
+	return fireclaim.Raise(ctx, job, at, instance, read, set)
 }
 
 var errBadRecord = errors.New("unreadable claim record")
-
-func claimErr(job string, at time.Time, err error) error {
-	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
-}
 
 // Running puts the run record.
 func (c *claims) Running(ctx context.Context, job string, at time.Time, instance string) error {

@@ -37,16 +37,10 @@ type claims struct {
 }
 
 // record is the data of a claim or run record.
-type record struct {
-	Fire  int64  `json:"fire"` // unix ms
-	By    string `json:"by"`
-	Token string `json:"token,omitempty"` // claim records only
-}
+type record = fireclaim.Record
 
 func (c *claims) claimPath(job string) string { return c.prefix + "%cronfire%" + escape(job) }
 func (c *claims) runPath(job string) string   { return c.prefix + "%cronrun%" + escape(job) }
-
-const maxClaimTries = 16
 
 // read returns the record at p and its version; version -1 when there is
 // none.
@@ -80,55 +74,33 @@ func (c *claims) read(ctx context.Context, p string) (record, int32, error) {
 // that of several claims of one fire only the first to land finds an
 // earlier fire; the others' versions are stale, and their re-read finds
 // that fire. A write whose reply was lost is read back: the record
-// carrying this claim's token means it won.
+// carrying this claim's token means it won (fireclaim.Raise's loop).
 func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance string) (fireclaim.Claim, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.ttl)
 	defer cancel()
-	token, err := fireclaim.NewToken()
-	if err != nil {
-		return fireclaim.Claim{}, err
-	}
 	p := c.claimPath(job)
-	ms := at.UnixMilli()
-	val, err := json.Marshal(record{Fire: ms, By: instance, Token: token})
-	if err != nil {
-		return fireclaim.Claim{}, err
-	}
-	for range maxClaimTries {
+	read := func(ctx context.Context) (fireclaim.State, error) {
 		cur, version, err := c.read(ctx, p)
-		if err != nil {
-			return fireclaim.Claim{}, claimErr(job, at, err)
-		}
-		prev := fireclaim.Claim{By: cur.By}
-		if version >= 0 {
-			prev.Fire = time.UnixMilli(cur.Fire)
-			if cur.Fire >= ms {
-				prev.Won = cur.Token == token // this claim's own write, read back
-				return prev, nil
-			}
-		}
-		_, err = c.s.do(ctx, "set", p, func() error {
-			if version < 0 {
+		return fireclaim.State{Record: cur, Version: int64(version), Exists: version >= 0}, err
+	}
+	set := func(ctx context.Context, val []byte, cur fireclaim.State) (bool, error) {
+		_, err := c.s.do(ctx, "set", p, func() error {
+			if !cur.Exists {
 				_, err := c.s.conn.Create(p, val, 0, c.s.acl)
 				return err
 			}
-			_, err := c.s.conn.Set(p, val, version)
+			_, err := c.s.conn.Set(p, val, int32(cur.Version))
 			return err
 		})
 		switch {
 		case err == nil:
-			prev.Won = true
-			return prev, nil
+			return true, nil
 		case errors.Is(err, zk.ErrNodeExists), errors.Is(err, zk.ErrBadVersion), !definite(err) && ctx.Err() == nil:
-			continue // another claim landed first, or the reply was lost: read again
+			return false, nil // another claim landed first, or the reply was lost: read again
 		}
-		return fireclaim.Claim{}, claimErr(job, at, err)
+		return false, err
 	}
-	return fireclaim.Claim{}, claimErr(job, at, errors.New("the record kept changing under the claim"))
-}
-
-func claimErr(job string, at time.Time, err error) error {
-	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
+	return fireclaim.Raise(ctx, job, at, instance, read, set)
 }
 
 // Running writes the run record.

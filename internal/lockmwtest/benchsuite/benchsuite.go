@@ -1,0 +1,169 @@
+// Package benchsuite is the benchmark harness of lockmw on a store beside
+// that store's own lock recipe (etcd's concurrency.Mutex, go-zookeeper's
+// zk.Lock), in the same run on the same servers: one goroutine taking and
+// releasing a free lock (Uncontended), and Contenders independent clients
+// taking turns on one key (Contended). Each store's bench_test.go says
+// what it compares (Kinds) and how to count the requests its servers
+// received.
+package benchsuite
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// Mutex is one lock implementation under benchmark: Lock returns an
+// unlock function.
+type Mutex interface {
+	Lock(ctx context.Context, key string) (unlock func(), err error)
+}
+
+// Locker is a lockmw Locker as a Mutex, acquiring with Opts.
+type Locker struct {
+	L    *lockmw.Locker
+	Opts []lockmw.AcquireOption
+}
+
+// Lock acquires key and returns the lease's release.
+func (m Locker) Lock(ctx context.Context, key string) (func(), error) {
+	lease, err := m.L.Acquire(ctx, key, m.Opts...)
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = lease.Release(ctx) }, nil
+}
+
+// Kind is one implementation compared: New returns a Mutex on a client of
+// its own (as one process would have), closed at tb's cleanup.
+type Kind struct {
+	Name string
+	New  func(tb testing.TB) Mutex
+}
+
+// Contention: Contenders independent Mutexes take turns on one key, each
+// holding it HoldFor.
+const (
+	Contenders = 16
+	HoldFor    = 2 * time.Millisecond
+)
+
+// Uncontended runs one sub-benchmark per kind: one goroutine taking and
+// releasing a free lock; ns/op is one lock and unlock, and ops/s is
+// reported too.
+func Uncontended(b *testing.B, kinds []Kind) {
+	for _, k := range kinds {
+		b.Run(k.Name, func(b *testing.B) {
+			m := k.New(b)
+			ctx := context.Background()
+			b.ResetTimer()
+			start := time.Now()
+			for range b.N {
+				unlock, err := m.Lock(ctx, "free")
+				if err != nil {
+					b.Fatal(err)
+				}
+				unlock()
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+		})
+	}
+}
+
+// Contended runs one sub-benchmark per kind, Contenders Mutexes of it on
+// the key "contended-"+name (see Measure).
+func Contended(b *testing.B, kinds []Kind, requests func(tb testing.TB) int64) {
+	for _, k := range kinds {
+		b.Run(k.Name, func(b *testing.B) {
+			var ms []Mutex
+			for range Contenders {
+				ms = append(ms, k.New(b))
+			}
+			Measure(b, ms, "contended-"+k.Name, requests)
+		})
+	}
+}
+
+// Measure has ms take turns on key, b.N acquisitions in all (after a
+// warm-up of one per Mutex), and reports:
+//
+//   - acq/s: acquisitions per second across all contenders;
+//   - util: the share of wall time some contender was inside the critical
+//     section;
+//   - wait-p99-ms: the 99th percentile of the time a lock call took;
+//   - reqs/acq: what requests counts (the requests the servers received)
+//     per acquisition.
+func Measure(b *testing.B, ms []Mutex, key string, requests func(tb testing.TB) int64) {
+	Run(b, ms, key, len(ms))
+	reqs := requests(b)
+	b.ResetTimer()
+	r := Run(b, ms, key, b.N)
+	b.StopTimer()
+	reqs = requests(b) - reqs
+	b.ReportMetric(float64(r.N)/r.Wall.Seconds(), "acq/s")
+	b.ReportMetric(r.Util, "util")
+	b.ReportMetric(float64(r.P99)/float64(time.Millisecond), "wait-p99-ms")
+	b.ReportMetric(float64(reqs)/float64(r.N), "reqs/acq")
+}
+
+// Result is one contended run.
+type Result struct {
+	N    int           // acquisitions
+	Wall time.Duration // from the start to the last release
+	Util float64       // share of Wall some contender held the lock
+	P99  time.Duration // 99th percentile of a lock call's duration
+}
+
+// Run has every Mutex of ms take key, holding it HoldFor each time, until
+// n acquisitions are done in all. A failed lock call is reported with
+// tb.Error and ends that contender.
+func Run(tb testing.TB, ms []Mutex, key string, n int) Result {
+	ctx := context.Background()
+	var (
+		mu    sync.Mutex
+		left  = n
+		held  time.Duration
+		waits []time.Duration
+		wg    sync.WaitGroup
+	)
+	start := time.Now()
+	for _, m := range ms {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if left == 0 {
+					mu.Unlock()
+					return
+				}
+				left--
+				mu.Unlock()
+				t0 := time.Now()
+				unlock, err := m.Lock(ctx, key)
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+				t1 := time.Now()
+				time.Sleep(HoldFor)
+				t2 := time.Now()
+				unlock()
+				mu.Lock()
+				waits = append(waits, t1.Sub(t0))
+				held += t2.Sub(t1)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	slices.Sort(waits)
+	r := Result{N: len(waits), Wall: wall, Util: held.Seconds() / wall.Seconds()}
+	if len(waits) > 0 {
+		r.P99 = waits[min(len(waits)-1, len(waits)*99/100)]
+	}
+	return r
+}

@@ -1,0 +1,84 @@
+// Package storedemo is the demonstration shared by the examples of lockmw
+// on a store other than Redis (examples/etcd, examples/zookeeper): each
+// makes two Lockers on clients of their own, as two processes would have,
+// and calls Run. It uses only lockmw, so that it adds no requirement to
+// the module; nothing but those examples imports it.
+package storedemo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// Logger is the Lockers' logger: errors only, so that the demo's output
+// stays its own.
+func Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
+
+// Run plays the demo on two Lockers of one store: they take turns on one
+// lock in arrival order (Fair), each holding with a fence that rises from
+// one holder to the next; then a holder whose lease is not renewed learns
+// through its lease context that the lock expired, before the other
+// instance takes over.
+func Run(ctx context.Context, a, b *lockmw.Locker) error {
+	fmt.Println("== Act 1: two instances take turns, in arrival order")
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for i, l := range []*lockmw.Locker{a, b} {
+		wg.Go(func() {
+			for range 3 {
+				err := l.Do(ctx, "report:daily", func(ctx context.Context) error {
+					lease := ctx // the lease context: it ends if the lock is lost
+					fmt.Printf("instance-%c holds report:daily\n", 'a'+i)
+					select {
+					case <-time.After(50 * time.Millisecond):
+						return nil
+					case <-lease.Done():
+						return context.Cause(lease)
+					}
+				}, lockmw.Fair(), lockmw.WithWait(30*time.Second))
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+
+	fmt.Println()
+	fmt.Println("== Act 2: a lease without renewal expires, and its holder notices first")
+	lease, err := a.Acquire(ctx, "payment:7", lockmw.WithLeaseTTL(2*time.Second), lockmw.WithoutWatchdog())
+	if err != nil {
+		return err
+	}
+	fmt.Printf("instance-a holds payment:7 (fence %d, 2s lease, no watchdog)\n", lease.Fence())
+	next, err := b.Acquire(ctx, "payment:7", lockmw.WithWait(30*time.Second))
+	if err != nil {
+		return err
+	}
+	defer next.Release(ctx)
+	select {
+	case <-lease.Context().Done():
+		fmt.Printf("instance-a's lease context ended before instance-b got the lock: %v\n", context.Cause(lease.Context()))
+	default:
+		return errors.New("instance-b got the lock while instance-a's lease was live")
+	}
+	fmt.Printf("instance-b holds payment:7 with fence %d > %d: a store fencing writes rejects instance-a's\n", next.Fence(), lease.Fence())
+	if err := lease.Release(ctx); errors.Is(err, lockmw.ErrLost) {
+		fmt.Println("instance-a's Release says:", err)
+	}
+	return nil
+}

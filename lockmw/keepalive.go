@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,7 @@ type keepState struct {
 // timer, however many leases there are.
 type renewScheduler struct {
 	backend backend
+	store   string // the store's name in messages; "" on Redis (see named)
 	tel     *telemetry
 	logger  *slog.Logger
 	drift   func(ttl time.Duration) time.Duration
@@ -224,7 +226,7 @@ func (s *renewScheduler) deadlineLost(l *Lease) *LostError {
 	}
 	why := k.lastErr
 	if why == nil && k.inflight {
-		why = errRenewalUnanswered
+		why = s.named(errRenewalUnanswered)
 	}
 	return &LostError{Key: l.key, Reason: reason, Err: why}
 }
@@ -455,7 +457,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 		case r.ownership == owned && !checked.Before(k.deadline):
 			// Confirmed, but only once the deadline had passed (its timer
 			// is late): the lease ended there, and is not revived.
-			s.end(l, &LostError{Key: l.key, Reason: LostDeadline, Err: errRenewalLate})
+			s.end(l, &LostError{Key: l.key, Reason: LostDeadline, Err: s.named(errRenewalLate)})
 			lost = append(lost, l)
 		case r.ownership == owned:
 			ok++
@@ -504,6 +506,28 @@ var errRenewalUnanswered = errors.New("the store (Redis, etcd) has not answered 
 // errRenewalLate explains a deadline that passed before the store's
 // confirmation of a renewal came in.
 var errRenewalLate = errors.New("the store (Redis, etcd) confirmed the last renewal only after the validity deadline")
+
+// named returns err (errRenewalUnanswered or errRenewalLate) naming the
+// Locker's store where the store says its name (store.Named): "the store
+// (Redis, etcd)" becomes, say, "ZooKeeper". errors.Is still finds err.
+func (s *renewScheduler) named(err error) error {
+	if s.store == "" {
+		return err
+	}
+	return &storeNamed{name: s.store, err: err}
+}
+
+// storeNamed is an error of the scheduler's with the store named.
+type storeNamed struct {
+	name string
+	err  error
+}
+
+func (e *storeNamed) Error() string {
+	return strings.Replace(e.err.Error(), "the store (Redis, etcd)", e.name, 1)
+}
+
+func (e *storeNamed) Unwrap() error { return e.err }
 
 // errConfirmedLate explains a lease handed over early whose hand-over was
 // confirmed only after its validity deadline.

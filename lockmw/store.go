@@ -60,6 +60,11 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 		return nil, err
 	}
 	b.prefix = l.cfg.prefix
+	if n, ok := s.(store.Named); ok {
+		l.keeper.mu.Lock()
+		l.keeper.store = n.Name()
+		l.keeper.mu.Unlock()
+	}
 	if n, ok := s.(store.LossNotifier); ok {
 		n.NotifyLoss(l.keeper.loseTokens)
 	}

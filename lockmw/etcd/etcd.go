@@ -781,6 +781,9 @@ func (s *etcdStore) WaitFree(ctx context.Context, k store.Key, seen int64) error
 	}
 }
 
+// Name is the store's name in the Locker's messages.
+func (s *etcdStore) Name() string { return "etcd" }
+
 // Close revokes the store's shared leases, deleting whatever keys are
 // left under them (queue entries being given up, keys of failed requests),
 // within a second.

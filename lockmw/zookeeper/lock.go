@@ -23,7 +23,11 @@ var (
 	_ store.Store        = (*zkStore)(nil)
 	_ store.Queue        = (*zkStore)(nil)
 	_ store.LossNotifier = (*zkStore)(nil)
+	_ store.Named        = (*zkStore)(nil)
 )
+
+// Name is the store's name in the Locker's messages.
+func (s *zkStore) Name() string { return "ZooKeeper" }
 
 // NotifyLoss registers the Locker's callback for holdings that end with
 // their session (sessionExpired).

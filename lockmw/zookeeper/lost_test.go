@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +89,32 @@ func newLockerAt(t testing.TB, addrs ...string) *lockmw.Locker {
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// A lease whose renewal ZooKeeper never answers ends at its deadline, and
+// its cause names ZooKeeper, not "the store (Redis, etcd)".
+func TestDeadlineLossNamesZooKeeper(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	p := zktest.StartProxy(t, srv)
+	l := newLockerAt(t, p.Addr())
+	lease, err := l.Acquire(context.Background(), "named")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut(t)
+	defer p.Heal(t)
+	select {
+	case <-lease.Context().Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lease is still live 30s after its link was cut")
+	}
+	cause := context.Cause(lease.Context())
+	var le *lockmw.LostError
+	if !errors.As(cause, &le) || le.Reason != lockmw.LostDeadline {
+		t.Fatalf("lease ended with %v, want ErrLost at its deadline", cause)
+	}
+	if msg := cause.Error(); !strings.Contains(strings.ToLower(msg), "zookeeper") || strings.Contains(msg, "Redis") {
+		t.Fatalf("the loss message %q does not name ZooKeeper alone", msg)
+	}
 }

@@ -18,6 +18,7 @@
 //     (package internal/fireclaim), so that a Scheduler needs no Redis.
 //   - LossNotifier: a way to end leases as soon as the store knows their
 //     holdings ended (a ZooKeeper session expiry).
+//   - Named: the store's name, for the Locker's messages about it.
 //
 // The safety contract every store must keep, on which lockmw's argument
 // rests (see package lockmw's documentation, "Safety"): when Acquire (or
@@ -169,6 +170,12 @@ type LossNotifier interface {
 	// tokens whose holdings ended and why. The Locker registers it before
 	// its first acquisition; lost does not block on the store.
 	NotifyLoss(lost func(tokens []string, why error))
+}
+
+// Named is a store that names itself ("etcd", "ZooKeeper") in the Locker's
+// messages about it, such as a renewal it has not answered.
+type Named interface {
+	Name() string
 }
 
 // NewLocker is set by package lockmw: it returns a *lockmw.Locker (as any)

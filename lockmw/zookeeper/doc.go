@@ -126,5 +126,24 @@
 // claims the fires of its jobs in ZooKeeper: per job J, the persistent node
 // R+P+"%cronfire%"+J holds the highest fire claimed, and R+P+"%cronrun%"+J
 // the run last started. A claim is a SetData at the version read (a create
-// when there is none): a compare-and-set.
+// when there is none): a compare-and-set (internal/fireclaim's Raise loop,
+// shared with etcd).
+//
+// Lifetime: where the servers have TTL nodes (the server property
+// zookeeper.extendedTypesEnabled=true; off by default), both records are
+// created as TTL nodes, which the server deletes once they have not been
+// written for Config.ClaimRetention (default lockmw.DefaultRetention, 24
+// h); every claim and run rewrites them. Elsewhere (the store notices the
+// server's "unimplemented" answer) they are persistent: one pair of small
+// nodes per job, never deleted, since nothing else could delete them
+// safely. Safety: a record deleted after the retention no longer refuses
+// a claim of a fire at or before the one it recorded, so a fire would run
+// twice only if an instance claimed it a whole retention after the last
+// claim of the job; claims are made at their fire time and each is
+// bounded by the Locker's TTL, so only an instance whose timer fired that
+// late could. Orphaned and unsettled claims are not reported across a
+// record's expiry either. Keep the retention far above any timer delay
+// and above the longest period between a job's fires that should report
+// gaps (a job firing less often than the retention starts afresh each
+// time, which is safe: every new fire is later than any recorded).
 package zookeeper

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
+	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -27,13 +29,18 @@ var _ store.FireClaimer = (*zkStore)(nil)
 
 // FireClaims returns the claims of a Locker with prefix.
 func (s *zkStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims {
-	return &claims{s: s, prefix: s.root + escape(prefix), ttl: ttl}
+	retention := s.cfg.ClaimRetention
+	if retention == 0 {
+		retention = lockmw.DefaultRetention
+	}
+	return &claims{s: s, prefix: s.root + escape(prefix), ttl: ttl, retention: retention}
 }
 
 type claims struct {
-	s      *zkStore
-	prefix string
-	ttl    time.Duration
+	s         *zkStore
+	prefix    string
+	ttl       time.Duration
+	retention time.Duration // of the records, where the servers have TTL nodes
 }
 
 // record is the data of a claim or run record.
@@ -86,8 +93,7 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 	set := func(ctx context.Context, val []byte, cur fireclaim.State) (bool, error) {
 		_, err := c.s.do(ctx, "set", p, func() error {
 			if !cur.Exists {
-				_, err := c.s.conn.Create(p, val, 0, c.s.acl)
-				return err
+				return c.create(p, val)
 			}
 			_, err := c.s.conn.Set(p, val, int32(cur.Version))
 			return err
@@ -115,7 +121,7 @@ func (c *claims) Running(ctx context.Context, job string, at time.Time, instance
 	_, err = c.s.do(ctx, "set", p, func() error {
 		_, err := c.s.conn.Set(p, val, -1)
 		if errors.Is(err, zk.ErrNoNode) {
-			_, err = c.s.conn.Create(p, val, 0, c.s.acl)
+			err = c.create(p, val)
 			if errors.Is(err, zk.ErrNodeExists) {
 				_, err = c.s.conn.Set(p, val, -1)
 			}
@@ -134,4 +140,24 @@ func (c *claims) Runner(ctx context.Context, job string) (time.Time, string, err
 		return time.Time{}, "", err
 	}
 	return time.UnixMilli(r.Fire), r.By, nil
+}
+
+// create creates the record p with val: a TTL node, which the server
+// deletes once it has not been written for the retention, where the
+// servers have TTL nodes; a persistent node elsewhere.
+func (c *claims) create(p string, val []byte) error {
+	c.s.mu.Lock()
+	noTTL := c.s.noTTL
+	c.s.mu.Unlock()
+	if !noTTL {
+		_, err := c.s.conn.CreateTTL(p, val, zk.FlagTTL, c.s.acl, c.retention)
+		if err == nil || !strings.Contains(err.Error(), "-6") { // ZUNIMPLEMENTED: extendedTypesEnabled is off
+			return err
+		}
+		c.s.mu.Lock()
+		c.s.noTTL = true
+		c.s.mu.Unlock()
+	}
+	_, err := c.s.conn.Create(p, val, 0, c.s.acl)
+	return err
 }

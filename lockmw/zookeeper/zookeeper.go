@@ -51,6 +51,13 @@ type Config struct {
 	Root string
 	// Logger receives go-zookeeper's messages (default: discarded).
 	Logger zk.Logger
+	// ClaimRetention is how long the fire claim and run records of a
+	// cronlock Scheduler's job stay after their last write (default
+	// lockmw.DefaultRetention), on servers with TTL nodes
+	// (zookeeper.extendedTypesEnabled=true). Elsewhere they persist: one
+	// pair of small nodes per job. See the package documentation,
+	// "Scheduled jobs".
+	ClaimRetention time.Duration
 	// ConnectTimeout bounds New's wait for a first session, against which
 	// it checks the Locker's TTL (default DefaultConnectTimeout). Without
 	// one by then, New returns the Locker all the same: acquisitions fail
@@ -83,8 +90,11 @@ func newLocker(cfg Config, opts []lockmw.Option) (*lockmw.Locker, *zkStore, erro
 	if len(cfg.Servers) == 0 {
 		return nil, nil, fmt.Errorf("%w: zookeeper.Config.Servers is empty: name the ensemble, e.g. []string{\"localhost:2181\"}", lockmw.ErrNilClient)
 	}
-	if cfg.TickTime < 0 || cfg.SessionTimeout < 0 || cfg.ConnectTimeout < 0 {
-		return nil, nil, fmt.Errorf("%w: zookeeper.Config: negative TickTime, SessionTimeout or ConnectTimeout", lockmw.ErrInvalidOption)
+	if cfg.TickTime < 0 || cfg.SessionTimeout < 0 || cfg.ConnectTimeout < 0 || cfg.ClaimRetention < 0 {
+		return nil, nil, fmt.Errorf("%w: zookeeper.Config: negative TickTime, SessionTimeout, ConnectTimeout or ClaimRetention", lockmw.ErrInvalidOption)
+	}
+	if cfg.ClaimRetention > 0 && cfg.ClaimRetention < lockmw.MinRetention {
+		return nil, nil, fmt.Errorf("%w: zookeeper.Config.ClaimRetention %v is below lockmw.MinRetention (%v)", lockmw.ErrInvalidOption, cfg.ClaimRetention, lockmw.MinRetention)
 	}
 	root := cfg.Root
 	if root == "" {
@@ -125,6 +135,7 @@ type zkStore struct {
 	held      map[string]*entry // by token: nodes that may exist
 	abandoned map[string]*entry // by token: creates whose outcome stayed unknown
 	noContain bool              // the servers have no container nodes
+	noTTL     bool              // the servers have no TTL nodes (fire claim records persist)
 	guarded   uint64            // the session epoch whose guard node exists
 	closed    bool
 	lost      func(tokens []string, why error) // the Locker's (store.LossNotifier)

@@ -50,6 +50,7 @@ const installHint = "install Debian's zookeeper package (apt-get install zookeep
 type Ensemble struct {
 	servers []*Server
 	jar     string
+	opts    Options
 }
 
 // Server is one ZooKeeper server process, supervised by servertest.
@@ -77,13 +78,26 @@ func Start(t testing.TB) *Server {
 // returns once a leader serves and every server answers.
 func StartEnsemble(t testing.TB, n int) *Ensemble {
 	t.Helper()
+	return StartWith(t, n, Options{})
+}
+
+// Options are settings of StartWith beyond the defaults.
+type Options struct {
+	// ExtendedTypes turns on TTL nodes (zookeeper.extendedTypesEnabled),
+	// which ZooKeeper leaves off by default.
+	ExtendedTypes bool
+}
+
+// StartWith is StartEnsemble with options.
+func StartWith(t testing.TB, n int, o Options) *Ensemble {
+	t.Helper()
 	starting <- struct{}{}
 	defer func() { <-starting }()
 	jar, err := findJar()
 	if err != nil {
 		t.Fatalf("zktest: %v", err)
 	}
-	e := &Ensemble{jar: jar}
+	e := &Ensemble{jar: jar, opts: o}
 	ports, err := servertest.FreePorts(3 * n)
 	if err != nil {
 		t.Fatalf("zktest: free ports: %v", err)
@@ -286,11 +300,15 @@ func (s *Server) command() (servertest.Command, error) {
 	if err != nil {
 		return servertest.Command{}, err
 	}
-	return servertest.Command{Path: java, Args: []string{"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
+	args := []string{"-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto",
 		"-Dzookeeper.admin.enableServer=false",
 		"-Dznode.container.checkIntervalMs=" + strconv.Itoa(int(ContainerCheck.Milliseconds())),
-		"-Dznode.container.maxNeverUsedIntervalMs=1000",
-		"-cp", s.e.jar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg")}}, nil
+		"-Dznode.container.maxNeverUsedIntervalMs=1000"}
+	if s.e.opts.ExtendedTypes {
+		args = append(args, "-Dzookeeper.extendedTypesEnabled=true")
+	}
+	args = append(args, "-cp", s.e.jar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg"))
+	return servertest.Command{Path: java, Args: args}, nil
 }
 
 func (e *Ensemble) cleanup() {

@@ -88,7 +88,7 @@ type storeBackend struct {
 	// backoffMin and backoffMax bound a waiter's backoff between attempts:
 	// the store's (store.Backoff), else minBackoff and maxBackoff.
 	backoffMin, backoffMax time.Duration
-	prefix   string         // the Locker's key prefix
+	prefix                 string // the Locker's key prefix
 
 	gatesMu sync.Mutex
 	gates   map[string]*gate // default-mode waiters by key (see enterGate)

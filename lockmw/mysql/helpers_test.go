@@ -3,13 +3,21 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"io"
+	"log"
 	"testing"
 	"time"
+
+	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/mysql"
 	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
 )
+
+// The driver logs every connection that breaks, which the fault tests do
+// on purpose.
+func init() { _ = driver.SetLogger(log.New(io.Discard, "", 0)) }
 
 // testTTL is the lease TTL of most tests.
 const testTTL = time.Second

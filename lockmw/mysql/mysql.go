@@ -148,9 +148,12 @@ func newStore(db *sql.DB, n names) *sqlStore {
 // round trip whatever the DSN (no server-side prepare).
 func hexLit(s string) string { return "X'" + hex.EncodeToString([]byte(s)) + "'" }
 
-// bounded prefixes a statement with MariaDB's per-statement time limit.
-func bounded(d time.Duration, q string) string {
-	return "SET STATEMENT max_statement_time=" + strconv.FormatFloat(max(d, time.Millisecond).Seconds(), 'f', 6, 64) + " FOR " + q
+// bounded prefixes a statement with MariaDB's per-statement time limit:
+// four fifths of ttl, so that the server's answer (ErrStatementTimeout)
+// comes before the caller's own deadline of ttl.
+func bounded(ttl time.Duration, q string) string {
+	d := max(ttl*4/5, time.Millisecond)
+	return "SET STATEMENT max_statement_time=" + strconv.FormatFloat(d.Seconds(), 'f', 6, 64) + " FOR " + q
 }
 
 // micros is d in whole microseconds, at least 1.
@@ -330,7 +333,7 @@ func (s *sqlStore) renew(ctx context.Context, reqs []store.RenewRequest, res []s
 			res[i].Err = err
 		}
 	}
-	var ttl time.Duration
+	var ttl, shortest time.Duration
 	var cases, in strings.Builder
 	keys := make([]store.Key, len(reqs))
 	for i, r := range reqs {
@@ -340,13 +343,16 @@ func (s *sqlStore) renew(ctx context.Context, reqs []store.RenewRequest, res []s
 		}
 		keys[i] = r.Key
 		ttl = max(ttl, r.TTL)
+		if shortest == 0 || r.TTL < shortest {
+			shortest = r.TTL
+		}
 		cases.WriteString(" WHEN " + hexLit(r.Token) + " THEN " + micros(r.TTL))
 		if i > 0 {
 			in.WriteString(", ")
 		}
 		in.WriteString("(" + hexLit(r.Key.Prefix) + ", " + hexLit(r.Key.Name) + ", " + hexLit(r.Token) + ")")
 	}
-	q := bounded(ttl, "UPDATE "+s.n.locks+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL (CASE token"+cases.String()+" END) MICROSECOND"+
+	q := bounded(shortest, "UPDATE "+s.n.locks+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL (CASE token"+cases.String()+" END) MICROSECOND"+
 		" WHERE (prefix, name, token) IN ("+in.String()+") AND expires_at > UTC_TIMESTAMP(6)")
 	r, err := s.exec(ctx, ttl, q)
 	if err != nil {

@@ -159,4 +159,3 @@ func waitStatement(t *testing.T, admin *sql.DB, text string) int64 {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-

@@ -64,19 +64,6 @@ func readRow(t testing.TB, db *sql.DB, key string) (r row, ok bool) {
 	return r, true
 }
 
-// waitFor polls cond every 10 ms until it holds, failing the test after
-// limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // bg is a context for test calls that must not hang.
 func bg(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,11 +98,12 @@ func Start(t testing.TB) *Server {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
 	s.sock = filepath.Join(sockDir, "sock")
-	out, err := exec.Command(install, "--no-defaults", "--datadir="+s.dir, "--user=root",
-		"--auth-root-authentication-method=normal", "--skip-test-db",
-		"--skip-name-resolve").CombinedOutput()
-	if err != nil {
-		t.Fatalf("mariatest: %s: %v\n%s", install, err, out)
+	tmp := filepath.Join(sockDir, "tmp") // the server's own: bootstraps run in parallel
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatalf("mariatest: %v", err)
+	}
+	if err := installDB(install, s.dir, tmp); err != nil {
+		t.Fatalf("mariatest: %v", err)
 	}
 	s.proc = servertest.New(servertest.Config{
 		Name: "mariadbd",
@@ -128,6 +130,7 @@ func Start(t testing.TB) *Server {
 				"--performance-schema=OFF",
 				"--max-connections=1000",
 				"--skip-log-bin",
+				"--tmpdir=" + tmp,
 			}}, nil
 		},
 		Ready: func(ctx context.Context, r *servertest.Run) error {
@@ -149,6 +152,30 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("mariatest: %v\n%s", err, s.proc.Tail())
 	}
 	return s
+}
+
+// installMu serializes the bootstraps of one test process, which starts
+// many servers at once: each is a short burst of work.
+var installMu sync.Mutex
+
+// installDB makes a data directory in dir, trying up to three times (a
+// bootstrap run beside many others has failed on its temporary tables).
+func installDB(install, dir, tmp string) error {
+	installMu.Lock()
+	defer installMu.Unlock()
+	var err error
+	for range 3 {
+		_ = os.RemoveAll(dir)
+		var out []byte
+		out, err = exec.Command(install, "--no-defaults", "--datadir="+dir, "--user=root",
+			"--auth-root-authentication-method=normal", "--skip-test-db",
+			"--skip-name-resolve", "--tmpdir="+tmp).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("%s: %w\n%s", install, err, out)
+	}
+	return err
 }
 
 // ping connects as root and makes sure Database exists.

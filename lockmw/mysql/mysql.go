@@ -183,27 +183,19 @@ func checkKey(k store.Key) error {
 func (s *sqlStore) exec(ctx context.Context, d time.Duration, q string) (sql.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	conn, err := s.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	res, err := conn.ExecContext(ctx, q)
-	return res, classify(err)
+	res, err := s.db.ExecContext(ctx, q)
+	return res, s.classify(ctx, err)
 }
 
-// conn takes a connection from the pool.
-func (s *sqlStore) conn(ctx context.Context) (*sql.Conn, error) {
-	conn, err := s.db.Conn(ctx)
-	if err == nil {
-		return conn, nil
-	}
-	if ctx.Err() != nil {
-		if st := s.db.Stats(); st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
-			return nil, fmt.Errorf("%w: all %d connections (SetMaxOpenConns) stayed in use: %w", ErrPoolExhausted, st.MaxOpenConnections, err)
+// classify is classify, telling an exhausted pool (the statement's context
+// ended while every connection of a bounded pool was in use) apart.
+func (s *sqlStore) classify(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		if st := s.db.Stats(); st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections && st.WaitCount > 0 {
+			return fmt.Errorf("%w: all %d connections (SetMaxOpenConns) stayed in use: %w", ErrPoolExhausted, st.MaxOpenConnections, err)
 		}
 	}
-	return nil, classify(err)
+	return classify(err)
 }
 
 // Acquire is one INSERT … ON DUPLICATE KEY UPDATE (see the package
@@ -293,14 +285,9 @@ func (s *sqlStore) holders(ctx context.Context, keys []store.Key) (map[store.Key
 		}
 		in.WriteString("(" + hexLit(k.Prefix) + ", " + hexLit(k.Name) + ")")
 	}
-	conn, err := s.conn(ctx)
+	rows, err := s.db.QueryContext(ctx, "SELECT prefix, name, token, expires_at > UTC_TIMESTAMP(6) FROM "+s.n.locks+" WHERE (prefix, name) IN ("+in.String()+")")
 	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	rows, err := conn.QueryContext(ctx, "SELECT prefix, name, token, expires_at > UTC_TIMESTAMP(6) FROM "+s.n.locks+" WHERE (prefix, name) IN ("+in.String()+")")
-	if err != nil {
-		return nil, classify(err)
+		return nil, s.classify(ctx, err)
 	}
 	defer rows.Close()
 	out := make(map[store.Key]holder, len(keys))

@@ -2,7 +2,7 @@
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: test bench chaos lint demo redis-server etcd etcd-server etcd-15247 zookeeper
+.PHONY: test bench chaos lint demo redis-server etcd etcd-server etcd-15247 zookeeper mariadb-server
 
 # ETCD_MODULE is the nested module of the etcd store (its own go.mod, so
 # that importing the core does not bring etcd into a module graph); the
@@ -12,6 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 # joins them all.
 ETCD_MODULE := lockmw/etcd
 ZK_MODULE := lockmw/zookeeper
+MYSQL_MODULE := lockmw/mysql
 
 # redis-server: install Debian's redis-server when it is not on PATH. Tests
 # start their own servers on free loopback ports; none needs to be running.
@@ -63,6 +64,17 @@ etcd-15247: etcd etcd-server
 		echo "etcd-15247: NOT reproduced on $$(/usr/bin/etcd --version | head -1)"; exit 1; \
 	fi
 
+# mariadb-server: install Debian's mariadb-server when mariadbd is missing
+# (the MariaDB store's tests start their own servers as root on temporary
+# data directories; the package's system service is not used).
+mariadb-server:
+	@[ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || { \
+		echo "mariadbd not found: installing mariadb-server with apt-get"; \
+		$(SUDO) apt-get update -qq >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends mariadb-server >/dev/null; \
+	}
+	@PATH="$$PATH:/usr/sbin" mariadbd --version
+
 # zookeeper: install Debian's zookeeper (not zookeeperd, a system service)
 # when its jar is missing; the tests run it in the foreground with java.
 zookeeper:
@@ -78,8 +90,8 @@ zookeeper:
 # fails if any module failed. The ZooKeeper checker's short run is the one
 # test run without -race (go-zookeeper v1.0.4 races on its own last zxid
 # after reconnects: see lockmw/zookeeper/chaos_test.go).
-TEST_MODULES := . $(ETCD_MODULE) $(ZK_MODULE) examples
-test: redis-server etcd zookeeper
+TEST_MODULES := . $(ETCD_MODULE) $(ZK_MODULE) $(MYSQL_MODULE) examples
+test: redis-server etcd zookeeper mariadb-server
 	@dir=$$(mktemp -d); pids=""; \
 	for m in $(TEST_MODULES); do \
 		( cd $$m && $(GO) test -race -count=1 -timeout 15m ./... && \
@@ -96,15 +108,17 @@ test: redis-server etcd zookeeper
 # -chaos.store=etcd' (the other package's TestChaos then skips).
 CHAOS_DURATION ?= 5m
 CHAOS_ARGS ?=
-chaos: redis-server etcd zookeeper
+chaos: redis-server etcd zookeeper mariadb-server
 	$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 ./lockmw/ -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(ETCD_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(ZK_MODULE) && $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
+	cd $(MYSQL_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
-bench: redis-server etcd zookeeper
+bench: redis-server etcd zookeeper mariadb-server
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/
 	cd $(ETCD_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 	cd $(ZK_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
+	cd $(MYSQL_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 
 # lint: gofmt, go vet and staticcheck over every module. staticcheck is
 # pinned as a tool of internal/tools (its own module, joined by go.work, so
@@ -115,6 +129,7 @@ lint:
 	$(GO) tool staticcheck ./...
 	cd $(ETCD_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd $(ZK_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd $(MYSQL_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/etcd && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/zookeeper && $(GO) vet ./... && $(GO) tool staticcheck ./...

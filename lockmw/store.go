@@ -55,6 +55,14 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 	b := &storeBackend{st: s}
 	b.notifier, _ = s.(store.Notifier)
 	b.queue, _ = s.(store.Queue)
+	b.backoffMin, b.backoffMax = minBackoff, maxBackoff
+	if bo, ok := s.(store.Backoff); ok {
+		lo, hi := bo.Backoff()
+		if lo <= 0 || hi < lo {
+			return nil, fmt.Errorf("%w: the store's backoff range [%v, %v] is not 0 < min <= max", ErrInvalidOption, lo, hi)
+		}
+		b.backoffMin, b.backoffMax = lo, hi
+	}
 	l, err := newLocker(b, opts)
 	if err != nil {
 		return nil, err
@@ -85,7 +93,10 @@ type storeBackend struct {
 	st       store.Store
 	notifier store.Notifier // nil: waiters back off
 	queue    store.Queue    // nil: no Fair
-	prefix   string         // the Locker's key prefix
+	// backoffMin and backoffMax bound a waiter's backoff between attempts:
+	// the store's (store.Backoff), else minBackoff and maxBackoff.
+	backoffMin, backoffMax time.Duration
+	prefix                 string // the Locker's key prefix
 
 	gatesMu sync.Mutex
 	gates   map[string]*gate // default-mode waiters by key (see enterGate)

@@ -23,7 +23,8 @@ import (
 // wakes one waiter across all Lockers. Otherwise it waits until
 // the store says the lock may be free (store.Notifier), then tries again
 // (every waiting Locker tries: they barge); a store without notifications
-// is polled with the same capped, jittered backoff as Redlock. A
+// is polled with a capped, jittered backoff, in the store's range
+// (store.Backoff) or else Redlock's. A
 // notification wait is bounded by the holder's TTL (or the waiter's own),
 // so a lost notification costs latency, never liveness.
 //
@@ -67,7 +68,7 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 		defer leave()
 		return l.waitQueue(sb, a, sk)
 	}
-	backoff := minBackoff
+	backoff := sb.backoffMin
 	var timer *time.Timer
 	gated := false
 	for {
@@ -102,7 +103,7 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 			d = pollAfter(reply.HolderTTL, a.cfg.ttl)
 		} else {
 			d = backoff/2 + mathrand.N(backoff/2+1)
-			backoff = min(backoff*2, maxBackoff)
+			backoff = min(backoff*2, sb.backoffMax)
 			if reply.HolderTTL > 0 {
 				d = min(d, reply.HolderTTL)
 			}
@@ -122,7 +123,7 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 				// The store could not watch: back off before the next
 				// attempt, which reports the store's state.
 				d = backoff/2 + mathrand.N(backoff/2+1)
-				backoff = min(backoff*2, maxBackoff)
+				backoff = min(backoff*2, sb.backoffMax)
 			} else {
 				d = 0
 			}

@@ -11,6 +11,9 @@ import (
 // Without release notifications (a backend that has none), waiting retries
 // with a jittered, capped exponential backoff, never sleeping past the
 // holder's remaining TTL, so a released lock is taken within a few ms.
+// These are tuned for Redis' round trip; a store behind the internal store
+// boundary may choose its own range (store.Backoff: a database wants
+// longer).
 const (
 	minBackoff = 500 * time.Microsecond
 	maxBackoff = 8 * time.Millisecond

@@ -11,6 +11,8 @@
 //
 //   - Notifier: a way to wait until a lock may have become free, for
 //     default-mode waiters (they retry then). Without it, waiters back off.
+//   - Backoff: the range of that backoff, tuned to the store's round trip
+//     (without it, the Redis-tuned range of package lockmw).
 //   - Queue: an acquisition that queues (the lock is a queue, as in etcd or
 //     ZooKeeper): it returns the fence when the caller is first, or the
 //     predecessor to wait for. Fair waiting needs it.
@@ -129,6 +131,18 @@ type Notifier interface {
 	// A spurious return is allowed; a missed one is not. It returns ctx's
 	// error when ctx ends first, and a store error when it cannot watch.
 	WaitFree(ctx context.Context, k Key, seen int64) error
+}
+
+// Backoff is a store without notifications that chooses how its waiters
+// back off: between attempts, a default-mode waiter sleeps a jittered time
+// in [d/2, d], d doubling from min up to max, and never past the holder's
+// remaining TTL (Reply.HolderTTL) or the waiter's WithWait. A store whose
+// attempt costs a database round trip and a write wants a longer range than
+// Redis' 0.5–8 ms, the default. A Notifier's waiters use it only when the
+// store could not watch.
+type Backoff interface {
+	// Backoff returns the range; 0 < min <= max.
+	Backoff() (min, max time.Duration)
 }
 
 // Queue is a store whose lock is a queue of entries: the first entry holds

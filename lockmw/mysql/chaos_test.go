@@ -1,0 +1,134 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/mysql"
+	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
+)
+
+// TestChaos runs lockmw's seeded randomized safety checker
+// (internal/chaos) against one MariaDB server. See internal/chaos for what
+// it checks and how to replay a failure:
+//
+//	go test -race -run '^TestChaos$' .                       # short: 10s
+//	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=15m
+//	make chaos CHAOS_DURATION=15m                             # every store
+func TestChaos(t *testing.T) {
+	chaos.RunStores(t, mariaChaosStore)
+}
+
+// mariaChaosStore is the "mariadb" store: one server, mysql.New on a pool
+// of each Locker slot's own, every other slot through a proxy.
+var mariaChaosStore = chaos.Store{
+	Name: "mariadb", Fair: false, Start: startMariaChaos,
+	FaultNames: []string{"latency", "cut", "reset", "pause", "restart", "killconn"},
+	Timing: chaos.Timing{
+		MinTTL:      mysql.MinTTL * 2,
+		ShortMinTTL: 600 * time.Millisecond,
+		MaxTTL:      2 * time.Second,
+		LockerTTL:   time.Second,
+	},
+	Dir: "lockmw/mysql", Package: ".",
+}
+
+// chaosProxied reports whether slot's link goes through a proxy.
+func chaosProxied(slot int) bool { return slot%2 == 0 }
+
+// startMariaChaos starts the MariaDB deployment. Faults:
+//
+//   - latency, cut, reset: on a proxied slot's link;
+//   - pause: SIGSTOP the server for up to 3s;
+//   - restart: SIGKILL the server, keep it down up to 3s, restart it (crash
+//     recovery: InnoDB keeps every committed row and the fence sequence);
+//   - killconn: KILL CONNECTION every client connection, as a failover
+//     proxy or an administrator would.
+func startMariaChaos(t *testing.T, slots int) *chaos.Deployment {
+	srv := startServer(t)
+	admin := srv.DB(t, "")
+	dbs := make([]*sql.DB, slots)
+	proxies := make([]*mariatest.Proxy, slots)
+	for s := range slots {
+		if chaosProxied(s) {
+			proxies[s] = srv.StartProxy(t)
+			dbs[s] = srv.DB(t, proxies[s].Addr())
+		} else {
+			dbs[s] = srv.DB(t, "")
+		}
+	}
+	pick := func(env *chaos.FaultEnv) []*mariatest.Proxy {
+		var ps []int
+		for s, p := range proxies {
+			if p != nil {
+				ps = append(ps, s)
+			}
+		}
+		s := ps[env.Rand.IntN(len(ps))]
+		env.Note("link of slot %d", s)
+		return []*mariatest.Proxy{proxies[s]}
+	}
+	d := &chaos.Deployment{
+		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
+			return mysql.New(dbs[slot], opts...)
+		},
+		Describe: func(slot int) string {
+			if chaosProxied(slot) {
+				return "proxied"
+			}
+			return "direct"
+		},
+		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return mariaResidue(ctx, admin) },
+	}
+	d.Faults = []chaos.Fault{
+		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pick),
+		chaos.LinkFault("cut", 50*time.Millisecond, 4*time.Second, pick),
+		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pick),
+		{Name: "pause", Run: func(env *chaos.FaultEnv) {
+			hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
+			env.Note("SIGSTOP mariadbd for %v", hold)
+			srv.Pause(env.T)
+			env.Sleep(hold)
+			srv.Resume(env.T)
+		}},
+		{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
+			down := env.Rand.Duration(0, 3*time.Second)
+			env.Note("SIGKILL mariadbd, down for %v", down)
+			srv.Kill(env.T)
+			// Not cut short when the run ends: the server must run again
+			// for the checks after it.
+			time.Sleep(down)
+			srv.Restart(env.T)
+		}},
+		{Name: "killconn", Run: func(env *chaos.FaultEnv) {
+			env.Note("KILL CONNECTION: %d connections", srv.KillConnections(env.T))
+		}},
+	}
+	return d
+}
+
+// mariaResidue lists the live rows of the lock table (a row whose holding
+// ended holds nothing and goes after mysql.Retention).
+func mariaResidue(ctx context.Context, admin *sql.DB) ([]chaos.Residue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rows, err := admin.QueryContext(ctx, "SELECT prefix, name, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM lockmw_locks WHERE expires_at > UTC_TIMESTAMP(6)")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []chaos.Residue
+	for rows.Next() {
+		var prefix, name, token string
+		var us int64
+		if err := rows.Scan(&prefix, &name, &token, &us); err != nil {
+			return nil, err
+		}
+		out = append(out, chaos.Residue{What: "lock row " + prefix + name + " held by " + token, Lock: true, TTL: time.Duration(us) * time.Microsecond})
+	}
+	return out, rows.Err()
+}

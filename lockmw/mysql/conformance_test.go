@@ -1,0 +1,41 @@
+package mysql_test
+
+import (
+	"testing"
+
+	"github.com/lockmw/lockmw/internal/conformance"
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/mysql"
+)
+
+// The conformance suite (internal/conformance) against one MariaDB server.
+func TestConformanceMariaDB(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	admin := srv.DB(t, "")
+	conformance.Run(t, conformance.Store{
+		Name: "mariadb",
+		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
+			return mysql.New(srv.DB(t, ""), opts...)
+		},
+		NewCuttableLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, func(testing.TB), func(testing.TB), error) {
+			p := srv.StartProxy(t)
+			l, err := mysql.New(srv.DB(t, p.Addr()), opts...)
+			return l, p.Cut, p.Heal, err
+		},
+		Pause:   srv.Pause,
+		Resume:  srv.Resume,
+		Kill:    srv.Kill,
+		Restart: srv.Restart,
+		Leftovers: func(t testing.TB, key string) []string {
+			// A row whose holding ended stays for mysql.Retention (the
+			// fence argument needs it), holding nothing: only a live
+			// holding is left over.
+			if r, ok := readRow(t, admin, key); ok && r.live {
+				return []string{"row " + key + " held by " + r.token}
+			}
+			return nil
+		},
+		MinTTL: mysql.MinTTL,
+	})
+}

@@ -1,0 +1,159 @@
+// Package mysql keeps lockmw locks in a MariaDB table: New returns a
+// *lockmw.Locker whose leases, watchdog, validity deadlines, nesting,
+// waiting and telemetry are lockmw's, and whose locks are rows. It lives in
+// its own module (github.com/lockmw/lockmw/lockmw/mysql), so programs that
+// only import lockmw do not build a SQL driver. It talks to the server
+// through a *sql.DB of github.com/go-sql-driver/mysql.
+//
+// # Servers: MariaDB, not MySQL
+//
+// Fences come from a SEQUENCE object, which MariaDB has since 10.3 and
+// MySQL (8.x included) does not: New refuses a server whose VERSION() is
+// not MariaDB 10.3 or later (ErrNotMariaDB). The store is tested on
+// MariaDB 10.11 (Debian 12's mariadb-server: the tests, the randomized
+// checker and the benchmarks start it). Nothing is tested on MySQL 8, nor
+// on Galera clusters or MariaDB replication with failover: the store's
+// promise is the promise of one server's committed data (below).
+//
+// # Tables
+//
+// CreateTable creates, or Schema prints for a migration of one's own, for a
+// base name T (DefaultTable, "lockmw_locks", unless NewWithTable names
+// another): the table T, one row per lock (prefix and name as the primary
+// key, the holder's token, the fence, and expires_at, a DATETIME(6) in
+// UTC); the sequence T_fence (NOCACHE); and the table T_claims of
+// cronlock's fire claims. New fails with ErrMissingTable, saying how to
+// create them, when they are missing.
+//
+// Every time is the database's: expires_at is computed and compared with
+// UTC_TIMESTAMP(6), never with the client's clock nor with NOW(6) (which
+// follows the session's time_zone: two sessions in different zones, or a
+// daylight-saving change, would disagree on expiries), so no DSN setting
+// matters to it. MariaDB evaluates UTC_TIMESTAMP(6) once per statement, at
+// its start: an expiry check sees a row no more expired than it is, and a
+// new expiry is no later than start + TTL. Strings travel as hex literals
+// in the statement text, so every statement is one round trip whatever
+// the DSN (no server-side prepare). clientFoundRows does not matter (see
+// Acquisition); parseTime is not used. The server's clock must not be
+// stepped forward (slewing, as NTP does, is fine): that would expire rows
+// early, as it would expire Redis keys early.
+//
+// # Acquisition
+//
+// One statement:
+//
+//	INSERT INTO T (prefix, name, token, fence, expires_at)
+//	VALUES (P, K, tok, LAST_INSERT_ID(NEXTVAL(T_fence)), UTC_TIMESTAMP(6) + INTERVAL ttl MICROSECOND)
+//	ON DUPLICATE KEY UPDATE
+//	  token      = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
+//	  fence      = IF(expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(NEXTVAL(T_fence)), fence),
+//	  expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), <busy: LAST_INSERT_ID(flag + time left)>)
+//
+// The assignments run left to right and later ones see earlier ones'
+// results, so every condition reads expires_at, which is assigned last:
+// all three see the row as it was. IF evaluates only the branch it takes,
+// so a busy attempt draws no second fence. The reply's insert id (the OK
+// packet carries the last LAST_INSERT_ID(expr) of the statement) is the
+// new fence, or, with a flag bit, the holder's remaining TTL; the rows
+// affected (1 inserted, 2 taken over; 0 busy, with clientFoundRows off)
+// are checked against it. The statement is bounded by the server at four
+// fifths of the TTL (SET STATEMENT max_statement_time), so a statement
+// stuck in a lock wait ends with ErrStatementTimeout before the caller's
+// deadline.
+//
+// # Safety: how a lease becomes live
+//
+// The invariant: while a lease with token t is live, the lock's row holds
+// t and an expires_at in the future. Every way a lease becomes live keeps
+// it:
+//
+//   - Acquisition: the statement writes t only when no row exists or the
+//     row's expires_at has passed (on the database's clock, at the
+//     statement's start), under InnoDB's row lock, so at most one token
+//     holds an unexpired row. The row keeps t until expires_at = s + TTL
+//     (s the statement's start, after the client sent it at v): only a
+//     Release for t (token and expiry matched) or an acquisition after
+//     expires_at changes it. The lease counts from v, minus drift.
+//   - Renewal: UPDATE … SET expires_at = UTC_TIMESTAMP(6) + TTL WHERE
+//     name, token = t AND expires_at > UTC_TIMESTAMP(6): it never inserts
+//     and never touches a row another token holds or one that expired
+//     (River issue 197, an upsert renewal that extended a lease another
+//     holder had taken, is the bug class; a test checks it). A tick's
+//     leases go in one UPDATE (a CASE per token); when it changed as many
+//     rows as it was given, every lease was renewed; otherwise one SELECT
+//     tells each lease: owned (t, unexpired), taken, or missing. A lease
+//     the SELECT finds owned although the UPDATE skipped it can only be
+//     one whose row had expired at the UPDATE's start, at or after its
+//     deadline: lockmw discards a renewal answered after the deadline, so
+//     that answer never extends a lease. (lockmw sends one renewal per
+//     lease at a time.)
+//   - Fences: NEXTVAL on a NOCACHE sequence hands out values in call
+//     order across all connections, and an InnoDB sequence survives a
+//     crash with the data (a value is never handed out twice). On the
+//     takeover path the fence is drawn inside the UPDATE, under the row
+//     lock, after the previous holder's write committed, which drew its
+//     fence before: so it is higher. On the insert path the fence was
+//     drawn before the row was written; it could only be lower than an
+//     earlier holder's if a whole holding fit between the draw and the
+//     write. That is why rows are not deleted at release (see Rows): a
+//     row is deleted only Retention after its holding ended, and a
+//     statement that drew a fence before an earlier holder's row was
+//     written and inserts after that row was deleted took more than
+//     Retention ≥ TTL from its send to its write, so its own row was
+//     expired when written and its reply comes after its lease's
+//     deadline: that lease is never live. Hence MaxTTL = Retention.
+//
+// The argument rests on one server's committed data: InnoDB with a
+// durable log (innodb_flush_log_at_trx_commit=1 for machine crashes; the
+// tests use 2, which survives a killed server), and a client that talks
+// to the same server throughout. Asynchronous replication with failover
+// can lose the last commits, and with them a holding: a new primary may
+// grant the lock again while the old holder's lease lives. Fences also
+// restart from the replica's sequence value, which may lag. Use the
+// store on a single primary, or with semi-synchronous or Galera
+// replication, knowing what they promise.
+//
+// # Rows
+//
+// Release sets the row's token to "" and expires_at to now: the lock is
+// free at once, and the row stays. A Locker deletes rows whose expires_at
+// is more than Retention (1h) in the past, at most 10000 per minute in
+// batches of 1000 (so the rows of crashed holders go too); until then
+// acquisition reuses the row. A table of one lock per order id holds the
+// ids of the last hour, not of all time. While no Locker runs, nothing is
+// deleted.
+//
+// # Waiting
+//
+// MariaDB cannot notify a waiter of a release, so waiters poll: a jittered
+// backoff from BackoffMin (5ms) doubling to BackoffMax (100ms), never past
+// the holder's remaining TTL (each busy attempt reads it), so an expiry is
+// noticed at once and a release within about BackoffMax. Each attempt is
+// one statement (an InnoDB write and a sequence draw). Fair (lockmw.Fair)
+// is not offered: acquisitions with it fail with lockmw.ErrInvalidOption.
+//
+// # Errors
+//
+// Errors wrap lockmw.ErrUnavailable and one of the package's sentinels when
+// one applies: ErrMissingTable, ErrReadOnly (read_only: a replica or a
+// demoted primary), ErrStatementTimeout, ErrConnectionKilled (KILL
+// CONNECTION, a restart, a proxy failing over), ErrPoolExhausted (no
+// connection of the pool became free in time). A lease whose renewals
+// fail ends at its deadline, as on any store.
+//
+// # Why not GET_LOCK
+//
+// GET_LOCK belongs to one connection: a killed or recycled connection (a
+// pool's, a proxy's failover, KILL) frees the lock without telling the
+// holder, a stalled holder that stays connected keeps it forever, and
+// Galera refuses it. getlock_test.go shows the first two on MariaDB,
+// beside a lockmw lease that survives killed connections and expires when
+// its holder stalls.
+//
+// # Scheduled jobs
+//
+// cronlock.NewScheduler given a Locker of this package and no Redis
+// client claims the fires of its jobs in T_claims: one row per Locker
+// prefix and job, raised by a conditional UPDATE that matches the fire
+// and token it read (see fireclaim.go).
+package mysql

@@ -1,0 +1,91 @@
+package mysql
+
+import (
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// The store's errors. A Locker wraps them in lockmw.ErrUnavailable, so
+// errors.Is matches both: errors.Is(err, lockmw.ErrUnavailable) for "the
+// store did not do it", and one of these for why.
+var (
+	// ErrMissingTable means the lock table, its fence sequence or its
+	// claims table does not exist: create them with CreateTable, or run
+	// the SQL of Schema in a migration.
+	ErrMissingTable = errors.New("lockmw/mysql: the store's table is missing")
+	// ErrReadOnly means the server refused a write: it runs with
+	// read_only (a replica, or a primary demoted by a failover), or the
+	// session is in a read-only transaction. Point the pool at the
+	// primary.
+	ErrReadOnly = errors.New("lockmw/mysql: the server is read-only")
+	// ErrStatementTimeout means the server ended a statement at its
+	// max_statement_time (the store bounds its statements by the lease
+	// TTL: an answer later than that is worthless), or a lock wait timed
+	// out.
+	ErrStatementTimeout = errors.New("lockmw/mysql: statement timed out")
+	// ErrConnectionKilled means the server ended the statement's
+	// connection (KILL CONNECTION, a restart, a proxy failing over). The
+	// pool dials anew for the next statement.
+	ErrConnectionKilled = errors.New("lockmw/mysql: connection killed")
+	// ErrPoolExhausted means no connection of the *sql.DB became free in
+	// time: every one of its SetMaxOpenConns connections was in use.
+	ErrPoolExhausted = errors.New("lockmw/mysql: connection pool exhausted")
+	// ErrNotMariaDB means the server is not MariaDB 10.3 or later: the
+	// store needs SEQUENCE objects, which MySQL lacks.
+	ErrNotMariaDB = errors.New("lockmw/mysql: the server is not MariaDB 10.3 or later")
+)
+
+// MariaDB's (and MySQL's) error numbers the store tells apart.
+const (
+	erBadTable              = 1051
+	erNoSuchTable           = 1146
+	erNotSequence           = 4089
+	erNotSequence2          = 4090
+	erOptionPreventsStmt    = 1290 // --read-only
+	erReadOnlyTransaction   = 1792
+	erCantExecuteInReadOnly = 1836 // MySQL's super_read_only
+	erInnodbReadOnly        = 1874
+	erStatementTimeout      = 1969 // max_statement_time
+	erMySQLQueryTimeout     = 3024 // MySQL's max_execution_time
+	erLockWaitTimeout       = 1205
+	erConnectionKilled      = 1927
+	erQueryInterrupted      = 1317
+	erServerShutdown        = 1053
+	erAbortingConnection    = 1152
+	erNewAbortingConnection = 1184
+	erServerGone            = 2006
+	erServerLostConnection  = 2013
+	erSequenceRunOut        = 4084
+)
+
+// classify returns err with the store's sentinel for what it means, or err
+// as it is.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case erNoSuchTable, erBadTable, erNotSequence, erNotSequence2:
+			return fmt.Errorf("%w (create it with lockmw/mysql's CreateTable, or the SQL of its Schema): %w", ErrMissingTable, err)
+		case erOptionPreventsStmt, erReadOnlyTransaction, erCantExecuteInReadOnly, erInnodbReadOnly:
+			return fmt.Errorf("%w (read_only: a replica, or a demoted primary; point the pool at the primary): %w", ErrReadOnly, err)
+		case erStatementTimeout, erMySQLQueryTimeout, erLockWaitTimeout:
+			return fmt.Errorf("%w: %w", ErrStatementTimeout, err)
+		case erConnectionKilled, erQueryInterrupted, erServerShutdown, erNewAbortingConnection, erAbortingConnection, erServerGone, erServerLostConnection:
+			return fmt.Errorf("%w: %w", ErrConnectionKilled, err)
+		case erSequenceRunOut:
+			return fmt.Errorf("lockmw/mysql: the fence sequence ran out (it counts to 2^63-2): %w", err)
+		}
+		return err
+	}
+	if errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w (the connection broke during the statement): %w", ErrConnectionKilled, err)
+	}
+	return err
+}

@@ -1,0 +1,413 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+const (
+	// MinTTL is the shortest lease TTL the store accepts: a database
+	// round trip with a write must fit well inside it.
+	MinTTL = 100 * time.Millisecond
+	// Retention is how long the row of a lock stays after its holding
+	// ended (released or expired) before the store deletes it (see the
+	// package documentation, "Rows"). It is also the longest lease TTL:
+	// the fence argument needs every TTL to be at most Retention.
+	Retention = time.Hour
+	// MaxTTL is the longest lease TTL the store accepts.
+	MaxTTL = Retention
+
+	// BackoffMin and BackoffMax bound how long a waiter sleeps between
+	// attempts on a busy lock (jittered, doubling), never past the
+	// holder's expiry: MariaDB cannot notify, so waiters poll.
+	BackoffMin = 5 * time.Millisecond
+	BackoffMax = 100 * time.Millisecond
+)
+
+// busyFlag marks an acquisition's LAST_INSERT_ID as "busy": the bits below
+// are the holder's remaining TTL in microseconds. Fences stay far below it.
+const busyFlag = 1 << 62
+
+// cleanupEvery is how often a Locker deletes rows whose holding ended more
+// than Retention ago; cleanupBatch bounds one DELETE.
+const (
+	cleanupEvery = time.Minute
+	cleanupBatch = 1000
+)
+
+// renewBatch bounds the leases renewed by one statement.
+const renewBatch = 256
+
+// New returns a Locker keeping its locks in the table DefaultTable of db's
+// database, which must exist (CreateTable). See NewWithTable.
+func New(db *sql.DB, opts ...lockmw.Option) (*lockmw.Locker, error) {
+	return NewWithTable(db, DefaultTable, opts...)
+}
+
+// NewWithTable returns a Locker keeping its locks in table of db's
+// database (created by CreateTable or the SQL of Schema). Options are
+// lockmw's; the lease TTL must be within [MinTTL, MaxTTL].
+//
+// It asks the server once (bounded by 10s) whether it is MariaDB 10.3 or
+// later (else ErrNotMariaDB) and whether the tables exist (else
+// ErrMissingTable, saying how to create them); a server that does not
+// answer is not an error here: the Locker's requests will say. The Locker
+// does not own db: close db after the Locker.
+func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Locker, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: mysql.New needs a *sql.DB, e.g. sql.Open(\"mysql\", \"user:pass@tcp(host:3306)/db\")", lockmw.ErrNilClient)
+	}
+	n, err := namesFor(table)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(db, n); err != nil {
+		return nil, err
+	}
+	s := newStore(db, n)
+	l, err := store.NewLocker(s, opts)
+	if err != nil {
+		_ = s.Close()
+		return nil, err
+	}
+	return l.(*lockmw.Locker), nil
+}
+
+// check asks the server what it is and whether the tables exist; it
+// returns only definite refusals.
+func check(db *sql.DB, n names) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil // not reachable now: requests will tell
+	}
+	if !mariaDB103(version) {
+		return fmt.Errorf("%w: the server says VERSION() = %q; MySQL has no SEQUENCE, from which the store's fences come", ErrNotMariaDB, version)
+	}
+	for _, t := range []string{n.locks, n.fence, n.claims} {
+		if _, err := db.ExecContext(ctx, "SELECT 1 FROM "+t+" LIMIT 0"); err != nil {
+			if err := classify(err); errors.Is(err, ErrMissingTable) {
+				return fmt.Errorf("%w; create the store's tables with mysql.CreateTable(ctx, db, %q) or run the SQL of mysql.Schema(%q)", err, n.plain, n.plain)
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// mariaDB103 reports whether VERSION() names MariaDB 10.3 or later.
+func mariaDB103(version string) bool {
+	if !strings.Contains(version, "MariaDB") {
+		return false
+	}
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (major > 10 || major == 10 && minor >= 3)
+}
+
+// sqlStore is the store on one *sql.DB.
+type sqlStore struct {
+	db        *sql.DB
+	n         names
+	retention time.Duration
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var (
+	_ store.Store       = (*sqlStore)(nil)
+	_ store.Backoff     = (*sqlStore)(nil)
+	_ store.FireClaimer = (*sqlStore)(nil)
+)
+
+func newStore(db *sql.DB, n names) *sqlStore {
+	s := &sqlStore{db: db, n: n, retention: Retention, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.cleanLoop(cleanupEvery)
+	return s
+}
+
+// hexLit is s as a MariaDB hex literal: statements carry the caller's
+// strings this way, so that no quoting is needed and one statement is one
+// round trip whatever the DSN (no server-side prepare).
+func hexLit(s string) string { return "X'" + hex.EncodeToString([]byte(s)) + "'" }
+
+// bounded prefixes a statement with MariaDB's per-statement time limit:
+// four fifths of ttl, so that the server's answer (ErrStatementTimeout)
+// comes before the caller's own deadline of ttl.
+func bounded(ttl time.Duration, q string) string {
+	d := max(ttl*4/5, time.Millisecond)
+	return "SET STATEMENT max_statement_time=" + strconv.FormatFloat(d.Seconds(), 'f', 6, 64) + " FOR " + q
+}
+
+// micros is d in whole microseconds, at least 1.
+func micros(d time.Duration) string { return strconv.FormatInt(max(d.Microseconds(), 1), 10) }
+
+func (s *sqlStore) CheckTTL(ttl time.Duration) error {
+	switch {
+	case ttl < MinTTL:
+		return fmt.Errorf("%w: lease TTL %v is under the MariaDB store's minimum %v (a database round trip must fit well inside it): use at least %v", lockmw.ErrInvalidOption, ttl, MinTTL, MinTTL)
+	case ttl > MaxTTL:
+		return fmt.Errorf("%w: lease TTL %v is over the MariaDB store's maximum %v (its rows' retention): use at most %v, with the watchdog renewing", lockmw.ErrInvalidOption, ttl, MaxTTL, MaxTTL)
+	}
+	return nil
+}
+
+func (s *sqlStore) Backoff() (time.Duration, time.Duration) { return BackoffMin, BackoffMax }
+
+func checkKey(k store.Key) error {
+	if len(k.Prefix) > 512 {
+		return fmt.Errorf("%w: the prefix is %d bytes; the MariaDB store keeps at most 512", lockmw.ErrInvalidKey, len(k.Prefix))
+	}
+	return nil
+}
+
+// exec runs q on a connection of the pool, bounded by d, telling an
+// exhausted pool from a server that does not answer.
+func (s *sqlStore) exec(ctx context.Context, d time.Duration, q string) (sql.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	res, err := s.db.ExecContext(ctx, q)
+	return res, s.classify(ctx, err)
+}
+
+// classify is classify, telling an exhausted pool (the statement's context
+// ended while every connection of a bounded pool was in use) apart.
+func (s *sqlStore) classify(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		if st := s.db.Stats(); st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections && st.WaitCount > 0 {
+			return fmt.Errorf("%w: all %d connections (SetMaxOpenConns) stayed in use: %w", ErrPoolExhausted, st.MaxOpenConnections, err)
+		}
+	}
+	return classify(err)
+}
+
+// Acquire is one INSERT … ON DUPLICATE KEY UPDATE (see the package
+// documentation, "Acquisition").
+func (s *sqlStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
+	if err := checkKey(k); err != nil {
+		return store.Reply{}, err
+	}
+	expired := "expires_at <= UTC_TIMESTAMP(6)"
+	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at) VALUES ("+
+		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
+		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND) ON DUPLICATE KEY UPDATE "+
+		"token = IF("+expired+", VALUES(token), token), "+
+		"fence = IF("+expired+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
+		"expires_at = IF("+expired+", VALUES(expires_at), "+
+		"IF(LAST_INSERT_ID("+strconv.FormatInt(busyFlag, 10)+" + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
+	sent := time.Now()
+	res, err := s.exec(ctx, ttl, q)
+	if err != nil {
+		return store.Reply{}, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return store.Reply{}, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.Reply{}, err
+	}
+	if id&busyFlag != 0 {
+		return store.Reply{HolderTTL: time.Duration(id&^busyFlag) * time.Microsecond}, nil
+	}
+	if id <= 0 || n < 1 || n > 2 {
+		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)
+	}
+	return store.Reply{Acquired: true, Fence: uint64(id), ValidFrom: sent}, nil
+}
+
+// Release ends the holding: the row keeps its place (see "Rows"), with no
+// token and an expiry of now.
+func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+	if err := checkKey(k); err != nil {
+		return 0, err
+	}
+	where := " WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name)
+	res, err := s.exec(ctx, time.Minute, "UPDATE "+s.n.locks+" SET token = X'', expires_at = UTC_TIMESTAMP(6)"+
+		where+" AND token = "+hexLit(token)+" AND expires_at > UTC_TIMESTAMP(6)")
+	if err != nil {
+		return 0, err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return 0, err
+	} else if n == 1 {
+		return store.Owned, nil
+	}
+	found, err := s.holders(ctx, []store.Key{k})
+	if err != nil {
+		return 0, err
+	}
+	return found[k].ownership(token), nil
+}
+
+// holder is what a lock's row says.
+type holder struct {
+	token string
+	live  bool // unexpired
+}
+
+func (h holder) ownership(token string) store.Ownership {
+	switch {
+	case h.token == token && h.live:
+		return store.Owned
+	case h.token != token && h.token != "" && h.live:
+		return store.Taken
+	}
+	return store.Missing
+}
+
+// holders reads the rows of keys.
+func (s *sqlStore) holders(ctx context.Context, keys []store.Key) (map[store.Key]holder, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var in strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		in.WriteString("(" + hexLit(k.Prefix) + ", " + hexLit(k.Name) + ")")
+	}
+	rows, err := s.db.QueryContext(ctx, "SELECT prefix, name, token, expires_at > UTC_TIMESTAMP(6) FROM "+s.n.locks+" WHERE (prefix, name) IN ("+in.String()+")")
+	if err != nil {
+		return nil, s.classify(ctx, err)
+	}
+	defer rows.Close()
+	out := make(map[store.Key]holder, len(keys))
+	for rows.Next() {
+		var k store.Key
+		var h holder
+		if err := rows.Scan(&k.Prefix, &k.Name, &h.token, &h.live); err != nil {
+			return nil, err
+		}
+		out[k] = h
+	}
+	return out, classify(rows.Err())
+}
+
+// Renew extends the holdings in one UPDATE per renewBatch leases; when it
+// did not change as many rows as it was given, one SELECT tells each
+// lease's fate (see "Renewal").
+func (s *sqlStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+	res := make([]store.RenewResult, len(reqs))
+	for from := 0; from < len(reqs); from += renewBatch {
+		to := min(from+renewBatch, len(reqs))
+		s.renew(ctx, reqs[from:to], res[from:to])
+	}
+	return res
+}
+
+func (s *sqlStore) renew(ctx context.Context, reqs []store.RenewRequest, res []store.RenewResult) {
+	fail := func(err error) {
+		for i := range res {
+			res[i].Err = err
+		}
+	}
+	var ttl, shortest time.Duration
+	var cases, in strings.Builder
+	keys := make([]store.Key, len(reqs))
+	for i, r := range reqs {
+		if err := checkKey(r.Key); err != nil {
+			fail(err)
+			return
+		}
+		keys[i] = r.Key
+		ttl = max(ttl, r.TTL)
+		if shortest == 0 || r.TTL < shortest {
+			shortest = r.TTL
+		}
+		cases.WriteString(" WHEN " + hexLit(r.Token) + " THEN " + micros(r.TTL))
+		if i > 0 {
+			in.WriteString(", ")
+		}
+		in.WriteString("(" + hexLit(r.Key.Prefix) + ", " + hexLit(r.Key.Name) + ", " + hexLit(r.Token) + ")")
+	}
+	q := bounded(shortest, "UPDATE "+s.n.locks+" SET expires_at = UTC_TIMESTAMP(6) + INTERVAL (CASE token"+cases.String()+" END) MICROSECOND"+
+		" WHERE (prefix, name, token) IN ("+in.String()+") AND expires_at > UTC_TIMESTAMP(6)")
+	r, err := s.exec(ctx, ttl, q)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if n, err := r.RowsAffected(); err == nil && n == int64(len(reqs)) {
+		for i := range res {
+			res[i].Ownership = store.Owned
+		}
+		return
+	}
+	found, err := s.holders(ctx, keys)
+	if err != nil {
+		fail(err)
+		return
+	}
+	for i, r := range reqs {
+		res[i].Ownership = found[r.Key].ownership(r.Token)
+	}
+}
+
+// Close stops the cleanup.
+func (s *sqlStore) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+	})
+	return nil
+}
+
+// cleanLoop deletes, every period, rows whose holding ended more than
+// retention ago, in bounded batches.
+func (s *sqlStore) cleanLoop(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.cleanup()
+		}
+	}
+}
+
+// cleanup deletes up to ten batches of long-ended rows; it reports how
+// many it deleted.
+func (s *sqlStore) cleanup() int64 {
+	var total int64
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := s.exec(ctx, time.Minute, "DELETE FROM "+s.n.locks+" WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL "+micros(s.retention)+" MICROSECOND LIMIT "+strconv.Itoa(cleanupBatch))
+		cancel()
+		if err != nil {
+			return total
+		}
+		n, _ := res.RowsAffected()
+		total += n
+		if n < cleanupBatch {
+			return total
+		}
+		select {
+		case <-s.stop:
+			return total
+		default:
+		}
+	}
+	return total
+}

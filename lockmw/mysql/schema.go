@@ -1,0 +1,105 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/lockmw/lockmw/lockmw"
+)
+
+// DefaultTable is the name of the lock table when none is given; the
+// store's other objects are named after it (see Schema).
+const DefaultTable = "lockmw_locks"
+
+// tableName is what a table name may be: it is written into statements
+// unquoted by the caller, quoted by the store.
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
+
+// names are the store's objects for one base table name.
+type names struct {
+	locks, fence, claims string // quoted
+	plain                string // the base name, unquoted
+}
+
+func namesFor(table string) (names, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if !tableName.MatchString(table) {
+		return names{}, fmt.Errorf("%w: table name %q: use 1 to 48 letters, digits and underscores, not starting with a digit", lockmw.ErrInvalidOption, table)
+	}
+	return names{
+		locks:  "`" + table + "`",
+		fence:  "`" + table + "_fence`",
+		claims: "`" + table + "_claims`",
+		plain:  table,
+	}, nil
+}
+
+// statements returns the schema's statements, each idempotent.
+func (n names) statements() []string {
+	return []string{
+		// One row per lock that was held in the last Retention: the
+		// holder's token ("" once released), fence and expiry on the
+		// database's clock, in UTC.
+		"CREATE TABLE IF NOT EXISTS " + n.locks + ` (
+  prefix VARBINARY(512) NOT NULL,
+  name VARBINARY(512) NOT NULL,
+  token VARBINARY(64) NOT NULL,
+  fence BIGINT UNSIGNED NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (prefix, name),
+  KEY expires_at (expires_at)
+) ENGINE=InnoDB`,
+		// Fences of every lock of the table: NOCACHE, so that values are
+		// handed out in the order of the calls across all connections.
+		"CREATE SEQUENCE IF NOT EXISTS " + n.fence + " START WITH 1 MINVALUE 1 INCREMENT BY 1 NOCACHE NOCYCLE ENGINE=InnoDB",
+		// cronlock's fire claims: one row per job of a Locker prefix.
+		"CREATE TABLE IF NOT EXISTS " + n.claims + ` (
+  prefix VARBINARY(512) NOT NULL,
+  job VARBINARY(512) NOT NULL,
+  fire BIGINT NOT NULL,
+  claimed_by VARBINARY(512) NOT NULL,
+  token VARBINARY(64) NOT NULL,
+  run_fire BIGINT NOT NULL DEFAULT 0,
+  run_by VARBINARY(512) NOT NULL DEFAULT '',
+  PRIMARY KEY (prefix, job)
+) ENGINE=InnoDB`,
+	}
+}
+
+// Schema returns the SQL that creates the store's objects for table (""
+// for DefaultTable), for migrations of one's own: the lock table, the
+// sequence table+"_fence" that issues fences, and the table
+// table+"_claims" of cronlock's fire claims. Every statement is
+// idempotent (IF NOT EXISTS). It fails, with an error matching
+// lockmw.ErrInvalidOption, on a table name that is not 1 to 48 letters,
+// digits and underscores.
+func Schema(table string) (string, error) {
+	n, err := namesFor(table)
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(n.statements(), ";\n\n") + ";\n", nil
+}
+
+// CreateTable creates the store's objects for table ("" for DefaultTable)
+// in db's database if they do not exist (see Schema).
+func CreateTable(ctx context.Context, db *sql.DB, table string) error {
+	n, err := namesFor(table)
+	if err != nil {
+		return err
+	}
+	if db == nil {
+		return fmt.Errorf("%w: CreateTable needs a *sql.DB", lockmw.ErrNilClient)
+	}
+	for _, q := range n.statements() {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("lockmw/mysql: creating the store's tables: %w", classify(err))
+		}
+	}
+	return nil
+}

@@ -25,8 +25,11 @@ package pgtest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -47,7 +50,7 @@ const installHint = "install it with `apt-get install postgresql` (or run `make 
 	"or set LOCKMW_PG_BINDIR to the directory holding initdb and postgres"
 
 const (
-	readyTimeout = 30 * time.Second
+	readyTimeout = 60 * time.Second
 	stopTimeout  = 10 * time.Second
 )
 
@@ -137,15 +140,39 @@ func Start(t testing.TB) *Server {
 
 var errPortTaken = errors.New("port taken")
 
-// isReady asks pg_isready whether the server accepts connections.
+// isReady reports whether the server accepts connections: it sends a
+// startup message (as postgres, protocol 3.0) and reads the first reply,
+// an authentication request when it does (no subprocess: pg_isready can
+// take seconds to start on a loaded machine).
 func (s *Server) isReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(s.bin, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", strconv.Itoa(s.port), "-t", "1").CombinedOutput()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", s.Addr())
 	if err != nil {
-		return fmt.Errorf("pg_isready: %v %s", err, out)
+		return err
 	}
-	return nil
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	body := append([]byte{0, 3, 0, 0}, "user\x00postgres\x00database\x00postgres\x00\x00"...)
+	msg := binary.BigEndian.AppendUint32(nil, uint32(len(body)+4))
+	if _, err := c.Write(append(msg, body...)); err != nil {
+		return err
+	}
+	reply := make([]byte, 512)
+	n, err := io.ReadAtLeast(c, reply, 1)
+	if err != nil {
+		return err
+	}
+	switch {
+	case reply[0] == 'R':
+		return nil
+	case reply[0] == 'E' && strings.Contains(string(reply[:n]), "53300"): // too many clients: it serves
+		return nil
+	}
+	return fmt.Errorf("not accepting connections yet: %q", reply[:n])
 }
 
 // URL returns a connection URL for the server's postgres database as the

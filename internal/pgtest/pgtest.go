@@ -221,13 +221,26 @@ func (s *Server) TryExec(sql string) (string, error) {
 // and returns how many it killed.
 func (s *Server) TerminateBackends(t testing.TB, app string) int {
 	t.Helper()
-	out := s.Exec(t, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '"+
-		strings.ReplaceAll(app, "'", "''")+"' AND pid <> pg_backend_pid()")
-	n, err := strconv.Atoi(out)
+	n, err := s.TryTerminateBackends(app)
 	if err != nil {
-		t.Fatalf("pgtest: pg_terminate_backend: %q", out)
+		t.Fatalf("pgtest: %v", err)
 	}
 	return n
+}
+
+// TryTerminateBackends is TerminateBackends returning psql's error (the
+// server paused or down, for example) instead of failing the test.
+func (s *Server) TryTerminateBackends(app string) (int, error) {
+	out, err := s.TryExec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '" +
+		strings.ReplaceAll(app, "'", "''") + "' AND pid <> pg_backend_pid()")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		return 0, fmt.Errorf("pg_terminate_backend: %q", out)
+	}
+	return n, nil
 }
 
 // Pause stops the postmaster and every backend (SIGSTOP; backends are

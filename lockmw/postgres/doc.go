@@ -83,16 +83,19 @@
 //
 // Waiters are woken by LISTEN/NOTIFY: each Locker holds one connection of
 // its own (outside the pool) listening on the channel named after T,
-// started by its first waiter; a release or a departing waiter sends
-// pg_notify in its own statement only when another waiter is queued for
-// the lock (NOTIFY takes a database-wide lock at commit: a lock nobody
-// waits for costs no notification). A notification wakes the Locker's
-// waiters of that lock, which ask again. A waiter also wakes when the
-// holder's row (or, when the lock is free, the waiter before it) expires,
-// which sends no notification. When the listening connection breaks it is
-// made again (with backoff), and every waiter is woken, since
-// notifications may have been missed meanwhile; while it is down, waiters
-// ask every 50–100ms.
+// started by its first waiter. A release, or a waiter leaving the queue,
+// sends pg_notify in its own statement, naming the token of the first
+// waiter still queued, and only when there is one (NOTIFY takes a
+// database-wide lock at commit: a lock nobody waits for costs no
+// notification): only that waiter asks again, not every waiting Locker.
+// A waiter that asks and finds the lock free but others queued before it
+// names the first one the same way (a release may have named a waiter
+// that was not yet visible to it). A waiter also wakes when the holder's
+// row (or, when the lock is free, the waiter before it) expires, which
+// sends no notification. When the listening connection breaks it is made
+// again (with backoff), and every waiter is woken, since notifications
+// may have been missed meanwhile; while it is down, waiters ask every
+// 50–100ms.
 //
 // # Errors
 //

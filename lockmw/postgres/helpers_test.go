@@ -42,7 +42,7 @@ func newPool(t testing.TB, url string, app ...string) *pgxpool.Pool {
 		t.Fatal(err)
 	}
 	cfg.MaxConns = 8
-	cfg.ConnConfig.ConnectTimeout = time.Second
+	cfg.ConnConfig.ConnectTimeout = 3 * time.Second
 	if len(app) > 0 {
 		cfg.ConnConfig.RuntimeParams["application_name"] = app[0]
 	}

@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
@@ -101,20 +99,32 @@ WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q JOIN ` + n.queue + ` me ON me.
 SELECT (SELECT fence FROM u),
 	(SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint FROM ` + n.table + `
 		WHERE name = $1 AND expires_at > clock_timestamp()),
-	p.token, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint
+	p.token, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint,
+	-- A queued waiter that finds the lock free but others before it
+	-- wakes the first (a release's notification may have missed it: it
+	-- named the first waiter the release saw).
+	(SELECT count(pg_notify($4, f.token)) FROM (
+		SELECT token FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
+		ORDER BY seq LIMIT 1) f
+	WHERE $3::bool AND NOT EXISTS (SELECT 1 FROM u)
+		AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()))
 FROM (SELECT 1) one LEFT JOIN LATERAL (
 	SELECT q.token, q.expires_at FROM ` + n.queue + ` q JOIN ` + n.queue + ` me ON me.name = q.name AND me.token = $2
 	WHERE q.name = $1 AND q.seq < me.seq AND q.expires_at > clock_timestamp()
 	ORDER BY q.seq DESC LIMIT 1) p ON true`,
+		// A release, or a waiter leaving, wakes the first waiter still
+		// queued (only it may take the lock), by its token.
 		release: `WITH d AS (
 	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 RETURNING expires_at > clock_timestamp() AS live
 ), dq AS (
-	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
+	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 RETURNING 1
 )
 SELECT (SELECT live FROM d),
 	EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
-	CASE WHEN EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())
-		THEN (SELECT 1 FROM pg_notify($3, $4)) ELSE 0 END`,
+	(SELECT count(pg_notify($3, f.token)) FROM (
+		SELECT token FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
+		ORDER BY seq LIMIT 1) f
+	WHERE EXISTS (SELECT 1 FROM d) OR EXISTS (SELECT 1 FROM dq))`,
 		renew: `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, token, us, i)
 ), u AS (
@@ -156,13 +166,6 @@ func (s *pgStore) CheckTTL(time.Duration) error { return nil }
 // are joined as they are.
 func name(k store.Key) string { return k.Prefix + k.Name }
 
-// payload is the NOTIFY payload for lock row name (NOTIFY payloads are
-// limited to 8000 bytes; a name is not).
-func payload(row string) string {
-	h := md5.Sum([]byte(row))
-	return hex.EncodeToString(h[:])
-}
-
 // micros is ttl in microseconds, at least 1.
 func micros(ttl time.Duration) int64 { return max(ttl.Microseconds(), 1) }
 
@@ -190,7 +193,7 @@ func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.
 		b.Queue(s.sql.enqueue, row, token, micros(ttl))
 	}
 	b.Queue(insert, row, token, micros(ttl))
-	b.Queue(s.sql.fence, row, token, queued)
+	b.Queue(s.sql.fence, row, token, queued, s.n.channel)
 	sent := time.Now()
 	res := c.SendBatch(ctx, &b)
 	var (
@@ -198,6 +201,7 @@ func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.
 		holderUs       *int64
 		pred           *string
 		predUs         *int64
+		passed         int64
 		execErr, qrErr error
 	)
 	for range b.Len() - 1 {
@@ -206,7 +210,7 @@ func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.
 		}
 	}
 	if execErr == nil {
-		qrErr = res.QueryRow().Scan(&fence, &holderUs, &pred, &predUs)
+		qrErr = res.QueryRow().Scan(&fence, &holderUs, &pred, &predUs, &passed)
 	}
 	closeErr := res.Close()
 	if err := errors.Join(execErr, qrErr); err != nil {
@@ -258,8 +262,8 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 	defer c.Release()
 	var live *bool
 	var other bool
-	var notified int
-	err = c.QueryRow(ctx, s.sql.release, row, token, s.n.channel, payload(row)).Scan(&live, &other, &notified)
+	var notified int64
+	err = c.QueryRow(ctx, s.sql.release, row, token, s.n.channel).Scan(&live, &other, &notified)
 	switch {
 	case err != nil:
 		return 0, classify(err)
@@ -338,7 +342,7 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 	row := name(k)
 	// Listen before the statement runs, so that no release committed
 	// after it goes unheard.
-	s.lis.register(row, token)
+	s.lis.register(token)
 	r, pred, err := s.take(ctx, s.sql.insertLeaseQueued, row, token, ttl, true)
 	if err != nil {
 		return store.Reply{}, err
@@ -354,12 +358,13 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 	return r, nil
 }
 
-// WaitTurn waits for a notification on the lock's channel (a release, or
-// a waiter leaving), the holder's or predecessor's expiry, or the end of
-// token's own entry, keeping the entry alive meanwhile.
+// WaitTurn waits for a notification naming token (a release or a departing
+// waiter found it first in the queue), the holder's or predecessor's
+// expiry, or the end of token's own entry, keeping the entry alive
+// meanwhile.
 func (s *pgStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
 	row := name(k)
-	wake, connected := s.lis.waiter(row, token)
+	wake, connected := s.lis.waiter(token)
 	if wake == nil {
 		return nil // not queued: Enqueue again
 	}
@@ -473,7 +478,6 @@ type listener struct {
 
 	mu        sync.Mutex
 	byToken   map[string]*waiter
-	byPayload map[string]map[*waiter]struct{}
 	connected bool
 	running   bool
 	done      chan struct{}
@@ -481,18 +485,17 @@ type listener struct {
 
 // waiter is one queued token's wake-up.
 type waiter struct {
-	payload string
-	wake    chan struct{} // buffered 1
+	wake chan struct{} // buffered 1
 }
 
 func newListener(s *pgStore) *listener {
-	return &listener{s: s, byToken: make(map[string]*waiter), byPayload: make(map[string]map[*waiter]struct{})}
+	return &listener{s: s, byToken: make(map[string]*waiter)}
 }
 
-// register makes token a waiter on lock row (draining an earlier wake-up:
-// the statement that follows sees what it signalled) and starts the
-// listening connection if it is not running.
-func (l *listener) register(row, token string) {
+// register makes token a waiter (draining an earlier wake-up: the
+// statement that follows sees what it signalled) and starts the listening
+// connection if it is not running.
+func (l *listener) register(token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.byToken[token]; w != nil {
@@ -502,14 +505,7 @@ func (l *listener) register(row, token string) {
 		}
 		return
 	}
-	w := &waiter{payload: payload(row), wake: make(chan struct{}, 1)}
-	l.byToken[token] = w
-	set := l.byPayload[w.payload]
-	if set == nil {
-		set = make(map[*waiter]struct{})
-		l.byPayload[w.payload] = set
-	}
-	set[w] = struct{}{}
+	l.byToken[token] = &waiter{wake: make(chan struct{}, 1)}
 	if !l.running && l.s.stopped.Err() == nil {
 		l.running = true
 		l.done = make(chan struct{})
@@ -519,7 +515,7 @@ func (l *listener) register(row, token string) {
 
 // waiter returns token's wake-up channel (nil when not registered) and
 // whether the connection listens.
-func (l *listener) waiter(_, token string) (<-chan struct{}, bool) {
+func (l *listener) waiter(token string) (<-chan struct{}, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.byToken[token]
@@ -532,17 +528,7 @@ func (l *listener) waiter(_, token string) (<-chan struct{}, bool) {
 func (l *listener) unregister(token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	w := l.byToken[token]
-	if w == nil {
-		return
-	}
 	delete(l.byToken, token)
-	if set := l.byPayload[w.payload]; set != nil {
-		delete(set, w)
-		if len(set) == 0 {
-			delete(l.byPayload, w.payload)
-		}
-	}
 }
 
 // wakeAll wakes every waiter (the connection changed: notifications may
@@ -559,10 +545,12 @@ func (l *listener) wakeAll(connected bool) {
 	}
 }
 
-func (l *listener) notify(p string) {
+// notify wakes the waiter whose token a notification names, if it is
+// this Locker's (every Locker listening on the channel receives it).
+func (l *listener) notify(token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for w := range l.byPayload[p] {
+	if w := l.byToken[token]; w != nil {
 		select {
 		case w.wake <- struct{}{}:
 		default:

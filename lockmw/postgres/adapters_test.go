@@ -16,7 +16,6 @@ import (
 // ginlock's store-independent behaviour (internal/lockmwtest/ginsuite) on
 // PostgreSQL: ginlock works unchanged on the store's Locker.
 func TestGinlockSuitePostgres(t *testing.T) {
-	t.Parallel()
 	srv := startServer(t)
 	ginsuite.Run(t, ginsuite.Env{
 		Name: "postgres",
@@ -51,13 +50,12 @@ func TestGinlockSuitePostgres(t *testing.T) {
 // PostgreSQL: Singleton, and the Scheduler claiming its fires in the
 // claims table (no Redis client).
 func TestCronlockPostgres(t *testing.T) {
-	t.Parallel()
 	srv := startServer(t)
 	cronsuite.Run(t, cronsuite.Env{
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) *lockmw.Locker {
 			return newLocker(t, srv.URL(), opts...)
 		},
-		TTL: time.Second,
+		TTL: 2 * time.Second,
 		Lose: func(t testing.TB, key string) {
 			srv.Exec(t, "DELETE FROM lockmw_locks WHERE name = "+quote(lockmw.DefaultPrefix+key))
 		},
@@ -67,7 +65,6 @@ func TestCronlockPostgres(t *testing.T) {
 // With the server down, a claim fails within the Locker's TTL instead of
 // hanging: the fire is skipped, never run unguarded.
 func TestFireClaimPostgresDown(t *testing.T) {
-	t.Parallel()
 	srv := startServer(t)
 	l := newLocker(t, srv.URL())
 	claims := fireclaim.Of(l)

@@ -10,9 +10,10 @@ import (
 )
 
 // The conformance suite (internal/conformance) against one PostgreSQL
-// server.
+// server. The package's tests run one after another (no t.Parallel): each
+// starts a server, and several at once on a small machine make
+// connections slower than the tests' short TTLs.
 func TestConformancePostgres(t *testing.T) {
-	t.Parallel()
 	srv := startServer(t)
 	conformance.Run(t, conformance.Store{
 		Name: "postgres",

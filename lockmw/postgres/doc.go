@@ -99,7 +99,9 @@
 //
 // # Errors
 //
-// Every statement of an acquisition is bounded by the TTL. Failures match
+// Every statement of an acquisition is bounded by the TTL (waiting for a
+// pool connection, by the TTL or 3s, whichever is longer: the lease's
+// validity counts from the statement's send). Failures match
 // lockmw.ErrUnavailable and, for the conditions that need an operator's
 // attention, one of ErrNoTable (create the tables), ErrReadOnly (a replica,
 // a demoted primary, or default_transaction_read_only: point the pool at

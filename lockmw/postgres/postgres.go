@@ -172,8 +172,6 @@ func micros(ttl time.Duration) int64 { return max(ttl.Microseconds(), 1) }
 // Acquire takes the lock for token when its row is missing or expired and
 // no waiter is queued.
 func (s *pgStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, ttl)
-	defer cancel()
 	r, _, err := s.take(ctx, s.sql.insertLease, name(k), token, ttl, false)
 	return r, err
 }
@@ -182,12 +180,21 @@ func (s *pgStore) Acquire(ctx context.Context, k store.Key, token string, ttl ti
 // one of insertLease and insertLeaseQueued) and the fence draw, in one
 // round trip (a batch, which PostgreSQL runs as one implicit transaction).
 // It also reports the queue entry just before token's, if any.
+//
+// Taking a pool connection (or making one) may take up to connectWait
+// (or ctx's end): the lease's validity counts from the send, so it costs
+// nothing but the caller's time. The batch itself is bounded by ttl: an
+// answer later than that is worthless.
 func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.Duration, queued bool) (store.Reply, string, error) {
-	c, err := s.conn(ctx)
+	cctx, cancel := context.WithTimeout(ctx, max(ttl, connectWait))
+	c, err := s.conn(cctx)
+	cancel()
 	if err != nil {
 		return store.Reply{}, "", err
 	}
 	defer c.Release()
+	ctx, cancel = context.WithTimeout(ctx, ttl)
+	defer cancel()
 	var b pgx.Batch
 	if queued {
 		b.Queue(s.sql.enqueue, row, token, micros(ttl))
@@ -235,6 +242,10 @@ func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.
 	}
 	return r, p, nil
 }
+
+// connectWait bounds how long an acquisition waits for a pool connection
+// when its TTL is shorter.
+const connectWait = 3 * time.Second
 
 // conn takes a pool connection for one statement.
 func (s *pgStore) conn(ctx context.Context) (*pgxpool.Conn, error) {
@@ -337,8 +348,6 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 // is there) and, when no unexpired entry is before it, takes the lock and
 // takes the entry out, all in one round trip.
 func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, ttl)
-	defer cancel()
 	row := name(k)
 	// Listen before the statement runs, so that no release committed
 	// after it goes unheard.

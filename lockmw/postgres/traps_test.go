@@ -22,7 +22,6 @@ import (
 // A lockmw lease whose pool's backends are killed keeps the lock (the row
 // is not the connection's): the next renewal takes a new connection.
 func TestAdvisoryLockVanishesWithBackend(t *testing.T) {
-	t.Parallel()
 	srv := startServer(t)
 	ctx := bg(t)
 	holderPool := newPool(t, srv.URL(), "advisory-holder")
@@ -88,7 +87,6 @@ func TestAdvisoryLockVanishesWithBackend(t *testing.T) {
 // lease WithoutWatchdog) loses the lock at its TTL, and its lease context
 // says so.
 func TestAdvisoryLockHeldForeverByStalledHolder(t *testing.T) {
-	t.Parallel()
 	srv := startServer(t)
 	ctx := bg(t)
 	stalled, err := newPool(t, srv.URL()).Acquire(ctx)
@@ -139,7 +137,6 @@ func TestAdvisoryLockHeldForeverByStalledHolder(t *testing.T) {
 // TestErrors: each bad condition gives its typed error, wrapped in
 // lockmw.ErrUnavailable, and a held lease still ends at its deadline.
 func TestErrors(t *testing.T) {
-	t.Parallel()
 	srv := startServer(t)
 	ctx := bg(t)
 

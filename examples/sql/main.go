@@ -188,8 +188,8 @@ func newService(ctx context.Context, name, url, redisAddr string, logger *slog.L
 	if err != nil {
 		log.Fatal(err)
 	}
-	client := redis.NewClient(&redis.Options{Addr: redisAddr, DialTimeout: 300 * time.Millisecond,
-		ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: -1, ContextTimeoutEnabled: true})
+	client := redis.NewClient(&redis.Options{Addr: redisAddr, DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, ContextTimeoutEnabled: true})
 	opts := []cachelock.Option{cachelock.WithPrefix("price:"), cachelock.WithLogger(logger)}
 	if len(lockOpts) > 0 {
 		opts = append(opts, cachelock.WithLockOptions(lockOpts...))

@@ -2,7 +2,7 @@
 GO ?= go
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 
-.PHONY: test bench chaos lint demo redis-server etcd etcd-server etcd-15247 zookeeper mariadb-server
+.PHONY: test bench chaos lint demo redis-server etcd etcd-server etcd-15247 zookeeper mariadb-server postgresql
 
 # ETCD_MODULE is the nested module of the etcd store (its own go.mod, so
 # that importing the core does not bring etcd into a module graph); the
@@ -13,6 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo)
 ETCD_MODULE := lockmw/etcd
 ZK_MODULE := lockmw/zookeeper
 MYSQL_MODULE := lockmw/mysql
+PG_MODULE := lockmw/postgres
 
 # redis-server: install Debian's redis-server when it is not on PATH. Tests
 # start their own servers on free loopback ports; none needs to be running.
@@ -84,14 +85,25 @@ zookeeper:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends zookeeper >/dev/null; \
 	}
 
+# postgresql: install Debian's postgresql when its server binaries are
+# missing (they are not on PATH: internal/pgtest finds them through
+# pg_config --bindir or /usr/lib/postgresql/*/bin). The tests run initdb and
+# postgres themselves, as nobody when run as root; no cluster needs to run.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || [ -x "$$(pg_config --bindir 2>/dev/null)/postgres" ] || { \
+		echo "postgresql not found: installing it with apt-get"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+	}
+
 # test: every module's tests, the three modules at once (their tests spend
 # most of their time waiting on servers they start, so they overlap well on
 # two cores); each module's output is printed when it is done, and test
 # fails if any module failed. The ZooKeeper checker's short run is the one
 # test run without -race (go-zookeeper v1.0.4 races on its own last zxid
 # after reconnects: see lockmw/zookeeper/chaos_test.go).
-TEST_MODULES := . $(ETCD_MODULE) $(ZK_MODULE) $(MYSQL_MODULE) examples
-test: redis-server etcd zookeeper mariadb-server
+TEST_MODULES := . $(ETCD_MODULE) $(ZK_MODULE) $(MYSQL_MODULE) $(PG_MODULE) examples examples/sql
+test: redis-server etcd zookeeper mariadb-server postgresql
 	@dir=$$(mktemp -d); pids=""; \
 	for m in $(TEST_MODULES); do \
 		( cd $$m && $(GO) test -race -count=1 -timeout 15m ./... && \
@@ -108,17 +120,19 @@ test: redis-server etcd zookeeper mariadb-server
 # -chaos.store=etcd' (the other package's TestChaos then skips).
 CHAOS_DURATION ?= 5m
 CHAOS_ARGS ?=
-chaos: redis-server etcd zookeeper mariadb-server
+chaos: redis-server etcd zookeeper mariadb-server postgresql
 	$(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 ./lockmw/ -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(ETCD_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(ZK_MODULE) && $(GO) test -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(MYSQL_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
+	cd $(PG_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
-bench: redis-server etcd zookeeper mariadb-server
+bench: redis-server etcd zookeeper mariadb-server postgresql
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/
 	cd $(ETCD_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 	cd $(ZK_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 	cd $(MYSQL_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
+	cd $(PG_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 
 # lint: gofmt, go vet and staticcheck over every module. staticcheck is
 # pinned as a tool of internal/tools (its own module, joined by go.work, so
@@ -133,6 +147,8 @@ lint:
 	cd examples && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/etcd && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/zookeeper && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd $(PG_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd examples/sql && $(GO) vet ./... && $(GO) tool staticcheck ./...
 
 demo:
 	$(GO) run ./examples/quickstart

@@ -299,17 +299,19 @@ func RunStores(t *testing.T, stores ...Store) {
 // repoFaults are the fault names of every store of the repository, also
 // accepted by -chaos.disable where no store of the test has them (make
 // chaos passes the same flags to every package).
-var repoFaults = []string{"latency", "cut", "reset", "pause", "scriptflush", "killpubsub", "restart", "leader", "counterdel", "killconn"}
+var repoFaults = []string{"latency", "cut", "reset", "pause", "scriptflush", "killpubsub", "restart", "leader", "counterdel", "killconn", "backend"}
 
 // storeHomes says, for every store of the repository, which package's
 // TestChaos runs it: -chaos.store naming a store of another package skips
 // TestChaos (make chaos passes the same flags to every package), a name
 // of none fails it.
 var storeHomes = map[string]string{
-	"redis":   "./lockmw/",
-	"redlock": "./lockmw/",
-	"etcd":    "lockmw/etcd (its own module)",
-	"mariadb": "lockmw/mysql (its own module)",
+	"redis":     "./lockmw/",
+	"redlock":   "./lockmw/",
+	"etcd":      "lockmw/etcd (its own module)",
+	"zookeeper": "lockmw/zookeeper (its own module)",
+	"mariadb":   "lockmw/mysql (its own module)",
+	"postgres":  "lockmw/postgres (its own module)",
 }
 
 // Store is one kind of storage the checker runs against.

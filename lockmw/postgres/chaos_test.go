@@ -1,0 +1,151 @@
+package postgres_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/internal/pgtest"
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/postgres"
+)
+
+// TestChaos runs lockmw's seeded randomized safety checker
+// (internal/chaos) against one PostgreSQL server. See internal/chaos for
+// what it checks and how to replay a failure:
+//
+//	go test -race -run '^TestChaos$' .                       # short: 20s
+//	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=15m
+//	make chaos CHAOS_DURATION=15m                             # every store
+func TestChaos(t *testing.T) {
+	chaos.RunStores(t, pgChaosStore)
+}
+
+// pgChaosStore is the "postgres" store: one server, postgres.New on a pool
+// of each Locker slot's own (application_name lockmw-slot-N).
+var pgChaosStore = chaos.Store{
+	Name: "postgres", Fair: true, Start: startPgChaos,
+	FaultNames: []string{"latency", "cut", "reset", "pause", "restart", "backend"},
+	Timing: chaos.Timing{
+		ShortDuration: 20 * time.Second,
+	},
+	Dir: "lockmw/postgres", Package: ".",
+}
+
+// chaosProxied reports whether slot's pool goes through a proxy: every
+// other slot does, the rest talk to the server directly.
+func chaosProxied(slot int) bool { return slot%2 == 0 }
+
+// startPgChaos starts the deployment. Faults:
+//
+//   - latency, cut, reset: on a proxied slot's link (its pool and its
+//     LISTEN connection);
+//   - pause: SIGSTOP the postmaster and every backend;
+//   - restart: SIGKILL the server, keep it down a while and restart it
+//     (crash recovery keeps every committed row and the sequence: fences
+//     keep rising across it);
+//   - backend: pg_terminate_backend every connection of one slot (its
+//     pool's and its LISTEN connection), as an administrator or a
+//     connection pooler's failover would.
+func startPgChaos(t *testing.T, slots int) *chaos.Deployment {
+	srv := startServer(t)
+	admin := newPool(t, srv.URL())
+	pools := make([]*pgxpool.Pool, slots)
+	var proxies []*redistest.Proxy
+	proxyOf := make(map[*redistest.Proxy]int)
+	for s := range slots {
+		url := srv.URL()
+		if chaosProxied(s) {
+			p := pgtest.StartProxy(t, srv)
+			proxies = append(proxies, p)
+			proxyOf[p] = s
+			url = pgtest.URLFor(p.Addr())
+		}
+		pools[s] = newPool(t, url, "lockmw-slot-"+strconv.Itoa(s))
+	}
+	pickLinks := func(env *chaos.FaultEnv) []*redistest.Proxy {
+		p := proxies[env.Rand.IntN(len(proxies))]
+		env.Note("link of slot %d", proxyOf[p])
+		return []*redistest.Proxy{p}
+	}
+	d := &chaos.Deployment{
+		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
+			return postgres.New(pools[slot], opts...)
+		},
+		Describe: func(slot int) string {
+			if chaosProxied(slot) {
+				return "proxied"
+			}
+			return "direct"
+		},
+		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return pgResidue(ctx, admin) },
+	}
+	d.Faults = []chaos.Fault{
+		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pickLinks),
+		chaos.LinkFault("cut", 50*time.Millisecond, 4*time.Second, pickLinks),
+		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickLinks),
+		{Name: "pause", Run: func(env *chaos.FaultEnv) {
+			hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
+			env.Note("SIGSTOP for %v", hold)
+			srv.Pause(env.T)
+			env.Sleep(hold)
+			srv.Resume(env.T)
+		}},
+		{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
+			down := env.Rand.Duration(0, 3*time.Second)
+			env.Note("SIGKILL, down for %v", down)
+			srv.Kill(env.T)
+			// Not cut short when the run ends: the server must run again
+			// for the checks after it.
+			time.Sleep(down)
+			srv.Restart(env.T)
+		}},
+		{Name: "backend", Run: func(env *chaos.FaultEnv) {
+			// It may overlap a pause: then psql cannot connect, and the
+			// fault does nothing.
+			slot := env.Rand.IntN(slots)
+			n, err := srv.TryTerminateBackends("lockmw-slot-" + strconv.Itoa(slot))
+			if err != nil {
+				env.Note("slot %d: server not answering (%v)", slot, err)
+				return
+			}
+			env.Note("pg_terminate_backend of slot %d's %d connections", slot, n)
+		}},
+	}
+	return d
+}
+
+// pgResidue lists the unexpired lease rows and queue entries. Expired rows
+// hold nothing (an acquisition reuses them, the Lockers' sweep deletes
+// them: see the package documentation).
+func pgResidue(ctx context.Context, admin *pgxpool.Pool) ([]chaos.Residue, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	q, err := admin.Query(ctx, `SELECT 'lease row ' || name || ' of ' || token, false,
+		(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint FROM lockmw_locks WHERE expires_at > clock_timestamp()
+		UNION ALL SELECT 'queue entry ' || name || ' of ' || token, true, 0 FROM lockmw_locks_queue WHERE expires_at > clock_timestamp()`)
+	if err != nil {
+		return nil, err
+	}
+	defer q.Close()
+	var out []chaos.Residue
+	for q.Next() {
+		var what string
+		var queue bool
+		var us int64
+		if err := q.Scan(&what, &queue, &us); err != nil {
+			return nil, err
+		}
+		if queue {
+			out = append(out, chaos.Residue{What: what, Queue: true})
+		} else {
+			out = append(out, chaos.Residue{What: what, Lock: true, TTL: time.Duration(us) * time.Microsecond})
+		}
+	}
+	return out, q.Err()
+}

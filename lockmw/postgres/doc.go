@@ -1,0 +1,129 @@
+// Package postgres keeps lockmw locks in PostgreSQL: New returns a
+// *lockmw.Locker whose leases, watchdog, validity deadlines, nesting,
+// waiting and telemetry are lockmw's, and whose locks are rows of a table
+// in the application's own database. It lives in its own module
+// (github.com/lockmw/lockmw/lockmw/postgres), so programs that only import
+// lockmw do not build pgx.
+//
+// The Locker takes a *pgxpool.Pool (github.com/jackc/pgx/v5). A program
+// on database/sql with pgx's stdlib driver makes a pool from the same
+// connection string (pgxpool.New(ctx, dsn)): the Locker needs pgx's
+// batches (one round trip per acquisition) and a connection of its own for
+// LISTEN, which database/sql cannot lend.
+//
+// # Tables
+//
+// CreateTable (or SQL, for a migration of one's own) creates, for the
+// lease table T (DefaultTable, or Schema.Table): T, one row per held lock
+// (name, token, fence, expires_at); T_queue, one row per waiter (name,
+// token, seq, expires_at); T_claims, cronlock's fire claims; and the
+// sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
+// position is drawn. A lock's row name is the Locker's prefix and the key,
+// joined as they are. A release deletes its row; a crashed holder's row
+// expires and is reused by the next acquisition of its lock, and every
+// Locker deletes expired rows (at most 1000 per table) about once a
+// minute, so that locks no one takes again leave nothing behind. Without
+// the tables, every call fails with an error matching ErrNoTable that says
+// how to create them.
+//
+// # Safety: how a lease becomes live
+//
+// Every expiry is computed by the database's clock: expires_at =
+// clock_timestamp() + TTL, clock_timestamp() being the time the statement
+// runs (never now(), the start of the transaction, which may be older).
+// The invariant: while a lockmw lease with token t is live, the row of its
+// lock has token t and an expires_at after the present on the database's
+// clock. Two live leases of one lock would need one row with two tokens.
+//
+//   - Acquisition: one round trip, a batch PostgreSQL runs as one
+//     transaction: INSERT … ON CONFLICT (name) DO UPDATE … WHERE
+//     expires_at <= clock_timestamp() writes token t only when the row is
+//     missing or expired (a plain attempt also only when no unexpired
+//     waiter is queued, a queued one when no unexpired waiter is before
+//     it), then UPDATE … SET fence = nextval(T_fence) WHERE token = t. The
+//     unique index makes concurrent inserts of one name wait for each
+//     other, and the conflict's WHERE is evaluated on the latest committed
+//     row, so only one of them writes. The lease's validity counts from
+//     the batch's send time v (lockmw then subtracts drift), and the row's
+//     expires_at is at least v + TTL on the database's clock. Nothing but
+//     t's release (DELETE … WHERE token = t) ends the row before then: an
+//     acquisition does not write an unexpired row, a renewal writes only
+//     its own token's, the sweep deletes only expired rows.
+//   - Fences rise: the fence is drawn by the second statement, while the
+//     first statement's row lock is held, so after the previous holder's
+//     transaction committed (its insert or update had to commit, and its
+//     row had to expire or be deleted, before this one could write), and
+//     that holder drew its fence before its commit. A sequence with CACHE 1
+//     hands out values in the order nextval is called across sessions (a
+//     larger cache would let each session pre-allocate a range, out of
+//     order), and survives a crash rising (PostgreSQL logs it ahead). The
+//     value in the INSERT's VALUES is not used as a fence: it would be
+//     drawn before the row lock is taken.
+//   - Renewal: UPDATE T … SET expires_at = clock_timestamp() + TTL FROM
+//     unnest(names, tokens, TTLs) WHERE token matches AND expires_at >
+//     clock_timestamp(): all of a watchdog tick's leases in one statement,
+//     one result per lease (renewed, or found expired or taken). It never
+//     inserts, and never touches an expired row: a renewal that arrives
+//     after the lease expired and another holder took the row finds
+//     another token and extends nothing (River issue 197, an upsert
+//     renewal that extended the next holder's lease, is the bug class;
+//     TestRenewalNeverExtendsAnother shows it here). Sent at s, it extends
+//     the deadline to s + TTL − drift.
+//
+// # Waiting
+//
+// Every waiter, default-mode or Fair (lockmw.Fair), has a row in T_queue
+// (one per key and Locker in default mode; the Locker's other goroutines
+// wait behind it). An attempt by a queued waiter takes the lock only when
+// no unexpired waiter is queued before it, and then deletes its queue row
+// in the same transaction; a plain attempt (TryAcquire) only when none is
+// queued at all, so it never passes a waiter. Queue rows expire too (a
+// waiter keeps its own alive every TTL/3), so a crashed waiter delays the
+// others by at most its TTL.
+//
+// Waiters are woken by LISTEN/NOTIFY: each Locker holds one connection of
+// its own (outside the pool) listening on the channel named after T,
+// started by its first waiter. A release, or a waiter leaving the queue,
+// sends pg_notify in its own statement, naming the token of the first
+// waiter still queued, and only when there is one (NOTIFY takes a
+// database-wide lock at commit: a lock nobody waits for costs no
+// notification): only that waiter asks again, not every waiting Locker.
+// A waiter that asks and finds the lock free but others queued before it
+// names the first one the same way (a release may have named a waiter
+// that was not yet visible to it). A waiter also wakes when the holder's
+// row (or, when the lock is free, the waiter before it) expires, which
+// sends no notification. When the listening connection breaks it is made
+// again (with backoff), and every waiter is woken, since notifications
+// may have been missed meanwhile; while it is down, waiters ask every
+// 50–100ms.
+//
+// # Errors
+//
+// Every statement of an acquisition is bounded by the TTL (waiting for a
+// pool connection, by the TTL or 3s, whichever is longer: the lease's
+// validity counts from the statement's send). Failures match
+// lockmw.ErrUnavailable and, for the conditions that need an operator's
+// attention, one of ErrNoTable (create the tables), ErrReadOnly (a replica,
+// a demoted primary, or default_transaction_read_only: point the pool at
+// the primary), ErrStatementTimeout (statement_timeout or lock_timeout),
+// ErrBackendTerminated (pg_terminate_backend, a crash, a broken
+// connection) and ErrPoolExhausted (every pool connection was busy for the
+// whole TTL). A held lease whose renewals fail so ends at its validity
+// deadline with lockmw.ErrLost, before the row can expire.
+//
+// # Compared with advisory locks
+//
+// pg_advisory_lock belongs to a session: it is released when its
+// connection ends — a pool recycling it, pg_terminate_backend, a failover,
+// PgBouncer in transaction mode handing the session to someone else —
+// without the holder being told, and it stays held forever by a holder
+// that is stalled but still connected. traps_test.go shows both. A lockmw
+// lease on this package ends its context at its deadline when it cannot
+// renew, and a stalled holder's row expires.
+//
+// bench_test.go (make bench) measures, on one server in the same run,
+// uncontended lock+unlock and 16 Lockers on one key, beside a
+// pg_try_advisory_lock polling loop and a ShedLock-style
+// UPDATE … WHERE lock_until <= now() polling loop; the README holds the
+// figures.
+package postgres

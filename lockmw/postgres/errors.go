@@ -1,0 +1,79 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// The store's errors. Acquire and Release wrap them in
+// lockmw.ErrUnavailable, so errors.Is matches both; a lease whose renewals
+// fail so ends at its deadline (lockmw.ErrLost), as with any store outage.
+var (
+	// ErrNoTable: the lease, queue or claims table, or the fence sequence,
+	// does not exist. Create them once with CreateTable, or put SQL() in a
+	// migration.
+	ErrNoTable = errors.New("postgres: lockmw's table is missing: create it with postgres.CreateTable(ctx, pool), or run postgres.SQL() in a migration")
+	// ErrReadOnly: the server refuses writes (a replica, a demoted
+	// primary, or default_transaction_read_only = on): point the pool at
+	// the primary (for example target_session_attrs=read-write in the
+	// connection string).
+	ErrReadOnly = errors.New("postgres: the server is read-only (a replica, a demoted primary, or default_transaction_read_only): point the pool at the primary, e.g. target_session_attrs=read-write")
+	// ErrStatementTimeout: the server cancelled a statement
+	// (statement_timeout, lock_timeout or a cancel request).
+	ErrStatementTimeout = errors.New("postgres: statement cancelled by the server (statement_timeout or lock_timeout)")
+	// ErrBackendTerminated: the server ended the connection's backend
+	// (pg_terminate_backend, a shutdown or a crash), or the connection
+	// broke; the next request uses another connection.
+	ErrBackendTerminated = errors.New("postgres: connection terminated by the server (pg_terminate_backend, shutdown or crash) or broken")
+	// ErrPoolExhausted: no connection of the pool came free in time: every
+	// one was in use. Raise MaxConns, or hold fewer connections elsewhere.
+	ErrPoolExhausted = errors.New("postgres: every connection of the pool is in use (raise pool_max_conns)")
+)
+
+// classify returns err wrapped in the store's error for its kind, if any;
+// nil for nil.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "42P01", "42704": // undefined_table, undefined_object (the sequence)
+			return fmt.Errorf("%w (%w)", ErrNoTable, err)
+		case "25006": // read_only_sql_transaction
+			return fmt.Errorf("%w (%w)", ErrReadOnly, err)
+		case "57014", "55P03": // query_canceled, lock_not_available
+			return fmt.Errorf("%w (%w)", ErrStatementTimeout, err)
+		case "57P01", "57P02", "57P03", "08006", "08003": // admin/crash shutdown, cannot connect now, connection failure
+			return fmt.Errorf("%w (%w)", ErrBackendTerminated, err)
+		}
+		return err
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("%w (%w)", ErrBackendTerminated, err)
+	}
+	return err
+}
+
+// acquireConn takes a connection from pool, saying ErrPoolExhausted when
+// ctx ended while every connection was in use.
+func acquireConn(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, error) {
+	c, err := pool.Acquire(ctx)
+	if err == nil {
+		return c, nil
+	}
+	if ctx.Err() != nil {
+		st := pool.Stat()
+		if st.AcquiredConns() >= st.MaxConns() {
+			return nil, fmt.Errorf("%w: all %d in use (%w)", ErrPoolExhausted, st.MaxConns(), err)
+		}
+	}
+	return nil, classify(err)
+}

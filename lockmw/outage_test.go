@@ -14,47 +14,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
-
-// logRecords is a slog.Handler that keeps what is logged, for a test to
-// read.
-type logRecords struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *logRecords) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecords) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, r.Clone())
-	return nil
-}
-func (h *logRecords) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecords) WithGroup(string) slog.Handler      { return h }
-
-// lines returns the records of level at least level whose message
-// contains msg, each as its message and attributes.
-func (h *logRecords) lines(level slog.Level, msg string) []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []string
-	for _, r := range h.records {
-		if r.Level < level || !strings.Contains(r.Message, msg) {
-			continue
-		}
-		var b strings.Builder
-		b.WriteString(r.Message)
-		r.Attrs(func(a slog.Attr) bool {
-			b.WriteString(" " + a.String())
-			return true
-		})
-		out = append(out, b.String())
-	}
-	return out
-}
 
 // readmeClient is the client the README and the package documentation
 // recommend: short timeouts, no retries inside go-redis.
@@ -91,13 +54,13 @@ func TestNewWarnsAboutASlowClient(t *testing.T) {
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &logRecords{}
+			logs := &lockmwtest.Logs{}
 			l, err := tc.new(slog.New(logs))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			got := logs.lines(slog.LevelWarn, warning)
+			got := lockmwtest.Texts(logs.Find(slog.LevelWarn, warning))
 			switch {
 			case !tc.warns && len(got) != 0:
 				t.Errorf("warned about a client with short timeouts: %q", got)

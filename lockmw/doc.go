@@ -350,7 +350,10 @@
 // it, and take the lock for a token no lease has. The Locker gives such a
 // lock back with the same compare-and-act release, once Redis has answered
 // it twice (the second answer comes after any request that waited out the
-// same stall), and Close waits for releases and give-backs under way.
+// same stall), and Close waits for releases and give-backs under way. A
+// request that never left (its dial failed or was refused, or no
+// connection was free in the pool) took nothing: it is not given back,
+// and nothing is logged about it.
 //
 // Redlock fences. This is the one place the argument is made; NewRedlock
 // and the Redlock backend's source refer to it. Each master keeps its own

@@ -8,6 +8,10 @@
 // claims, so that applications sharing a store with different prefixes
 // claim their fires apart.
 //
+// A Redis record expires once its job has been idle for the Locker's
+// retention (at least MinKeep, and twice the job's last interval); why no
+// fire can then run twice is argued in Redis' documentation, Expiry.
+//
 // Redis keeps the record through a client (NewRedis, with the Locker's
 // prefix from Prefix). A Locker can offer claims in its own store through
 // Of, which package lockmw sets: on a single Redis or a Cluster, the Redis

@@ -25,7 +25,7 @@ var redisAddr = "localhost:6379"
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr, // settings: see lockmw
 		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
-		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
+		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, PipelinePoolSize: -1})
 	defer rdb.Close()
 	locker, err := lockmw.New(rdb)
 	if err != nil {

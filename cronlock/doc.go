@@ -24,7 +24,12 @@
 // later than the recorded mark, the mark becomes this fire and the
 // instance runs it; otherwise the claim is refused and the fire skipped
 // here. Comparing and raising the mark is one atomic step in the store,
-// and the record is small, one per job (no key per fire, no expiry). It is
+// and the record is small, one per job (no key per fire). In Redis it
+// expires once the job has been idle for the Locker's retention
+// (lockmw.WithRetention, a day by default; at least an hour, and at least
+// twice the job's last interval), refreshed at every claim: a fire could
+// then run twice only if an instance claimed it that long after the one
+// that ran it (internal/fireclaim, Redis, Expiry, has the argument). It is
 // scoped by the Locker's prefix (lockmw.WithPrefix), so applications that
 // share a store with different prefixes claim their fires apart, even for
 // jobs of the same name. In Redis it is the hash

@@ -27,7 +27,7 @@ var redisAddr = "localhost:6379"
 func ExampleScheduler() {
 	client := redis.NewClient(&redis.Options{Addr: redisAddr, // settings: see lockmw
 		DialTimeout: 300 * time.Millisecond, ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond,
-		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
+		MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true, PipelinePoolSize: -1})
 	defer client.Close()
 	locker, err := lockmw.New(client)
 	if err != nil {

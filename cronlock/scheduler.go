@@ -75,7 +75,7 @@ func NewScheduler(c *cron.Cron, locker *lockmw.Locker, rdb redis.UniversalClient
 			return nil, fmt.Errorf("%w: cronlock.NewScheduler: the Locker's store cannot keep fire claims (Redlock has no one Redis of its own): give one Redis client that every instance shares", lockmw.ErrInvalidOption)
 		}
 	} else {
-		claims = fireclaim.NewRedis(rdb, fireclaim.Prefix(locker))
+		claims = fireclaim.NewRedis(rdb, fireclaim.Prefix(locker)).WithKeep(fireclaim.KeepOf(locker))
 	}
 	return &Scheduler{cron: c, locker: locker, claims: claims, opts: opts, names: map[string]bool{}}, nil
 }

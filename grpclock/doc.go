@@ -19,10 +19,11 @@
 //
 // Give the Redis client short timeouts and no retries of its own
 // (DialTimeout, ReadTimeout, WriteTimeout of a few hundred milliseconds,
-// MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true): go-redis
-// otherwise repeats a timed-out call up to MaxRetries times, and a Redis
-// outage is answered only after all of them (measured figures: lockmw's
-// package documentation, section Redis client settings).
+// MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true,
+// PipelinePoolSize: -1): go-redis otherwise repeats a timed-out call up to
+// MaxRetries times, and a Redis outage is answered only after all of them
+// (measured figures: lockmw's package documentation, section Redis client
+// settings).
 //
 // # Status codes
 //

@@ -21,7 +21,7 @@ func BenchmarkClusterLockUnlock(b *testing.B) {
 	c := redistest.StartCluster(b)
 	for _, goroutines := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
-			client := c.Client(b, func(o *redis.ClusterOptions) { o.PoolSize = goroutines })
+			client := c.Client(b, benchClusterClient, func(o *redis.ClusterOptions) { o.PoolSize = goroutines })
 			l := newLockerOn(b, client)
 			ctx := context.Background()
 			var next atomic.Int64

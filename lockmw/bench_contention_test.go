@@ -46,7 +46,7 @@ func BenchmarkContended(b *testing.B) {
 		{"fair", []lockmw.AcquireOption{lockmw.Fair()}},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			client := srv.Client(b, func(o *redis.Options) { o.PoolSize = 2 * contenders })
+			client := srv.Client(b, benchClient, func(o *redis.Options) { o.PoolSize = 2 * contenders })
 			l := newLockerOn(b, client)
 			lockers := make([]*lockmw.Locker, contenders)
 			for g := range lockers {
@@ -83,7 +83,7 @@ func BenchmarkContendedLockers(b *testing.B) {
 			for g := range lockers {
 				clients := make([]redis.UniversalClient, len(servers))
 				for i, s := range servers {
-					clients[i] = s.Client(b)
+					clients[i] = s.Client(b, benchClient)
 				}
 				var err error
 				if mode.redlock {

@@ -363,7 +363,9 @@ func runProcessWorker(spec string) int {
 	}
 	var clients []redis.UniversalClient
 	for _, addr := range strings.Split(addrs, ",") {
-		c := redis.NewClient(&redis.Options{Addr: addr})
+		o := &redis.Options{Addr: addr}
+		benchClient(o)
+		c := redis.NewClient(o)
 		defer c.Close()
 		clients = append(clients, c)
 	}

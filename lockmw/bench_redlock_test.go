@@ -24,7 +24,7 @@ func BenchmarkRedlock(b *testing.B) {
 	masters := redistest.StartN(b, 5)
 	for _, goroutines := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
-			clients := redlockClients(b, masters, func(o *redis.Options) { o.PoolSize = goroutines })
+			clients := redlockClients(b, masters, benchClient, func(o *redis.Options) { o.PoolSize = goroutines })
 			l, err := lockmw.NewRedlock(clients)
 			if err != nil {
 				b.Fatal(err)

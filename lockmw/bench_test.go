@@ -20,7 +20,7 @@ func BenchmarkLockUnlock(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, goroutines := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
-			client := srv.Client(b, func(o *redis.Options) { o.PoolSize = goroutines })
+			client := srv.Client(b, benchClient, func(o *redis.Options) { o.PoolSize = goroutines })
 			l := newLockerOn(b, client)
 			ctx := context.Background()
 			var next atomic.Int64
@@ -39,6 +39,27 @@ func BenchmarkLockUnlock(b *testing.B) {
 	}
 }
 
+// benchClient gives a benchmark's client short timeouts and no retries
+// inside go-redis, as the README's client has, so that New does not warn
+// about a slow client (a line per Locker, hundreds per make bench run).
+// Timeouts and retries act only on a failed or stalled command, which a
+// benchmark does not measure; the pools are left as go-redis makes them
+// (PipelinePoolSize too), so the measured path is go-redis' default one.
+// The timeouts are a second, not the README's 300ms: a loaded benchmark
+// machine must not turn a slow reply into an error.
+func benchClient(o *redis.Options) {
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = time.Second, time.Second, time.Second
+	o.MaxRetries = -1
+}
+
+// benchClusterClient is benchClient for a Cluster client, whose
+// redirects (3) count as retries too: its timeouts are 500ms.
+func benchClusterClient(o *redis.ClusterOptions) {
+	d := 500 * time.Millisecond
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = d, d, d
+	o.MaxRetries = -1
+}
+
 // rawRelease is the compare-and-delete the raw floor pays for an unlock.
 var rawRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
@@ -49,7 +70,7 @@ func BenchmarkRawFloor(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, goroutines := range []int{1, 32} {
 		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
-			client := srv.Client(b, func(o *redis.Options) { o.PoolSize = goroutines })
+			client := srv.Client(b, benchClient, func(o *redis.Options) { o.PoolSize = goroutines })
 			ctx := context.Background()
 			var next atomic.Int64
 			b.ResetTimer()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -39,7 +40,8 @@ import (
 // Only tokens for which no lease was made come here (the acquisition
 // returned an error, or gave the lock back), so the cleaner never releases
 // a live lease's lock; and only those whose request may have reached Redis
-// (mayHaveRun): a request that found no free connection took nothing.
+// (mayHaveRun): a request that found no free connection, or whose dial
+// failed (Redis down), took nothing, and is neither given back nor logged.
 // A lock the cleaner gives up on is warned about once per outage.
 
 // Cleanup retry parameters.
@@ -259,8 +261,9 @@ func (c *cleaner) answered() {
 // may run in Redis all the same: it failed without Redis' answer. An error
 // reply from Redis (MOVED, TRYAGAIN, READONLY, OOM, ...) means it did not
 // run, and a closed client sent nothing. Nor did a request that never had
-// a connection: no connection free in the pool (lockmw's writes are never re-sent by the
-// client, so the error is that of the only attempt, see noretry.go).
+// a connection: a failed dial or no connection free in the pool (lockmw's
+// writes are never re-sent by the client, so the error is that of the only
+// attempt, see noretry.go).
 // ErrNotReplicated means the lock was taken, and the rollback may not have
 // reached Redis.
 func mayHaveRun(err error) bool {
@@ -275,13 +278,21 @@ func mayHaveRun(err error) bool {
 }
 
 // neverSent reports whether err says that the request found no connection
-// to send it on: no connection free in the pool. A failed dial (Redis
-// down) is still given back: counting it as never sent made the next
-// holder's release fail with a refused dial just after a killed Redis came
-// back (TestConformanceRedis/LostWhenStoreKilled), which is not understood
-// yet; the give-backs an outage makes are warned about once (gaveUp).
+// to send it on: no connection free in the pool, or a failed dial (Redis
+// down: the connection was refused or could not be made). go-redis (v9)
+// also fails every command of a pool at once with the pool's last dial
+// error, without dialing, once as many dials as the pool has connections
+// have failed, until a probe of its own (once a second) gets through: that
+// is a failed dial too, and nothing was sent either.
 func neverSent(err error) bool {
-	return errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+	return dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+}
+
+// dialFailed reports whether err is a failed dial, or go-redis replaying
+// one (see neverSent).
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // takeBack hands the cleaner the lock that token may hold on keys, taken by

@@ -38,6 +38,8 @@ func TestConformanceRedis(t *testing.T) {
 		Kill:          srv.Kill,
 		Restart:       srv.Restart,
 		KillLosesData: true,
+		// Counters lost in the restart are seeded from the server clock.
+		FencesRiseAfterDataLoss: true,
 		Leftovers: func(t testing.TB, key string) []string {
 			return redisLeftovers(t, admin, []*redis.Client{admin}, key, false)
 		},
@@ -103,6 +105,8 @@ func TestConformanceRedisCluster(t *testing.T) {
 			cl.WaitHealthy(t)
 		},
 		KillLosesData: true,
+		// Counters lost in the restart are seeded from the server clock.
+		FencesRiseAfterDataLoss: true,
 		Leftovers: func(t testing.TB, key string) []string {
 			return redisLeftovers(t, admin, masters, key, true)
 		},
@@ -162,7 +166,9 @@ func TestConformanceRedlock(t *testing.T) {
 		Kill:          each((*redistest.Server).Kill),
 		Restart:       each((*redistest.Server).Restart),
 		KillLosesData: true,
-		Notifies:      true,
+		// Counters lost in the restart are seeded from the server clock.
+		FencesRiseAfterDataLoss: true,
+		Notifies:                true,
 		Leftovers: func(t testing.TB, key string) []string {
 			var out []string
 			for i, a := range admins {

@@ -61,6 +61,7 @@
 //		WriteTimeout:          300 * time.Millisecond,
 //		MaxRetries:            -1,
 //		DialerRetries:         1,
+//		PipelinePoolSize:      -1,
 //		ContextTimeoutEnabled: true,
 //	})
 //
@@ -70,14 +71,19 @@
 // several timeouts (2.3–3.4s with 300ms timeouts). With the settings above
 // it is reported after at most about one timeout: measured through ginlock
 // with 300ms timeouts, a killed Redis was answered in under 1ms (0.9s with
-// only the timeouts set), a paused one in 0.3s for the first acquisition
-// and 0.6s for the next ones: go-redis 9.23 runs a pipeline (one server's
-// acquisitions are one) a second time on its main pool when the new
-// connection of its pipeline pool cannot be set up, a second timeout (an
-// acquisition of a key whose failed attempt is being given back also waits
-// for that give-back). New and NewRedlock log a warning when one failed
-// command can take longer than a third of the TTL (ReadTimeout or
-// WriteTimeout times one plus MaxRetries). Turning the client's
+// only the timeouts set), a paused one in 0.3s (an acquisition of a key
+// whose failed attempt is being given back also waits for that give-back).
+// PipelinePoolSize -1 makes go-redis (9.23) run pipelines on its main pool:
+// with a pool of their own (its default), a pipeline (one server's
+// acquisitions are one) whose new connection of that pool cannot be set up
+// is run a second time on the main pool, so every acquisition after the
+// first on a paused Redis took two timeouts (measured: 0.30s, then
+// 0.60-0.90s each; with -1, 0.30-0.36s each). Right after a killed Redis is
+// back, each pool of go-redis can still fail its commands at once with its
+// last dial error for up to a second; lockmw sends a script refused that
+// way once more through the pipeline pool. New and NewRedlock log a
+// warning when one failed command can take longer than a third of the TTL
+// (ReadTimeout or WriteTimeout times one plus MaxRetries). Turning the client's
 // retries off loses nothing: lockmw never lets go-redis re-send its writes
 // (see Network faults) and does its own safe retrying (a failed renewal is
 // retried every TTL/10 until the lease's deadline). Keep the timeouts well
@@ -344,7 +350,10 @@
 // it, and take the lock for a token no lease has. The Locker gives such a
 // lock back with the same compare-and-act release, once Redis has answered
 // it twice (the second answer comes after any request that waited out the
-// same stall), and Close waits for releases and give-backs under way.
+// same stall), and Close waits for releases and give-backs under way. A
+// request that never left (its dial failed or was refused, or no
+// connection was free in the pool) took nothing: it is not given back,
+// and nothing is logged about it.
 //
 // Redlock fences. This is the one place the argument is made; NewRedlock
 // and the Redlock backend's source refer to it. Each master keeps its own

@@ -33,6 +33,7 @@ func Example() {
 		WriteTimeout:          300 * time.Millisecond,
 		MaxRetries:            -1,
 		DialerRetries:         1,
+		PipelinePoolSize:      -1,
 		ContextTimeoutEnabled: true,
 	})
 	defer client.Close()

@@ -1,6 +1,8 @@
 package lockmw
 
 import (
+	"time"
+
 	"github.com/lockmw/lockmw/internal/fireclaim"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
@@ -23,6 +25,13 @@ func init() {
 		}
 		return l.cfg.prefix
 	}
+	fireclaim.Retention = func(locker any) time.Duration {
+		l, _ := locker.(*Locker)
+		if l == nil || l.cfg.retention == 0 {
+			return DefaultRetention
+		}
+		return l.cfg.retention
+	}
 }
 
 // fireClaims returns the fire claims kept in the Locker's store, or nil
@@ -31,7 +40,7 @@ func (l *Locker) fireClaims() fireclaim.Claims {
 	switch b := l.backend.(type) {
 	case *redisBackend:
 		// The same record as a Scheduler given this client keeps.
-		return fireclaim.NewRedis(b.client, l.cfg.prefix)
+		return fireclaim.NewRedis(b.client, l.cfg.prefix).WithKeep(fireclaim.KeepOf(l))
 	case *storeBackend:
 		if c, ok := b.st.(store.FireClaimer); ok {
 			return c.FireClaims(b.prefix, l.cfg.ttl)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockmw/lockmw/internal/redistest"
 )
 
@@ -60,5 +62,65 @@ func TestGiveBackFailuresWarnOncePerOutage(t *testing.T) {
 	}
 	if warn, debug := logs.count(slog.LevelWarn), logs.count(slog.LevelDebug); warn != 1 || warn+debug != 4 {
 		t.Errorf("4 locks not given back: %d warnings and %d debug lines, want 1 and 3", warn, debug)
+	}
+}
+
+// An acquisition refused a connection (Redis killed) never reached Redis:
+// nothing is handed to the cleaner, and nothing is logged about giving it
+// back.
+func TestRefusedAcquisitionLeavesNothingToGiveBack(t *testing.T) {
+	srv := redistest.Start(t)
+	logs := &levelCounter{msg: "could not give back", n: map[slog.Level]int{}}
+	l, err := New(srv.Client(t, quickTimeouts, func(o *redis.Options) { o.DialerRetries = 1 }), WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Kill(t)
+	for i := range 5 {
+		_, err := l.TryAcquire(context.Background(), fmt.Sprint("k", i))
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("TryAcquire on a killed Redis = %v, want ErrUnavailable", err)
+		}
+		if !neverSent(err) {
+			t.Fatalf("TryAcquire on a killed Redis = %v: not a refused connection", err)
+		}
+		if !l.cleaner.idle() {
+			t.Fatalf("acquisition %d, refused a connection, left a give-back to the cleaner", i+1)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.count(slog.LevelWarn); n != 0 {
+		t.Errorf("%d warnings about give-backs for acquisitions that never left", n)
+	}
+}
+
+// Right after a killed Redis is back, go-redis' main pool can still fail
+// every command at once with its last dial error (its dial breaker, opened
+// by refused dials during the outage, closes only when its own probe, once
+// a second, gets through), while the pipeline pool already works: a lease
+// taken then is still released.
+func TestReleaseRightAfterRefusedOutage(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, quickTimeouts, func(o *redis.Options) { o.DialerRetries = 1 })
+	l := newTestLocker(t, c, WithTTL(2*time.Second))
+	srv.Kill(t)
+	// The application's own commands, refused, open the main pool's breaker.
+	for range c.Options().PoolSize + 1 {
+		if err := c.Ping(context.Background()).Err(); err == nil {
+			t.Fatal("PING answered by a killed Redis")
+		}
+	}
+	srv.Restart(t)
+	lease, err := l.Acquire(context.Background(), "k", WithWait(5*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after the restart: %v", err)
+	}
+	if err := c.Ping(context.Background()).Err(); err == nil {
+		t.Log("the main pool's breaker was closed already: this run shows nothing")
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatalf("Release right after the restart: %v", err)
 	}
 }

@@ -392,40 +392,11 @@ func TestRetentionOptions(t *testing.T) {
 	}
 }
 
-// recordedLogs is a slog handler that keeps every record.
-type recordedLogs struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (h *recordedLogs) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordedLogs) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.records = append(h.records, r.Clone())
-	return nil
-}
-func (h *recordedLogs) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *recordedLogs) WithGroup(string) slog.Handler      { return h }
-
-// find returns the records whose message contains s.
-func (h *recordedLogs) find(s string) []slog.Record {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []slog.Record
-	for _, r := range h.records {
-		if strings.Contains(r.Message, s) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // waitChecked waits for the eviction check's closing Debug record.
-func (h *recordedLogs) waitChecked(t *testing.T) {
+func waitChecked(t *testing.T, logs *lockmwtest.Logs) {
 	t.Helper()
 	lockmwtest.Eventually(t, 10*time.Second, "the maxmemory-policy check", func() bool {
-		return len(h.find("checked maxmemory-policy")) > 0
+		return len(logs.Find(slog.LevelDebug, "checked maxmemory-policy")) > 0
 	})
 }
 
@@ -438,10 +409,10 @@ func TestEvictionPolicyWarnedAndFencesRiseUnderEviction(t *testing.T) {
 	t.Run("noeviction", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t)
-		logs := &recordedLogs{}
+		logs := &lockmwtest.Logs{}
 		newLocker(t, srv, lockmw.WithLogger(slog.New(logs)))
-		logs.waitChecked(t)
-		if w := logs.find("may evict"); len(w) != 0 {
+		waitChecked(t, logs)
+		if w := logs.Find(slog.LevelDebug, "may evict"); len(w) != 0 {
 			t.Errorf("warned on a noeviction Redis: %v", w[0].Message)
 		}
 	})
@@ -451,23 +422,23 @@ func TestEvictionPolicyWarnedAndFencesRiseUnderEviction(t *testing.T) {
 		if err := masters[1].Client(t).ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
 			t.Fatal(err)
 		}
-		logs := &recordedLogs{}
+		logs := &lockmwtest.Logs{}
 		newRedlock(t, masters, lockmw.WithLogger(slog.New(logs)))
-		logs.waitChecked(t)
-		w := logs.find("may evict")
-		if len(w) != 1 || !strings.Contains(recordText(w[0]), "master 1 ") || strings.Contains(recordText(w[0]), "master 0") {
-			t.Fatalf("warnings %v, want one naming master 1 (volatile-lru) only", texts(w))
+		waitChecked(t, logs)
+		w := logs.Find(slog.LevelDebug, "may evict")
+		if len(w) != 1 || !strings.Contains(lockmwtest.Text(w[0]), "master 1 ") || strings.Contains(lockmwtest.Text(w[0]), "master 0") {
+			t.Fatalf("warnings %v, want one naming master 1 (volatile-lru) only", lockmwtest.Texts(w))
 		}
 	})
 	t.Run("allkeys-lru", func(t *testing.T) {
 		t.Parallel()
 		srv := redistest.Start(t, redistest.WithArgs("--maxmemory", "4mb", "--maxmemory-policy", "allkeys-lru"))
-		logs := &recordedLogs{}
+		logs := &lockmwtest.Logs{}
 		l := newLocker(t, srv, lockmw.WithLogger(slog.New(logs)))
-		logs.waitChecked(t)
-		w := logs.find("may evict")
-		if len(w) != 1 || !strings.Contains(recordText(w[0]), "allkeys-lru") {
-			t.Fatalf("warnings %v, want one naming allkeys-lru", texts(w))
+		waitChecked(t, logs)
+		w := logs.Find(slog.LevelDebug, "may evict")
+		if len(w) != 1 || !strings.Contains(lockmwtest.Text(w[0]), "allkeys-lru") {
+			t.Fatalf("warnings %v, want one naming allkeys-lru", lockmwtest.Texts(w))
 		}
 
 		admin := srv.Client(t)
@@ -500,23 +471,6 @@ func TestEvictionPolicyWarnedAndFencesRiseUnderEviction(t *testing.T) {
 		}
 		t.Logf("counter evicted %d times, last fence %d", evicted, last)
 	})
-}
-
-func recordText(r slog.Record) string {
-	s := r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		s += " " + a.String()
-		return true
-	})
-	return s
-}
-
-func texts(rs []slog.Record) []string {
-	var out []string
-	for _, r := range rs {
-		out = append(out, recordText(r))
-	}
-	return out
 }
 
 // releaseOK releases lease, failing the test on an error.

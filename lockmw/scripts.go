@@ -3,6 +3,8 @@ package lockmw
 import (
 	"context"
 	_ "embed"
+	"errors"
+	"net"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -191,12 +193,44 @@ func noScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 // evalOnce runs s on c, in one call, by SHA, and once more in full (EVAL)
 // if the node answers NOSCRIPT; neither is re-sent by the client (see
 // once).
+//
+// A call whose dial was refused (not timed out: that would cost another
+// DialTimeout) is sent once more through a pipeline of c: nothing was sent,
+// and go-redis keeps a second pool for pipelines, whose dial breaker is
+// its own. Right after a killed Redis is back, the main pool can still
+// fail every command at once with its last dial error for up to a second
+// (until its once-a-second probe gets through; see neverSent), while the
+// pipeline pool, which lockmw's acquisitions use, already works: without
+// the second try, the release of a lease taken then would fail.
 func evalOnce(ctx context.Context, c processor, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	cmd := s.EvalSha(ctx, once{c}, keys, args...)
+	if p, ok := c.(interface{ Pipeline() redis.Pipeliner }); ok && refusedDial(cmd.Err()) {
+		cmd = evalPiped(ctx, p, s.EvalSha, keys, args)
+		if noScript(cmd.Err()) {
+			return evalPiped(ctx, p, s.Eval, keys, args)
+		}
+		return cmd
+	}
 	if noScript(cmd.Err()) {
 		cmd = s.Eval(ctx, once{c}, keys, args...)
 	}
 	return cmd
+}
+
+// evalPiped sends run (a Script's Eval or EvalSha) once, alone in a
+// pipeline of p, and returns its reply.
+func evalPiped(ctx context.Context, p interface{ Pipeline() redis.Pipeliner }, run func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd, keys []string, args []any) *redis.Cmd {
+	pipe := p.Pipeline()
+	cmd := run(ctx, once{pipe}, keys, args...)
+	_, _ = pipe.Exec(ctx) // the error is cmd's
+	return cmd
+}
+
+// refusedDial reports whether err is a failed dial that did not time out
+// (or go-redis replaying one).
+func refusedDial(err error) bool {
+	var ne net.Error
+	return dialFailed(err) && !(errors.As(err, &ne) && ne.Timeout())
 }
 
 // resend sends in full (EVAL), all in one more round trip, the scripts of

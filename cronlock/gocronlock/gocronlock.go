@@ -59,7 +59,7 @@ func New(locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Loc
 	if cfg.instance == "" {
 		cfg.instance = fire.DefaultInstance()
 	}
-	return &Locker{locker: locker, claims: fireclaim.NewRedis(rdb, fireclaim.Prefix(locker)), cfg: cfg, jobs: map[string]*job{}}, nil
+	return &Locker{locker: locker, claims: fireclaim.NewRedis(rdb, fireclaim.Prefix(locker)).WithKeep(fireclaim.KeepOf(locker)), cfg: cfg, jobs: map[string]*job{}}, nil
 }
 
 // FireTime returns the scheduled time of the fire a job function runs

@@ -190,6 +190,7 @@ func newService(name, addr string, db *sql.DB, logger *slog.Logger, loadDelay ti
 		WriteTimeout:          300 * time.Millisecond,
 		MaxRetries:            -1,
 		DialerRetries:         1,
+		PipelinePoolSize:      -1,
 		ContextTimeoutEnabled: true,
 	})
 	locker, err := lockmw.New(client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))

@@ -63,6 +63,7 @@ func main() {
 			WriteTimeout:          300 * time.Millisecond,
 			MaxRetries:            -1,
 			DialerRetries:         1,
+			PipelinePoolSize:      -1,
 			ContextTimeoutEnabled: true,
 		})
 		locker, err := lockmw.New(client, lockmw.WithTTL(2*time.Second))

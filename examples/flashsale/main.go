@@ -189,6 +189,7 @@ func newServer(name, addr string, lock bool, charge time.Duration, logger *slog.
 		WriteTimeout:          300 * time.Millisecond,
 		MaxRetries:            -1,
 		DialerRetries:         1,
+		PipelinePoolSize:      -1,
 		ContextTimeoutEnabled: true,
 	})}
 	var err error

@@ -243,6 +243,7 @@ func startInstance(name, addr string, logger *slog.Logger, locked bool) (string,
 		WriteTimeout:          300 * time.Millisecond,
 		MaxRetries:            -1,
 		DialerRetries:         1,
+		PipelinePoolSize:      -1,
 		ContextTimeoutEnabled: true,
 	})
 	locker, err := lockmw.New(rdb, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))

@@ -98,6 +98,7 @@ func newInstance(name, addr string, logger *slog.Logger) *instance {
 		WriteTimeout:          300 * time.Millisecond,
 		MaxRetries:            -1,
 		DialerRetries:         1,
+		PipelinePoolSize:      -1,
 		ContextTimeoutEnabled: true,
 	})
 	locker, err := lockmw.New(client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))

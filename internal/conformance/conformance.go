@@ -39,9 +39,15 @@ type Store struct {
 	// returns once the store serves requests.
 	Kill, Restart func(t testing.TB)
 
-	// KillLosesData is set when Restart starts the store empty (fence
-	// counters start over), so that fences are not compared across it.
+	// KillLosesData is set when Restart starts the store empty, so that
+	// fences are not compared across it, unless FencesRiseAfterDataLoss.
 	KillLosesData bool
+	// FencesRiseAfterDataLoss is set when fences keep rising across a
+	// restart that lost the data: the store's counters restart from its
+	// clock, not from 1 (lockmw's Redis counters are seeded from TIME in
+	// microseconds). LostWhenStoreKilled then requires the next holder's
+	// fence above the lost lease's.
+	FencesRiseAfterDataLoss bool
 
 	// Leftovers lists what the store still keeps for lock key: the lock,
 	// fair queue entries, subscriptions to its notifications. Fence
@@ -468,7 +474,7 @@ func (r *runner) lostWhenKilled(t *testing.T) {
 	}
 	k := key(t, "")
 	holder, other := r.locker(t, r.holderOpts()...), r.locker(t)
-	r.lostBeforeNext(t, holder, other, k, r.Kill, r.Restart, r.faultTTL()*3/2, !r.KillLosesData)
+	r.lostBeforeNext(t, holder, other, k, r.Kill, r.Restart, r.faultTTL()*3/2, !r.KillLosesData || r.FencesRiseAfterDataLoss)
 	r.waitNoLeftovers(t, k)
 }
 

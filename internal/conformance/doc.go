@@ -12,7 +12,9 @@
 //   - LostWhenStorePaused, LostWhenStoreKilled, LostWhenLinkCut: a holder
 //     whose store is paused (SIGSTOP) or killed for longer than the TTL, or
 //     whose own link is cut, sees its lease's context end with ErrLost
-//     before another Locker's Acquire returns the lock.
+//     before another Locker's Acquire returns the lock, whose fence is
+//     higher (after a restart that lost the data, only for a store with
+//     FencesRiseAfterDataLoss).
 //   - WaiterWakesOnRelease: a waiter gets a released lock within a small
 //     fraction of the holder's TTL; a store that notifies (Store.Notifies)
 //     does so without polling it (few requests while waiting).

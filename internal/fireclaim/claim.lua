@@ -13,6 +13,9 @@
 -- ARGV[2]  the claiming instance
 -- ARGV[3]  a random token for this claim
 -- ARGV[4]  how many wins the won field keeps
+-- ARGV[5]  how long the records are kept at least after this claim, ms
+--          (keep.lua); a winning claim keeps the Locker's record for at
+--          least twice the time since the fire claimed before, too
 --
 -- Returns {won, fire, by, token, history}: won is 1 when ARGV[1] is above
 -- every fire claimed (the records now hold this claim; fire, by and token
@@ -21,16 +24,24 @@
 -- claim; token "" for a claim in the old record). history is the won field
 -- before this claim.
 local at = ARGV[1]
+local keep = tonumber(ARGV[5])
+local function refreshed(reply)
+  keep_for(KEYS[1], keep)
+  if KEYS[2] then
+    keep_for(KEYS[2], keep)
+  end
+  return reply
+end
 local cur = redis.call('HMGET', KEYS[1], 'fire', 'by', 'token', 'won')
 local history = cur[4] or ''
 if cur[1] and tonumber(cur[1]) >= tonumber(at) then
-  return {0, cur[1], cur[2] or '', cur[3] or '', history}
+  return refreshed({0, cur[1], cur[2] or '', cur[3] or '', history})
 end
 local prev, prevBy, prevToken = cur[1], cur[2] or '', cur[3] or ''
 if KEYS[2] then
   local fire, by, oldCur = old_claim(KEYS[2])
   if fire and tonumber(fire) >= tonumber(at) then
-    return {0, fire, by, '', history}
+    return refreshed({0, fire, by, '', history})
   end
   if fire and (not prev or tonumber(fire) > tonumber(prev)) then
     prev, prevBy, prevToken = fire, by, ''
@@ -47,4 +58,7 @@ for entry in string.gmatch(history, '%S+') do
   n = n + 1
 end
 redis.call('HSET', KEYS[1], 'fire', at, 'by', ARGV[2], 'token', ARGV[3], 'won', won)
-return {1, prev or '', prevBy, prevToken, history}
+if cur[1] then
+  keep = math.max(keep, 2 * (tonumber(at) - tonumber(cur[1])))
+end
+return refreshed({1, prev or '', prevBy, prevToken, history})

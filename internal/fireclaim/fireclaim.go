@@ -8,6 +8,10 @@
 // claims, so that applications sharing a store with different prefixes
 // claim their fires apart.
 //
+// A Redis record expires once its job has been idle for the Locker's
+// retention (at least MinKeep, and twice the job's last interval); why no
+// fire can then run twice is argued in Redis' documentation, Expiry.
+//
 // Redis keeps the record through a client (NewRedis, with the Locker's
 // prefix from Prefix). A Locker can offer claims in its own store through
 // Of, which package lockmw sets: on a single Redis or a Cluster, the Redis
@@ -81,6 +85,31 @@ var Of func(locker any) Claims
 // Prefix is set by package lockmw: it returns the key prefix of a
 // *lockmw.Locker (passed as any), which scopes its claim records.
 var Prefix func(locker any) string
+
+// Retention is set by package lockmw: it returns how long a
+// *lockmw.Locker (passed as any) keeps an idle lock's keys (its
+// WithRetention, or the default), which is how long its Scheduler's claim
+// records stay after a claim (at least MinKeep; see Redis, Expiry).
+var Retention func(locker any) time.Duration
+
+const (
+	// MinKeep is the shortest time a claim record stays after a claim: far
+	// longer than instances of one job ever are apart in claiming one fire
+	// (see Redis, Expiry).
+	MinKeep = time.Hour
+	// DefaultKeep is how long a claim record stays after a claim when
+	// WithKeep is not given: lockmw's default retention.
+	DefaultKeep = 24 * time.Hour
+)
+
+// KeepOf returns how long the claim records of locker's Scheduler stay
+// after a claim: its retention (Retention), or DefaultKeep.
+func KeepOf(locker any) time.Duration {
+	if Retention == nil {
+		return DefaultKeep
+	}
+	return Retention(locker)
+}
 
 // NewToken returns a random token naming one claim, for replay
 // recognition.

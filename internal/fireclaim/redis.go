@@ -14,6 +14,10 @@ import (
 )
 
 var (
+	//go:embed keep.lua
+	keepSource string
+	//go:embed running.lua
+	runningSource string
 	//go:embed legacy.lua
 	legacySource string
 	//go:embed claim.lua
@@ -21,8 +25,9 @@ var (
 	//go:embed claim_old.lua
 	claimOldSource string
 
-	claimScript    = redis.NewScript(legacySource + claimSource)
-	claimOldScript = redis.NewScript(legacySource + claimOldSource)
+	claimScript    = redis.NewScript(keepSource + legacySource + claimSource)
+	claimOldScript = redis.NewScript(keepSource + legacySource + claimOldSource)
+	runningScript  = redis.NewScript(keepSource + runningSource)
 )
 
 // keepWins is how many wins a record remembers (its won field), so that
@@ -84,10 +89,33 @@ func LegacyKey(job string) string { return "cronlock:{" + job + "}:fired" }
 // A release after this one claims in the Locker's record only (NewNext):
 // it runs beside this release safely, as both claim in that record, but
 // not beside an older one. Upgrade every instance to this release first.
+//
+// Expiry. Every claim, won or refused, and every run recorded makes the
+// records it reads expire no sooner than the keep (WithKeep: the Locker's
+// retention, at least MinKeep; DefaultKeep when not given) after it; a
+// winning claim also keeps the Locker's record for at least twice the time
+// since the fire claimed before it, so that a job's record outlives two
+// of its intervals. A job idle for longer leaves nothing behind, and older
+// releases' records without an expiry get one at the next claim. Why no
+// fire can then run twice: a claim of fire F wins only if the record holds
+// no fire at or after F. The claim that won F raised the record to F at
+// some time t, the mark never falls, and every claim after it keeps the
+// record until at least t + keep, so a second claim of F wins only if it
+// comes keep or more after the first winner's; claims of one fire by the
+// instances of a job come when their schedulers fire it, which differ by
+// the hosts' clock offsets and by how late a scheduler fires (a stalled
+// process), far below MinKeep. A claim that late, or a record lost
+// otherwise (evicted, deleted, a restart without persistence: give the
+// Redis noeviction, as for locks), is the only way a fire runs twice.
+// What an expired record loses besides: the fire claimed before the next
+// claim (no gap is counted across an idle spell longer than the keep),
+// the last run (Runner), and the wins of claims whose replies were lost
+// (they are then not reported as orphans).
 type Redis struct {
 	rdb    redis.UniversalClient
 	prefix string
-	legacy bool // also claim in LegacyKey (this release)
+	legacy bool          // also claim in LegacyKey (this release)
+	keep   time.Duration // the records' expiry after a claim (see Expiry)
 
 	mu      sync.Mutex
 	pending map[string][]pendingClaim // job → claims whose replies were lost
@@ -105,7 +133,17 @@ var _ Claims = (*Redis)(nil)
 // of rdb, claiming in the old record too during the transition (see
 // Redis).
 func NewRedis(rdb redis.UniversalClient, prefix string) *Redis {
-	return &Redis{rdb: rdb, prefix: prefix, legacy: true, pending: map[string][]pendingClaim{}}
+	return &Redis{rdb: rdb, prefix: prefix, legacy: true, keep: DefaultKeep, pending: map[string][]pendingClaim{}}
+}
+
+// WithKeep sets how long the records stay after each claim (see Redis,
+// Expiry): d, at least MinKeep; DefaultKeep when d is zero. It returns s.
+func (s *Redis) WithKeep(d time.Duration) *Redis {
+	if d == 0 {
+		d = DefaultKeep
+	}
+	s.keep = max(d, MinKeep)
+	return s
 }
 
 // NewNext returns the Claims of the release that drops the old record:
@@ -137,7 +175,7 @@ func (s *Redis) Claim(ctx context.Context, job string, at time.Time, instance st
 	case s.legacy && hashTag(key) == hashTag(old):
 		keys = append(keys, old)
 	case s.legacy:
-		res, err := claimOldScript.Run(ctx, s.rdb, []string{old}, ms, instance, token).Slice()
+		res, err := claimOldScript.Run(ctx, s.rdb, []string{old}, ms, instance, token, s.keep.Milliseconds()).Slice()
 		if err != nil {
 			// Only the old record may have changed: this claim won nothing.
 			return Claim{}, claimErr(job, at, err)
@@ -154,7 +192,7 @@ func (s *Redis) Claim(ctx context.Context, job string, at time.Time, instance st
 			return Claim{Fire: oldFire, By: oldBy}, nil
 		}
 	}
-	res, err := claimScript.Run(ctx, s.rdb, keys, ms, instance, token, keepWins).Slice()
+	res, err := claimScript.Run(ctx, s.rdb, keys, ms, instance, token, keepWins, s.keep.Milliseconds()).Slice()
 	if err != nil {
 		s.remember(job, pendingClaim{fire: at, token: token})
 		return Claim{}, claimErr(job, at, err)
@@ -289,15 +327,16 @@ func claimErr(job string, at time.Time, err error) error {
 
 // Running records the run in the job's record (fields run_fire, run_by),
 // and during the transition in the old record too, which older releases
-// read.
+// read; a record it writes expires as a claim's does.
 func (s *Redis) Running(ctx context.Context, job string, at time.Time, instance string) error {
-	ms := at.UnixMilli()
+	ms, keep := at.UnixMilli(), s.keep.Milliseconds()
 	if !s.legacy {
-		return s.rdb.HSet(ctx, Key(s.prefix, job), "run_fire", ms, "run_by", instance).Err()
+		return runningScript.Run(ctx, s.rdb, []string{Key(s.prefix, job)}, ms, instance, keep).Err()
 	}
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, Key(s.prefix, job), "run_fire", ms, "run_by", instance)
-		p.HSet(ctx, LegacyKey(job), "run_fire", ms, "run_by", instance)
+		// In full: a pipeline does not resend a script a node lacks.
+		runningScript.Eval(ctx, p, []string{Key(s.prefix, job)}, ms, instance, keep)
+		runningScript.Eval(ctx, p, []string{LegacyKey(job)}, ms, instance, keep)
 		return nil
 	})
 	return err

@@ -273,3 +273,82 @@ func TestClaimOrphans(t *testing.T) {
 		t.Errorf("after 16 more wins: %+v; want the stalled claim unsettled", got)
 	}
 }
+
+// Claim records expire: every claim, won or refused, and every run
+// recorded keeps them for the keep (never shortening it), a win for twice
+// the time since the fire before it when that is longer, and a record an
+// older release wrote without an expiry gets one. For the default prefix
+// (one script) and a prefix with a hash tag (the old record's part first).
+func TestClaimRecordsExpire(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	ctx := context.Background()
+	const keep = 2 * time.Hour
+	for _, prefix := range []string{"lockmw:", "app{x}:"} {
+		t.Run(prefix, func(t *testing.T) {
+			job := "expire" + prefix
+			keys := []string{fireclaim.Key(prefix, job), fireclaim.LegacyKey(job)}
+			// An older release's record, without an expiry.
+			if err := client.HSet(ctx, keys[1], "fire", t0.UnixMilli()-1000, "by", "old", "token", "0123").Err(); err != nil {
+				t.Fatal(err)
+			}
+			c := fireclaim.NewRedis(client, prefix).WithKeep(keep)
+			ttls := func(step string, atLeast time.Duration) {
+				t.Helper()
+				for _, k := range keys {
+					ttl, err := client.PTTL(ctx, k).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ttl < atLeast-time.Minute || ttl > atLeast {
+						t.Errorf("after %s: %s expires in %v, want %v", step, k, ttl, atLeast)
+					}
+				}
+			}
+			claim := func(at time.Time, want bool) {
+				t.Helper()
+				got, err := c.Claim(ctx, job, at, "host")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Won != want {
+					t.Fatalf("claim of %v: won %v, want %v", at, got.Won, want)
+				}
+			}
+			claim(t0, true)
+			ttls("a won claim", keep)
+			if err := c.Running(ctx, job, t0, "host"); err != nil {
+				t.Fatal(err)
+			}
+			ttls("a run recorded", keep)
+			claim(t0.Add(3*time.Hour), true) // a job firing every 3 hours
+			ttls("a won claim 3h after the last", 6*time.Hour)
+			claim(t0.Add(3*time.Hour), false)
+			ttls("a refused claim", 6*time.Hour)
+			// A record gone (expired) leaves a Running write no key
+			// without expiry.
+			if err := client.Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Running(ctx, job, t0, "host"); err != nil {
+				t.Fatal(err)
+			}
+			ttls("a run recorded on no record", keep)
+		})
+	}
+}
+
+// A keep below MinKeep is raised to it.
+func TestClaimKeepAtLeastMinKeep(t *testing.T) {
+	client := redistest.Start(t).Client(t)
+	c := fireclaim.NewNext(client, "p:").WithKeep(time.Second)
+	if _, err := c.Claim(context.Background(), "j", t0, "host"); err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := client.PTTL(context.Background(), fireclaim.Key("p:", "j")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ttl < fireclaim.MinKeep-time.Minute {
+		t.Errorf("record expires in %v, want at least %v", ttl, fireclaim.MinKeep)
+	}
+}

@@ -289,7 +289,8 @@
 //     the waiter's release hands the lock to them.
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's
 //     token and fence, is made only while that lease is live and before
-//     its D, and ends when it ends.
+//     its D, and ends when it ends (before the outermost lease's context
+//     does, so whoever sees that context ended sees the nested ones ended).
 //   - Another store (etcd.New, package lockmw/etcd, a module of its
 //     own): the store reports the lock acquired with a time v no later
 //     than the moment from which it keeps the lock for TTL, and D = v +

@@ -577,9 +577,11 @@
 //     decision itself never waits). A waiter that is done (lease,
 //     give-up, error or Close) takes out any entry an attempt of its may
 //     have queued, a won attempt's or one whose reply was lost included,
-//     so no entry outlives Close while the first master answers; one that
-//     cannot be taken out then is skipped by the next release there (see
-//     redlock_wait.go). Fair gives ErrInvalidOption.
+//     so no entry outlives Close while the first master answers: Close
+//     ends its waiters' attempts, and a waiter that still outlasts Close's
+//     wait leaves on the first master's client itself. One that cannot be
+//     taken out then is skipped by the next release there, or goes when
+//     the queue expires (see redlock_wait.go). Fair gives ErrInvalidOption.
 //
 // Redlock promises that at most one lease is valid (its context live) at a
 // time, provided that the clocks of the clients and the masters advance at

@@ -451,10 +451,11 @@ func (c *chaosRun) register(rec *chaosLease, floor chaosFloor) {
 		if o.isHoldEnded {
 			rec.outerEnded, rec.outerGone = o.holdEnded, true
 		}
-		// lockmw ends nested leases before the outermost one's context:
-		// one whose outermost context has ended must have ended too.
-		if o.lease.Context().Err() != nil && rec.lease.Context().Err() == nil {
-			c.violateLocked(rec.key, "nested outlives outer", "nested #%d is live though its outermost lease #%d's context has ended:\n\t\t%s\n\t\t%s", rec.id, o.id, rec, o)
+		// lockmw ends nested leases before it ends the outermost lease
+		// (its context with ErrLost or ErrClosed, or Release): one whose
+		// outermost lease has ended so must have ended too.
+		if holdingGone(o) && rec.lease.Context().Err() == nil {
+			c.violateLocked(rec.key, "nested outlives outer", "nested #%d is live though its outermost lease #%d has ended:\n\t\t%s\n\t\t%s", rec.id, o.id, rec, o)
 		}
 		o.nested = append(o.nested, rec)
 	} else {
@@ -516,16 +517,8 @@ func (c *chaosRun) ended(rec *chaosLease) {
 	if rec.outer == nil && (errors.Is(cause, lockmw.ErrLost) || errors.Is(cause, lockmw.ErrClosed)) {
 		c.holdEndedLocked(rec, now)
 	}
-	if rec.outer == nil {
-		// lockmw ends nested leases before the outermost one's context
-		// (whatever its cause): judged by their contexts, not by when
-		// this goroutine and theirs got to run, which on a loaded host
-		// can be hundreds of milliseconds apart.
-		for _, n := range rec.nested {
-			if n.lease.Context().Err() == nil {
-				c.violateLocked(rec.key, "nested outlives outer", "nested #%d is live though its outermost lease #%d's context has ended:\n\t\t%s\n\t\t%s", n.id, rec.id, n, rec)
-			}
-		}
+	if rec.outer == nil && holdingGone(rec) {
+		c.nestedEndedLocked(rec)
 	}
 	if rec.outerGone {
 		// Its holding ended (Release called, lost or closed) while it was
@@ -535,6 +528,32 @@ func (c *chaosRun) ended(rec *chaosLease) {
 			c.stats["nested lease's end seen past the grace after its outer's (a late goroutine)"]++
 		} else {
 			c.stats["nested lease ended just after its outer (within grace)"]++
+		}
+	}
+}
+
+// holdingGone reports whether lockmw has ended the outermost lease rec's
+// holding: its context ended with ErrLost or ErrClosed, or Release
+// returned. (A context ended by its parent ends no holding: the lock stays
+// held, and leases nested through context.WithoutCancel stay live, until
+// Release.) Caller holds c.mu.
+func holdingGone(rec *chaosLease) bool {
+	if rec.isReleased {
+		return true
+	}
+	cause := context.Cause(rec.lease.Context())
+	return errors.Is(cause, lockmw.ErrLost) || errors.Is(cause, lockmw.ErrClosed)
+}
+
+// nestedEndedLocked checks that every lease nested in the outermost lease
+// rec has ended, once lockmw ended rec's holding: lockmw ends nested
+// leases first. This is judged by their contexts, not by when the
+// checker's goroutines that record their ends got to run, which on a
+// loaded host can be hundreds of milliseconds apart. Caller holds c.mu.
+func (c *chaosRun) nestedEndedLocked(rec *chaosLease) {
+	for _, n := range rec.nested {
+		if n.lease.Context().Err() == nil {
+			c.violateLocked(rec.key, "nested outlives outer", "nested #%d is live though its outermost lease #%d has ended:\n\t\t%s\n\t\t%s", n.id, rec.id, n, rec)
 		}
 	}
 }
@@ -876,6 +895,9 @@ func (c *chaosRun) runOp(l *lockmw.Locker, lname string, parent context.Context,
 	rec.releasing, rec.released, rec.isReleased = releasing, c.now(), true
 	if rerr != nil {
 		rec.releaseErr = rerr.Error()
+	}
+	if rec.outer == nil {
+		c.nestedEndedLocked(rec)
 	}
 	c.mu.Unlock()
 	children.Wait()

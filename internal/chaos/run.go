@@ -210,6 +210,9 @@ type chaosLease struct {
 	fence  uint64
 	ttl    time.Duration // its outermost lease's TTL
 	lease  *lockmw.Lease
+	// parent is the context Acquire was called with, from which the
+	// lease context derives.
+	parent context.Context
 	// outer is, for a nested lease, the lease on the context chain it was
 	// acquired in (itself perhaps nested): root is the holding it belongs to.
 	outer *chaosLease
@@ -532,17 +535,19 @@ func (c *chaosRun) ended(rec *chaosLease) {
 	}
 }
 
-// holdingGone reports whether lockmw has ended the outermost lease rec's
-// holding: its context ended with ErrLost or ErrClosed, or Release
-// returned. (A context ended by its parent ends no holding: the lock stays
-// held, and leases nested through context.WithoutCancel stay live, until
-// Release.) Caller holds c.mu.
+// holdingGone reports whether lockmw is known to have ended the outermost
+// lease rec's holding: Release returned, or its context ended with ErrLost
+// or ErrClosed while the context it was acquired with is live (so lockmw
+// ended it, not the parent, whose cause the lease context would carry). A
+// context ended by its parent ends no holding: the lock stays held, and
+// leases nested through context.WithoutCancel stay live, until Release.
+// Caller holds c.mu.
 func holdingGone(rec *chaosLease) bool {
 	if rec.isReleased {
 		return true
 	}
 	cause := context.Cause(rec.lease.Context())
-	return errors.Is(cause, lockmw.ErrLost) || errors.Is(cause, lockmw.ErrClosed)
+	return rec.parent.Err() == nil && (errors.Is(cause, lockmw.ErrLost) || errors.Is(cause, lockmw.ErrClosed))
 }
 
 // nestedEndedLocked checks that every lease nested in the outermost lease
@@ -854,7 +859,7 @@ func (c *chaosRun) runOp(l *lockmw.Locker, lname string, parent context.Context,
 	if outer != nil {
 		ttl = outer.root().ttl
 	}
-	rec := &chaosLease{key: key, locker: lname, mode: mode, fence: lease.Fence(), ttl: ttl, lease: lease, outer: outer, called: called}
+	rec := &chaosLease{key: key, locker: lname, mode: mode, fence: lease.Fence(), ttl: ttl, lease: lease, parent: ctx, outer: outer, called: called}
 	c.register(rec, floor)
 
 	var children sync.WaitGroup

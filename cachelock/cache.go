@@ -370,9 +370,11 @@ func (c *Cache) Invalidate(ctx context.Context, keys ...string) error {
 // if a newer writer got there first, by checking fence (see FencedExec).
 // Its context is cancelled if the lock is lost; if that happens, Update
 // returns an error matching lockmw.ErrLost, also when write returned nil.
-// Update checks the lease's deadline itself once write returns
-// (lockmw.Lease.Valid), so a write that outlasted the lease is reported
-// lost even while the timer that ends its context has not fired.
+// Update checks the lease's deadline itself (lockmw.Lease.Valid), not only
+// the timer that ends its context, which can fire late: before write (a
+// lease already past its deadline is not written under; Update returns an
+// error matching lockmw.ErrLost and write is not called) and once write
+// returns (a write that outlasted the lease is reported lost).
 //
 // The keys are invalidated after every write, successful or not (a write
 // that failed may still have committed), even if ctx has ended by then. If
@@ -411,6 +413,16 @@ func (c *Cache) Update(ctx context.Context, resource string, write func(ctx cont
 	}
 	span.SetAttributes(attrFence.Int64(int64(lease.Fence())))
 
+	if !lease.Valid() {
+		// Past its deadline before write could start (a stalled goroutine,
+		// a late timer): Valid ended the lease as lost. write is not run,
+		// so nothing needs invalidating.
+		cause := context.Cause(lease.Context())
+		_ = lease.Release(context.WithoutCancel(ctx))
+		err = fmt.Errorf("cachelock: Update %q: the lock was lost before the write (fence %d), which was not run: %w", resource, lease.Fence(), cause)
+		end(span, "lost", err)
+		return err
+	}
 	var errs []error
 	if werr := write(lease.Context(), lease.Fence()); werr != nil {
 		if keyAsResource && errors.Is(werr, ErrFenced) {

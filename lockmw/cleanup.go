@@ -121,9 +121,9 @@ func (c *cleaner) offer(j *cleanup) bool {
 	return true
 }
 
-// close gives every pending cleanup one last try (bounded by
-// cleanCloseWait and the client's timeouts) and returns once the cleaner's
-// goroutine has stopped.
+// close gives every pending cleanup one last try (twice if it had not been
+// answered yet, bounded by cleanCloseWait and the client's timeouts) and
+// returns once the cleaner's goroutine has stopped.
 func (c *cleaner) close() {
 	c.mu.Lock()
 	if !c.closed {
@@ -226,6 +226,11 @@ func (c *cleaner) tryAll(due []*cleanup, final bool) []error {
 			}
 			defer cancel()
 			errs[i] = j.try(ctx)
+			if final && errs[i] == nil && !j.answered {
+				// The last try too goes twice (see "Why twice" above):
+				// Close often comes just after a stall.
+				errs[i] = j.try(ctx)
+			}
 		}()
 	}
 	wg.Wait()

@@ -3,7 +3,9 @@ package lockmw
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,5 +168,34 @@ func TestCleanerDrainsManyFailedAcquisitions(t *testing.T) {
 			t.Fatalf("%s after the cleanups: %v", key, err)
 		}
 		_ = lease.Release(ctx)
+	}
+}
+
+// TestCleanerLastTryGoesTwice: the try Close gives a cleanup that has not
+// been answered yet goes twice, the second after the first's answer, as
+// the cleaner's ordinary tries do: Close often comes just after a stall,
+// and the first answered try may run before the stalled request.
+func TestCleanerLastTryGoesTwice(t *testing.T) {
+	c := newCleaner(slog.New(slog.DiscardHandler))
+	var mu sync.Mutex
+	tries, last := 0, 0
+	c.add(&cleanup{lock: "k", until: time.Now().Add(time.Hour), try: func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tries++
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) > time.Minute {
+			return errors.New("no answer") // the ordinary tries, until Close
+		}
+		last++
+		return nil
+	}})
+	waitFor(t, 10*time.Second, "a first try", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return tries > 0
+	})
+	c.close()
+	if last != 2 {
+		t.Fatalf("Close's last try ran %d times, want 2 (once more after its answer)", last)
 	}
 }

@@ -149,7 +149,8 @@
 //     handed the lock on with others still queued knows the lock is
 //     contended: its next Acquire of it (within a second) queues with one
 //     RPUSHX instead of an attempt. A lock nobody waits on costs no queue
-//     bookkeeping, and an attempt on a free lock takes it at once. Grant
+//     bookkeeping, and an attempt on a free lock takes it at once, unless
+//     waiters are queued (see Fair order). Grant
 //     channels stay subscribed for 2s after their last waiter, so a worker
 //     that asks again sends no SUBSCRIBE. While a Cluster slot is being
 //     moved Redis refuses the queue's script; a default-mode waiter then
@@ -200,10 +201,16 @@
 //     the first waiter of a Locker's room), or that was already waiting
 //     when the transfer that gave the releaser the lock found none. Fair
 //     waiters that queued after it keep their places and are served when
-//     it releases. A lock whose holder lost it (the key expired while
-//     waiters were queued) is free until one of them checks it, at the
-//     holder's TTL: an attempt in between takes it, and the waiters' next
-//     check marks that holder, so its release serves them.
+//     it releases. A lock that is free while waiters are queued (its
+//     holder's key expired, or a grant went unclaimed) goes to the first
+//     live waiter, whatever the mode or Locker of the attempt that finds it
+//     free: a plain attempt's pipeline also asks EXISTS of the queue, and
+//     if it took the lock with waiters queued, its follow-up round trip
+//     (yield.lua) hands the lock on as a release would, and the attempt
+//     reports the lock busy (acquire.lua, on Cluster and with WAIT, and
+//     fair.lua do the same in one script). Only if no queued waiter still
+//     listens does the attempt keep the lock. An uncontended attempt pays
+//     one EXISTS in its round trip.
 //   - A lost message costs latency, never liveness: queued waiters also
 //     check the lock when the holder's TTL would run out.
 //   - Giving up: WithWait(d) returns ErrNotAcquired, and a context that
@@ -234,9 +241,17 @@
 //
 //   - Acquisition (SET NX PX, acquire.lua, fair.lua on a free lock): D =
 //     s + TTL − drift, s being when the request left. A reply that comes
-//     after D is given back, never returned. The fence is drawn (INCR)
-//     right after the SET: every earlier holder drew its own before its
-//     key was released, or its reply came too late for it to become live.
+//     after D is given back, never returned. A SET NX that took the lock
+//     while waiters were queued is followed, in the same call's round
+//     trips, by yield.lua, which hands the lock to the first live waiter (a
+//     Fair grant, below; no lease is made for the token then) or leaves
+//     the token in the key with the TTL it had left (a grant skipping dead
+//     entries writes the key only inside that script): either way the key
+//     holds the token from the SET until s + TTL at least, or until the
+//     grant replaced it, and a lease is made only when the token stayed.
+//     The fence is drawn (INCR) right after the SET: every earlier holder
+//     drew its own before its key was released, or its reply came too late
+//     for it to become live.
 //     When that INCR found the counter missing, the fence is drawn again,
 //     from a seeded counter, by seed.lua, in the same call's round trips
 //     and before D (the reply, and so the seed, comes before D or the lease
@@ -280,7 +295,8 @@
 //     the waiter's release hands the lock to them.
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's
 //     token and fence, is made only while that lease is live and before
-//     its D, and ends when it ends.
+//     its D, and ends when it ends (before the outermost lease's context
+//     does, so whoever sees that context ended sees the nested ones ended).
 //   - Another store (etcd.New, package lockmw/etcd, a module of its
 //     own): the store reports the lock acquired with a time v no later
 //     than the moment from which it keeps the lock for TTL, and D = v +
@@ -570,9 +586,11 @@
 //     decision itself never waits). A waiter that is done (lease,
 //     give-up, error or Close) takes out any entry an attempt of its may
 //     have queued, a won attempt's or one whose reply was lost included,
-//     so no entry outlives Close while the first master answers; one that
-//     cannot be taken out then is skipped by the next release there (see
-//     redlock_wait.go). Fair gives ErrInvalidOption.
+//     so no entry outlives Close while the first master answers: Close
+//     ends its waiters' attempts, and a waiter that still outlasts Close's
+//     wait leaves on the first master's client itself. One that cannot be
+//     taken out then is skipped by the next release there, or goes when
+//     the queue expires (see redlock_wait.go). Fair gives ErrInvalidOption.
 //
 // Redlock promises that at most one lease is valid (its context live) at a
 // time, provided that the clocks of the clients and the masters advance at
@@ -693,9 +711,10 @@
 // Why the figures are what they are. The uncontended path beats the raw
 // floor (SET NX PX, then a compare-and-delete EVALSHA) by sharing round
 // trips: an acquisition is SET NX PX, INCR, PEXPIRE (the counter's
-// retention) and PTTL in one pipeline (Redis runs them for well under half
-// the cost of a script; a counter found missing costs a seed script in a
-// second round trip), a lock taken
+// retention), PTTL and EXISTS of the queue in one pipeline (Redis runs them
+// for well under half the cost of a script; a counter found missing costs a
+// seed script in a second round trip, a free lock with waiters queued the
+// hand-over to them, see Fair order), a lock taken
 // without Fair is released by a short script, and the calls of concurrent
 // goroutines leave together: up to 4 pipelines of a Locker are on the wire
 // at once, later calls queue and leave together in the next one (about 5

@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -137,72 +138,84 @@ func TestFairWaiterIsNotOvertakenByALaterLocalWaiter(t *testing.T) {
 	})
 }
 
-// TestFairWaiterIsServedAfterTheLockExpired: the holder's key expires (here:
-// is deleted) while a Fair waiter of L2 is queued, and L3 takes the free
-// lock at once: an attempt on a free lock does not look at the queue. The
-// queued waiter's next poll marks L3's lease, so that its release serves
-// the queue: L2's waiter gets the lock before a default waiter of L3 that
-// arrived after it, which a plain release would have handed it to.
+// TestFairWaiterIsServedAfterTheLockExpired: the holder's key expires
+// (here: is deleted) while a Fair waiter of L2 is queued, and a plain
+// TryAcquire of L3 comes before the waiter's next poll: the attempt finds
+// the lock free with a waiter queued, and hands it to that waiter instead
+// of taking it (it used to take it, overtaking the queue). L2's waiter
+// gets the lock, and a later default waiter of L3 gets it after it.
 func TestFairWaiterIsServedAfterTheLockExpired(t *testing.T) {
-	srv := redistest.Start(t)
-	admin := srv.Client(t)
-	ctx := context.Background()
-	const key = "fair-after-expiry"
-	l1 := newTestLocker(t, srv.Client(t))
-	l2 := newTestLocker(t, srv.Client(t))
-	l3 := newTestLocker(t, srv.Client(t))
-	keys := newLockKeys(DefaultPrefix, key)
+	fairOrderStores(t, func(t *testing.T, admin redis.UniversalClient, newClient func() redis.UniversalClient) {
+		ctx := context.Background()
+		const key = "fair-after-expiry"
+		l1 := newTestLocker(t, newClient())
+		l2 := newTestLocker(t, newClient())
+		l3 := newTestLocker(t, newClient())
+		keys := newLockKeys(DefaultPrefix, key)
 
-	// A holder with 1s left: the fair waiter polls about then.
-	if _, err := l1.Acquire(ctx, key, WithLeaseTTL(time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	gotF := acquireAsync(l2, key, Fair())
-	waitFor(t, 10*time.Second, "L2's fair waiter to queue in Redis", func() bool { return queueLen(t, admin, key) == 1 })
-	if err := admin.Del(ctx, keys.lock).Err(); err != nil {
-		t.Fatal(err)
-	}
-	x, err := l3.TryAcquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gotD := acquireAsync(l3, key)
-	waitFor(t, 10*time.Second, "L3's later waiter to wait in its room", func() bool {
-		d, _ := roomWaiters(l3, key)
-		return d == 1 && releaseSubscribers(t, admin, key) == 1
-	})
-	waitFor(t, 5*time.Second, "the fair waiter's poll to mark the holder that took the expired lock", func() bool {
-		v, err := admin.Get(ctx, keys.lock).Result()
-		return err == nil && v == x.token+"+"
-	})
-	if err := x.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var f *Lease
-	select {
-	case a := <-gotD:
-		t.Fatalf("L3's default waiter, which arrived after L2's Fair waiter, got the lock first (%v)", a.err)
-	case a := <-gotF:
-		if a.err != nil {
-			t.Fatal(a.err)
+		// A holder with a minute left: the fair waiter polls only then.
+		if _, err := l1.Acquire(ctx, key, WithLeaseTTL(time.Minute)); err != nil {
+			t.Fatal(err)
 		}
-		f = a.lease
-	case <-time.After(10 * time.Second):
-		t.Fatal("nobody got the lock after x's release")
-	}
-	if f.Fence() <= x.Fence() {
-		t.Fatalf("the fair waiter's fence %d is not above x's %d", f.Fence(), x.Fence())
-	}
-	if err := f.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	d := takeLease(t, gotD, "L3's later waiter")
-	if d.Fence() <= f.Fence() {
-		t.Fatalf("L3's later waiter's fence %d is not above the fair waiter's %d", d.Fence(), f.Fence())
-	}
-	if err := d.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+		gotF := acquireAsync(l2, key, Fair())
+		waitFor(t, 10*time.Second, "L2's fair waiter to queue in Redis", func() bool { return queueLen(t, admin, key) == 1 })
+		if err := admin.Del(ctx, keys.lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if x, err := l3.TryAcquire(ctx, key); err == nil {
+			t.Fatalf("L3's TryAcquire took the lock (fence %d) that had expired with L2's Fair waiter queued", x.Fence())
+		} else if !errors.Is(err, ErrNotAcquired) {
+			t.Fatal(err)
+		}
+		f := takeLease(t, gotF, "L2's fair waiter")
+		gotD := acquireAsync(l3, key)
+		waitFor(t, 10*time.Second, "L3's later waiter to wait (lined up in Redis: another Locker holds the lock)", func() bool {
+			return queueLen(t, admin, key) == 1
+		})
+		select {
+		case a := <-gotD:
+			t.Fatalf("L3's later waiter got the lock (%v) while L2's fair waiter holds it", a.err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if err := f.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d := takeLease(t, gotD, "L3's later waiter")
+		if d.Fence() <= f.Fence() {
+			t.Fatalf("L3's later waiter's fence %d is not above the fair waiter's %d", d.Fence(), f.Fence())
+		}
+		if err := d.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestPlainAttemptSkipsDeadQueueEntries: a free lock whose queue holds only
+// entries of Lockers that no longer listen (their processes died) is taken
+// by a plain attempt at once, and the dead entries go.
+func TestPlainAttemptSkipsDeadQueueEntries(t *testing.T) {
+	fairOrderStores(t, func(t *testing.T, admin redis.UniversalClient, newClient func() redis.UniversalClient) {
+		ctx := context.Background()
+		const key = "dead-queue"
+		l := newTestLocker(t, newClient())
+		keys := newLockKeys(DefaultPrefix, key)
+		if err := admin.RPush(ctx, keys.queue, "deadlocker00000 "+newToken()+" 1000", "deadlocker00001 "+newToken()+" 1000").Err(); err != nil {
+			t.Fatal(err)
+		}
+		x, err := l.TryAcquire(ctx, key)
+		if err != nil {
+			t.Fatalf("TryAcquire with only dead waiters queued: %v", err)
+		}
+		if n := queueLen(t, admin, key); n != 0 {
+			t.Fatalf("queue holds %d dead entries after the attempt", n)
+		}
+		if err := x.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := admin.Exists(ctx, keys.lock).Result(); err != nil || n != 0 {
+			t.Fatalf("lock key still there after the release (%d, %v)", n, err)
+		}
+	})
 }
 
 // TestEarlyHandOverToAWaiterThatWasWaitingFirst: keeping Fair order must

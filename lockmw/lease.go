@@ -239,25 +239,29 @@ func (s *Lease) lostCause() error {
 }
 
 // cancel ends s: it cancels s's context with cause (nil: released) and, for
-// an outermost lease, the leases nested in it, with the same cause. Every
-// end of a lease (release, loss, Close) comes through here.
+// an outermost lease, the leases nested in it, with the same cause, first:
+// whoever sees s's context ended finds its nested leases ended too, so no
+// nested lease outlives its outermost one, however late a goroutine runs.
+// Every end of a lease (release, loss, Close) comes through here.
 func (s *Lease) cancel(cause error) {
-	s.stop(cause)
-	if cause == nil {
-		cause = context.Canceled // what context.Cause of a released lease says
+	ended := cause
+	if ended == nil {
+		ended = context.Canceled // what context.Cause of a released lease says
 	}
 	s.endMu.Lock()
 	if s.ended {
 		s.endMu.Unlock()
+		s.stop(cause)
 		return
 	}
-	s.ended, s.endCause = true, cause
+	s.ended, s.endCause = true, ended
 	nested := s.nested
 	s.nested = nil
 	s.endMu.Unlock()
 	for n := range nested {
 		n.cancel(cause)
 	}
+	s.stop(cause)
 }
 
 // live reports whether s has not ended: not released, lost or closed (a

@@ -46,6 +46,10 @@ type Locker struct {
 	closed    atomic.Bool
 	closing   chan struct{}
 	closeOnce sync.Once
+	// closedCtx ends, with cause ErrClosed, when Close begins: requests
+	// that Close must not wait out are made under endAtClose.
+	closedCtx  context.Context
+	closeCause context.CancelCauseFunc
 }
 
 // New returns a Locker keeping its locks on one Redis deployment: a
@@ -103,6 +107,7 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 		hot:     make(map[string]time.Time),
 		cleaner: newCleaner(cfg.logger),
 	}
+	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
 	l.keeper = newRenewScheduler(b, tel, cfg.logger, cfg.drift)
 	return l, nil
 }
@@ -173,6 +178,7 @@ func (l *Locker) Close() error {
 	l.closeOnce.Do(func() {
 		l.closed.Store(true)
 		close(l.closing)
+		l.closeCause(ErrClosed)
 		err = l.releaseAll(l.keeper.close())
 		// Releases that were under way, and locks handed to waiters that
 		// now give them back, reach Redis before Close returns.
@@ -335,6 +341,14 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		return l.lineUp(a)
 	}
 	return lease, err
+}
+
+// endAtClose returns a context derived from ctx that also ends, with
+// cause ErrClosed, when Close begins.
+func (l *Locker) endAtClose(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.closedCtx, func() { cancel(ErrClosed) })
+	return c, func() { stop(); cancel(nil) }
 }
 
 // ctxErr is the error for an acquisition stopped by ctx: it matches

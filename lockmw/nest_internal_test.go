@@ -87,3 +87,58 @@ func TestNestReleaseCyclesLeaveNothing(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// A lease's nested leases end before its own context does, whichever way
+// it ends: whoever sees the outermost context ended (a context.AfterFunc
+// that runs late on a loaded host, say) finds every lease nested in it
+// ended too, also one nested through context.WithoutCancel.
+func TestNestedLeasesEndBeforeTheirOuter(t *testing.T) {
+	srv := redistest.Start(t)
+	l, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, outer *Lease)
+	}{
+		{"released", func(t *testing.T, outer *Lease) {
+			if err := outer.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"lost", func(t *testing.T, outer *Lease) {
+			l.keeper.ahead.Store(int64(time.Until(outer.Deadline()) + time.Millisecond))
+			defer l.keeper.ahead.Store(0)
+			if outer.Valid() {
+				t.Fatal("Valid past the deadline")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outer, err := l.Acquire(ctx, "nested-end-"+tc.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := l.Acquire(context.WithoutCancel(outer.Context()), "nested-end-"+tc.name)
+			if err != nil || n.outer != outer {
+				t.Fatalf("nested Acquire: %v (nested in %p, want %p)", err, n.outer, outer)
+			}
+			stopOuter := outer.stop
+			nestedLive := false
+			outer.stop = func(cause error) {
+				nestedLive = nestedLive || n.Context().Err() == nil || n.Valid()
+				stopOuter(cause)
+			}
+			tc.end(t, outer)
+			if outer.Context().Err() == nil {
+				t.Fatal("outer lease still live")
+			}
+			if nestedLive {
+				t.Fatal("the outer lease's context ended while a lease nested in it was still live")
+			}
+		})
+	}
+}

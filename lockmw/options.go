@@ -209,9 +209,11 @@ func WithoutWatchdog() AcquireOption {
 // (processes) queue in the same line whether or not they use Fair, and a
 // release hands the lock to a waiter of its own Locker ahead of the queue
 // only when that waiter arrived before every queued one (see the package
-// documentation, Waiting). Fair adds arrival order within a Locker and for
-// a lock that is free while others are queued. TryAcquire with Fair takes a
-// free lock only when nobody is queued for it.
+// documentation, Waiting); a lock that is free while others are queued (its
+// holder's key expired) goes to the first of them still alive, whatever the
+// mode of the attempt that finds it. Fair adds arrival order within a
+// Locker. TryAcquire with Fair takes a free lock only when nobody is queued
+// for it.
 func Fair() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.fair = true })
 }

@@ -121,7 +121,7 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 		return reply, err
 	default:
 		var r any
-		if r, err = b.runScript(ctx, ttl/4, acquireScript, []string{k.lock, k.fence}, token, millis(ttl), b.expiry.counter); err == nil {
+		if r, err = b.runScript(ctx, ttl/4, acquireScript, []string{k.lock, k.fence, k.queue}, token, millis(ttl), b.expiry.counter, k.grants, b.publish); err == nil {
 			vals, err = int64s(r)
 		}
 	}
@@ -158,7 +158,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 		}
 		node = n
 	}
-	keys, args := []string{k.lock, k.fence}, []any{token, millis(ttl), b.expiry.counter}
+	keys, args := []string{k.lock, k.fence, k.queue}, []any{token, millis(ttl), b.expiry.counter, k.grants, b.publish}
 	var acq *redis.Cmd
 	var wait *redis.IntCmd
 	run := func(script func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) {
@@ -218,17 +218,23 @@ func (b *redisBackend) checkWaitTimeout() error {
 
 // setNXCall is a plain acquisition (plainCall): SET NX PX of the lock key,
 // INCR of its fence counter, PEXPIRE of the counter (unless counters never
-// expire) and PTTL of the lock key, sent together and run by Redis one
-// after the other; and, when the INCR found the counter missing (below
-// seededFloor), the seed script as its follow-up (followUp).
+// expire), PTTL of the lock key and EXISTS of its queue, sent together and
+// run by Redis one after the other; and, as its follow-up (followUp), the
+// seed script when the INCR found the counter missing (below
+// seededFloor), and yield.lua when the SET took the lock while waiters
+// were queued.
 type setNXCall struct {
 	lock, fence, token string
+	queueKey, grants   string // the lock's queue, its grant channel prefix
+	publish            string // PUBLISH, or SPUBLISH on Cluster
 	keep               string // the counter's expiry in ms, "" for never
 	ttl                time.Duration
 	set                *redis.BoolCmd
 	incr               *redis.IntCmd
 	pttl               *redis.DurationCmd
+	queued             *redis.IntCmd
 	seed               *redis.Cmd // the follow-up's draw, if it was needed
+	yield              *redis.Cmd // the follow-up's hand-over to the queue, if it was needed
 }
 
 func (c *setNXCall) queue(ctx context.Context, pipe redis.Pipeliner) {
@@ -238,16 +244,24 @@ func (c *setNXCall) queue(ctx context.Context, pipe redis.Pipeliner) {
 		sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "pexpire", c.fence, c.keep))
 	}
 	c.pttl = pipe.PTTL(ctx, c.lock)
+	c.queued = pipe.Exists(ctx, c.queueKey)
 }
 
 // followUp draws the fence again, with the seed script, when the INCR
 // found the counter missing (or counted from 1 by an older version): that
 // INCR's value is below every fence drawn before the counter was lost, and
-// is never used. It goes in the follow-up round trip of the same batch, so
-// the lock's next call leaves after it (pipeline.go).
+// is never used. And when the SET took a free lock while waiters were
+// queued (the holder's key expired, or a grant went unclaimed), it hands
+// the lock to the first live one (yield.lua), after the seed: a later
+// comer does not overtake the queue (doc.go, Fair order). Both go in the
+// follow-up round trip of the same batch, so the lock's next call leaves
+// after them (pipeline.go).
 func (c *setNXCall) followUp(rs *resend) {
 	if c.keep != "" && c.incr.Err() == nil && c.incr.Val() < seededFloor {
 		c.seed = rs.eval(seedScript, []string{c.fence}, c.keep)
+	}
+	if c.set.Err() == nil && c.set.Val() && c.queued.Err() == nil && c.queued.Val() > 0 {
+		c.yield = rs.eval(yieldScript, []string{c.lock, c.fence, c.queueKey}, c.token, c.grants, c.publish, c.keep)
 	}
 }
 
@@ -269,6 +283,7 @@ func (b *redisBackend) setNX(ctx context.Context, k lockKeys, token string, ttl 
 		setNXCalls.Put(c)
 	}()
 	c.lock, c.fence, c.token, c.keep, c.ttl = k.lock, k.fence, token, b.expiry.counter, ttl
+	c.queueKey, c.grants, c.publish = k.queue, k.grants, b.publish
 	b.batch.runPlain(ctx, k.lock, c)
 	if acquired, err = c.set.Result(); err != nil || !acquired {
 		if err == nil {
@@ -276,6 +291,24 @@ func (b *redisBackend) setNX(ctx context.Context, k lockKeys, token string, ttl 
 			holderTTL = max(holderTTL, 0) // -1: no expiry, -2: gone
 		}
 		return false, 0, holderTTL, err
+	}
+	if c.queued.Err() != nil {
+		// Taken, not known whether waiters are queued: give it back (not
+		// wrapped, see runAcquire).
+		return true, 0, 0, fmt.Errorf("lock set but the queue not checked: %v", c.queued.Err())
+	}
+	if c.yield != nil {
+		vals, err := c.yield.Int64Slice()
+		switch {
+		case err != nil:
+			// It may have been handed on, or may still be token's: give
+			// back whatever token holds (not wrapped, see runAcquire).
+			return true, 0, 0, fmt.Errorf("lock set but the queued waiters not served: %v", err)
+		case len(vals) == 2 && vals[0] == acquireBusy:
+			return false, 0, time.Duration(max(vals[1], 0)) * time.Millisecond, nil
+		case len(vals) != 1 || vals[0] != acquireTaken:
+			return true, 0, 0, fmt.Errorf("yield script returned %v, want {1} or {0, pttl}", vals)
+		}
 	}
 	if c.seed != nil {
 		n, err = c.seed.Int64()

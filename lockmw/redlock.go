@@ -87,7 +87,7 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 		b.close()
 		return nil, err
 	}
-	b.cleaner, b.logger = l.cleaner, l.logger
+	b.cleaner, b.logger, b.closing = l.cleaner, l.logger, l.closing
 	b.expiry = l.cfg.expiry()
 	warnEviction(l.logger, clients, l.closing)
 	l.id = newToken()[:16]
@@ -104,6 +104,8 @@ type redlockBackend struct {
 	// have taken there (see rollback); the Locker's.
 	cleaner *cleaner
 	logger  *slog.Logger
+	// closing is the Locker's: closed when Close begins.
+	closing <-chan struct{}
 	// subs hears wakes on the first master (see redlock_wait.go); self is
 	// the Locker's id, which names its wake channel; onWake is told when a
 	// release woke a waiter (the lock is contended).
@@ -398,9 +400,11 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // where the lock may be token's: all but those in settled, which answered
 // that another owner holds it (or failed before running the request), so
 // a lost race costs no release where it was lost. It waits (a second at
-// most) for the masters in granted, so that a failed attempt leaves nothing
-// behind on the masters that granted it; the others get the release queued
-// after the acquisition and run it as soon as they answer it. A release
+// most, and not once the Locker is closing: Close sends what is queued
+// before the masters stop) for the masters in granted, so that a failed
+// attempt leaves nothing behind on the masters that granted it; the others
+// get the release queued after the acquisition and run it as soon as they
+// answer it. A release
 // that gets no answer either (the master is paused, say, and will run the
 // acquisition when it resumes) is handed to the cleaner.
 func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, granted, settled []bool) {
@@ -438,6 +442,8 @@ func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, g
 				waiting--
 			}
 		case <-timer.C:
+			return
+		case <-b.closing:
 			return
 		}
 	}

@@ -167,6 +167,92 @@ func TestRedlockQueueEntryGoneAfterClose(t *testing.T) {
 	})
 }
 
+// TestRedlockQueueEntryGoneAfterCloseDuringAttempt: a waiter whose attempt
+// is still waiting for the first master when its Locker's Close begins
+// (the master's reply slow, or the master paused for a moment) takes its
+// entry out before Close returns: Close ends the attempt, and the leave is
+// sent after it on the first master. The Locker's TTL, which bounds how
+// long Close waits for its waiters, is shorter than the first master's
+// delay, so a waiter that finished its attempt first would outlast Close.
+func TestRedlockQueueEntryGoneAfterCloseDuringAttempt(t *testing.T) {
+	ctx := context.Background()
+	const foreign = time.Minute
+	patient := func(o *redis.Options) { o.ReadTimeout = 5 * time.Second }
+	for _, tc := range []struct {
+		name string
+		// slow makes the first master's answers late and returns what
+		// ends that once Close has begun; it is called after the Locker
+		// has made its connections.
+		slow func(t *testing.T, first *redistest.Server, p *redistest.Proxy) (heal func())
+	}{
+		{name: "first master's reply slow", slow: func(t *testing.T, _ *redistest.Server, p *redistest.Proxy) func() {
+			p.AddLatency(t, time.Second)
+			return func() {} // the latency stays: Close must wait it out
+		}},
+		{name: "first master paused", slow: func(t *testing.T, first *redistest.Server, _ *redistest.Proxy) func() {
+			first.Pause(t)
+			return func() {
+				time.Sleep(300 * time.Millisecond) // Close has given up waiting for the waiter by then
+				first.Resume(t)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			masters := redistest.StartN(t, 3)
+			key := "redlock:q-close-in-flight"
+			for _, m := range masters {
+				occupy(t, m, key, foreign)
+			}
+			p := redistest.StartProxy(t, masters[0].Addr())
+			clients := redlockClients(t, masters, fastFailing, dialOnce)
+			clients[0] = masters[0].Client(t, fastFailing, dialOnce, patient, func(o *redis.Options) { o.Addr = p.Addr() })
+			// The Locker's TTL bounds Close's wait for its waiters: shorter
+			// than the first master's delay.
+			l, err := lockmw.NewRedlock(clients, lockmw.WithTTL(50*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Close() })
+			// Connections to every master first, so that the attempt goes
+			// on one that is open (a new one to a paused master would not
+			// get through its handshake).
+			warm, err := l.TryAcquire(ctx, key+"-warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			heal := tc.slow(t, masters[0], p)
+			got := make(chan error, 1)
+			go func() {
+				_, err := l.Acquire(ctx, key, lockmw.WithLeaseTTL(time.Minute))
+				got <- err
+			}()
+			// The attempt has reached master 1 (its counter moved), and
+			// master 0 (queued there, or about to be when it resumes).
+			eventually(t, 10*time.Second, func() error {
+				n, err := masters[1].Client(t).Exists(ctx, lockKey(key)+":fence").Result()
+				if err == nil && n == 0 {
+					err = errors.New("the waiter's attempt has not reached master 1")
+				}
+				return err
+			})
+			closed := make(chan error, 1)
+			go func() { closed <- l.Close() }()
+			heal()
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; !errors.Is(err, lockmw.ErrClosed) {
+				t.Fatalf("Acquire: %v, want ErrClosed", err)
+			}
+			p.Heal(t)
+			redlockQueueGone(t, masters[0], key, "the waiter's attempt outlasted Close's wait and its leave failed with ErrClosed")
+		})
+	}
+}
+
 // TestRedlockQueueEntryOfClosedLockerSkipped: a waiter's Locker that
 // closes while the first master is out of its reach cannot take the
 // waiter's entry out; the entry stays until a release on that master

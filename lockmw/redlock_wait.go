@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
 	"strings"
@@ -51,13 +52,17 @@ import (
 // sent through the first master's queue after every attempt of the
 // waiter, and retried by the cleaner twice after an answer (cleanup.go:
 // an attempt stalled in the master runs before the second). Close stops
-// waiters first and waits for them, so their leaves are handed to the
-// cleaner, whose close gives each a last try before the backend stops.
-// That wait is bounded by the Locker's TTL: a waiter still inside an
-// attempt then (a slow first master: an attempt can wait up to a second
-// for its answer, and its rollback another) leaves after the backend
-// stopped, its leave fails with ErrClosed, and its entry is left as
-// below (a known gap).
+// waiters first and waits for them (a bounded time, the Locker's TTL):
+// Close ends their requests too (endAtClose; a rollback no longer waits
+// for its answers, which the masters' senders still send before they
+// stop), so a waiter inside an attempt on a slow first master returns at
+// once, and its leave is handed to the cleaner, whose close gives each
+// leave a last try (twice) before the backend stops; the leave is queued
+// behind the waiter's attempt there, and the first master's sender sends
+// both before it stops. A waiter that still outlasts Close's wait (a
+// loaded host) finds the backend stopped: its leave then goes on the
+// first master's client itself (leaveOnClient), after that sender has
+// stopped, while the client is open (close clients after the Locker).
 // If the entry is not recorded it was never queued: each attempt's first
 // master answer said busy-and-queued, granted (nothing queued), or is
 // missing or failed, all four counted above.
@@ -121,7 +126,7 @@ func (l *Locker) passWakeOn(keys lockKeys) {
 func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	b := l.backend.(*redlockBackend)
 	if !wait {
-		lease, reply, err := l.attemptQueued(a, "")
+		lease, reply, err := l.attemptQueued(a.opCtx, a, "")
 		if lease != nil || err != nil {
 			return lease, err
 		}
@@ -154,12 +159,18 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	// queued it too): see leaveRedlock.
 	queued, unsure := false, false
 	defer func() { l.leaveRedlock(r, w, entry, queued || unsure) }()
+	// Requests end when Close begins: Close waits for w (a bounded time),
+	// and w's leave must be handed to the cleaner before that wait ends.
+	ctx, stop := l.endAtClose(a.opCtx)
+	defer stop()
 
 	channel := a.keys.grants + l.id
-	if err := watchUntil(a.opCtx, b.subs, a.giveUp, channel, true); err == nil {
+	if err := watchUntil(ctx, b.subs, a.giveUp, channel, true); err == nil {
 		defer b.subs.unwatch(channel)
 	} else if a.opCtx.Err() != nil {
 		return nil, ctxErr(a.opCtx, a.key)
+	} else if ctx.Err() != nil {
+		return nil, ErrClosed
 	} else {
 		l.logger.Debug("lockmw: waiting without wakes", slog.String("key", a.key), slog.Any("error", err))
 	}
@@ -168,7 +179,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	if l.isHot(a.keys) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		n, err := sendOnce(a.opCtx, b.masters[0].client, redis.NewIntCmd(a.opCtx, "rpushx", a.keys.queue, entry)).Result()
+		n, err := sendOnce(ctx, b.masters[0].client, redis.NewIntCmd(ctx, "rpushx", a.keys.queue, entry)).Result()
 		switch {
 		case err == nil && n > 0:
 			queued, retry = true, false
@@ -188,7 +199,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 			if queued {
 				e = "" // already queued: do not queue twice
 			}
-			lease, reply, err := l.attemptQueued(a, e)
+			lease, reply, err := l.attemptQueued(ctx, a, e)
 			queued = queued || reply.queued // (also when it failed: leaving takes the entry out)
 			unsure = unsure || reply.unsure
 			if lease != nil || err != nil {
@@ -267,16 +278,46 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 		}})
 		select {
 		case r := <-replies:
-			return r.cmds[0].Err()
+			if err := r.cmds[0].Err(); errors.Is(err, ErrClosed) {
+				// The backend has closed (w outlasted Close's wait for
+				// it): the first master's sender sent every call queued
+				// before it stopped, w's attempts among them, so the
+				// leave goes on its client, after them.
+				return b.leaveOnClient(ctx, keys, entry)
+			} else if err != nil {
+				return err
+			}
+			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}})
 }
 
-// attemptQueued is attempt for a Redlock waiter: entry, if not empty, is
+// leaveOnClient takes entry out of the wait queue of keys on the first
+// master's client itself, once the master's sender (closed) has sent what
+// was queued, twice:
+// the second is sent after the first is answered, so it runs after an
+// attempt of the waiter still stalled in that master (see cleanup.go,
+// "Why twice").
+func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockKeys, entry string) error {
+	select {
+	case <-b.masters[0].stopped: // every call queued before has been sent
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for range 2 {
+		if err := redlockLeaveScript.Run(ctx, once{b.masters[0].client}, []string{keys.lock, keys.queue}, entry).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attemptQueued is attempt for a Redlock waiter, its requests made under
+// ctx (a.opCtx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *Locker) attemptQueued(a *acquisition, entry string) (*Lease, acquireReply, error) {
+func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, acquireReply, error) {
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
@@ -285,8 +326,11 @@ func (l *Locker) attemptQueued(a *acquisition, entry string) (*Lease, acquireRep
 	b := l.backend.(*redlockBackend)
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := b.acquireQueued(a.opCtx, a.keys, token, a.cfg.ttl, entry)
+	reply, err := b.acquireQueued(ctx, a.keys, token, a.cfg.ttl, entry)
 	if err != nil {
+		if a.opCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
+			return nil, reply, ErrClosed
+		}
 		return nil, reply, l.attemptErr(a.opCtx, a.key, err)
 	}
 	if !reply.acquired {

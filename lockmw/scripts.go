@@ -43,15 +43,20 @@ var (
 // server clock in microseconds (always above it) before a fence is drawn.
 const seededFloor = 1_000_000_000_000_000
 
-// acquire.lua: take the lock if it is free and draw the next fence.
+// acquire.lua (grant.lua prepended: a free lock with waiters queued goes to
+// the first live one): take the lock if it is free and draw the next fence.
 // Answers {acquireTaken, fence} or {acquireBusy, pttl} (pttl: the holder's
 // remaining milliseconds, -1 if it has no expiry). redlock_acquire.lua
 // answers the same, and so does a plain Redlock acquisition
-// (masterScript), with pttl 0.
+// (masterScript), with pttl 0. yield.lua is a plain acquisition's
+// follow-up when it took a free lock with waiters queued (setNX): answers
+// {acquireTaken} when the lock stays the caller's, {acquireBusy, pttl}
+// when it went to a queued waiter.
 var (
 	//go:embed scripts/acquire.lua
 	acquireSource string
-	acquireScript = redis.NewScript(fenceSource + acquireSource)
+	//go:embed scripts/yield.lua
+	yieldSource string
 )
 
 const (
@@ -71,6 +76,8 @@ var (
 	//go:embed scripts/grant.lua
 	grantSource   string
 	releaseScript = redis.NewScript(fenceSource + grantSource + releaseSource)
+	acquireScript = redis.NewScript(fenceSource + grantSource + acquireSource)
+	yieldScript   = redis.NewScript(fenceSource + grantSource + yieldSource)
 )
 
 const (

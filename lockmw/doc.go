@@ -210,7 +210,12 @@
 //     reports the lock busy (acquire.lua, on Cluster and with WAIT, and
 //     fair.lua do the same in one script). Only if no queued waiter still
 //     listens does the attempt keep the lock. An uncontended attempt pays
-//     one EXISTS in its round trip.
+//     one EXISTS in its round trip. The one exception is on Cluster while
+//     the lock's slot is being migrated: Redis refuses a script whose keys
+//     are not all on the node asked (TRYAGAIN), and the queue key usually
+//     does not exist, so attempts then go without the queue check
+//     (acquire_moving.lua), and one may take a lock whose holder's key
+//     expired ahead of the queued waiters until the migration ends.
 //   - A lost message costs latency, never liveness: queued waiters also
 //     check the lock when the holder's TTL would run out.
 //   - Giving up: WithWait(d) returns ErrNotAcquired, and a context that

@@ -106,8 +106,10 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 	var vals []int64
 	switch {
 	case b.waitReplicas > 0:
+		moving := false // after TRYAGAIN, as in the default case below
 		err = b.whileSlotMoves(ctx, ttl/4, func() (err error) {
-			vals, err = b.acquireReplicated(ctx, k, token, ttl)
+			vals, err = b.acquireReplicated(ctx, k, token, ttl, moving)
+			moving = moving || slotMoving(err)
 			return err
 		})
 	case b.plainAcquire:
@@ -121,7 +123,20 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string,
 		return reply, err
 	default:
 		var r any
-		if r, err = b.runScript(ctx, ttl/4, acquireScript, []string{k.lock, k.fence, k.queue}, token, millis(ttl), b.expiry.counter, k.grants, b.publish); err == nil {
+		// One try with the queue check (acquire.lua); while the lock's
+		// slot is being migrated Redis refuses it (TRYAGAIN) whenever one
+		// of its three keys is missing on the node asked, as the queue
+		// usually is, so the attempt then goes without the queue check
+		// (acquire_moving.lua, two keys: refused only while the lock and
+		// its counter are split), retried as the slot moves. Safety is the
+		// same (doc.go, Acquisition); only Fair order after a holder's
+		// expiry is not kept during that slot's migration (doc.go, Fair
+		// order).
+		r, err = b.runScript(ctx, 0, acquireScript, []string{k.lock, k.fence, k.queue}, token, millis(ttl), b.expiry.counter, k.grants, b.publish)
+		if err != nil && slotMoving(err) {
+			r, err = b.runScript(ctx, ttl/4, acquireMovingScript, []string{k.lock, k.fence}, token, millis(ttl), b.expiry.counter)
+		}
+		if err == nil {
 			vals, err = int64s(r)
 		}
 	}
@@ -149,7 +164,10 @@ func slotMoving(err error) bool {
 // writes of its own connection). If the lock was taken but fewer than
 // b.waitReplicas replicas acknowledged it within b.waitTimeout, the lock is
 // released again and the error matches ErrNotReplicated.
-func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token string, ttl time.Duration) ([]int64, error) {
+//
+// moving says that the lock's Cluster slot is being migrated: the attempt
+// goes without the queue check (acquire_moving.lua; see runAcquire).
+func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token string, ttl time.Duration, moving bool) ([]int64, error) {
 	var node redis.Cmdable = b.client
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		n, err := cc.MasterForKey(ctx, k.lock)
@@ -158,7 +176,10 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 		}
 		node = n
 	}
-	keys, args := []string{k.lock, k.fence, k.queue}, []any{token, millis(ttl), b.expiry.counter, k.grants, b.publish}
+	keys, args, script := []string{k.lock, k.fence, k.queue}, []any{token, millis(ttl), b.expiry.counter, k.grants, b.publish}, acquireScript
+	if moving {
+		keys, args, script = []string{k.lock, k.fence}, []any{token, millis(ttl), b.expiry.counter}, acquireMovingScript
+	}
 	var acq *redis.Cmd
 	var wait *redis.IntCmd
 	run := func(script func(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd) {
@@ -169,9 +190,9 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token 
 			return nil
 		}) // errors are read from the commands below
 	}
-	run(acquireScript.EvalSha)
+	run(script.EvalSha)
 	if noScript(acq.Err()) {
-		run(acquireScript.Eval) // a restarted or new master: send the script in full
+		run(script.Eval) // a restarted or new master: send the script in full
 	}
 	vals, err := acq.Int64Slice()
 	if err != nil || len(vals) != 2 || vals[0] != acquireTaken {

@@ -55,6 +55,8 @@ const seededFloor = 1_000_000_000_000_000
 var (
 	//go:embed scripts/acquire.lua
 	acquireSource string
+	//go:embed scripts/acquire_moving.lua
+	acquireMovingSource string
 	//go:embed scripts/yield.lua
 	yieldSource string
 )
@@ -77,7 +79,9 @@ var (
 	grantSource   string
 	releaseScript = redis.NewScript(fenceSource + grantSource + releaseSource)
 	acquireScript = redis.NewScript(fenceSource + grantSource + acquireSource)
-	yieldScript   = redis.NewScript(fenceSource + grantSource + yieldSource)
+	// acquireMovingScript is acquireScript without the queue (runAcquire).
+	acquireMovingScript = redis.NewScript(fenceSource + acquireMovingSource)
+	yieldScript         = redis.NewScript(fenceSource + grantSource + yieldSource)
 )
 
 const (

@@ -453,13 +453,13 @@ func TestReplicaStartsInSync(t *testing.T) {
 		t.Fatalf("SET on master: %v", err)
 	}
 
-	start := time.Now()
 	r := Start(t, WithReplicaOf(m))
-	took := time.Since(start)
 	// Redis 7 waits repl-diskless-sync-delay (5s by default) before a full
-	// sync; WithReplicaOf must not.
-	if took > 3*time.Second {
-		t.Errorf("Start(WithReplicaOf) took %v, want well under Redis' 5s repl-diskless-sync-delay", took)
+	// sync; WithReplicaOf switches the master to 0 so the sync starts at
+	// once. Checked by the setting, not by a wall-clock bound (the machine
+	// may be loaded).
+	if got, err := mc.ConfigGet(ctx, "repl-diskless-sync-delay").Result(); err != nil || got["repl-diskless-sync-delay"] != "0" {
+		t.Errorf("master's repl-diskless-sync-delay after Start(WithReplicaOf) = %v, %v; want 0", got, err)
 	}
 	// No polling: Start promises the link is up when it returns.
 	if got := replicaLink(t, r); got != "role:slave master_link_status:up" {
@@ -520,7 +520,9 @@ func TestReplicaSurvivesRestarts(t *testing.T) {
 		if err == nil && n == 0 && replicaLink(t, r) == "role:slave master_link_status:up" {
 			break
 		}
-		if time.Since(start) > 4*time.Second {
+		// A bound for a stuck replica, not a speed check (the setting
+		// above is what keeps the 5s delay away).
+		if time.Since(start) > 30*time.Second {
 			t.Fatalf("replica not resynced with the restarted (empty) master after %v: EXISTS k = %d, %v; %s",
 				time.Since(start), n, err, replicaLink(t, r))
 		}

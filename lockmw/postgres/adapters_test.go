@@ -29,12 +29,12 @@ func TestGinlockSuitePostgres(t *testing.T) {
 			return l
 		},
 		Lose: func(prefix, key string) error {
-			_, err := srv.TryExec("DELETE FROM lockmw_locks WHERE name = " + quote(prefix+key))
+			_, err := srv.TryExec("DELETE FROM lockmw_locks WHERE name = " + quote(postgres.RowName(prefix, key)))
 			return err
 		},
 		LeaseTTL: func(t testing.TB, prefix, key string) time.Duration {
 			t.Helper()
-			out := srv.Exec(t, "SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint FROM lockmw_locks WHERE name = "+quote(prefix+key))
+			out := srv.Exec(t, "SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint FROM lockmw_locks WHERE name = "+quote(postgres.RowName(prefix, key)))
 			ms, err := strconv.ParseInt(out, 10, 64)
 			if err != nil {
 				t.Fatalf("no lease row for %s%s: %q", prefix, key, out)
@@ -57,7 +57,7 @@ func TestCronlockPostgres(t *testing.T) {
 		},
 		TTL: 2 * time.Second,
 		Lose: func(t testing.TB, key string) {
-			srv.Exec(t, "DELETE FROM lockmw_locks WHERE name = "+quote(lockmw.DefaultPrefix+key))
+			srv.Exec(t, "DELETE FROM lockmw_locks WHERE name = "+quote(postgres.RowName(lockmw.DefaultPrefix, key)))
 		},
 	})
 }

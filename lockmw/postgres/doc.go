@@ -18,11 +18,13 @@
 // (name, token, fence, expires_at); T_queue, one row per waiter (name,
 // token, seq, expires_at); T_claims, cronlock's fire claims; and the
 // sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
-// position is drawn. A lock's row name is the Locker's prefix and the key,
-// joined as they are. A release deletes its row; a crashed holder's row
-// expires and is reused by the next acquisition of its lock, and every
-// Locker deletes expired rows (at most 1000 per table) about once a
-// minute, so that locks no one takes again leave nothing behind. Without
+// position is drawn. A lock's row name is the length of the Locker's
+// prefix, a colon, the prefix and the key ("7:lockmw:order-1"), so that
+// no two (prefix, key) pairs share a row. A release deletes its row; a
+// crashed holder's row expires and is reused by the next acquisition of
+// its lock, and every Locker deletes expired rows (at most 1000 per table)
+// about once a minute, so that locks no one takes again leave nothing
+// behind. Without
 // the tables, every call fails with an error matching ErrNoTable that says
 // how to create them.
 //
@@ -110,6 +112,17 @@
 // connection) and ErrPoolExhausted (every pool connection was busy for the
 // whole TTL). A held lease whose renewals fail so ends at its validity
 // deadline with lockmw.ErrLost, before the row can expire.
+//
+// # Scheduled jobs
+//
+// cronlock.NewScheduler given a Locker of this package and no Redis client
+// claims the fires of its jobs in T_claims: one row per Locker prefix and
+// job, raised by one upsert per claim. Every write keeps the row until
+// keep_until, the Locker's retention (lockmw.WithRetention, at least an
+// hour) and twice the job's last interval ahead on the database's clock,
+// and the sweep deletes rows past it: a job idle that long leaves nothing
+// behind, and no fire runs twice unless one of its claims comes that late
+// (fireclaim.go argues it).
 //
 // # Compared with advisory locks
 //

@@ -15,31 +15,84 @@ import (
 // The fire claims of cronlock's Scheduler (package internal/fireclaim),
 // for a Scheduler given no Redis client: one row per Locker prefix and job
 // in the claims table (Schema: Table+"_claims"), holding the highest fire
-// claimed (unix ms), its instance and token, and the run last started.
-// Rows persist, one per job.
+// claimed (unix ms), its instance and token, the run last started, and
+// keep_until, the time (on the database's clock) until which the row is
+// kept.
+//
+// Expiry, as for claim records in Redis (internal/fireclaim, Redis,
+// "Expiry"). Every write of a row, a won claim or a run recorded, sets
+// keep_until to no earlier than clock_timestamp() + keep, never earlier
+// than it was; a won claim also to no earlier than clock_timestamp() +
+// twice the time between the fire it claims and the fire claimed before,
+// so that a row outlives two of its job's intervals. keep is the Locker's
+// retention (lockmw.WithRetention, DefaultRetention without it), at least
+// fireclaim.MinKeep. A refused claim writes nothing. The sweeper of every
+// Locker on the table (sweepOnce) deletes rows whose keep_until passed, so
+// a job idle that long leaves nothing behind.
+//
+// Why no fire can then run twice: a claim of fire F wins only if the row
+// holds no fire at or after F (or there is no row). The claim that won F
+// raised the row to F at some time t on the database's clock and set
+// keep_until to t + keep or later; the mark never falls, keep_until never
+// moves back, and the sweep deletes the row only when clock_timestamp() is
+// past keep_until, on the same clock. So a second claim of F (or of an
+// earlier fire) wins only if it runs keep or more after the first winner;
+// the claims of one fire by a job's instances come when their schedulers
+// fire it, apart by the hosts' clock offsets and how late a scheduler
+// fires (a stalled process), far below MinKeep. A claim that late, a
+// database clock that jumps forward by more than the keep (a step, or a
+// failover to a server whose clock is that far ahead), or a row deleted by
+// hand, is the only way a fire runs twice. What a deleted row loses
+// besides: the fire claimed before the next claim (no gap is counted
+// across an idle spell longer than the keep) and the last run (Runner).
 
 var _ store.FireClaimer = (*pgStore)(nil)
+
+// keepClaimsAsLocker sets how long the store's claim rows stay after a
+// write from locker's retention (a *lockmw.Locker as any): at least
+// fireclaim.MinKeep.
+func (s *pgStore) keepClaimsAsLocker(locker any) {
+	s.claimKeep = max(fireclaim.KeepOf(locker), fireclaim.MinKeep)
+}
+
+// sweepClaims deletes claim rows kept long enough, at most 1000 at once.
+// The outer condition is checked again on the row as it is when the
+// DELETE locks it: a claim that raised keep_until meanwhile keeps its row.
+func sweepClaims(n names) string {
+	return `DELETE FROM ` + n.claims + ` WHERE ctid = ANY (ARRAY (
+	SELECT ctid FROM ` + n.claims + ` WHERE keep_until < clock_timestamp() LIMIT 1000))
+	AND keep_until < clock_timestamp()`
+}
 
 // FireClaims returns the claims of a Locker with prefix.
 func (s *pgStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims {
 	n := s.n
-	return &claims{s: s, prefix: prefix, ttl: ttl,
+	keep := s.claimKeep
+	if keep == 0 {
+		keep = fireclaim.DefaultKeep
+	}
+	// $n::bigint milliseconds from now, by the database's clock.
+	after := func(n string) string { return `clock_timestamp() + ` + n + `::bigint * interval '1 millisecond'` }
+	return &claims{s: s, prefix: prefix, ttl: ttl, keep: keep,
 		// One statement: the upsert raises the mark only above a lower
 		// fire (the conflict's WHERE runs on the row as it is when the
 		// statement locks it), and the CTE's read, from the statement's
-		// snapshot, says what it was.
+		// snapshot, says what it was. keep_until: see Expiry above.
 		claim: `WITH prev AS (
 	SELECT fire, claim_by, token FROM ` + n.claims + ` WHERE prefix = $1 AND job = $2
 ), up AS (
-	INSERT INTO ` + n.claims + ` AS c (prefix, job, fire, claim_by, token) VALUES ($1, $2, $3, $4, $5)
-	ON CONFLICT (prefix, job) DO UPDATE SET fire = excluded.fire, claim_by = excluded.claim_by, token = excluded.token
+	INSERT INTO ` + n.claims + ` AS c (prefix, job, fire, claim_by, token, keep_until) VALUES ($1, $2, $3, $4, $5, ` + after("$6") + `)
+	ON CONFLICT (prefix, job) DO UPDATE SET fire = excluded.fire, claim_by = excluded.claim_by, token = excluded.token,
+		keep_until = greatest(c.keep_until, excluded.keep_until,
+			CASE WHEN c.fire > 0 THEN ` + after("2 * (excluded.fire - c.fire)") + ` END)
 	WHERE c.fire < excluded.fire
 	RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM up), (SELECT fire FROM prev), (SELECT claim_by FROM prev)`,
 		current: `SELECT fire, claim_by, token FROM ` + n.claims + ` WHERE prefix = $1 AND job = $2`,
-		running: `INSERT INTO ` + n.claims + ` AS c (prefix, job, run_fire, run_by) VALUES ($1, $2, $3, $4)
-ON CONFLICT (prefix, job) DO UPDATE SET run_fire = excluded.run_fire, run_by = excluded.run_by`,
+		running: `INSERT INTO ` + n.claims + ` AS c (prefix, job, run_fire, run_by, keep_until) VALUES ($1, $2, $3, $4, ` + after("$5") + `)
+ON CONFLICT (prefix, job) DO UPDATE SET run_fire = excluded.run_fire, run_by = excluded.run_by,
+	keep_until = greatest(c.keep_until, excluded.keep_until)`,
 		runner: `SELECT run_fire, run_by FROM ` + n.claims + ` WHERE prefix = $1 AND job = $2`,
 	}
 }
@@ -49,6 +102,7 @@ type claims struct {
 	s      *pgStore
 	prefix string
 	ttl    time.Duration // bounds each call
+	keep   time.Duration // how long a row stays after a write (see Expiry)
 
 	claim, current, running, runner string
 }
@@ -67,7 +121,7 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 	var won bool
 	var prevFire *int64
 	var prevBy *string
-	if err := c.s.pool.QueryRow(ctx, c.claim, c.prefix, job, ms, instance, token).Scan(&won, &prevFire, &prevBy); err != nil {
+	if err := c.s.pool.QueryRow(ctx, c.claim, c.prefix, job, ms, instance, token, c.keep.Milliseconds()).Scan(&won, &prevFire, &prevBy); err != nil {
 		return fireclaim.Claim{}, claimErr(job, at, classify(err))
 	}
 	out := fireclaim.Claim{Won: won}
@@ -95,11 +149,11 @@ func claimErr(job string, at time.Time, err error) error {
 	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
 }
 
-// Running records the run.
+// Running records the run, keeping the row as a claim does.
 func (c *claims) Running(ctx context.Context, job string, at time.Time, instance string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.ttl)
 	defer cancel()
-	_, err := c.s.pool.Exec(ctx, c.running, c.prefix, job, at.UnixMilli(), instance)
+	_, err := c.s.pool.Exec(ctx, c.running, c.prefix, job, at.UnixMilli(), instance, c.keep.Milliseconds())
 	return classify(err)
 }
 

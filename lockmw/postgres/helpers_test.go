@@ -69,7 +69,7 @@ func newLocker(t testing.TB, url string, opts ...lockmw.Option) *lockmw.Locker {
 // lease row as "lock:TOKEN" and queue entries as "queue:TOKEN".
 func rows(t testing.TB, srv *pgtest.Server, key string) []string {
 	t.Helper()
-	name := quote(lockmw.DefaultPrefix + key)
+	name := quote(postgres.RowName(lockmw.DefaultPrefix, key))
 	out := srv.Exec(t, "SELECT 'lock:' || token FROM lockmw_locks WHERE name = "+name+
 		" UNION ALL SELECT 'queue:' || token FROM lockmw_locks_queue WHERE name = "+name)
 	if out == "" {
@@ -81,7 +81,7 @@ func rows(t testing.TB, srv *pgtest.Server, key string) []string {
 // queued returns how many unexpired queue entries lock key has.
 func queued(t testing.TB, srv *pgtest.Server, key string) int {
 	t.Helper()
-	n, err := strconv.Atoi(srv.Exec(t, "SELECT count(*) FROM lockmw_locks_queue WHERE expires_at > clock_timestamp() AND name = "+quote(lockmw.DefaultPrefix+key)))
+	n, err := strconv.Atoi(srv.Exec(t, "SELECT count(*) FROM lockmw_locks_queue WHERE expires_at > clock_timestamp() AND name = "+quote(postgres.RowName(lockmw.DefaultPrefix, key))))
 	if err != nil {
 		t.Fatal(err)
 	}

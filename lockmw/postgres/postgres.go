@@ -46,6 +46,7 @@ func (sc Schema) New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker,
 		_ = s.Close()
 		return nil, err
 	}
+	s.keepClaimsAsLocker(l)
 	return l.(*lockmw.Locker), nil
 }
 
@@ -56,6 +57,8 @@ type pgStore struct {
 	sql  statements
 
 	lis *listener
+
+	claimKeep time.Duration // how long a claim row stays after a write (fireclaim.go)
 
 	stop     context.CancelFunc
 	stopped  context.Context
@@ -161,10 +164,6 @@ func newStore(pool *pgxpool.Pool, n names) *pgStore {
 
 // CheckTTL accepts every TTL lockmw does: rows expire by the microsecond.
 func (s *pgStore) CheckTTL(time.Duration) error { return nil }
-
-// name is the row name of lock k. Like Redis keys, the prefix and the key
-// are joined as they are.
-func name(k store.Key) string { return k.Prefix + k.Name }
 
 // micros is ttl in microseconds, at least 1.
 func micros(ttl time.Duration) int64 { return max(ttl.Microseconds(), 1) }
@@ -469,11 +468,12 @@ func (s *pgStore) sweep() {
 	}
 }
 
-// sweepOnce deletes expired rows, at most 1000 of each table.
+// sweepOnce deletes expired rows, at most 1000 of each table (claim rows
+// once kept long enough: fireclaim.go).
 func (s *pgStore) sweepOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for _, q := range []string{s.sql.sweepLeases, s.sql.sweepQueue} {
+	for _, q := range []string{s.sql.sweepLeases, s.sql.sweepQueue, sweepClaims(s.n)} {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
 			return
 		}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // DefaultTable is the name of the lease table when none is given.
@@ -91,19 +93,31 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 );
 CREATE INDEX IF NOT EXISTS %[6]s ON %[2]s (name, seq);
 CREATE INDEX IF NOT EXISTS %[7]s ON %[2]s (expires_at);
--- cronlock's fire claims: one row per Locker prefix and job.
+-- cronlock's fire claims: one row per Locker prefix and job, swept once
+-- keep_until passed (the job idle for the Locker's retention).
 CREATE TABLE IF NOT EXISTS %[3]s (
-	prefix   text   NOT NULL,
-	job      text   NOT NULL,
-	fire     bigint NOT NULL DEFAULT 0,
-	claim_by text   NOT NULL DEFAULT '',
-	token    text   NOT NULL DEFAULT '',
-	run_fire bigint NOT NULL DEFAULT 0,
-	run_by   text   NOT NULL DEFAULT '',
+	prefix     text        NOT NULL,
+	job        text        NOT NULL,
+	fire       bigint      NOT NULL DEFAULT 0,
+	claim_by   text        NOT NULL DEFAULT '',
+	token      text        NOT NULL DEFAULT '',
+	run_fire   bigint      NOT NULL DEFAULT 0,
+	run_by     text        NOT NULL DEFAULT '',
+	keep_until timestamptz NOT NULL,
 	PRIMARY KEY (prefix, job)
 );
+CREATE INDEX IF NOT EXISTS %[8]s ON %[3]s (keep_until);
 `, n.table, n.queue, n.claims, n.seq,
-		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires")), nil
+		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires"), indexName(sc, "_claims_keep")), nil
+}
+
+// name is the row name of lock k in the lease and queue tables: the
+// prefix's length in bytes, a colon, the prefix and the key
+// ("7:lockmw:order-1"). The length says where the prefix ends, so no two
+// (prefix, key) pairs share a row, as they would joined as they are
+// (prefix "a" with key "bc", and "ab" with "c").
+func name(k store.Key) string {
+	return strconv.Itoa(len(k.Prefix)) + ":" + k.Prefix + k.Name
 }
 
 // indexName is an index's unqualified quoted name (an index lives in its

@@ -170,7 +170,8 @@ func TestErrors(t *testing.T) {
 		// Another transaction locks an expired row of the lock; the
 		// acquisition's upsert waits for it past statement_timeout.
 		admin := newPool(t, srv.URL())
-		if _, err := admin.Exec(ctx, "INSERT INTO lockmw_locks VALUES ('lockmw:timeout', 'x', 1, clock_timestamp() - interval '1 hour')"); err != nil {
+		row := postgres.RowName(lockmw.DefaultPrefix, "timeout")
+		if _, err := admin.Exec(ctx, "INSERT INTO lockmw_locks VALUES ($1, 'x', 1, clock_timestamp() - interval '1 hour')", row); err != nil {
 			t.Fatal(err)
 		}
 		tx, err := admin.Begin(ctx)
@@ -178,7 +179,7 @@ func TestErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = tx.Rollback(ctx) }()
-		if _, err := tx.Exec(ctx, "SELECT 1 FROM lockmw_locks WHERE name = 'lockmw:timeout' FOR UPDATE"); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM lockmw_locks WHERE name = $1 FOR UPDATE", row); err != nil {
 			t.Fatal(err)
 		}
 		cfg, _ := pgxpool.ParseConfig(srv.URL())

@@ -125,6 +125,7 @@ type sqlStore struct {
 	db        *sql.DB
 	n         names
 	retention time.Duration
+	claimKeep time.Duration
 
 	stop      chan struct{}
 	done      chan struct{}

@@ -155,5 +155,10 @@
 // cronlock.NewScheduler given a Locker of this package and no Redis
 // client claims the fires of its jobs in T_claims: one row per Locker
 // prefix and job, raised by a conditional UPDATE that matches the fire
-// and token it read (see fireclaim.go).
+// and token it read. Every write keeps the row until keep_until, the
+// Locker's retention (lockmw.WithRetention, at least an hour) and twice
+// the job's last interval ahead on the database's clock, and the cleanup
+// deletes rows past it: a job idle that long leaves nothing behind, and no
+// fire runs twice unless one of its claims comes that late (fireclaim.go
+// argues it).
 package mysql

@@ -80,6 +80,7 @@ func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Lock
 		_ = s.Close()
 		return nil, err
 	}
+	s.keepClaimsAsLocker(l)
 	return l.(*lockmw.Locker), nil
 }
 
@@ -125,7 +126,7 @@ type sqlStore struct {
 	db        *sql.DB
 	n         names
 	retention time.Duration
-	claimKeep time.Duration
+	claimKeep time.Duration // how long a claim row stays after a write (fireclaim.go)
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -373,7 +374,8 @@ func (s *sqlStore) Close() error {
 }
 
 // cleanLoop deletes, every period, rows whose holding ended more than
-// retention ago, in bounded batches.
+// retention ago, and claim rows past their keep (fireclaim.go), in bounded
+// batches.
 func (s *sqlStore) cleanLoop(every time.Duration) {
 	defer close(s.done)
 	t := time.NewTicker(every)
@@ -384,6 +386,7 @@ func (s *sqlStore) cleanLoop(every time.Duration) {
 			return
 		case <-t.C:
 			s.cleanup()
+			s.cleanupClaims()
 		}
 	}
 }

@@ -57,7 +57,9 @@ func (n names) statements() []string {
 		// Fences of every lock of the table: NOCACHE, so that values are
 		// handed out in the order of the calls across all connections.
 		"CREATE SEQUENCE IF NOT EXISTS " + n.fence + " START WITH 1 MINVALUE 1 INCREMENT BY 1 NOCACHE NOCYCLE ENGINE=InnoDB",
-		// cronlock's fire claims: one row per job of a Locker prefix.
+		// cronlock's fire claims: one row per job of a Locker prefix,
+		// deleted once keep_until passed (the job idle for the Locker's
+		// retention).
 		"CREATE TABLE IF NOT EXISTS " + n.claims + ` (
   prefix VARBINARY(512) NOT NULL,
   job VARBINARY(512) NOT NULL,
@@ -66,7 +68,9 @@ func (n names) statements() []string {
   token VARBINARY(64) NOT NULL,
   run_fire BIGINT NOT NULL DEFAULT 0,
   run_by VARBINARY(512) NOT NULL DEFAULT '',
-  PRIMARY KEY (prefix, job)
+  keep_until DATETIME(6) NOT NULL,
+  PRIMARY KEY (prefix, job),
+  KEY keep_until (keep_until)
 ) ENGINE=InnoDB`,
 	}
 }

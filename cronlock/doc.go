@@ -24,8 +24,9 @@
 // later than the recorded mark, the mark becomes this fire and the
 // instance runs it; otherwise the claim is refused and the fire skipped
 // here. Comparing and raising the mark is one atomic step in the store,
-// and the record is small, one per job (no key per fire). In Redis it
-// expires once the job has been idle for the Locker's retention
+// and the record is small, one per job (no key per fire). In Redis,
+// PostgreSQL and MariaDB it expires once the job has been idle for the
+// Locker's retention
 // (lockmw.WithRetention, a day by default; at least an hour, and at least
 // twice the job's last interval), refreshed at every claim: a fire could
 // then run twice only if an instance claimed it that long after the one

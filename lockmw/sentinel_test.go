@@ -106,8 +106,9 @@ func TestSentinelFailoverClient(t *testing.T) {
 
 	// The short lease's validity ends long before any new master can exist
 	// (Sentinels need over a second just to agree the master is down), so
-	// it must end with ErrLost at its deadline, not be carried over.
-	waitDone(t, short.Context(), time.Second, "300ms lease whose master was killed")
+	// it must end with ErrLost, not be carried over. (The bound is for a
+	// stuck watchdog: a loaded machine runs the deadline's timer late.)
+	waitDone(t, short.Context(), 30*time.Second, "300ms lease whose master was killed")
 	shortLost := time.Since(killed)
 	if cause := context.Cause(short.Context()); !errors.Is(cause, lockmw.ErrLost) {
 		t.Fatalf("short lease ended with %v, want ErrLost", cause)
@@ -116,7 +117,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 	// Wait for the Sentinels to promote the replica.
 	for _, s := range sentinels {
 		for s.MasterAddr(t) != replica.Addr() {
-			if time.Since(killed) > 15*time.Second {
+			if time.Since(killed) > 60*time.Second { // stuck, not slow
 				t.Fatalf("sentinel %s still reports master %s %v after the kill", s.Addr(), s.MasterAddr(t), time.Since(killed))
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -128,7 +129,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 	// switched to the new master; fences continue from the replicated
 	// counter.
 	var third *lockmw.Lease
-	eventually(t, 10*time.Second, func() (err error) {
+	eventually(t, 30*time.Second, func() (err error) {
 		third, err = l.TryAcquire(ctx, "k")
 		return err
 	})
@@ -153,7 +154,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 		rivalMustNotSteal(t, rival, long)
 	}
 	// Kept: the watchdog renews it on the new master.
-	longKept := long.Context().Err() == nil && waitRenewedOn(t, onReplica, long, lockmw.DefaultTTL/2)
+	longKept := long.Context().Err() == nil && waitRenewedOn(t, onReplica, long, lockmw.DefaultTTL)
 	if longKept {
 		if err := long.Release(ctx); err != nil {
 			t.Fatalf("Release of the long lease after the failover: %v", err)

@@ -201,12 +201,17 @@ func TestRedlockWatchdogKeepsLease(t *testing.T) {
 	masters := redistest.StartN(t, 3)
 	l, rival := newRedlock(t, masters), newRedlock(t, masters)
 	ctx := context.Background()
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	lease, err := l.Acquire(ctx, "kept", lockmw.WithLeaseTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * ttl / 2)
+	// A renewal reaches every master (a condition, not a span of time).
+	for i, m := range masters {
+		if !waitRenewedOn(t, m.Client(t), lease, 30*time.Second) {
+			t.Fatalf("lease ended before master %d saw a renewal: %v", i, context.Cause(lease.Context()))
+		}
+	}
 	if err := lease.Context().Err(); err != nil {
 		t.Fatalf("lease ended: %v", context.Cause(lease.Context()))
 	}

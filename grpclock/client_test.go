@@ -68,11 +68,14 @@ func TestClientMessagesAreSafe(t *testing.T) {
 
 // RetryInfo and the grpc-retry-pushback-ms trailer carry the expected wait,
 // estimated from how long the lock's holds take, not the holder's TTL:
-// after quick calls, a call that finds the lock with 3 s of lease left is
-// told to retry sooner than that.
+// after quick calls, a call that finds the lock with about 30 s of lease
+// left is told to retry sooner than the longest of those calls. The TTL is
+// long so that quick calls slowed down by a loaded machine still tell the
+// estimate from the lease.
 func TestRetryDelayEstimatesTheWait(t *testing.T) {
+	const ttl = 30 * time.Second
 	srv := redistest.Start(t)
-	locker := newLocker(t, srv, lockmw.WithTTL(3*time.Second))
+	locker := newLocker(t, srv, lockmw.WithTTL(ttl))
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	conn := serve(t, locker, func(ctx context.Context, o *order) (*order, error) {
 		if o.Note == "slow" {
@@ -89,8 +92,8 @@ func TestRetryDelayEstimatesTheWait(t *testing.T) {
 		}
 		longest = max(longest, time.Since(start))
 	}
-	if longest >= 2*time.Second {
-		t.Skipf("the quick calls took up to %v: too slow to tell the estimate from the TTL", longest)
+	if longest >= ttl*2/3 {
+		t.Fatalf("the quick calls took up to %v: stuck (and too slow to tell the estimate from the %v TTL)", longest, ttl)
 	}
 	slow := make(chan error, 1)
 	go func() {
@@ -118,7 +121,7 @@ func TestRetryDelayEstimatesTheWait(t *testing.T) {
 			}
 			delay := retryDelay(t, wantCode(t, err, codes.Aborted))
 			if delay <= 0 || delay > longest {
-				t.Errorf("RetryInfo delay %v, want in (0, %v], the longest hold, not the 3 s lease", delay, longest)
+				t.Errorf("RetryInfo delay %v, want in (0, %v], the longest hold, not the %v lease", delay, longest, ttl)
 			}
 			ms, perr := strconv.Atoi(strings.Join(trailer.Get("grpc-retry-pushback-ms"), ","))
 			if perr != nil || time.Duration(ms)*time.Millisecond > max(delay, time.Millisecond) || ms < 1 {

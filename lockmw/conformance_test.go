@@ -26,7 +26,7 @@ func TestConformanceRedis(t *testing.T) {
 	conformance.Run(t, conformance.Store{
 		Name: "redis",
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
-			return lockmw.New(srv.Client(t, fastFailing, dialOnce), opts...)
+			return lockmw.New(srv.Client(t, fastFailing, dialOnce, roomy), opts...)
 		},
 		NewCuttableLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, func(testing.TB), func(testing.TB), error) {
 			p := redistest.StartProxy(t, srv.Addr())
@@ -69,7 +69,7 @@ func TestConformanceRedisCluster(t *testing.T) {
 	conformance.Run(t, conformance.Store{
 		Name: "redis-cluster",
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
-			return lockmw.New(cl.Client(t, fastFailingCluster), opts...)
+			return lockmw.New(cl.Client(t, fastFailingCluster, roomyCluster), opts...)
 		},
 		NewCuttableLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, func(testing.TB), func(testing.TB), error) {
 			// Every node address the cluster client learns is dialed
@@ -78,7 +78,7 @@ func TestConformanceRedisCluster(t *testing.T) {
 			for _, addr := range cl.Addrs() {
 				proxies[addr] = redistest.StartProxy(t, addr)
 			}
-			c := cl.Client(t, fastFailingCluster, func(o *redis.ClusterOptions) {
+			c := cl.Client(t, fastFailingCluster, roomyCluster, func(o *redis.ClusterOptions) {
 				var d net.Dialer
 				o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
 					if p, ok := proxies[addr]; ok {
@@ -141,7 +141,7 @@ func TestConformanceRedlock(t *testing.T) {
 	conformance.Run(t, conformance.Store{
 		Name: "redlock",
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
-			return lockmw.NewRedlock(redlockClients(t, masters, fastFailing, dialOnce), opts...)
+			return lockmw.NewRedlock(redlockClients(t, masters, fastFailing, dialOnce, roomy), opts...)
 		},
 		NewCuttableLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, func(testing.TB), func(testing.TB), error) {
 			var proxies []*redistest.Proxy
@@ -194,9 +194,24 @@ func proxiedClient(t testing.TB, p *redistest.Proxy) *redis.Client {
 	o := &redis.Options{Addr: p.Addr()}
 	fastFailing(o)
 	dialOnce(o)
+	roomy(o)
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// roomy gives the conformance Lockers' clients 600 ms timeouts instead of
+// fastFailing's 200 ms: still under a third of the lost-lock subtests' 2 s
+// TTL, so a dead or frozen server fails a call quickly, but room for a
+// loaded machine, where 200 ms dials timed out in subtests without any
+// fault (Exclusion on the cluster: ErrUnavailable, "dial tcp: i/o timeout").
+func roomy(o *redis.Options) {
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 600*time.Millisecond, 600*time.Millisecond, 600*time.Millisecond
+}
+
+// roomyCluster is roomy for a cluster client.
+func roomyCluster(o *redis.ClusterOptions) {
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 600*time.Millisecond, 600*time.Millisecond, 600*time.Millisecond
 }
 
 // fastFailingCluster makes a cluster client give up quickly on a dead or

@@ -77,14 +77,15 @@ func TestSentinelFailoverClient(t *testing.T) {
 	}
 
 	// The watchdog keeps a lease past its TTL through the failover client.
-	const shortTTL = 300 * time.Millisecond
+	const shortTTL = 600 * time.Millisecond
 	short, err := l.Acquire(ctx, "short", lockmw.WithLeaseTTL(shortTTL))
 	if err != nil {
 		t.Fatalf("Acquire short: %v", err)
 	}
-	time.Sleep(3 * shortTTL) // only renewals can keep it this long
-	if err := short.Context().Err(); err != nil {
-		t.Fatalf("lease with the watchdog ended after %v (TTL %v): %v", 3*shortTTL, shortTTL, context.Cause(short.Context()))
+	// Renewals reach the master through the failover client (a condition,
+	// not a span of time).
+	if !waitRenewedOn(t, onMaster, short, 30*time.Second) {
+		t.Fatalf("lease with the watchdog ended (TTL %v): %v", shortTTL, context.Cause(short.Context()))
 	}
 	mustBusy(t, rival, "short")
 
@@ -106,8 +107,9 @@ func TestSentinelFailoverClient(t *testing.T) {
 
 	// The short lease's validity ends long before any new master can exist
 	// (Sentinels need over a second just to agree the master is down), so
-	// it must end with ErrLost at its deadline, not be carried over.
-	waitDone(t, short.Context(), time.Second, "300ms lease whose master was killed")
+	// it must end with ErrLost, not be carried over. (The bound is for a
+	// stuck watchdog: a loaded machine runs the deadline's timer late.)
+	waitDone(t, short.Context(), 30*time.Second, "short lease whose master was killed")
 	shortLost := time.Since(killed)
 	if cause := context.Cause(short.Context()); !errors.Is(cause, lockmw.ErrLost) {
 		t.Fatalf("short lease ended with %v, want ErrLost", cause)
@@ -116,7 +118,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 	// Wait for the Sentinels to promote the replica.
 	for _, s := range sentinels {
 		for s.MasterAddr(t) != replica.Addr() {
-			if time.Since(killed) > 15*time.Second {
+			if time.Since(killed) > 60*time.Second { // stuck, not slow
 				t.Fatalf("sentinel %s still reports master %s %v after the kill", s.Addr(), s.MasterAddr(t), time.Since(killed))
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -128,7 +130,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 	// switched to the new master; fences continue from the replicated
 	// counter.
 	var third *lockmw.Lease
-	eventually(t, 10*time.Second, func() (err error) {
+	eventually(t, 30*time.Second, func() (err error) {
 		third, err = l.TryAcquire(ctx, "k")
 		return err
 	})
@@ -153,7 +155,7 @@ func TestSentinelFailoverClient(t *testing.T) {
 		rivalMustNotSteal(t, rival, long)
 	}
 	// Kept: the watchdog renews it on the new master.
-	longKept := long.Context().Err() == nil && waitRenewedOn(t, onReplica, long, lockmw.DefaultTTL/2)
+	longKept := long.Context().Err() == nil && waitRenewedOn(t, onReplica, long, lockmw.DefaultTTL)
 	if longKept {
 		if err := long.Release(ctx); err != nil {
 			t.Fatalf("Release of the long lease after the failover: %v", err)

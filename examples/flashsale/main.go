@@ -21,6 +21,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -112,7 +113,18 @@ type config struct {
 	noLock                   bool
 	buyers, stock, instances int
 	charge                   time.Duration
+	// timeout bounds each Redis call of the instances' clients, and ttl is
+	// their locks' TTL; zero means the demo's 300 ms and 2 s. The test
+	// scales both up alike for a loaded machine.
+	timeout, ttl time.Duration
 }
+
+// Demo defaults of config.timeout and config.ttl: calls bounded well below
+// a third of the TTL.
+const (
+	defaultTimeout = 300 * time.Millisecond
+	defaultTTL     = 2 * time.Second
+)
 
 // result is what a sale did.
 type result struct {
@@ -142,7 +154,7 @@ func sale(ctx context.Context, addr string, cfg config) (result, error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	servers := make([]*server, cfg.instances)
 	for i := range servers {
-		s, err := newServer(fmt.Sprintf("instance-%c", 'a'+i), addr, !cfg.noLock, cfg.charge, logger)
+		s, err := newServer(fmt.Sprintf("instance-%c", 'a'+i), addr, cfg, logger)
 		if err != nil {
 			return result{}, err
 		}
@@ -177,35 +189,36 @@ type server struct {
 	sold   atomic.Int64
 }
 
-func newServer(name, addr string, lock bool, charge time.Duration, logger *slog.Logger) (*server, error) {
+func newServer(name, addr string, cfg config, logger *slog.Logger) (*server, error) {
+	timeout, ttl := cmp.Or(cfg.timeout, defaultTimeout), cmp.Or(cfg.ttl, defaultTTL)
 	// The client settings a lock needs: Redis calls bounded by short
 	// timeouts, and no retries inside go-redis, so that a Redis outage is
 	// answered (503) after one timeout, not after MaxRetries of them.
 	s := &server{name: name, client: redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		PoolSize:              64,
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
+		DialTimeout:           timeout,
+		ReadTimeout:           timeout,
+		WriteTimeout:          timeout,
 		MaxRetries:            -1,
 		DialerRetries:         1,
 		PipelinePoolSize:      -1,
 		ContextTimeoutEnabled: true,
 	})}
 	var err error
-	s.locker, err = lockmw.New(s.client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
+	s.locker, err = lockmw.New(s.client, lockmw.WithTTL(ttl), lockmw.WithLogger(logger))
 	if err != nil {
 		_ = s.client.Close()
 		return nil, err
 	}
 	handlers := []gin.HandlerFunc{gin.Recovery()}
-	if lock {
+	if !cfg.noLock {
 		// Buyers queue for the item for up to 10s instead of being
 		// turned away with 409.
 		handlers = append(handlers, ginlock.New(s.locker, ginlock.Param("sku"),
 			ginlock.WithName("item:{sku}"), ginlock.WithWait(10*time.Second), ginlock.WithLogger(logger)))
 	}
-	handlers = append(handlers, s.buy(charge))
+	handlers = append(handlers, s.buy(cfg.charge))
 	r := gin.New()
 	r.ContextWithFallback = true // the *gin.Context carries the lease context too
 	r.POST("/items/:sku/buy", handlers...)

@@ -121,8 +121,11 @@ func TestPauseTimesOutAndResumeRecovers(t *testing.T) {
 	if !isTimeout(err) {
 		t.Fatalf("GET on paused server: err = %v, want a timeout", err)
 	}
-	if took < 150*time.Millisecond || took > 2*time.Second {
-		t.Errorf("GET on paused server failed after %v, want about the 200ms ReadTimeout", took)
+	// It waited for the ReadTimeout, and the timeout error says that is
+	// what ended it; the upper bound is for a hang, not a speed check (a
+	// loaded machine runs timers late).
+	if took < 150*time.Millisecond || took > 30*time.Second {
+		t.Errorf("GET on paused server failed after %v, want after the 200ms ReadTimeout (and no hang)", took)
 	}
 
 	s.Resume(t)
@@ -614,7 +617,7 @@ func TestSentinelFailoverPromotesReplica(t *testing.T) {
 	killed := time.Now()
 	for _, s := range ss {
 		for s.MasterAddr(t) != r.Addr() {
-			if time.Since(killed) > 15*time.Second {
+			if time.Since(killed) > 60*time.Second { // stuck, not slow
 				t.Fatalf("sentinel %s still says master %s %v after the master was killed", s.Addr(), s.MasterAddr(t), time.Since(killed))
 			}
 			time.Sleep(20 * time.Millisecond)

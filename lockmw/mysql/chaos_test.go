@@ -40,14 +40,11 @@ var mariaChaosStore = chaos.Store{
 // chaosProxied reports whether slot's link goes through a proxy.
 func chaosProxied(slot int) bool { return slot%2 == 0 }
 
-// startMariaChaos starts the MariaDB deployment. Faults:
-//
-//   - latency, cut, reset: on a proxied slot's link;
-//   - pause: SIGSTOP the server for up to 3s;
-//   - restart: SIGKILL the server, keep it down up to 3s, restart it (crash
-//     recovery: InnoDB keeps every committed row and the fence sequence);
-//   - killconn: KILL CONNECTION every client connection, as a failover
-//     proxy or an administrator would.
+// startMariaChaos starts the MariaDB deployment. Faults: chaos.ServerFaults
+// (latency, cut and reset on a proxied slot's link; pause; restart, after
+// which InnoDB's crash recovery keeps every committed row and the fence
+// sequence), and killconn: KILL CONNECTION every client connection, as a
+// failover proxy or an administrator would.
 func startMariaChaos(t *testing.T, slots int) *chaos.Deployment {
 	srv := startServer(t)
 	admin := srv.DB(t, "")
@@ -84,30 +81,9 @@ func startMariaChaos(t *testing.T, slots int) *chaos.Deployment {
 		},
 		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return mariaResidue(ctx, admin) },
 	}
-	d.Faults = []chaos.Fault{
-		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pick),
-		chaos.LinkFault("cut", 50*time.Millisecond, 4*time.Second, pick),
-		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pick),
-		{Name: "pause", Run: func(env *chaos.FaultEnv) {
-			hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
-			env.Note("SIGSTOP mariadbd for %v", hold)
-			srv.Pause(env.T)
-			env.Sleep(hold)
-			srv.Resume(env.T)
-		}},
-		{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
-			down := env.Rand.Duration(0, 3*time.Second)
-			env.Note("SIGKILL mariadbd, down for %v", down)
-			srv.Kill(env.T)
-			// Not cut short when the run ends: the server must run again
-			// for the checks after it.
-			time.Sleep(down)
-			srv.Restart(env.T)
-		}},
-		{Name: "killconn", Run: func(env *chaos.FaultEnv) {
-			env.Note("KILL CONNECTION: %d connections", srv.KillConnections(env.T))
-		}},
-	}
+	d.Faults = append(chaos.ServerFaults("mariadbd", srv, pick), chaos.Fault{Name: "killconn", Run: func(env *chaos.FaultEnv) {
+		env.Note("KILL CONNECTION: %d connections", srv.KillConnections(env.T))
+	}})
 	return d
 }
 

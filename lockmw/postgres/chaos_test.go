@@ -41,17 +41,13 @@ var pgChaosStore = chaos.Store{
 // other slot does, the rest talk to the server directly.
 func chaosProxied(slot int) bool { return slot%2 == 0 }
 
-// startPgChaos starts the deployment. Faults:
-//
-//   - latency, cut, reset: on a proxied slot's link (its pool and its
-//     LISTEN connection);
-//   - pause: SIGSTOP the postmaster and every backend;
-//   - restart: SIGKILL the server, keep it down a while and restart it
-//     (crash recovery keeps every committed row and the sequence: fences
-//     keep rising across it);
-//   - backend: pg_terminate_backend every connection of one slot (its
-//     pool's and its LISTEN connection), as an administrator or a
-//     connection pooler's failover would.
+// startPgChaos starts the deployment. Faults: chaos.ServerFaults (latency,
+// cut and reset on a proxied slot's link, its pool and its LISTEN
+// connection; pause: SIGSTOP the postmaster and every backend; restart,
+// after which crash recovery keeps every committed row and the sequence:
+// fences keep rising across it), and backend: pg_terminate_backend every
+// connection of one slot (its pool's and its LISTEN connection), as an
+// administrator or a connection pooler's failover would.
 func startPgChaos(t *testing.T, slots int) *chaos.Deployment {
 	srv := startServer(t)
 	admin := newPool(t, srv.URL())
@@ -85,38 +81,17 @@ func startPgChaos(t *testing.T, slots int) *chaos.Deployment {
 		},
 		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return pgResidue(ctx, admin) },
 	}
-	d.Faults = []chaos.Fault{
-		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pickLinks),
-		chaos.LinkFault("cut", 50*time.Millisecond, 4*time.Second, pickLinks),
-		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickLinks),
-		{Name: "pause", Run: func(env *chaos.FaultEnv) {
-			hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
-			env.Note("SIGSTOP for %v", hold)
-			srv.Pause(env.T)
-			env.Sleep(hold)
-			srv.Resume(env.T)
-		}},
-		{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
-			down := env.Rand.Duration(0, 3*time.Second)
-			env.Note("SIGKILL, down for %v", down)
-			srv.Kill(env.T)
-			// Not cut short when the run ends: the server must run again
-			// for the checks after it.
-			time.Sleep(down)
-			srv.Restart(env.T)
-		}},
-		{Name: "backend", Run: func(env *chaos.FaultEnv) {
-			// It may overlap a pause: then psql cannot connect, and the
-			// fault does nothing.
-			slot := env.Rand.IntN(slots)
-			n, err := srv.TryTerminateBackends("lockmw-slot-" + strconv.Itoa(slot))
-			if err != nil {
-				env.Note("slot %d: server not answering (%v)", slot, err)
-				return
-			}
-			env.Note("pg_terminate_backend of slot %d's %d connections", slot, n)
-		}},
-	}
+	d.Faults = append(chaos.ServerFaults("postgres", srv, pickLinks), chaos.Fault{Name: "backend", Run: func(env *chaos.FaultEnv) {
+		// It may overlap a pause: then psql cannot connect, and the
+		// fault does nothing.
+		slot := env.Rand.IntN(slots)
+		n, err := srv.TryTerminateBackends("lockmw-slot-" + strconv.Itoa(slot))
+		if err != nil {
+			env.Note("slot %d: server not answering (%v)", slot, err)
+			return
+		}
+		env.Note("pg_terminate_backend of slot %d's %d connections", slot, n)
+	}})
 	return d
 }
 

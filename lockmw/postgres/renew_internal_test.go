@@ -42,10 +42,12 @@ func TestRenewalNeverExtendsAnother(t *testing.T) {
 		return tok, at
 	}
 
-	if r, err := s.Acquire(ctx, k, "a", 200*time.Millisecond, true); err != nil || !r.Acquired {
+	// A TTL of a second: the store bounds each statement by a share of the
+	// TTL, which for a shorter one can time out on a loaded machine.
+	if r, err := s.Acquire(ctx, k, "a", time.Second, true); err != nil || !r.Acquired {
 		t.Fatalf("a's acquisition: %+v, %v", r, err)
 	}
-	time.Sleep(300 * time.Millisecond) // a's row expires (by the database's clock too: same machine)
+	waitExpired(t, pool, 1, 0) // a's row expires by the database's clock
 	rb, err := s.Acquire(ctx, k, "b", 10*time.Second, true)
 	if err != nil || !rb.Acquired {
 		t.Fatalf("b's acquisition after a's expiry: %+v, %v", rb, err)
@@ -102,7 +104,10 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 	n, _ := Schema{}.names()
 	s := newStore(pool, n)
 	defer s.Close()
-	for i, ttl := range []time.Duration{100 * time.Millisecond, time.Minute} {
+	// The short TTL is a second, not less: the store bounds each statement
+	// by a share of the TTL, and a 100 ms TTL's bound (80 ms) timed the
+	// acquisition out on a loaded machine.
+	for i, ttl := range []time.Duration{time.Second, time.Minute} {
 		k := store.Key{Prefix: "p:", Name: string(rune('a' + i))}
 		if r, err := s.Acquire(ctx, k, "t", ttl, false); err != nil || !r.Acquired {
 			t.Fatal(r, err)
@@ -111,7 +116,7 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	waitExpired(t, pool, 1, 1)
 	s.sweepOnce(ctx)
 	var leases, queued int
 	if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM lockmw_locks), (SELECT count(*) FROM lockmw_locks_queue)").Scan(&leases, &queued); err != nil {
@@ -119,5 +124,26 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 	}
 	if leases != 1 || queued != 1 {
 		t.Fatalf("after the sweep: %d lease rows, %d queue rows; want the live one of each", leases, queued)
+	}
+}
+
+// waitExpired waits until leases rows of lockmw_locks and queued rows of
+// lockmw_locks_queue have expired by the database's clock (a bound for a
+// stuck database, not a speed check).
+func waitExpired(t *testing.T, pool *pgxpool.Pool, leases, queued int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var l, q int
+		err := pool.QueryRow(context.Background(), `SELECT
+	(SELECT count(*) FROM lockmw_locks WHERE expires_at <= clock_timestamp()),
+	(SELECT count(*) FROM lockmw_locks_queue WHERE expires_at <= clock_timestamp())`).Scan(&l, &q)
+		if err == nil && l >= leases && q >= queued {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s: %d lease rows and %d queue rows expired (%v); want %d and %d", l, q, err, leases, queued)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

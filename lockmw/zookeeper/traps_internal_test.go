@@ -158,12 +158,18 @@ func TestFoundNodeOfAnotherSessionNotTaken(t *testing.T) {
 		if op == "create" && strings.HasPrefix(p, parent+"/lock-") && err == nil && planted.CompareAndSwap(false, true) {
 			// The store's own node vanishes and one carrying its token
 			// appears, owned by another session: as if the create had
-			// gone out on a later session.
-			for _, c := range children(t, adm, parent) {
-				_ = adm.Delete(parent+"/"+c, -1)
-			}
-			if _, err := adm.Create(p, nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+			// gone out on a later session. The foreign node comes first:
+			// the parent is a container node, which the server deletes
+			// once it is empty (every ContainerCheck), so deleting first
+			// let the parent go before the create on a loaded machine.
+			foreign, err := adm.Create(p, nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+			if err != nil {
 				t.Errorf("planting the foreign node: %v", err)
+			}
+			for _, c := range children(t, adm, parent) {
+				if parent+"/"+c != foreign {
+					_ = adm.Delete(parent+"/"+c, -1)
+				}
 			}
 			return zk.ErrConnectionClosed
 		}

@@ -100,6 +100,16 @@ func everySecond(t testing.TB) cron.Schedule {
 	return s
 }
 
+// everyTwoSeconds is the schedule "*/2 * * * * *": each even second.
+func everyTwoSeconds(t testing.TB) cron.Schedule {
+	t.Helper()
+	s, err := SecondsParser.Parse("*/2 * * * * *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // StopAll stops every Cron, waiting for their running jobs.
 func StopAll(scheds []*cron.Cron) {
 	var dones []context.Context

@@ -143,13 +143,13 @@ func TestSweepDeletesIdleClaimRows(t *testing.T) {
 // a lease of prefix "a", key "bc" does not hold prefix "ab", key "c", and
 // a waiter queued for one is not before the other's acquisitions.
 func TestRowNamesOfPrefixAndKey(t *testing.T) {
-	s, pool, ctx := newTestStore(t)
+	s, _, ctx := newTestStore(t)
 	a, b := store.Key{Prefix: "a", Name: "bc"}, store.Key{Prefix: "ab", Name: "c"}
 	if r, err := s.Acquire(ctx, a, "ta", time.Minute, true); err != nil || !r.Acquired {
 		t.Fatalf("acquire %+v: %+v, %v", a, r, err)
 	}
-	if _, err := pool.Exec(ctx, s.sql.enqueue, name(a), "waiter", micros(time.Minute)); err != nil {
-		t.Fatal(err)
+	if r, err := s.Enqueue(ctx, a, "waiter", time.Minute, false); err != nil || r.Acquired {
+		t.Fatalf("enqueue behind %+v: %+v, %v; want queued", a, r, err)
 	}
 	if r, err := s.Acquire(ctx, b, "tb", time.Minute, true); err != nil || !r.Acquired {
 		t.Fatalf("acquire %+v while %+v is held and has a waiter: %+v, %v; want acquired", b, a, r, err)

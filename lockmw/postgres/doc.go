@@ -42,7 +42,9 @@
 //     expires_at <= clock_timestamp() writes token t only when the row is
 //     missing or expired (a plain attempt also only when no unexpired
 //     waiter is queued, a queued one when no unexpired waiter is before
-//     it), then UPDATE … SET fence = nextval(T_fence) WHERE token = t. The
+//     its entry, or at all if it has none), then UPDATE … SET fence =
+//     nextval(T_fence) WHERE token = t (a queued attempt that did not
+//     take the row puts its entry in the queue in that statement). The
 //     unique index makes concurrent inserts of one name wait for each
 //     other, and the conflict's WHERE is evaluated on the latest committed
 //     row, so only one of them writes. The lease's validity counts from
@@ -76,20 +78,32 @@
 //
 // Every waiter, default-mode or Fair (lockmw.Fair), has a row in T_queue
 // (one per key and Locker in default mode; the Locker's other goroutines
-// wait behind it). An attempt by a queued waiter takes the lock only when
-// no unexpired waiter is queued before it, and then deletes its queue row
-// in the same transaction; a plain attempt (TryAcquire) only when none is
-// queued at all, so it never passes a waiter. Queue rows expire too (a
-// waiter keeps its own alive every TTL/3), so a crashed waiter delays the
-// others by at most its TTL.
+// wait behind it). An attempt by a waiting acquisition takes the lock only
+// when no unexpired waiter is queued before its entry (or at all, before
+// it has one), and then deletes its queue row in the same transaction;
+// otherwise it queues, in the same round trip (so an uncontended
+// acquisition writes no queue row); a plain attempt (TryAcquire) takes it
+// only when none is queued at all, so it never passes a waiter. Queue
+// rows expire too (a waiter keeps its own alive every TTL/3), so a
+// crashed waiter delays the others by at most its TTL.
 //
 // Waiters are woken by LISTEN/NOTIFY: each Locker holds one connection of
 // its own (outside the pool) listening on the channel named after T,
-// started by its first waiter. A release, or a waiter leaving the queue,
-// sends pg_notify in its own statement, naming the token of the first
-// waiter still queued, and only when there is one (NOTIFY takes a
-// database-wide lock at commit: a lock nobody waits for costs no
-// notification): only that waiter asks again, not every waiting Locker.
+// started by its first waiting acquisition. A release, or a waiter
+// leaving the queue, deletes its rows and then, in a second statement of
+// the same transaction, sends pg_notify naming the token of the first
+// waiter still queued, when the lock is free and only when there is one
+// (NOTIFY takes a database-wide lock at commit: a lock nobody waits for
+// costs no notification): only that waiter asks again, not every waiting
+// Locker. A waiter whose acquisition runs while the lock is released (or
+// the waiter before it leaves) is not missed: the first waiter's attempt
+// locks the held row (the conflict of its INSERT), and every waiter's
+// reading of the entry before its own locks that entry, so the release's
+// deletion either waits for the waiter's commit, and its second
+// statement then sees the waiter's entry, or goes first, and the waiter
+// then finds the lock free (the argument is at Enqueue in postgres.go;
+// TestReleaseWakesWaiterEnqueuedMeanwhile and
+// TestLeaveWakesWaiterEnqueuedMeanwhile hold the interleavings).
 // A waiter that asks and finds the lock free but others queued before it
 // names the first one the same way (a release may have named a waiter
 // that was not yet visible to it). A waiter also wakes when the holder's

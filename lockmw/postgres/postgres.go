@@ -69,8 +69,8 @@ type pgStore struct {
 
 // statements are the store's SQL, with the Schema's names in.
 type statements struct {
-	insertLease, insertLeaseQueued, fence, release, renew,
-	enqueue, refresh, sweepLeases, sweepQueue string
+	insertLease, insertLeaseQueued, fence, enqueueFence, release, releaseWake,
+	renew, refresh, sweepLeases, sweepQueue string
 }
 
 func newStatements(n names) statements {
@@ -78,56 +78,77 @@ func newStatements(n names) statements {
 	// the server's clock (clock_timestamp(), the time the statement runs,
 	// never now(), the start of the transaction).
 	const until = `clock_timestamp() + $3::bigint * interval '1 microsecond'`
+	const left = `(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint`
 	upsert := func(where string) string {
 		return `INSERT INTO ` + n.table + ` AS l (name, token, fence, expires_at)
 SELECT $1, $2, 0, ` + until + where + `
 ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at = excluded.expires_at
 WHERE l.expires_at <= clock_timestamp()`
 	}
+	// The fence is drawn while the row is locked by the statement before,
+	// in the same transaction (see "Safety").
+	drawFence := `UPDATE ` + n.table + ` SET fence = nextval(` + n.seqLit + `) WHERE name = $1 AND token = $2 RETURNING fence`
+	// The holder's remaining TTL, if the lock is held.
+	holder := `SELECT ` + left + ` AS us FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()`
 	return statements{
 		// A plain attempt passes no unexpired waiter.
 		insertLease: upsert(`
 WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.expires_at > clock_timestamp())`),
-		// A queued attempt passes no unexpired waiter queued before it.
+		// A queued attempt passes no unexpired waiter queued before it:
+		// before its own unexpired entry, or, without one, at all. When
+		// it finds the row held, the conflict locks the row until the
+		// transaction ends, even though it does not update it ("the
+		// release race" in Enqueue).
 		insertLeaseQueued: upsert(`
-WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q JOIN ` + n.queue + ` me ON me.name = q.name AND me.token = $2
-	WHERE q.name = $1 AND q.seq < me.seq AND q.expires_at > clock_timestamp())`),
-		// The fence is drawn while the row is locked by the statement
-		// before, in the same transaction (see "Safety").
-		fence: `WITH u AS (
-	UPDATE ` + n.table + ` SET fence = nextval(` + n.seqLit + `) WHERE name = $1 AND token = $2 RETURNING fence
+WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.token <> $2 AND q.expires_at > clock_timestamp()
+	AND q.seq < coalesce((SELECT me.seq FROM ` + n.queue + ` me
+		WHERE me.name = $1 AND me.token = $2 AND me.expires_at > clock_timestamp()), 9223372036854775807))`),
+		fence: `WITH u AS (` + drawFence + `)
+SELECT (SELECT fence FROM u), (` + holder + `), NULL::text, NULL::bigint, 0::bigint`,
+		// A queued attempt that took the lock draws its fence and takes
+		// its queue entry out; one that did not puts its entry in the
+		// queue (an expired entry queues anew, with a new seq; a live one
+		// keeps its place) and reports the unexpired entry just before
+		// it.
+		enqueueFence: `WITH u AS (` + drawFence + `
 ), dq AS (
-	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 AND $3::bool AND EXISTS (SELECT 1 FROM u)
-)
-SELECT (SELECT fence FROM u),
-	(SELECT (extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint FROM ` + n.table + `
-		WHERE name = $1 AND expires_at > clock_timestamp()),
-	p.token, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint,
+	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 AND EXISTS (SELECT 1 FROM u)
+), e AS (
+	INSERT INTO ` + n.queue + ` AS q (name, token, seq, expires_at)
+	SELECT $1, $2, nextval(` + n.seqLit + `), ` + until + ` WHERE NOT EXISTS (SELECT 1 FROM u)
+	ON CONFLICT (name, token) DO UPDATE SET
+		seq = CASE WHEN q.expires_at > clock_timestamp() THEN q.seq ELSE excluded.seq END,
+		expires_at = excluded.expires_at
+	RETURNING seq
+), h AS (` + holder + `)
+SELECT (SELECT fence FROM u), (SELECT us FROM h), p.token, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint,
 	-- A queued waiter that finds the lock free but others before it
 	-- wakes the first (a release's notification may have missed it: it
 	-- named the first waiter the release saw).
 	(SELECT count(pg_notify($4, f.token)) FROM (
 		SELECT token FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
 		ORDER BY seq LIMIT 1) f
-	WHERE $3::bool AND NOT EXISTS (SELECT 1 FROM u)
-		AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()))
+	WHERE p.token IS NOT NULL AND NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM h))
 FROM (SELECT 1) one LEFT JOIN LATERAL (
-	SELECT q.token, q.expires_at FROM ` + n.queue + ` q JOIN ` + n.queue + ` me ON me.name = q.name AND me.token = $2
-	WHERE q.name = $1 AND q.seq < me.seq AND q.expires_at > clock_timestamp()
-	ORDER BY q.seq DESC LIMIT 1) p ON true`,
-		// A release, or a waiter leaving, wakes the first waiter still
-		// queued (only it may take the lock), by its token.
+	SELECT q.token, q.expires_at FROM ` + n.queue + ` q
+	WHERE q.name = $1 AND q.token <> $2 AND q.seq < (SELECT seq FROM e) AND q.expires_at > clock_timestamp()
+	ORDER BY q.seq DESC LIMIT 1 FOR KEY SHARE) p ON true`,
+		// A release, or a waiter leaving, deletes token's row and entry;
+		// releaseWake, the next statement of its transaction (so with a
+		// snapshot taken after the deletion, see "the release race" in
+		// Enqueue), wakes the first waiter still queued (only it may take
+		// the lock), by its token, when the lock is free.
 		release: `WITH d AS (
 	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 RETURNING expires_at > clock_timestamp() AS live
 ), dq AS (
-	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 RETURNING 1
+	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
 )
-SELECT (SELECT live FROM d),
-	EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
+SELECT (SELECT live FROM d)`,
+		releaseWake: `SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
 	(SELECT count(pg_notify($3, f.token)) FROM (
 		SELECT token FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
 		ORDER BY seq LIMIT 1) f
-	WHERE EXISTS (SELECT 1 FROM d) OR EXISTS (SELECT 1 FROM dq))`,
+	WHERE NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()))`,
 		renew: `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, token, us, i)
 ), u AS (
@@ -138,13 +159,6 @@ SELECT (SELECT live FROM d),
 SELECT EXISTS (SELECT 1 FROM u WHERE u.token = r.token),
 	EXISTS (SELECT 1 FROM ` + n.table + ` l WHERE l.name = r.name AND l.token <> r.token AND l.expires_at > clock_timestamp())
 FROM r ORDER BY r.i`,
-		// An expired entry queues anew (a new seq); a live one keeps its
-		// place.
-		enqueue: `INSERT INTO ` + n.queue + ` AS q (name, token, seq, expires_at)
-VALUES ($1, $2, nextval(` + n.seqLit + `), ` + until + `)
-ON CONFLICT (name, token) DO UPDATE SET
-	seq = CASE WHEN q.expires_at > clock_timestamp() THEN q.seq ELSE excluded.seq END,
-	expires_at = excluded.expires_at`,
 		refresh: `UPDATE ` + n.queue + ` SET expires_at = ` + until + `
 WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`,
 		sweepLeases: `DELETE FROM ` + n.table + ` WHERE ctid = ANY (ARRAY (
@@ -171,20 +185,20 @@ func micros(ttl time.Duration) int64 { return max(ttl.Microseconds(), 1) }
 // Acquire takes the lock for token when its row is missing or expired and
 // no waiter is queued.
 func (s *pgStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
-	r, _, err := s.take(ctx, s.sql.insertLease, name(k), token, ttl, false)
+	r, _, err := s.take(ctx, name(k), token, ttl, false)
 	return r, err
 }
 
-// take runs one acquisition transaction: the lease row's upsert (insert,
-// one of insertLease and insertLeaseQueued) and the fence draw, in one
-// round trip (a batch, which PostgreSQL runs as one implicit transaction).
-// It also reports the queue entry just before token's, if any.
+// take runs one acquisition transaction in one round trip (a batch,
+// which PostgreSQL runs as one implicit transaction; takeBatch): the lease
+// row's upsert, then the fence draw and, when queued, the queue entry's
+// update. It also reports the queue entry just before token's, if any.
 //
 // Taking a pool connection (or making one) may take up to connectWait
 // (or ctx's end): the lease's validity counts from the send, so it costs
 // nothing but the caller's time. The batch itself is bounded by ttl: an
 // answer later than that is worthless.
-func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.Duration, queued bool) (store.Reply, string, error) {
+func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration, queued bool) (store.Reply, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, max(ttl, connectWait))
 	c, err := s.conn(cctx)
 	cancel()
@@ -194,29 +208,40 @@ func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.
 	defer c.Release()
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
-	var b pgx.Batch
-	if queued {
-		b.Queue(s.sql.enqueue, row, token, micros(ttl))
-	}
-	b.Queue(insert, row, token, micros(ttl))
-	b.Queue(s.sql.fence, row, token, queued, s.n.channel)
+	b := s.takeBatch(row, token, ttl, queued)
 	sent := time.Now()
-	res := c.SendBatch(ctx, &b)
-	var (
-		fence          *int64
-		holderUs       *int64
-		pred           *string
-		predUs         *int64
-		passed         int64
-		execErr, qrErr error
-	)
-	for range b.Len() - 1 {
-		if _, execErr = res.Exec(); execErr != nil {
-			break
-		}
+	return s.takeResult(c.SendBatch(ctx, b), sent, queued)
+}
+
+// takeBatch is an acquisition's statements: a plain attempt
+// (insertLease, fence) or a queued one (insertLeaseQueued,
+// enqueueFence). The row's upsert comes first, so that the fence is
+// drawn under its row lock (see "Safety").
+func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *pgx.Batch {
+	b := &pgx.Batch{}
+	if queued {
+		b.Queue(s.sql.insertLeaseQueued, row, token, micros(ttl))
+		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel)
+	} else {
+		b.Queue(s.sql.insertLease, row, token, micros(ttl))
+		b.Queue(s.sql.fence, row, token)
 	}
+	return b
+}
+
+// takeResult reads a takeBatch's results; sent is when it was sent.
+func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, queued bool) (store.Reply, string, error) {
+	var (
+		fence    *int64
+		holderUs *int64
+		pred     *string
+		predUs   *int64
+		woken    int64
+	)
+	_, execErr := res.Exec()
+	var qrErr error
 	if execErr == nil {
-		qrErr = res.QueryRow().Scan(&fence, &holderUs, &pred, &predUs, &passed)
+		qrErr = res.QueryRow().Scan(&fence, &holderUs, &pred, &predUs, &woken)
 	}
 	closeErr := res.Close()
 	if err := errors.Join(execErr, qrErr); err != nil {
@@ -233,11 +258,17 @@ func (s *pgStore) take(ctx context.Context, insert, row, token string, ttl time.
 		r.HolderTTL = time.Duration(*holderUs) * time.Microsecond
 	}
 	p := ""
-	if pred != nil {
+	switch {
+	case pred != nil:
 		p = *pred
 		if r.HolderTTL == 0 && predUs != nil {
 			r.HolderTTL = time.Duration(*predUs) * time.Microsecond
 		}
+	case queued && holderUs == nil:
+		// Free, and nobody before this waiter, yet the attempt did not
+		// take it: the holder or the waiter before it left between the
+		// two statements. Ask again at once.
+		r.HolderTTL = time.Microsecond
 	}
 	return r, p, nil
 }
@@ -260,29 +291,49 @@ func (s *pgStore) isClosed() bool {
 	return s.closed
 }
 
-// Release deletes token's row and queue entry, and notifies the lock's
-// channel when another waiter is queued.
+// Release deletes token's row and queue entry and, when the lock is then
+// free and a waiter is queued, notifies the lock's channel naming the
+// first, in one round trip (a batch: one transaction of two statements,
+// see "the release race" in Enqueue).
 func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.lis.unregister(token)
-	row := name(k)
 	c, err := acquireConn(ctx, s.pool)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Release()
+	o, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
+	return o, err
+}
+
+// releaseBatch is a release's statements.
+func (s *pgStore) releaseBatch(row, token string) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(s.sql.release, row, token)
+	b.Queue(s.sql.releaseWake, row, token, s.n.channel)
+	return b
+}
+
+// releaseResult reads a releaseBatch's results: the ownership token had,
+// and how many waiters it woke (0 or 1).
+func releaseResult(res pgx.BatchResults) (store.Ownership, int64, error) {
 	var live *bool
 	var other bool
 	var notified int64
-	err = c.QueryRow(ctx, s.sql.release, row, token, s.n.channel).Scan(&live, &other, &notified)
-	switch {
-	case err != nil:
-		return 0, classify(err)
-	case live != nil && *live:
-		return store.Owned, nil
-	case other:
-		return store.Taken, nil
+	err := res.QueryRow().Scan(&live)
+	if err == nil {
+		err = res.QueryRow().Scan(&other, &notified)
 	}
-	return store.Missing, nil
+	if err = errors.Join(err, res.Close()); err != nil {
+		return 0, 0, classify(err)
+	}
+	switch {
+	case live != nil && *live:
+		return store.Owned, notified, nil
+	case other:
+		return store.Taken, notified, nil
+	}
+	return store.Missing, notified, nil
 }
 
 // Renew extends every request's row whose token still holds it unexpired,
@@ -343,15 +394,36 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 	return res
 }
 
-// Enqueue puts token's entry in the lock's queue (keeping its place if it
-// is there) and, when no unexpired entry is before it, takes the lock and
-// takes the entry out, all in one round trip.
+// Enqueue takes the lock for token when it is free or expired and no
+// unexpired entry is queued before token's (or at all, if token has none),
+// taking token's entry out; otherwise it puts token's entry in the lock's
+// queue (keeping its place if it is there). All in one round trip: an
+// uncontended acquisition writes no queue row.
+//
+// The release race: a waiter W whose transaction is under way while the
+// holder H releases must either take the lock or be named by H's
+// notification, else it waits for H's expiry, up to a TTL. H's release
+// deletes the row in one statement and reads the queue in the next, with
+// a snapshot taken after the deletion. W, when no entry is before its own,
+// tries the row first (insertLeaseQueued), and either
+//   - finds it deleted by H: the insert waits for H's transaction to end
+//     (the unique index), then takes the free lock; or
+//   - finds it held: the conflict locks the row until W's transaction
+//     ends, so H's deletion waits for W to commit, and H's queue read then
+//     sees W's entry and names W, the first waiter.
+//
+// A waiter with an entry before its own is not the one to wake. The same
+// holds for a waiter E before W leaving the queue: W's reading of the
+// entry before its own locks it (FOR KEY SHARE), so either E's deletion
+// waits for W to commit (and E's release then sees W), or W's read waits
+// for E's and skips E's entry, finding the lock free with nobody before
+// it: W asks again at once (takeResult).
 func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
 	row := name(k)
 	// Listen before the statement runs, so that no release committed
 	// after it goes unheard.
 	s.lis.register(token)
-	r, pred, err := s.take(ctx, s.sql.insertLeaseQueued, row, token, ttl, true)
+	r, pred, err := s.take(ctx, row, token, ttl, true)
 	if err != nil {
 		return store.Reply{}, err
 	}

@@ -11,6 +11,27 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
+// startStore starts a server with lockmw's tables and returns a context
+// bounded for the test, a pool and a store on it, closed at cleanup.
+func startStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgStore) {
+	t.Helper()
+	srv := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	pool, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := CreateTable(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := Schema{}.names()
+	s := newStore(pool, n)
+	t.Cleanup(func() { _ = s.Close() })
+	return ctx, pool, s
+}
+
 // TestRenewalNeverExtendsAnother: a renewal that reaches the database
 // after its lease expired and another holder took the row extends nothing
 // (River issue 197: an upsert renewal extended the next holder's lease),
@@ -18,20 +39,7 @@ import (
 // written as River's upsert does extend the other holder: the statement
 // shape is what this test is about.
 func TestRenewalNeverExtendsAnother(t *testing.T) {
-	srv := pgtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := CreateTable(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := Schema{}.names()
-	s := newStore(pool, n)
-	defer s.Close()
+	ctx, pool, s := startStore(t)
 	k := store.Key{Prefix: "lockmw:", Name: "river197"}
 	expiry := func() (string, time.Time) {
 		var tok string
@@ -90,20 +98,7 @@ func TestRenewalNeverExtendsAnother(t *testing.T) {
 // TestSweepDeletesExpiredRows: the rows of holders and waiters that never
 // released go at the next sweep; live rows stay.
 func TestSweepDeletesExpiredRows(t *testing.T) {
-	srv := pgtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	pool, err := pgxpool.New(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if err := CreateTable(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := Schema{}.names()
-	s := newStore(pool, n)
-	defer s.Close()
+	ctx, pool, s := startStore(t)
 	// The short TTL is a second, not less: the store bounds each statement
 	// by a share of the TTL, and a 100 ms TTL's bound (80 ms) timed the
 	// acquisition out on a loaded machine.
@@ -112,8 +107,8 @@ func TestSweepDeletesExpiredRows(t *testing.T) {
 		if r, err := s.Acquire(ctx, k, "t", ttl, false); err != nil || !r.Acquired {
 			t.Fatal(r, err)
 		}
-		if _, err := pool.Exec(ctx, s.sql.enqueue, name(k), "w", micros(ttl)); err != nil {
-			t.Fatal(err)
+		if r, err := s.Enqueue(ctx, k, "w", ttl, false); err != nil || r.Acquired {
+			t.Fatal(r, err)
 		}
 	}
 	waitExpired(t, pool, 1, 1)

@@ -1,14 +1,15 @@
 // Package benchsuite is the benchmark harness of lockmw on a store beside
 // that store's own lock recipe (etcd's concurrency.Mutex, go-zookeeper's
-// zk.Lock), in the same run on the same servers: one goroutine taking and
-// releasing a free lock (Uncontended), and Contenders independent clients
-// taking turns on one key (Contended). Each store's bench_test.go says
-// what it compares (Kinds) and how to count the requests its servers
-// received.
+// zk.Lock, hand-written polling loops on SQL: Poll), in the same run on
+// the same servers: one goroutine taking and releasing a free lock
+// (Uncontended), and Contenders independent clients taking turns on one
+// key (Contended). Each store's bench_test.go says what it compares
+// (Kinds) and how to count the requests its servers received (Counter).
 package benchsuite
 
 import (
 	"context"
+	mathrand "math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -38,6 +39,42 @@ func (m Locker) Lock(ctx context.Context, key string) (func(), error) {
 	return func() { _ = lease.Release(ctx) }, nil
 }
 
+// Poll is a lock taken by polling, the shape of the hand-written loops
+// lockmw is compared with (pg_try_advisory_lock, a ShedLock-style
+// UPDATE … WHERE lock_until <= now()): Try takes key or reports it busy,
+// and a busy lock is tried again Every.
+type Poll struct {
+	Try    func(ctx context.Context, key string) (bool, error)
+	Unlock func(ctx context.Context, key string)
+	Every  time.Duration
+}
+
+// Lock tries key every p.Every until it is taken, and returns its unlock.
+func (p Poll) Lock(ctx context.Context, key string) (func(), error) {
+	for {
+		got, err := p.Try(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if got {
+			return func() { p.Unlock(ctx, key) }, nil
+		}
+		select {
+		case <-time.After(p.Every):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Counter counts the requests a store's servers received (a server-wide
+// counter, or a client-side trace of the kinds' connections), reported
+// per operation as Unit+"/op" (uncontended) or Unit+"/acq" (contended).
+type Counter struct {
+	Unit  string // "reqs", "stmts"
+	Count func(tb testing.TB) int64
+}
+
 // Kind is one implementation compared: New returns a Mutex on a client of
 // its own (as one process would have), closed at tb's cleanup.
 type Kind struct {
@@ -56,10 +93,20 @@ const (
 // releasing a free lock; ns/op is one lock and unlock, and ops/s is
 // reported too.
 func Uncontended(b *testing.B, kinds []Kind) {
+	UncontendedCounted(b, kinds, Counter{})
+}
+
+// UncontendedCounted is Uncontended, reporting also c's requests per
+// lock+unlock (when c.Count is set).
+func UncontendedCounted(b *testing.B, kinds []Kind, c Counter) {
 	for _, k := range kinds {
 		b.Run(k.Name, func(b *testing.B) {
 			m := k.New(b)
 			ctx := context.Background()
+			var reqs int64
+			if c.Count != nil {
+				reqs = c.Count(b)
+			}
 			b.ResetTimer()
 			start := time.Now()
 			for range b.N {
@@ -70,6 +117,9 @@ func Uncontended(b *testing.B, kinds []Kind) {
 				unlock()
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
+			if c.Count != nil {
+				b.ReportMetric(float64(c.Count(b)-reqs)/float64(b.N), c.Unit+"/op")
+			}
 		})
 	}
 }
@@ -77,13 +127,18 @@ func Uncontended(b *testing.B, kinds []Kind) {
 // Contended runs one sub-benchmark per kind, Contenders Mutexes of it on
 // the key "contended-"+name (see Measure).
 func Contended(b *testing.B, kinds []Kind, requests func(tb testing.TB) int64) {
+	ContendedCounted(b, kinds, Counter{Unit: "reqs", Count: requests})
+}
+
+// ContendedCounted is Contended with c's unit (see MeasureCounted).
+func ContendedCounted(b *testing.B, kinds []Kind, c Counter) {
 	for _, k := range kinds {
 		b.Run(k.Name, func(b *testing.B) {
 			var ms []Mutex
 			for range Contenders {
 				ms = append(ms, k.New(b))
 			}
-			Measure(b, ms, "contended-"+k.Name, requests)
+			MeasureCounted(b, ms, "contended-"+k.Name, c)
 		})
 	}
 }
@@ -98,16 +153,22 @@ func Contended(b *testing.B, kinds []Kind, requests func(tb testing.TB) int64) {
 //   - reqs/acq: what requests counts (the requests the servers received)
 //     per acquisition.
 func Measure(b *testing.B, ms []Mutex, key string, requests func(tb testing.TB) int64) {
+	MeasureCounted(b, ms, key, Counter{Unit: "reqs", Count: requests})
+}
+
+// MeasureCounted is Measure, reporting c's requests per acquisition as
+// c.Unit+"/acq".
+func MeasureCounted(b *testing.B, ms []Mutex, key string, c Counter) {
 	Run(b, ms, key, len(ms))
-	reqs := requests(b)
+	reqs := c.Count(b)
 	b.ResetTimer()
 	r := Run(b, ms, key, b.N)
 	b.StopTimer()
-	reqs = requests(b) - reqs
+	reqs = c.Count(b) - reqs
 	b.ReportMetric(float64(r.N)/r.Wall.Seconds(), "acq/s")
 	b.ReportMetric(r.Util, "util")
 	b.ReportMetric(float64(r.P99)/float64(time.Millisecond), "wait-p99-ms")
-	b.ReportMetric(float64(reqs)/float64(r.N), "reqs/acq")
+	b.ReportMetric(float64(reqs)/float64(r.N), c.Unit+"/acq")
 }
 
 // Result is one contended run.
@@ -119,8 +180,9 @@ type Result struct {
 }
 
 // Run has every Mutex of ms take key, holding it HoldFor each time, until
-// n acquisitions are done in all. A failed lock call is reported with
-// tb.Error and ends that contender.
+// n acquisitions are done in all, every Mutex starting after a random
+// delay of up to a millisecond (so that they do not ask in lockstep). A failed lock
+// call is reported with tb.Error and ends that contender.
 func Run(tb testing.TB, ms []Mutex, key string, n int) Result {
 	ctx := context.Background()
 	var (
@@ -133,6 +195,7 @@ func Run(tb testing.TB, ms []Mutex, key string, n int) Result {
 	start := time.Now()
 	for _, m := range ms {
 		wg.Go(func() {
+			time.Sleep(time.Duration(mathrand.N(int64(time.Millisecond))))
 			for {
 				mu.Lock()
 				if left == 0 {

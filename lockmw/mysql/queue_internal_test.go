@@ -151,7 +151,9 @@ func TestWaitTurnWatchesThePredecessor(t *testing.T) {
 	// ends its holding.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	go func() { done <- s.WaitTurn(wctx, k, "b", ttl, store.Reply{Predecessor: holderMark, HolderTTL: time.Minute}) }()
+	go func() {
+		done <- s.WaitTurn(wctx, k, "b", ttl, store.Reply{Predecessor: holderMark, HolderTTL: time.Minute})
+	}()
 	if _, err := s.Release(ctx, k, "holder"); err != nil {
 		t.Fatal(err)
 	}

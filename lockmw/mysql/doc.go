@@ -23,8 +23,10 @@
 // key, the holder's token, the fence, and expires_at, a DATETIME(6) in
 // UTC); the sequence T_fence (NOCACHE); the table T_queue of Fair
 // waiters (one row per waiting token: its place seq and an expires_at);
-// and the table T_claims of cronlock's fire claims. New fails with ErrMissingTable, saying how to
-// create them, when they are missing.
+// and the table T_claims of cronlock's fire claims. New fails with
+// ErrMissingTable, saying how to create them, when they are missing
+// (tables made before T_queue existed lack it: CreateTable, idempotent,
+// adds it).
 //
 // Every time is the database's: expires_at is computed and compared with
 // UTC_TIMESTAMP(6), never with the client's clock nor with NOW(6) (which

@@ -35,6 +35,17 @@ func (m lockmwLock) lock(ctx context.Context, key string) (func(), error) {
 	return func() { _ = lease.Release(ctx) }, nil
 }
 
+// lockmwFair is lockmw with lockmw.Fair(): waiters queue (T_queue).
+type lockmwFair struct{ l *lockmw.Locker }
+
+func (m lockmwFair) lock(ctx context.Context, key string) (func(), error) {
+	lease, err := m.l.Acquire(ctx, key, lockmw.Fair())
+	if err != nil {
+		return nil, err
+	}
+	return func() { _ = lease.Release(ctx) }, nil
+}
+
 // shedLock is ShedLock's JDBC provider in Go: a row per lock (inserted
 // once), locked by an UPDATE that matches only an expired lock_until,
 // unlocked by setting lock_until to now; a waiter polls every 10ms (ShedLock
@@ -75,6 +86,14 @@ var kinds = []struct {
 		}
 		tb.Cleanup(func() { _ = l.Close() })
 		return lockmwLock{l}
+	}},
+	{"lockmw-fair", func(tb testing.TB, srv *mariatest.Server, _ int) mutexLike {
+		l, err := mysql.New(srv.DB(tb, "", "interpolateParams=true"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { _ = l.Close() })
+		return lockmwFair{l}
 	}},
 	{"shedlock-poll", func(tb testing.TB, srv *mariatest.Server, i int) mutexLike {
 		return shedLock{db: srv.DB(tb, "", "interpolateParams=true"), id: "c" + strconv.Itoa(i)}

@@ -132,8 +132,9 @@ type sqlStore struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	queuedMu sync.Mutex
-	queued   map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
+	queuedMu  sync.Mutex
+	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
+	dequeuing sync.WaitGroup       // winners' entries being deleted (Close waits)
 }
 
 var (
@@ -402,11 +403,13 @@ func (s *sqlStore) renew(ctx context.Context, reqs []store.RenewRequest, res []s
 	}
 }
 
-// Close stops the cleanup.
+// Close stops the cleanup and waits for the deletes of winners' queue
+// entries under way.
 func (s *sqlStore) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.dequeuing.Wait()
 	})
 	return nil
 }

@@ -58,12 +58,16 @@ func (s *sqlStore) queueClear(k store.Key, token string, queued bool) string {
 func (s *sqlStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	r, err := s.take(ctx, k, token, ttl, true)
 	if err != nil || r.Acquired {
-		if r.Acquired {
-			// The holder's entry is done; if the delete fails, Release
+		if r.Acquired && s.isMarked(token) {
+			// The holder's entry is done: deleted while the lease runs
+			// (the next waiter waits for the entry to go and for the
+			// lock's release anyway). If the delete fails, Release
 			// deletes it (the token stays marked), or it expires.
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
-			_ = s.dequeue(dctx, k, token)
-			cancel()
+			s.dequeuing.Go(func() {
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+				defer cancel()
+				_ = s.dequeue(dctx, k, token)
+			})
 		}
 		return r, err
 	}
@@ -87,6 +91,7 @@ func (s *sqlStore) Enqueue(ctx context.Context, k store.Key, token string, ttl t
 // turnState is what a queued token waits for, read in one SELECT.
 type turnState struct {
 	queued   bool   // token's entry is live
+	before   int64  // live entries before token's
 	pred     string // the live entry just before token's, if any
 	predLeft time.Duration
 	held     bool // the lock's row is live (held)
@@ -94,13 +99,14 @@ type turnState struct {
 }
 
 // reply is the Enqueue reply for t: wait for the predecessor, or for the
-// holder when first, or (Predecessor "") ask again at once.
+// holder when first, or (Predecessor "") ask again at once. Seen is the
+// number of live entries before token's.
 func (t turnState) reply() store.Reply {
 	switch {
 	case !t.queued:
 		return store.Reply{}
 	case t.pred != "":
-		return store.Reply{Predecessor: t.pred, HolderTTL: t.predLeft}
+		return store.Reply{Predecessor: t.pred, HolderTTL: t.predLeft, Seen: t.before}
 	case t.held:
 		return store.Reply{Predecessor: holderMark, HolderTTL: t.heldLeft}
 	}
@@ -115,6 +121,7 @@ func (s *sqlStore) turn(ctx context.Context, k store.Key, token string, ttl time
 	defer cancel()
 	mine := "SELECT me.seq FROM " + s.n.queue + " me WHERE " + keyWhere("me", k) + " AND me.token = " + hexLit(token) + " AND me.expires_at > UTC_TIMESTAMP(6)"
 	q := bounded(ttl, "SELECT ("+mine+") IS NOT NULL, "+
+		"(SELECT COUNT(*) FROM "+s.n.queue+" c WHERE "+keyWhere("c", k)+" AND c.expires_at > UTC_TIMESTAMP(6) AND c.token <> "+hexLit(token)+" AND c.seq < ("+mine+")), "+
 		"(SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) FROM "+s.n.locks+" l WHERE "+keyWhere("l", k)+" AND l.expires_at > UTC_TIMESTAMP(6)), "+
 		"p.token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), p.expires_at) FROM (SELECT 1) one LEFT JOIN ("+
 		"SELECT q.token, q.expires_at FROM "+s.n.queue+" q WHERE "+keyWhere("q", k)+" AND q.expires_at > UTC_TIMESTAMP(6) AND q.token <> "+hexLit(token)+
@@ -126,7 +133,7 @@ func (s *sqlStore) turn(ctx context.Context, k store.Key, token string, ttl time
 		predUs   sql.NullInt64
 		queuedOK bool
 	)
-	if err := s.db.QueryRowContext(ctx, q).Scan(&queuedOK, &heldUs, &pred, &predUs); err != nil {
+	if err := s.db.QueryRowContext(ctx, q).Scan(&queuedOK, &t.before, &heldUs, &pred, &predUs); err != nil {
 		return turnState{}, s.classify(ctx, err)
 	}
 	t.queued = queuedOK
@@ -142,24 +149,36 @@ func (s *sqlStore) turn(ctx context.Context, k store.Key, token string, ttl time
 	return t, nil
 }
 
-// WaitTurn polls token's place until what it waits for (r.Predecessor:
-// the entry just before it, or the holder) ended, or its own entry did,
-// keeping the entry alive every ttl/3. It polls with the store's backoff
-// (BackoffMin doubling to BackoffMax, jittered), never past the expiry of
-// what it waits for; each poll is one SELECT that reads its predecessor
-// and the lock's row only.
+// WaitTurn polls token's place until token may take the lock (it is
+// first and the lock is free: the caller's Enqueue then takes it), or its
+// own entry ended, keeping the entry alive every ttl/3. Each poll is one
+// SELECT that reads token's entry, the one just before it, how many are
+// before it, and the lock's row. How long it sleeps between polls:
+//
+//   - first or second in line: BackoffMin doubling to BackoffMax
+//     (jittered), from when it became so, never past the holder's (or
+//     the first's) expiry;
+//   - p entries before it: the hand-overs it saw (its place rose by d in
+//     time s) tell how long p more take; it sleeps half of p·s/d, within
+//     [BackoffMin, BackoffMax], or doubles its sleep up to BackoffMax while
+//     its place does not move, never past its predecessor's expiry.
+//
+// So the waiters next in line poll often while the lock changes hands
+// quickly, and every waiter polls at most every BackoffMax while it does
+// not.
 func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
 	if r.Predecessor == "" {
 		return nil // ask again at once
 	}
+	place := r.Seen // entries before token's; 0: first
 	backoff, left := BackoffMin, r.HolderTTL
-	renewAt := time.Now().Add(ttl / 3)
+	polled := time.Now()
+	renewAt := polled.Add(ttl / 3)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
 	for {
 		d := backoff/2 + mathrand.N(backoff/2+1)
-		backoff = min(2*backoff, BackoffMax)
 		if left > 0 {
 			d = min(d, left)
 		}
@@ -190,10 +209,21 @@ func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl 
 			return err
 		}
 		now := t.reply()
-		if now.Predecessor != r.Predecessor {
-			return nil // the predecessor, or the holding, ended
+		if now.Predecessor == "" {
+			return nil // free for token, or its entry ended: ask again
 		}
-		left = now.HolderTTL
+		since := time.Since(polled)
+		polled = time.Now()
+		switch {
+		case t.before <= 1 && t.before != place:
+			backoff = BackoffMin // just became first or second
+		case t.before > 1 && t.before < place:
+			per := since / time.Duration(place-t.before)
+			backoff = min(max(per*time.Duration(t.before)/2, BackoffMin), BackoffMax)
+		default:
+			backoff = min(2*backoff, BackoffMax)
+		}
+		place, left = t.before, now.HolderTTL
 	}
 }
 
@@ -227,12 +257,17 @@ func (s *sqlStore) mark(token string) {
 	s.queued[token] = time.Now()
 }
 
+// isMarked reports whether token may have a queue entry.
+func (s *sqlStore) isMarked(token string) bool {
+	s.queuedMu.Lock()
+	defer s.queuedMu.Unlock()
+	_, ok := s.queued[token]
+	return ok
+}
+
 // dequeue deletes token's entry when token may have one.
 func (s *sqlStore) dequeue(ctx context.Context, k store.Key, token string) error {
-	s.queuedMu.Lock()
-	_, ok := s.queued[token]
-	s.queuedMu.Unlock()
-	if !ok {
+	if !s.isMarked(token) {
 		return nil
 	}
 	if _, err := s.exec(ctx, time.Minute, "DELETE FROM "+s.n.queue+" WHERE prefix = "+hexLit(k.Prefix)+" AND name = "+hexLit(k.Name)+" AND token = "+hexLit(token)); err != nil {

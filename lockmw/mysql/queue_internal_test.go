@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
 	"testing"
 	"time"
@@ -79,6 +78,7 @@ func TestDeadFairWaiterBlocksAtMostItsTTL(t *testing.T) {
 	if err != nil || !got.Acquired || got.Fence <= h.Fence {
 		t.Fatalf("second waiter after the dead one's entry expired: %+v, %v; want the lock, fence above %d", got, err, h.Fence)
 	}
+	s.dequeuing.Wait()
 	if all, _ := queueRows(t, admin, k); all != 1 {
 		t.Fatalf("%d entries after the hand-over, want the dead one's only (the winner's is deleted)", all)
 	}
@@ -95,11 +95,12 @@ func TestDeadFairWaiterBlocksAtMostItsTTL(t *testing.T) {
 	}
 }
 
-// A waiter waits for the entry just before it and for nothing else:
-// WaitTurn returns when that entry leaves, not when a later one does, and
-// a waiter that leaves takes its entry (and, if it had taken the lock, its
+// A waiter's WaitTurn ends when it may take the lock (first in line, and
+// the lock free): not when a later entry leaves, nor when the entry before
+// it leaves while the lock is held; then when the holder releases. A
+// waiter that leaves takes its entry (and, if it had taken the lock, its
 // holding) with it.
-func TestWaitTurnWatchesThePredecessor(t *testing.T) {
+func TestWaitTurnEndsWhenFirstAndFree(t *testing.T) {
 	t.Parallel()
 	s, admin := newTestStore(t)
 	ctx := tctx(t)
@@ -119,18 +120,31 @@ func TestWaitTurnWatchesThePredecessor(t *testing.T) {
 	if replies[0].Predecessor != holderMark || replies[1].Predecessor != "a" || replies[2].Predecessor != "b" {
 		t.Fatalf("predecessors %q %q %q, want holder, a, b", replies[0].Predecessor, replies[1].Predecessor, replies[2].Predecessor)
 	}
+	if replies[1].Seen != 1 || replies[2].Seen != 2 {
+		t.Fatalf("places %d %d, want 1 2", replies[1].Seen, replies[2].Seen)
+	}
 	done := make(chan error, 1)
 	go func() { done <- s.WaitTurn(ctx, k, "b", ttl, replies[1]) }()
-	// c leaving does not wake b.
+	notYet := func(what string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			t.Fatalf("b's wait ended (%v) when %s", err, what)
+		case <-time.After(3 * BackoffMax):
+		}
+	}
 	if err := s.Leave(ctx, k, "c"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		t.Fatalf("b's wait ended (%v) when c, queued after it, left", err)
-	case <-time.After(3 * BackoffMax):
-	}
+	notYet("c, queued after it, left")
 	if err := s.Leave(ctx, k, "a"); err != nil {
+		t.Fatal(err)
+	}
+	notYet("a left, with the lock still held")
+	if all, _ := queueRows(t, admin, k); all != 1 {
+		t.Fatalf("%d entries, want b's only", all)
+	}
+	if _, err := s.Release(ctx, k, "holder"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -139,26 +153,7 @@ func TestWaitTurnWatchesThePredecessor(t *testing.T) {
 			t.Fatalf("b's wait: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("b's wait did not end when a left")
-	}
-	if r, err := s.Enqueue(ctx, k, "b", ttl, true); err != nil || r.Acquired || r.Predecessor != holderMark {
-		t.Fatalf("b after a left: %+v, %v; want first, waiting for the holder", r, err)
-	}
-	if all, _ := queueRows(t, admin, k); all != 1 {
-		t.Fatalf("%d entries, want b's only", all)
-	}
-	// The holder's release ends b's wait; b takes the lock; b leaves, which
-	// ends its holding.
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	go func() {
-		done <- s.WaitTurn(wctx, k, "b", ttl, store.Reply{Predecessor: holderMark, HolderTTL: time.Minute})
-	}()
-	if _, err := s.Release(ctx, k, "holder"); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("b's wait for the holder: %v", err)
+		t.Fatal("b's wait did not end when the holder released")
 	}
 	if r, err := s.Enqueue(ctx, k, "b", ttl, true); err != nil || !r.Acquired {
 		t.Fatalf("b after the release: %+v, %v", r, err)
@@ -168,6 +163,9 @@ func TestWaitTurnWatchesThePredecessor(t *testing.T) {
 	}
 	if tok, _, left, _ := rowOf(t, admin, k); left > 0 {
 		t.Fatalf("row held by %q after b left", tok)
+	}
+	if err := s.Close(); err != nil { // waits for the winner's entry delete
+		t.Fatal(err)
 	}
 	if all, _ := queueRows(t, admin, k); all != 0 {
 		t.Fatalf("%d entries left", all)

@@ -158,11 +158,17 @@
 // above (one statement when the lock is free and nobody queues); when busy
 // it queues an entry (its place drawn from T_fence; a live entry keeps its
 // place) and reads what it waits for: the entry just before it, or the
-// holder when first. It then polls, with the same backoff capped by that
-// entry's or holding's expiry, one SELECT per poll that reads only its
-// predecessor, its own entry and the lock's row, and renews its own entry
-// every TTL/3. When what it waited for ends it tries again; winning deletes
-// its entry. A waiter that gives up (WithWait, its context, Close) deletes
+// holder when first. It then polls, one SELECT per poll that reads only
+// its own entry, the one before it, its place and the lock's row, and
+// renews its own entry every TTL/3, until it is first and the lock is
+// free; then it tries again, and winning deletes its entry (while the
+// lease runs). The first and second in line poll from BackoffMin doubling
+// to BackoffMax, reset when they become so; a waiter further back sleeps
+// half the time the hand-overs it saw suggest its place needs, within
+// [BackoffMin, BackoffMax]; never past the expiry of what it waits for. So
+// the waiters next in line poll often while the lock changes hands
+// quickly, and nobody polls more often than every BackoffMax while it
+// does not. A waiter that gives up (WithWait, its context, Close) deletes
 // its entry. An entry whose waiter stops renewing it (a crash, a cut link)
 // expires after the lease TTL, and blocks others at most that long; every
 // Locker deletes expired entries once a minute (with the long-ended rows).

@@ -160,6 +160,7 @@ type Queue interface {
 	Enqueue(ctx context.Context, k Key, token string, ttl time.Duration, renewed bool) (Reply, error)
 	// WaitTurn returns nil once the predecessor named by r ended, or
 	// token's own entry ended (expired): the caller calls Enqueue again.
+	// A store may wait on, until the caller is first and the lock free.
 	// The store keeps token's entry alive while WaitTurn waits. It returns
 	// ctx's error when ctx ends first.
 	WaitTurn(ctx context.Context, k Key, token string, ttl time.Duration, r Reply) error

@@ -20,7 +20,9 @@ import (
 // not one per goroutine. On a store whose locks are queues (store.Queue)
 // that waiter asks for a place in the queue as a Fair waiter does (which
 // takes a free lock at once, at the cost of an attempt), so a release
-// wakes one waiter across all Lockers. Otherwise it waits until
+// wakes one waiter across all Lockers, unless the queue is for Fair
+// waiters only (store.FairOnly: a polling store, where a turn in the queue
+// costs more requests than an attempt). Otherwise it waits until
 // the store says the lock may be free (store.Notifier), then tries again
 // (every waiting Locker tries: they barge); a store without notifications
 // is polled with a capped, jittered backoff, in the store's range
@@ -50,7 +52,8 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 		// A single attempt takes the lock only when nobody holds it or
 		// queues for it: exactly what a default attempt does on a queue.
 	}
-	if wait && sb.queue != nil {
+	_, fairOnly := sb.queue.(store.FairOnly)
+	if wait && sb.queue != nil && !fairOnly {
 		// A store whose locks are queues: the Locker's one waiter for
 		// key (the others wait at the gate) asks for a place in the
 		// queue, which takes a free lock at once, as an attempt would,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/lockmwtest/benchsuite"
+	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/mysql"
 	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
 )
@@ -61,6 +62,14 @@ func kinds(srv *mariatest.Server) []benchsuite.Kind {
 			}
 			tb.Cleanup(func() { _ = l.Close() })
 			return benchsuite.Locker{L: l}
+		}},
+		{Name: "lockmw-fair", New: func(tb testing.TB) benchsuite.Mutex {
+			l, err := mysql.New(srv.DB(tb, "", "interpolateParams=true"))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(func() { _ = l.Close() })
+			return benchsuite.Locker{L: l, Opts: []lockmw.AcquireOption{lockmw.Fair()}}
 		}},
 		{Name: "shedlock-poll", New: func(tb testing.TB) benchsuite.Mutex {
 			return shedLock{db: srv.DB(tb, "", "interpolateParams=true"), id: "c" + strconv.FormatInt(contender.Add(1), 10)}

@@ -26,7 +26,7 @@ func TestChaos(t *testing.T) {
 // mariaChaosStore is the "mariadb" store: one server, mysql.New on a pool
 // of each Locker slot's own, every other slot through a proxy.
 var mariaChaosStore = chaos.Store{
-	Name: "mariadb", Fair: false, Start: startMariaChaos,
+	Name: "mariadb", Fair: true, Start: startMariaChaos,
 	FaultNames: []string{"latency", "cut", "reset", "pause", "restart", "killconn"},
 	Timing: chaos.Timing{
 		MinTTL:      mysql.MinTTL * 2,
@@ -88,11 +88,12 @@ func startMariaChaos(t *testing.T, slots int) *chaos.Deployment {
 }
 
 // mariaResidue lists the live rows of the lock table (a row whose holding
-// ended holds nothing and goes after mysql.Retention).
+// ended holds nothing and goes after mysql.Retention) and of the queue.
 func mariaResidue(ctx context.Context, admin *sql.DB) ([]chaos.Residue, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	rows, err := admin.QueryContext(ctx, "SELECT prefix, name, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM lockmw_locks WHERE expires_at > UTC_TIMESTAMP(6)")
+	rows, err := admin.QueryContext(ctx, "SELECT prefix, name, token, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), FALSE FROM lockmw_locks WHERE expires_at > UTC_TIMESTAMP(6)"+
+		" UNION ALL SELECT prefix, name, token, 0, TRUE FROM lockmw_locks_queue WHERE expires_at > UTC_TIMESTAMP(6)")
 	if err != nil {
 		return nil, err
 	}
@@ -101,8 +102,13 @@ func mariaResidue(ctx context.Context, admin *sql.DB) ([]chaos.Residue, error) {
 	for rows.Next() {
 		var prefix, name, token string
 		var us int64
-		if err := rows.Scan(&prefix, &name, &token, &us); err != nil {
+		var queue bool
+		if err := rows.Scan(&prefix, &name, &token, &us, &queue); err != nil {
 			return nil, err
+		}
+		if queue {
+			out = append(out, chaos.Residue{What: "queue entry " + prefix + name + " of " + token, Queue: true})
+			continue
 		}
 		out = append(out, chaos.Residue{What: "lock row " + prefix + name + " held by " + token, Lock: true, TTL: time.Duration(us) * time.Microsecond})
 	}

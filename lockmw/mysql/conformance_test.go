@@ -31,11 +31,18 @@ func TestConformanceMariaDB(t *testing.T) {
 			// A row whose holding ended stays for mysql.Retention (the
 			// fence argument needs it), holding nothing: only a live
 			// holding is left over.
+			var out []string
 			if r, ok := readRow(t, admin, key); ok && r.live {
-				return []string{"row " + key + " held by " + r.token}
+				out = append(out, "row "+key+" held by "+r.token)
 			}
-			return nil
+			for _, tok := range queueTokens(t, admin, key, false) {
+				out = append(out, "queue entry of "+tok)
+			}
+			return out
 		},
+		// Fair waiters queue; default waiters poll (store.FairOnly).
+		Fair:   true,
+		Queued: func(t testing.TB, key string) int { return len(queueTokens(t, admin, key, true)) },
 		MinTTL: mysql.MinTTL,
 	})
 }

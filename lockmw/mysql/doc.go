@@ -21,9 +21,12 @@
 // base name T (DefaultTable, "lockmw_locks", unless NewWithTable names
 // another): the table T, one row per lock (prefix and name as the primary
 // key, the holder's token, the fence, and expires_at, a DATETIME(6) in
-// UTC); the sequence T_fence (NOCACHE); and the table T_claims of
-// cronlock's fire claims. New fails with ErrMissingTable, saying how to
-// create them, when they are missing.
+// UTC); the sequence T_fence (NOCACHE); the table T_queue of Fair
+// waiters (one row per waiting token: its place seq and an expires_at);
+// and the table T_claims of cronlock's fire claims. New fails with
+// ErrMissingTable, saying how to create them, when they are missing
+// (tables made before T_queue existed lack it: CreateTable, idempotent,
+// adds it).
 //
 // Every time is the database's: expires_at is computed and compared with
 // UTC_TIMESTAMP(6), never with the client's clock nor with NOW(6) (which
@@ -43,7 +46,8 @@
 // One statement:
 //
 //	INSERT INTO T (prefix, name, token, fence, expires_at)
-//	VALUES (P, K, tok, LAST_INSERT_ID(NEXTVAL(T_fence)), UTC_TIMESTAMP(6) + INTERVAL ttl MICROSECOND)
+//	SELECT P, K, tok, LAST_INSERT_ID(NEXTVAL(T_fence)), UTC_TIMESTAMP(6) + INTERVAL ttl MICROSECOND
+//	FROM DUAL WHERE NOT EXISTS (<an unexpired entry of T_queue for P, K>)
 //	ON DUPLICATE KEY UPDATE
 //	  token      = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
 //	  fence      = IF(expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(NEXTVAL(T_fence)), fence),
@@ -56,10 +60,15 @@
 // packet carries the last LAST_INSERT_ID(expr) of the statement) is the
 // new fence, or, with a flag bit, the holder's remaining TTL; the rows
 // affected (1 inserted, 2 taken over; 0 busy, with clientFoundRows off)
-// are checked against it. The statement is bounded by the server at four
+// are checked against it; a statement the queue held back (WHERE false)
+// writes nothing and answers 0 and 0: busy. A Fair waiter's attempt is the
+// same statement, held back only by an unexpired entry queued before its
+// own. The statement is bounded by the server at four
 // fifths of the TTL (SET STATEMENT max_statement_time), so a statement
 // stuck in a lock wait ends with ErrStatementTimeout before the caller's
-// deadline.
+// deadline. A statement InnoDB rolls back as a deadlock's victim (the
+// queue's reads lock index ranges under REPEATABLE READ; error 1213) wrote
+// nothing and is sent again, up to 5 times.
 //
 // # Safety: how a lease becomes live
 //
@@ -102,6 +111,16 @@
 //     Retention ≥ TTL from its send to its write, so its own row was
 //     expired when written and its reply comes after its lease's
 //     deadline: that lease is never live. Hence MaxTTL = Retention.
+//   - Fair waiters' queue: it decides only who may try. A Fair waiter's
+//     attempt is the acquisition statement above, with one more condition
+//     in its WHERE (no unexpired entry before its own); a plain attempt's
+//     condition is that no unexpired entry is queued. A condition can only
+//     hold a statement back: what the statement writes, when it writes,
+//     is decided by the row as above. So whatever the queue holds (a stale
+//     entry, a delete that was lost, a read racing an insert), no two
+//     leases of a lock are live together, and every fence is drawn the
+//     same way: on takeover under the row lock, on insert subject to
+//     Retention. Entries are never read as holdings.
 //
 // The argument rests on one server's committed data: InnoDB with a
 // durable log (innodb_flush_log_at_trx_commit=1 for machine crashes; the
@@ -128,9 +147,32 @@
 // MariaDB cannot notify a waiter of a release, so waiters poll: a jittered
 // backoff from BackoffMin (5ms) doubling to BackoffMax (100ms), never past
 // the holder's remaining TTL (each busy attempt reads it), so an expiry is
-// noticed at once and a release within about BackoffMax. Each attempt is
-// one statement (an InnoDB write and a sequence draw). Fair (lockmw.Fair)
-// is not offered: acquisitions with it fail with lockmw.ErrInvalidOption.
+// noticed at once and a release within about BackoffMax. Each attempt of a
+// default-mode waiter is one statement (an InnoDB write and a sequence
+// draw); default waiters do not queue.
+//
+// Fair (lockmw.Fair) waiters queue in T_queue: a waiter is never overtaken
+// by one that arrived after its entry was queued, whatever that one's mode
+// or Locker, since every attempt (default waiter, TryAcquire, Fair) passes
+// no unexpired entry queued before it. A Fair acquisition first tries as
+// above (one statement when the lock is free and nobody queues); when busy
+// it queues an entry (its place drawn from T_fence; a live entry keeps its
+// place) and reads what it waits for: the entry just before it, or the
+// holder when first. It then polls, one SELECT per poll that reads only
+// its own entry, the one before it, its place and the lock's row, and
+// renews its own entry every TTL/3, until it is first and the lock is
+// free; then it tries again, and winning deletes its entry (while the
+// lease runs). The first and second in line poll from BackoffMin doubling
+// to BackoffMax, reset when they become so; a waiter further back sleeps
+// half the time the hand-overs it saw suggest its place needs, within
+// [BackoffMin, BackoffMax]; never past the expiry of what it waits for. So
+// the waiters next in line poll often while the lock changes hands
+// quickly, and nobody polls more often than every BackoffMax while it
+// does not. A waiter that gives up (WithWait, its context, Close) deletes
+// its entry. An entry whose waiter stops renewing it (a crash, a cut link)
+// expires after the lease TTL, and blocks others at most that long; every
+// Locker deletes expired entries once a minute (with the long-ended rows).
+// While Fair waiters are queued, default waiters keep polling and wait.
 //
 // # Errors
 //

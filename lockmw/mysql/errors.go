@@ -52,6 +52,7 @@ const (
 	erStatementTimeout      = 1969 // max_statement_time
 	erMySQLQueryTimeout     = 3024 // MySQL's max_execution_time
 	erLockWaitTimeout       = 1205
+	erLockDeadlock          = 1213 // InnoDB rolled the statement back: retried
 	erConnectionKilled      = 1927
 	erQueryInterrupted      = 1317
 	erServerShutdown        = 1053

@@ -70,3 +70,30 @@ func bg(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// queueTokens lists the tokens of key's queue entries (default prefix), in
+// queue order; live only the unexpired ones.
+func queueTokens(t testing.TB, db *sql.DB, key string, live bool) []string {
+	t.Helper()
+	q := "SELECT token FROM lockmw_locks_queue WHERE prefix = ? AND name = ?"
+	if live {
+		q += " AND expires_at > UTC_TIMESTAMP(6)"
+	}
+	rows, err := db.QueryContext(bg(t), q+" ORDER BY seq", lockmw.DefaultPrefix, key)
+	if err != nil {
+		t.Fatalf("reading the queue of %q: %v", key, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var tok string
+		if err := rows.Scan(&tok); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tok)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

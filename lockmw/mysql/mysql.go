@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	driver "github.com/go-sql-driver/mysql"
+
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
@@ -96,7 +98,7 @@ func check(db *sql.DB, n names) error {
 	if !mariaDB103(version) {
 		return fmt.Errorf("%w: the server says VERSION() = %q; MySQL has no SEQUENCE, from which the store's fences come", ErrNotMariaDB, version)
 	}
-	for _, t := range []string{n.locks, n.fence, n.claims} {
+	for _, t := range []string{n.locks, n.fence, n.queue, n.claims} {
 		if _, err := db.ExecContext(ctx, "SELECT 1 FROM "+t+" LIMIT 0"); err != nil {
 			if err := classify(err); errors.Is(err, ErrMissingTable) {
 				return fmt.Errorf("%w; create the store's tables with mysql.CreateTable(ctx, db, %q) or run the SQL of mysql.Schema(%q)", err, n.plain, n.plain)
@@ -131,11 +133,16 @@ type sqlStore struct {
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+
+	queuedMu  sync.Mutex
+	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
+	dequeuing sync.WaitGroup       // winners' entries being deleted (Close waits)
 }
 
 var (
 	_ store.Store       = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
+	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)
 )
 
@@ -181,12 +188,28 @@ func checkKey(k store.Key) error {
 }
 
 // exec runs q on a connection of the pool, bounded by d, telling an
-// exhausted pool from a server that does not answer.
+// exhausted pool from a server that does not answer. A statement InnoDB
+// chose as a deadlock's victim was rolled back whole (it wrote nothing):
+// it is sent again, a few times, within d.
 func (s *sqlStore) exec(ctx context.Context, d time.Duration, q string) (sql.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	res, err := s.db.ExecContext(ctx, q)
-	return res, s.classify(ctx, err)
+	for try := 1; ; try++ {
+		res, err := s.db.ExecContext(ctx, q)
+		if try < deadlockTries && isDeadlock(err) && ctx.Err() == nil {
+			continue
+		}
+		return res, s.classify(ctx, err)
+	}
+}
+
+// deadlockTries bounds how often exec sends a statement that deadlocked.
+const deadlockTries = 5
+
+// isDeadlock reports whether err is InnoDB's deadlock error.
+func isDeadlock(err error) bool {
+	var me *driver.MySQLError
+	return errors.As(err, &me) && me.Number == erLockDeadlock
 }
 
 // classify is classify, telling an exhausted pool (the statement's context
@@ -200,16 +223,26 @@ func (s *sqlStore) classify(ctx context.Context, err error) error {
 	return classify(err)
 }
 
-// Acquire is one INSERT … ON DUPLICATE KEY UPDATE (see the package
-// documentation, "Acquisition").
+// Acquire is one INSERT … SELECT … ON DUPLICATE KEY UPDATE that passes no
+// unexpired Fair waiter (see the package documentation, "Acquisition").
 func (s *sqlStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
+	return s.take(ctx, k, token, ttl, false)
+}
+
+// take is one acquisition attempt: the lock's row is written for token
+// when it is missing or expired and no unexpired queue entry is before
+// token's (queued), or queued at all (!queued). Passing the queue only
+// decides whether the row is written; what makes the lease safe is the
+// row (see "Safety" in the package documentation).
+func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time.Duration, queued bool) (store.Reply, error) {
 	if err := checkKey(k); err != nil {
 		return store.Reply{}, err
 	}
 	expired := "expires_at <= UTC_TIMESTAMP(6)"
-	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at) VALUES ("+
+	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at) SELECT "+
 		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
-		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND) ON DUPLICATE KEY UPDATE "+
+		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND FROM DUAL WHERE "+s.queueClear(k, token, queued)+
+		" ON DUPLICATE KEY UPDATE "+
 		"token = IF("+expired+", VALUES(token), token), "+
 		"fence = IF("+expired+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
 		"expires_at = IF("+expired+", VALUES(expires_at), "+
@@ -230,6 +263,10 @@ func (s *sqlStore) Acquire(ctx context.Context, k store.Key, token string, ttl t
 	if id&busyFlag != 0 {
 		return store.Reply{HolderTTL: time.Duration(id&^busyFlag) * time.Microsecond}, nil
 	}
+	if id == 0 && n == 0 {
+		// The queue held the statement back: it wrote nothing.
+		return store.Reply{}, nil
+	}
 	if id <= 0 || n < 1 || n > 2 {
 		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)
 	}
@@ -237,9 +274,13 @@ func (s *sqlStore) Acquire(ctx context.Context, k store.Key, token string, ttl t
 }
 
 // Release ends the holding: the row keeps its place (see "Rows"), with no
-// token and an expiry of now.
+// token and an expiry of now. A token that may have a queue entry (a Fair
+// waiter's) has it deleted first.
 func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	if err := checkKey(k); err != nil {
+		return 0, err
+	}
+	if err := s.dequeue(ctx, k, token); err != nil {
 		return 0, err
 	}
 	where := " WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name)
@@ -364,11 +405,13 @@ func (s *sqlStore) renew(ctx context.Context, reqs []store.RenewRequest, res []s
 	}
 }
 
-// Close stops the cleanup.
+// Close stops the cleanup and waits for the deletes of winners' queue
+// entries under way.
 func (s *sqlStore) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.dequeuing.Wait()
 	})
 	return nil
 }
@@ -391,9 +434,11 @@ func (s *sqlStore) cleanLoop(every time.Duration) {
 	}
 }
 
-// cleanup deletes up to ten batches of long-ended rows; it reports how
-// many it deleted.
+// cleanup deletes up to ten batches of long-ended rows, and expired queue
+// entries (waiters that stopped keeping them alive: a crash, a lost
+// link); it reports how many lock rows it deleted.
 func (s *sqlStore) cleanup() int64 {
+	s.sweepQueue()
 	var total int64
 	for range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

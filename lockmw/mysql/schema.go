@@ -21,6 +21,7 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
 // names are the store's objects for one base table name.
 type names struct {
 	locks, fence, claims string // quoted
+	queue                string // quoted: Fair waiters' entries
 	plain                string // the base name, unquoted
 }
 
@@ -35,6 +36,7 @@ func namesFor(table string) (names, error) {
 		locks:  "`" + table + "`",
 		fence:  "`" + table + "_fence`",
 		claims: "`" + table + "_claims`",
+		queue:  "`" + table + "_queue`",
 		plain:  table,
 	}, nil
 }
@@ -57,6 +59,19 @@ func (n names) statements() []string {
 		// Fences of every lock of the table: NOCACHE, so that values are
 		// handed out in the order of the calls across all connections.
 		"CREATE SEQUENCE IF NOT EXISTS " + n.fence + " START WITH 1 MINVALUE 1 INCREMENT BY 1 NOCACHE NOCYCLE ENGINE=InnoDB",
+		// Fair waiters: one row per waiting token, in the order of seq
+		// (drawn from the fence sequence), each expiring unless its
+		// waiter keeps it alive.
+		"CREATE TABLE IF NOT EXISTS " + n.queue + ` (
+  prefix VARBINARY(512) NOT NULL,
+  name VARBINARY(512) NOT NULL,
+  token VARBINARY(64) NOT NULL,
+  seq BIGINT UNSIGNED NOT NULL,
+  expires_at DATETIME(6) NOT NULL,
+  PRIMARY KEY (prefix, name, token),
+  KEY turn (prefix, name, seq),
+  KEY expires_at (expires_at)
+) ENGINE=InnoDB`,
 		// cronlock's fire claims: one row per job of a Locker prefix,
 		// deleted once keep_until passed (the job idle for the Locker's
 		// retention).
@@ -77,8 +92,9 @@ func (n names) statements() []string {
 
 // Schema returns the SQL that creates the store's objects for table (""
 // for DefaultTable), for migrations of one's own: the lock table, the
-// sequence table+"_fence" that issues fences, and the table
-// table+"_claims" of cronlock's fire claims. Every statement is
+// sequence table+"_fence" that issues fences, the table table+"_queue"
+// of Fair waiters, and the table table+"_claims" of cronlock's fire
+// claims. Every statement is
 // idempotent (IF NOT EXISTS). It fails, with an error matching
 // lockmw.ErrInvalidOption, on a table name that is not 1 to 48 letters,
 // digits and underscores.

@@ -16,6 +16,9 @@
 //   - Queue: an acquisition that queues (the lock is a queue, as in etcd or
 //     ZooKeeper): it returns the fence when the caller is first, or the
 //     predecessor to wait for. Fair waiting needs it.
+//   - FairOnly: a Queue whose queue is for Fair waiters only; default-mode
+//     waiters poll with Acquire (a store without notifications, where a
+//     turn in the queue costs several requests and an attempt one).
 //   - FireClaimer: a place for the fire claims of cronlock's Scheduler
 //     (package internal/fireclaim), so that a Scheduler needs no Redis.
 //   - LossNotifier: a way to end leases as soon as the store knows their
@@ -157,12 +160,29 @@ type Queue interface {
 	Enqueue(ctx context.Context, k Key, token string, ttl time.Duration, renewed bool) (Reply, error)
 	// WaitTurn returns nil once the predecessor named by r ended, or
 	// token's own entry ended (expired): the caller calls Enqueue again.
+	// A store may wait on, until the caller is first and the lock free.
 	// The store keeps token's entry alive while WaitTurn waits. It returns
 	// ctx's error when ctx ends first.
 	WaitTurn(ctx context.Context, k Key, token string, ttl time.Duration, r Reply) error
 	// Leave takes token's entry out of the queue; if the entry had become
 	// first, that ends the holding. Store.Release does the same.
 	Leave(ctx context.Context, k Key, token string) error
+}
+
+// FairOnly is a Queue whose queue is for Fair waiters only: a default-mode
+// waiter of its Locker does not queue but retries Store.Acquire, as on a
+// store without a queue (waiting for its Notifier, or backing off in its
+// Backoff range), while Fair waiters go through Enqueue and WaitTurn. A
+// store whose waiters poll wants it: there a turn in the queue costs
+// several requests per poll, a plain attempt one. Order is kept as on
+// every Queue: Store.Acquire takes the lock only when nobody holds it and
+// no unexpired entry is queued, so a Fair waiter is never overtaken by a
+// waiter that arrived after its entry was queued (default waiters wait
+// while Fair waiters are queued).
+type FairOnly interface {
+	Queue
+	// QueueIsFairOnly does nothing: it marks the store.
+	QueueIsFairOnly()
 }
 
 // FireClaimer is a store that keeps the fire claims of cronlock's

@@ -39,11 +39,14 @@ import (
 // No transfer or early hand-over exists here: a waiter's lease always comes
 // from its own acquisition or queue entry, confirmed by the store.
 
-func init() {
-	store.NewLocker = func(s store.Store, opts any) (any, error) {
-		o, _ := opts.([]Option)
-		return newStoreLocker(s, o)
-	}
+// NewWithStore returns a Locker keeping its locks in in.Store, configured
+// by opts. It is how this repository's store packages (lockmw/etcd,
+// lockmw/zookeeper, lockmw/postgres, lockmw/mysql) make their Lockers:
+// code outside this repository cannot call it, as it cannot name a
+// store.Inside; use a store package's constructor instead. It does not
+// close the store when it fails.
+func NewWithStore(in store.Inside, opts ...Option) (*Locker, error) {
+	return newStoreLocker(in.Store, opts)
 }
 
 // newStoreLocker returns a Locker keeping its locks in s. It does not

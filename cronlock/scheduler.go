@@ -45,8 +45,8 @@ type Scheduler struct {
 // NewScheduler returns a Scheduler that adds jobs to c, runs them under
 // leases of locker and claims their fires in the store every instance
 // shares. With rdb nil, fires are claimed in the Locker's own store: its
-// Redis (single or Cluster), or its etcd (lockmw/etcd), in one record per
-// job beside its locks. On Redlock, which has no one Redis of its own,
+// Redis (single or Cluster), etcd, ZooKeeper, PostgreSQL or MariaDB, in one
+// record per job beside its locks. On Redlock, which has no one Redis of its own,
 // give rdb: a client of one Redis every instance shares (one of the
 // Redlock masters will do); NewScheduler with nil rdb on Redlock returns
 // an error matching lockmw.ErrInvalidOption. A non-nil rdb must be the

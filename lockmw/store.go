@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -66,22 +65,21 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 		}
 		b.backoffMin, b.backoffMax = lo, hi
 	}
-	l, err := newLocker(b, opts)
+	name := "the store"
+	if n, ok := s.(store.Named); ok && n.Name() != "" {
+		name = n.Name()
+	}
+	l, err := newLocker(b, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	b.prefix = l.cfg.prefix
-	if n, ok := s.(store.Named); ok {
-		l.keeper.mu.Lock()
-		l.keeper.store = n.Name()
-		l.keeper.mu.Unlock()
-	}
 	if n, ok := s.(store.LossNotifier); ok {
 		n.NotifyLoss(l.keeper.loseTokens)
 	}
 	if l.cfg.waitReplicas > 0 {
 		_ = l.Close()
-		return nil, fmt.Errorf("%w: WithWaitReplicas waits for Redis replicas; this store replicates on its own: drop the option", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: WithWaitReplicas waits for Redis replicas; %s replicates on its own: drop the option", ErrInvalidOption, name)
 	}
 	if err := s.CheckTTL(l.cfg.ttl); err != nil {
 		_ = l.Close()
@@ -106,12 +104,9 @@ type storeBackend struct {
 }
 
 // storeKey returns the store's name of the lock whose Redis-shaped keys
-// are k: k.lock is prefix+"{"+key+"}" (newLockKeys).
+// are k.
 func (b *storeBackend) storeKey(k lockKeys) store.Key {
-	name := strings.TrimPrefix(k.lock, b.prefix)
-	name = strings.TrimPrefix(name, "{")
-	name = strings.TrimSuffix(name, "}")
-	return store.Key{Prefix: b.prefix, Name: name}
+	return store.Key{Prefix: b.prefix, Name: k.name(b.prefix)}
 }
 
 // acquire is not used: a Locker on a store acquires through storeAttempt

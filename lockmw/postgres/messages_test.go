@@ -1,35 +1,15 @@
 package postgres_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
-
-// logBuffer is a bytes.Buffer safe for the Lockers' goroutines to log
-// into while the test reads it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // While PostgreSQL is paused past the TTL, what the Lockers say (the lost
 // lease's cause, an acquisition's error, the logs of the lost lease and of
@@ -38,7 +18,7 @@ func (b *logBuffer) String() string {
 func TestMessagesNamePostgres(t *testing.T) {
 	const key = "messages"
 	srv := startServer(t)
-	logs := &logBuffer{}
+	logs := &lockmwtest.SyncBuffer{}
 	logger := lockmw.WithLogger(slog.New(slog.NewTextHandler(logs, nil)))
 	holder, other := newLocker(t, srv.URL(), logger), newLocker(t, srv.URL(), logger)
 	ctx := bg(t)

@@ -479,7 +479,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 	s.tel.renewed(context.Background(), ok, failed, failure)
 	if failed > 0 {
 		s.logger.Warn("lockmw: lease renewal failed; retrying until the validity deadline",
-			slog.Int("leases", failed), slog.Any("error", failure))
+			slog.String("store", s.store), slog.Int("leases", failed), slog.Any("error", failure))
 	}
 	s.finishLost(lost)
 }
@@ -492,7 +492,7 @@ func (s *renewScheduler) finishLost(lost []*Lease) {
 		l.lost.Store(cause)
 		l.cancel(cause)
 		s.tel.leaseLost(context.Background(), l, cause)
-		attrs := []any{slog.String("key", l.key), slog.String("reason", string(cause.Reason)), slog.Uint64("fence", l.fence)}
+		attrs := []any{slog.String("key", l.key), slog.String("store", s.store), slog.String("reason", string(cause.Reason)), slog.Uint64("fence", l.fence)}
 		if cause.Err != nil {
 			attrs = append(attrs, slog.Any("error", cause.Err))
 		}

@@ -14,11 +14,12 @@ import (
 )
 
 // sayingStore is a store that answers as a test tells it: Acquire with
-// acquire, Release with release, and Renew not at all until unblock is
-// closed.
+// acquire, Release with release, and Renew with renew or, when renew is
+// nil, not at all until unblock is closed.
 type sayingStore struct {
 	acquire func() (store.Reply, error)
 	release error
+	renew   error
 	unblock chan struct{}
 }
 
@@ -36,8 +37,15 @@ func (s *sayingStore) Release(context.Context, store.Key, string) (store.Ownersh
 }
 
 func (s *sayingStore) Renew(_ context.Context, reqs []store.RenewRequest) []store.RenewResult {
-	<-s.unblock
-	return make([]store.RenewResult, len(reqs))
+	res := make([]store.RenewResult, len(reqs))
+	if s.renew == nil {
+		<-s.unblock
+		return res
+	}
+	for i := range res {
+		res[i].Err = s.renew
+	}
+	return res
 }
 
 func (s *sayingStore) Close() error { return nil }
@@ -68,9 +76,10 @@ func (b *logBuffer) String() string {
 
 // A Locker on a store other than Redis says nothing of Redis: not in the
 // errors of an acquisition answered too late or of a lease whose renewal
-// went unanswered, nor in the logs of a lock it could not give back or a
-// lease it lost; nor does it name Redis keys (prefix+"{key}"). A store
-// that names itself (store.Named) is named in each of them.
+// went unanswered, nor in the logs of a lock it could not give back, a
+// failed renewal or a lease it lost; nor does it name Redis keys
+// (prefix+"{key}"). A store that names itself (store.Named) is named in
+// each of them.
 func TestStoreMessagesNameTheStore(t *testing.T) {
 	const key = "report"
 	for _, named := range []bool{false, true} {
@@ -160,6 +169,23 @@ func TestStoreMessagesNameTheStore(t *testing.T) {
 				// machine is loaded): there is no renewal to speak of.
 				said = append(said, lost.Error(), logs.String())
 			}
+
+			// A renewal the store refuses with an error.
+			logs = &logBuffer{}
+			l = newLocker(&sayingStore{acquire: func() (store.Reply, error) {
+				return store.Reply{Acquired: true, Fence: 1, ValidFrom: time.Now()}, nil
+			}, renew: errors.New("refused"), unblock: make(chan struct{})}, logs)
+			if _, err := l.TryAcquire(context.Background(), key); err != nil {
+				t.Fatal(err)
+			}
+			for end := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "renewal failed"); {
+				if time.Now().After(end) {
+					t.Fatalf("no log of the failed renewal; logs:\n%s", logs)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			_ = l.Close()
+			mentions("the failed renewal's log", logs.String())
 
 			for _, text := range said {
 				if strings.Contains(strings.ToLower(text), "redis") || strings.Contains(text, "{"+key+"}") {

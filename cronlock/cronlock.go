@@ -155,7 +155,7 @@ func newSingleton(locker *lockmw.Locker, name string, scheduled bool, opts ...Op
 	if cfg.instance == "" {
 		cfg.instance = fire.DefaultInstance()
 	}
-	return &singleton{locker: locker, name: name, cfg: cfg, tel: newTelemetry(name, cfg.tp, cfg.mp), holderKey: fireclaim.Prefix(locker) + "cronlock:{" + name + "}:holder"}, nil
+	return &singleton{locker: locker, name: name, cfg: cfg, tel: newTelemetry(name, cfg.tp, cfg.mp), holderKey: lockmw.FireClaimsOf(locker, fireclaim.Inside{}).Prefix + "cronlock:{" + name + "}:holder"}, nil
 }
 
 // singleton is the state behind one New wrapper.

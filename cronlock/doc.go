@@ -9,8 +9,8 @@
 //	s.AddJob("invoice-sweep", "*/5 * * * *", cronlock.Func(sweep))
 //	c.Start()
 //
-// locker is a *lockmw.Locker on any store (Redis, Redis Cluster, etcd);
-// the fires are claimed in its store. Redlock needs a Redis client in
+// locker is a *lockmw.Locker on any store (Redis, Redis Cluster, etcd,
+// ZooKeeper, PostgreSQL, MariaDB); the fires are claimed in its store. Redlock needs a Redis client in
 // place of nil (see NewScheduler).
 //
 // # One run per fire: claim the fire, not a hold
@@ -66,7 +66,8 @@
 // Every instance must compute the same fire times: use cron expressions,
 // or cron.Every(d), which Scheduler aligns to multiples of d. The claim
 // record lives in the Locker's own store when NewScheduler is given no
-// Redis client (nil): its Redis, single or Cluster, or its etcd. On
+// Redis client (nil): its Redis (single or Cluster), etcd, ZooKeeper,
+// PostgreSQL or MariaDB. On
 // Redlock, give NewScheduler a client of one Redis every instance shares
 // (one of its masters). A claim whose reply was lost and replayed by the
 // client is recognized by its token.
@@ -138,7 +139,7 @@
 // instance starts the next run. A plain cron.Job cannot be told; the loss is
 // logged.
 //
-// When the store (Redis, etcd) cannot be asked at fire time, the fire is
+// When the Locker's store cannot be asked at fire time, the fire is
 // skipped, never run unguarded, and logged with Error; the next fire tries again. A job that
 // panics releases its lock at once and the panic goes on unchanged, so
 // cron.Recover placed outside still logs it.

@@ -45,8 +45,8 @@ type Scheduler struct {
 // NewScheduler returns a Scheduler that adds jobs to c, runs them under
 // leases of locker and claims their fires in the store every instance
 // shares. With rdb nil, fires are claimed in the Locker's own store: its
-// Redis (single or Cluster), or its etcd (lockmw/etcd), in one record per
-// job beside its locks. On Redlock, which has no one Redis of its own,
+// Redis (single or Cluster), etcd, ZooKeeper, PostgreSQL or MariaDB, in one
+// record per job beside its locks. On Redlock, which has no one Redis of its own,
 // give rdb: a client of one Redis every instance shares (one of the
 // Redlock masters will do); NewScheduler with nil rdb on Redlock returns
 // an error matching lockmw.ErrInvalidOption. A non-nil rdb must be the
@@ -66,16 +66,14 @@ func NewScheduler(c *cron.Cron, locker *lockmw.Locker, rdb redis.UniversalClient
 	if _, err := newJobConfig(opts, true); err != nil {
 		return nil, fmt.Errorf("cronlock.NewScheduler: %w", err)
 	}
+	home := lockmw.FireClaimsOf(locker, fireclaim.Inside{})
 	var claims fireclaim.Claims
 	if isNilClient(rdb) {
-		if fireclaim.Of != nil {
-			claims = fireclaim.Of(locker)
-		}
-		if claims == nil {
+		if claims = home.Own(); claims == nil {
 			return nil, fmt.Errorf("%w: cronlock.NewScheduler: the Locker's store cannot keep fire claims (Redlock has no one Redis of its own): give one Redis client that every instance shares", lockmw.ErrInvalidOption)
 		}
 	} else {
-		claims = fireclaim.NewRedis(rdb, fireclaim.Prefix(locker)).WithKeep(fireclaim.KeepOf(locker))
+		claims = fireclaim.NewRedis(rdb, home.Prefix).WithKeep(home.Keep)
 	}
 	return &Scheduler{cron: c, locker: locker, claims: claims, opts: opts, names: map[string]bool{}}, nil
 }

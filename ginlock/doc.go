@@ -63,7 +63,7 @@
 //     context allows.
 //   - No usable key in the request: 400 Bad Request (413 when a JSON body
 //     exceeds the size limit of JSONField).
-//   - Redis unreachable or too slow (lockmw.ErrUnavailable), Locker closed, or
+//   - The store unreachable or too slow (lockmw.ErrUnavailable), Locker closed, or
 //     the request's context ended while waiting: 503 Service Unavailable
 //     with Retry-After: 1. The detail does not expose the cause, which is
 //     logged (WithLogger) and recorded on the span.
@@ -90,7 +90,7 @@
 //
 // The route's handlers run with c.Request's context replaced by the lease
 // context: it is cancelled, with cause lockmw.ErrLost, if the lock is lost
-// (its key expired or was taken, or Redis stopped confirming renewals). A
+// (its key expired or was taken, or the store stopped confirming renewals). A
 // handler that locks the same key with that context through the same Locker
 // gets a nested lease instead of deadlocking.
 //

@@ -34,7 +34,7 @@ const (
 	OutcomeAcquired = adapt.OutcomeAcquired // the lock was taken and released after the handlers
 	OutcomeBusy     = adapt.OutcomeBusy     // held by another request: 409
 	OutcomeTimeout  = adapt.OutcomeTimeout  // the request's context ended while waiting
-	OutcomeError    = adapt.OutcomeError    // Redis unavailable or the Locker closed
+	OutcomeError    = adapt.OutcomeError    // the store unavailable or the Locker closed
 	OutcomeInvalid  = adapt.OutcomeInvalid  // no usable key in the request: 400 or 413
 	OutcomeLost     = adapt.OutcomeLost     // the lock was lost while the handlers ran
 )
@@ -381,7 +381,7 @@ func RetryAfterSeconds(err error) int {
 //     work took effect is unknown;
 //   - 500 Internal Server Error for ErrMisconfigured, without the details
 //     (they are logged);
-//   - 503 Service Unavailable with Retry-After: 1 otherwise: Redis
+//   - 503 Service Unavailable with Retry-After: 1 otherwise: the store
 //     unavailable, the Locker closed, or the request's context ended while
 //     waiting. The detail does not expose the underlying error.
 func DefaultErrorHandler(c *gin.Context, err error) {

@@ -132,8 +132,8 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.mp = mp })
 }
 
-// WithLogger sets the logger for failures an operator should see: Redis
-// unavailable, a lock lost while the handlers ran (Warn), and setup mistakes
+// WithLogger sets the logger for failures an operator should see: the
+// store unavailable, a lock lost while the handlers ran (Warn), and setup mistakes
 // (Error, once per route). Without it slog.Default() is used.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })

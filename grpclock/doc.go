@@ -44,7 +44,7 @@
 //     few hundred milliseconds, the client is told a few hundred
 //     milliseconds, not 5s. Aborted is the gRPC code for
 //     concurrency conflicts that the client may retry.
-//   - codes.Unavailable: Redis could not be reached (lockmw.ErrUnavailable)
+//   - codes.Unavailable: the store could not be reached (lockmw.ErrUnavailable)
 //     or the Locker is closed.
 //   - codes.InvalidArgument: the key is missing or empty (ErrMissingKey),
 //     too long, not valid UTF-8 or holds control characters (ginlock's
@@ -87,7 +87,7 @@
 // handler is installed) and the parent of lockmw's acquire and release spans
 // and of the handler's spans. Its attributes are lock.name (the template),
 // lock.outcome (acquired|lost|busy|timeout|invalid|error), lock.wait_ms and,
-// once acquired, lock.fence. Only error (Redis unavailable), lost and a
+// once acquired, lock.fence. Only error (the store unavailable), lost and a
 // misconfigured interceptor set the span status to Error: a busy lock is an
 // expected answer, not a failure. The counter grpclock.calls counts locked calls by lock.name and
 // lock.outcome.

@@ -39,7 +39,7 @@ const (
 	outcomeBusy     = adapt.OutcomeBusy     // held by another call: codes.Aborted
 	outcomeTimeout  = adapt.OutcomeTimeout  // the call ended while waiting: codes.Canceled or DeadlineExceeded
 	outcomeInvalid  = adapt.OutcomeInvalid  // no usable key: codes.InvalidArgument (or Internal)
-	outcomeError    = adapt.OutcomeError    // Redis unavailable or locker closed: codes.Unavailable
+	outcomeError    = adapt.OutcomeError    // the store unavailable or locker closed: codes.Unavailable
 )
 
 // UnaryServerInterceptor returns an interceptor that runs each selected
@@ -52,14 +52,14 @@ const (
 //     errdetails.RetryInfo and a grpc-retry-pushback-ms trailer carrying
 //     the expected wait (see the package documentation); with WithWait the
 //     call waits instead, at most until its deadline.
-//   - Redis unavailable (or the Locker closed) gives codes.Unavailable; a
+//   - The store unavailable (or the Locker closed) gives codes.Unavailable; a
 //     missing or invalid key gives codes.InvalidArgument; a call cancelled
 //     or timed out while waiting gives codes.Canceled or DeadlineExceeded.
 //     Clients get fixed messages; causes go to the span and the log.
 //   - If the lock was lost and the handler returned a plain (non-status)
 //     error, such as the context's, the call fails with codes.Aborted.
 //   - Calls the selector leaves out go straight to the handler without
-//     touching Redis.
+//     touching the store.
 //
 // It panics when the server is built if locker or key is nil or an option
 // is invalid (see each option; the panic's error matches

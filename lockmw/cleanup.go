@@ -59,7 +59,7 @@ const (
 
 // cleanup is one lock to give back.
 type cleanup struct {
-	lock  string    // the lock key, for logs
+	key   string    // the lock's key (the user's), for logs
 	until time.Time // give up then: the lock has expired
 	// try makes one attempt; nil means done (Redis answered).
 	try func(ctx context.Context) error
@@ -73,6 +73,7 @@ type cleanup struct {
 // work and gone when there is none.
 type cleaner struct {
 	logger *slog.Logger
+	store  string // names the store in logs
 
 	mu      sync.Mutex
 	jobs    []*cleanup // waiting for their next try
@@ -84,8 +85,8 @@ type cleaner struct {
 	wg      sync.WaitGroup
 }
 
-func newCleaner(logger *slog.Logger) *cleaner {
-	return &cleaner{logger: logger, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+func newCleaner(logger *slog.Logger, store string) *cleaner {
+	return &cleaner{logger: logger, store: store, wake: make(chan struct{}, 1), closing: make(chan struct{})}
 }
 
 // add hands j over; its first try is due at once. After close, add makes
@@ -249,9 +250,9 @@ func (c *cleaner) gaveUp(j *cleanup, err error) {
 	level, msg := slog.LevelDebug, "lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL"
 	if first {
 		level = slog.LevelWarn
-		msg += " (the next ones are logged at Debug level until Redis answers the Locker's give-backs again)"
+		msg += " (the next ones are logged at Debug level until " + c.store + " answers the Locker's give-backs again)"
 	}
-	c.logger.Log(context.Background(), level, msg, slog.String("lock", j.lock), slog.Any("error", err))
+	c.logger.Log(context.Background(), level, msg, slog.String("key", j.key), slog.String("store", c.store), slog.Any("error", err))
 }
 
 // answered notes that Redis answered a give-back: the outage, if any, is
@@ -306,7 +307,7 @@ func dialFailed(err error) bool {
 // none), fair whether the token was a fair waiter's. No lease may exist for
 // token.
 func (l *Locker) takeBack(keys lockKeys, token, entry string, fair bool, ttl time.Duration) {
-	l.cleaner.add(&cleanup{lock: keys.lock, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+	l.cleaner.add(&cleanup{key: keys.name(l.cfg.prefix), until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		if entry != "" {
 			granted, err := l.waits.leave(ctx, keys, entry, token)
 			if err != nil {
@@ -326,11 +327,11 @@ func (l *Locker) takeBack(keys lockKeys, token, entry string, fair bool, ttl tim
 // masters marked in masters, whose rollback got no answer. It never blocks
 // (a master's sender calls it); after Close it gives up at once.
 func (b *redlockBackend) takeBackOn(k lockKeys, token string, ttl time.Duration, masters []bool) {
-	j := &cleanup{lock: k.lock, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+	j := &cleanup{key: k.name(b.prefix), until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		return b.releaseOn(ctx, k, token, masters)
 	}}
 	if b.cleaner == nil || !b.cleaner.offer(j) {
 		b.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
-			slog.String("lock", k.lock), slog.String("reason", "locker closed"))
+			slog.String("key", k.name(b.prefix)), slog.String("store", "Redlock"), slog.String("reason", "locker closed"))
 	}
 }

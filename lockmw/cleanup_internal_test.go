@@ -176,10 +176,10 @@ func TestCleanerDrainsManyFailedAcquisitions(t *testing.T) {
 // the cleaner's ordinary tries do: Close often comes just after a stall,
 // and the first answered try may run before the stalled request.
 func TestCleanerLastTryGoesTwice(t *testing.T) {
-	c := newCleaner(slog.New(slog.DiscardHandler))
+	c := newCleaner(slog.New(slog.DiscardHandler), "Redis")
 	var mu sync.Mutex
 	tries, last := 0, 0
-	c.add(&cleanup{lock: "k", until: time.Now().Add(time.Hour), try: func(ctx context.Context) error {
+	c.add(&cleanup{key: "k", until: time.Now().Add(time.Hour), try: func(ctx context.Context) error {
 		mu.Lock()
 		defer mu.Unlock()
 		tries++

@@ -1,5 +1,8 @@
-// Package lockmw provides distributed locks on Redis that stay safe when
-// processes stall, networks drop and keys expire behind your back.
+// Package lockmw provides distributed locks on Redis (and, through the
+// store packages beside it, on etcd, ZooKeeper, PostgreSQL and MariaDB)
+// that stay safe when processes stall, networks drop and keys expire
+// behind your back. This documentation describes the Redis stores (New,
+// NewRedlock) where it names Redis; see Other stores.
 //
 // A Locker hands out a Lease per holding. A lease is owned by a random
 // 128-bit token (never a goroutine); every release and renewal is a
@@ -38,14 +41,15 @@
 // anyone else.
 //
 // Errors can be branched on: ErrNotAcquired (busy; RetryAfter says for how
-// long) is never confused with ErrUnavailable (Redis down or too slow) or
-// with the context's Canceled or DeadlineExceeded. Bad input
+// long) is never confused with ErrUnavailable (the store down or too slow)
+// or with the context's Canceled or DeadlineExceeded. Bad input
 // (ErrInvalidKey, ErrInvalidOption, ErrNilClient, ErrClosed) is rejected
-// before anything is sent to Redis.
+// before anything is sent to the store.
 //
-// Lockers exclude each other when they share a Redis deployment and a key
-// prefix: New takes a standalone, Sentinel or Cluster client, NewRedlock N
-// independent masters, and etcd.New (package lockmw/etcd) an etcd cluster.
+// Lockers exclude each other when they share a store and a key prefix:
+// New takes a standalone, Sentinel or Cluster client, NewRedlock N
+// independent masters, and the store packages (see Other stores) an etcd
+// cluster, a ZooKeeper ensemble or a database.
 //
 // # Redis client settings
 //
@@ -637,8 +641,12 @@
 // own so that importing lockmw never builds the etcd client) keeps locks in
 // etcd, with the same leases, watchdog, validity deadlines, nesting,
 // waiting and telemetry; its package documentation describes its keys,
-// leases, safety and waiting. Stores implement the internal boundary
-// lockmw/internal/store, and all of them run one conformance suite.
+// leases, safety and waiting. So do lockmw/zookeeper, lockmw/postgres and
+// lockmw/mysql (MariaDB). The store packages are part of this repository,
+// released in lockstep with this module: the contract between a store and
+// the Locker is internal to the repository, so a store of your own cannot
+// plug in. Every store, Redis and Redlock included, runs one conformance
+// suite and the randomized safety checker.
 //
 // # Redis keys
 //

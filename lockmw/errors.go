@@ -10,18 +10,18 @@ import (
 // wrap these sentinels and add the key and the reason.
 var (
 	// ErrNotAcquired means the lock is held by another owner: TryAcquire found
-	// it busy, or Acquire's WithWait ran out. It never stands for a Redis
+	// it busy, or Acquire's WithWait ran out. It never stands for a store
 	// failure or a cancelled context. RetryAfter reports the holder's
 	// remaining TTL when it is known.
 	ErrNotAcquired = errors.New("lockmw: lock not acquired: held by another owner")
 
 	// ErrLost is the cause of a lease context that ended because the lock was
 	// lost: its key expired or was deleted, another owner took it, or the
-	// validity deadline passed without a confirmed renewal (Redis slow or
-	// unreachable). Release returns it for a lost lease, and for a nested
+	// validity deadline passed without a confirmed renewal (the store slow
+	// or unreachable). Release returns it for a lost lease, and for a nested
 	// lease whose outermost lease ended before it (reason LostReleased when
 	// that one was released). The error also wraps the reason (see
-	// LostError), and for failed renewals the Redis error.
+	// LostError), and for failed renewals the store's error.
 	ErrLost = errors.New("lockmw: lock lost")
 
 	// ErrClosed is returned by every call on a Locker after Close, and is the
@@ -29,19 +29,19 @@ var (
 	ErrClosed = errors.New("lockmw: locker closed")
 
 	// ErrInvalidKey means the key is empty or longer than MaxKeyLen bytes.
-	// Nothing was sent to Redis.
+	// Nothing was sent to the store.
 	ErrInvalidKey = errors.New("lockmw: invalid key")
 
 	// ErrInvalidOption means an option holds a value lockmw cannot use (a TTL
 	// under MinTTL, a negative wait, a drift factor outside [0, 0.5), ...).
-	// Nothing was sent to Redis.
+	// Nothing was sent to the store.
 	ErrInvalidOption = errors.New("lockmw: invalid option")
 
 	// ErrNilClient means New (or a store's constructor, such as etcd.New)
 	// was given a nil client.
 	ErrNilClient = errors.New("lockmw: nil client")
 
-	// ErrUnavailable means Redis (or the store, such as etcd) could not be
+	// ErrUnavailable means the store (Redis, etcd, ...) could not be
 	// reached, answered with an error, or answered too slowly for the lease
 	// to be valid. The lock state is unknown to the caller but safe: an
 	// acquisition that may have landed expires after its TTL. The
@@ -116,8 +116,8 @@ func (e *LostError) Unwrap() error { return e.Err }
 // errors.Is(err, ErrNotAcquired) is true for it.
 type NotAcquiredError struct {
 	Key string
-	// RetryAfter is the holder's remaining TTL as Redis reported it on the
-	// last attempt; zero when unknown.
+	// RetryAfter is the holder's remaining TTL as the store reported it on
+	// the last attempt; zero when unknown.
 	RetryAfter time.Duration
 }
 

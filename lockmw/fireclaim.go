@@ -7,40 +7,29 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// The claims of cronlock's Scheduler in a Locker's own store (see package
-// internal/fireclaim): a Scheduler given no Redis client claims fires
-// there.
-func init() {
-	fireclaim.Of = func(locker any) fireclaim.Claims {
-		l, _ := locker.(*Locker)
-		if l == nil {
-			return nil
-		}
-		return l.fireClaims()
+// FireClaimsOf tells this repository's cron adapters (cronlock's
+// Scheduler, gocronlock) where l's fire claims are kept (see package
+// internal/fireclaim): in l's own store when it can keep them (a Scheduler
+// given no Redis client claims there), and under l's prefix with l's
+// retention. Code outside this repository cannot call it, as it cannot
+// name a fireclaim.Inside.
+func FireClaimsOf(l *Locker, _ fireclaim.Inside) fireclaim.Home {
+	h := fireclaim.Home{Prefix: l.cfg.prefix, Keep: l.cfg.retention}
+	if h.Keep == 0 {
+		h.Keep = DefaultRetention
 	}
-	fireclaim.Prefix = func(locker any) string {
-		l, _ := locker.(*Locker)
-		if l == nil {
-			return ""
-		}
-		return l.cfg.prefix
-	}
-	fireclaim.Retention = func(locker any) time.Duration {
-		l, _ := locker.(*Locker)
-		if l == nil || l.cfg.retention == 0 {
-			return DefaultRetention
-		}
-		return l.cfg.retention
-	}
+	h.Own = func() fireclaim.Claims { return l.fireClaims(h.Keep) }
+	return h
 }
 
-// fireClaims returns the fire claims kept in the Locker's store, or nil
-// when it has no one store to keep them in.
-func (l *Locker) fireClaims() fireclaim.Claims {
+// fireClaims returns the fire claims kept in the Locker's store, records
+// kept for keep after a claim, or nil when it has no one store to keep
+// them in.
+func (l *Locker) fireClaims(keep time.Duration) fireclaim.Claims {
 	switch b := l.backend.(type) {
 	case *redisBackend:
 		// The same record as a Scheduler given this client keeps.
-		return fireclaim.NewRedis(b.client, l.cfg.prefix).WithKeep(fireclaim.KeepOf(l))
+		return fireclaim.NewRedis(b.client, l.cfg.prefix).WithKeep(keep)
 	case *storeBackend:
 		if c, ok := b.st.(store.FireClaimer); ok {
 			return c.FireClaims(b.prefix, l.cfg.ttl)

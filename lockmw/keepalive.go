@@ -60,7 +60,7 @@ type keepState struct {
 // timer, however many leases there are.
 type renewScheduler struct {
 	backend backend
-	store   string // the store's name in messages; "" on Redis (see named)
+	store   string // the store's name in messages (see named)
 	tel     *telemetry
 	logger  *slog.Logger
 	drift   func(ttl time.Duration) time.Duration
@@ -101,9 +101,10 @@ func setDeadline(l *Lease, d time.Time) {
 	l.validUntil.Store(int64(d.Sub(monoEpoch)))
 }
 
-func newRenewScheduler(b backend, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
+func newRenewScheduler(b backend, store string, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
 	s := &renewScheduler{
 		backend: b,
+		store:   store,
 		tel:     tel,
 		logger:  logger,
 		drift:   drift,
@@ -478,7 +479,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 	s.tel.renewed(context.Background(), ok, failed, failure)
 	if failed > 0 {
 		s.logger.Warn("lockmw: lease renewal failed; retrying until the validity deadline",
-			slog.Int("leases", failed), slog.Any("error", failure))
+			slog.String("store", s.store), slog.Int("leases", failed), slog.Any("error", failure))
 	}
 	s.finishLost(lost)
 }
@@ -491,7 +492,7 @@ func (s *renewScheduler) finishLost(lost []*Lease) {
 		l.lost.Store(cause)
 		l.cancel(cause)
 		s.tel.leaseLost(context.Background(), l, cause)
-		attrs := []any{slog.String("key", l.key), slog.String("reason", string(cause.Reason)), slog.Uint64("fence", l.fence)}
+		attrs := []any{slog.String("key", l.key), slog.String("store", s.store), slog.String("reason", string(cause.Reason)), slog.Uint64("fence", l.fence)}
 		if cause.Err != nil {
 			attrs = append(attrs, slog.Any("error", cause.Err))
 		}
@@ -500,16 +501,16 @@ func (s *renewScheduler) finishLost(lost []*Lease) {
 }
 
 // errRenewalUnanswered explains a deadline that passed while a renewal was
-// still waiting for Redis' answer.
-var errRenewalUnanswered = errors.New("the store (Redis, etcd) has not answered the last renewal")
+// still waiting for the store's answer.
+var errRenewalUnanswered = errors.New("the store has not answered the last renewal")
 
 // errRenewalLate explains a deadline that passed before the store's
 // confirmation of a renewal came in.
-var errRenewalLate = errors.New("the store (Redis, etcd) confirmed the last renewal only after the validity deadline")
+var errRenewalLate = errors.New("the store confirmed the last renewal only after the validity deadline")
 
 // named returns err (errRenewalUnanswered or errRenewalLate) naming the
-// Locker's store where the store says its name (store.Named): "the store
-// (Redis, etcd)" becomes, say, "ZooKeeper". errors.Is still finds err.
+// Locker's store: "the store" becomes, say, "Redis Cluster" or
+// "ZooKeeper". errors.Is still finds err.
 func (s *renewScheduler) named(err error) error {
 	if s.store == "" {
 		return err
@@ -524,7 +525,7 @@ type storeNamed struct {
 }
 
 func (e *storeNamed) Error() string {
-	return strings.Replace(e.err.Error(), "the store (Redis, etcd)", e.name, 1)
+	return strings.Replace(e.err.Error(), "the store", e.name, 1)
 }
 
 func (e *storeNamed) Unwrap() error { return e.err }

@@ -42,6 +42,15 @@ func keysIn(all string, n int) lockKeys {
 	}
 }
 
+// name returns the user's key of the lock whose keys are k, for a Locker
+// with prefix: k.lock is prefix+"{"+key+"}" (newLockKeys).
+func (k lockKeys) name(prefix string) string {
+	if len(k.lock) < len(prefix)+2 {
+		return k.lock // not made by newLockKeys with prefix
+	}
+	return k.lock[len(prefix)+1 : len(k.lock)-1]
+}
+
 func checkKey(key string) error {
 	switch {
 	case key == "":

@@ -19,3 +19,18 @@ func TestLockKeys(t *testing.T) {
 		t.Fatalf("newLockKeysFromBase = %+v, want %+v", got, want)
 	}
 }
+
+// The user's key comes back from a lock's keys whatever braces the prefix
+// and key hold: store keys and log lines are named by it.
+func TestLockKeysName(t *testing.T) {
+	for _, c := range []struct{ prefix, key string }{
+		{"lockmw:", "order:42"},
+		{"", "k"},
+		{"app{1}:", "{a}b}"},
+		{"{", "}"},
+	} {
+		if got := newLockKeys(c.prefix, c.key).name(c.prefix); got != c.key {
+			t.Errorf("newLockKeys(%q, %q).name = %q, want %q", c.prefix, c.key, got, c.key)
+		}
+	}
+}

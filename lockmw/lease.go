@@ -137,7 +137,7 @@ func (s *Lease) outermost() *Lease {
 }
 
 // Release gives up the lease. For an outermost lease it deletes the lock in
-// Redis if, and only if, this lease still owns it, and ends the lease
+// the store if, and only if, this lease still owns it, and ends the lease
 // context and those of the leases nested in it. A nested lease only ends its
 // own context: the lock stays held until the outermost lease is released.
 //
@@ -148,14 +148,14 @@ func (s *Lease) outermost() *Lease {
 // lease was released first, a *LostError with reason LostReleased (matching
 // ErrLost).
 //
-// Release still reaches Redis when ctx has already ended (a finished
+// Release still reaches the store when ctx has already ended (a finished
 // request's context, say), bounded by the lease TTL.
 //
 // Release is idempotent: later calls return the first call's result. It
 // returns an error matching ErrLost if the lock had been lost (a new owner's
 // lock is never touched), ErrClosed if the Locker was closed first, and
-// ErrUnavailable if Redis could not be told (the lock then expires after its
-// TTL).
+// ErrUnavailable if the store could not be told (the lock then expires after
+// its TTL).
 func (s *Lease) Release(ctx context.Context) error {
 	s.releaseOnce.Do(func() { s.releaseErr = s.release(ctx) })
 	return s.releaseErr

@@ -18,17 +18,20 @@ import (
 // This file is the Locker: New, its API (Acquire, TryAcquire, Do, Close),
 // and the dispatch of an acquisition to the way it waits.
 
-// A Locker hands out leases on named locks kept in Redis. Create one per
-// process (or per Redis deployment) and share it: it is safe for concurrent
-// use, and it runs a single watchdog for all of its leases.
+// A Locker hands out leases on named locks kept in one store: a Redis
+// deployment (New), Redis masters under Redlock (NewRedlock), or a store of
+// the packages beside this one (etcd, ZooKeeper, PostgreSQL, MariaDB).
+// Create one per process (or per store) and share it: it is safe for
+// concurrent use, and it runs a single watchdog for all of its leases.
 //
-// Lockers exclude each other when they use the same Redis and the same key
+// Lockers exclude each other when they use the same store and the same key
 // prefix; leases of one Locker exclude each other too, except a nested lease
 // acquired through a lease's context (see Lease.Context).
 type Locker struct {
 	cfg     config
 	id      string // names this Locker's grant channels
 	backend backend
+	store   string      // names the store in messages: see newLocker
 	waits   waitBackend // nil when the backend cannot notify: waiters then back off
 	keeper  *renewScheduler
 	cleaner *cleaner // gives back locks that failed acquisitions may have taken
@@ -66,7 +69,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	}
 	id := newToken()[:16]
 	b := newRedisBackend(client, id)
-	l, err := newLocker(b, opts)
+	l, err := newLocker(b, redisName(client), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +86,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-func newLocker(b backend, opts []Option) (*Locker, error) {
+// newLocker returns a Locker on b; store names b's store in messages
+// ("Redis", "Redis Cluster", "Redlock", "etcd", ...).
+func newLocker(b backend, store string, opts []Option) (*Locker, error) {
 	cfg := config{ttl: DefaultTTL, prefix: DefaultPrefix, driftFactor: DefaultDriftFactor, logger: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
@@ -105,22 +110,24 @@ func newLocker(b backend, opts []Option) (*Locker, error) {
 		closing: make(chan struct{}),
 		rooms:   make(map[string]*room),
 		hot:     make(map[string]time.Time),
-		cleaner: newCleaner(cfg.logger),
+		store:   store,
+		cleaner: newCleaner(cfg.logger, store),
 	}
 	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
-	l.keeper = newRenewScheduler(b, tel, cfg.logger, cfg.drift)
+	l.keeper = newRenewScheduler(b, store, tel, cfg.logger, cfg.drift)
 	return l, nil
 }
 
 // Acquire takes the lock named key, waiting while another owner holds it:
 // until ctx ends (the context's error is returned) or until WithWait runs out
-// (ErrNotAcquired). A Redis failure ends the wait at once with an error
+// (ErrNotAcquired). A store failure ends the wait at once with an error
 // matching ErrUnavailable.
 //
-// A request that failed without Redis' answer (a timeout, ctx ending while
-// it was on the wire) may still take the lock when Redis gets to it; the
-// Locker then gives that lock back as soon as Redis answers again (retrying
-// for up to the lease TTL), so the key is not held by nobody for a TTL.
+// A request that failed without the store's answer (a timeout, ctx ending
+// while it was on the wire) may still take the lock when the store gets to
+// it; the Locker then gives that lock back as soon as the store answers
+// again (retrying for up to the lease TTL), so the key is not held by nobody
+// for a TTL.
 //
 // If ctx descends from the Context of a lease this Locker holds on key, and
 // that lease (its outermost lease, if it is nested) is still held, Acquire
@@ -171,8 +178,9 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // acquisitions may have taken, and that the Locker is still giving back
 // (see Acquire), get one last try, bounded by a second and the client's
 // timeouts; nothing keeps running after Close returns. It does not close the
-// Redis client. Close returns the errors of releases that could not reach
-// Redis (those locks expire after their TTL); calling it again returns nil.
+// store's client. Close returns the errors of releases that could not reach
+// the store (those locks expire after their TTL); calling it again returns
+// nil.
 func (l *Locker) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
@@ -375,6 +383,14 @@ func isNil(v any) bool {
 	}
 	rv := reflect.ValueOf(v)
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// redisName names a Redis deployment in messages.
+func redisName(client redis.UniversalClient) string {
+	if _, ok := client.(*redis.ClusterClient); ok {
+		return "Redis Cluster"
+	}
+	return "Redis"
 }
 
 // flights counts work under way that must reach Redis before Close

@@ -22,7 +22,7 @@ func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom 
 		// The answer came too late for the lease to be worth anything.
 		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
 		return nil, unavailable("acquire", a.key,
-			fmt.Errorf("redis answered after %v, longer than the lease validity %v", elapsed, validity))
+			fmt.Errorf("%s answered after %v, longer than the lease validity %v", l.store, elapsed, validity))
 	}
 	s := l.makeLease(a, token, fence, validFrom, fair)
 	if !l.keeper.add(s, validFrom) {

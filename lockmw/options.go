@@ -16,10 +16,11 @@ const (
 	// MinTTL is the shortest lease TTL accepted: the validity left after
 	// drift must stay positive.
 	MinTTL = 10 * time.Millisecond
-	// DefaultPrefix is prepended to every Redis key lockmw writes.
+	// DefaultPrefix is prepended to the name of everything lockmw writes in
+	// its store (Redis keys, etcd keys, ZooKeeper nodes, table rows).
 	DefaultPrefix = "lockmw:"
 	// DefaultDriftFactor is the share of the TTL assumed lost to clock drift
-	// between this process and Redis; 2ms more are always subtracted.
+	// between this process and the store; 2ms more are always subtracted.
 	DefaultDriftFactor = 0.01
 	// MaxKeyLen is the longest lock key accepted, in bytes.
 	MaxKeyLen = 512
@@ -28,7 +29,7 @@ const (
 )
 
 // driftFloor is always subtracted from a lease's validity, on top of the
-// drift factor: timer slack and the Redis expiry granularity.
+// drift factor: timer slack and the store's expiry granularity.
 const driftFloor = 2 * time.Millisecond
 
 // config is the Locker configuration built from Options.
@@ -69,8 +70,8 @@ func WithTTL(d time.Duration) Option {
 	})
 }
 
-// WithPrefix sets the prefix of every Redis key lockmw writes (default
-// "lockmw:"). Lockers that must exclude each other need the same prefix.
+// WithPrefix sets the prefix of the name of everything lockmw writes in
+// its store (default "lockmw:"). Lockers that must exclude each other need the same prefix.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
 		if len(p) > MaxPrefixLen {
@@ -199,7 +200,7 @@ func WithoutWatchdog() AcquireOption {
 }
 
 // Fair makes this acquisition wait in arrival order: waiters of every
-// process that use Fair on the key join one queue in Redis, and a release
+// process that use Fair on the key join one queue in the store, and a release
 // hands the lock straight to the first waiter still alive, waking only it. A
 // waiter whose process dies is skipped at hand-off; one that gives up
 // (context ended, WithWait ran out) leaves the queue at once.

@@ -82,13 +82,13 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	if err != nil {
 		return nil, err
 	}
-	l, err := newLocker(b, opts)
+	l, err := newLocker(b, "Redlock", opts)
 	if err != nil {
 		b.close()
 		return nil, err
 	}
 	b.cleaner, b.logger, b.closing = l.cleaner, l.logger, l.closing
-	b.expiry = l.cfg.expiry()
+	b.expiry, b.prefix = l.cfg.expiry(), l.cfg.prefix
 	warnEviction(l.logger, clients, l.closing)
 	l.id = newToken()[:16]
 	newRedlockWaits(l, b, clients[0])
@@ -117,6 +117,8 @@ type redlockBackend struct {
 	held sync.Map
 	// expiry is the Locker's, for the counter and queue keys.
 	expiry keyExpiry
+	// prefix is the Locker's key prefix, which names keys in logs.
+	prefix string
 }
 
 // heldOn is where a Redlock lease's lock may be.

@@ -271,7 +271,7 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	// (and queue the entry).
 	b := l.backend.(*redlockBackend)
 	keys := r.keys
-	l.cleaner.add(&cleanup{lock: keys.lock, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
+	l.cleaner.add(&cleanup{key: keys.name(l.cfg.prefix), until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
 		replies := make(chan masterReply, 1)
 		b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
 			{script: redlockLeaveScript, keys: []string{keys.lock, keys.queue}, args: []any{entry}},

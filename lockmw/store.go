@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,11 +38,14 @@ import (
 // No transfer or early hand-over exists here: a waiter's lease always comes
 // from its own acquisition or queue entry, confirmed by the store.
 
-func init() {
-	store.NewLocker = func(s store.Store, opts any) (any, error) {
-		o, _ := opts.([]Option)
-		return newStoreLocker(s, o)
-	}
+// NewWithStore returns a Locker keeping its locks in in.Store, configured
+// by opts. It is how this repository's store packages (lockmw/etcd,
+// lockmw/zookeeper, lockmw/postgres, lockmw/mysql) make their Lockers:
+// code outside this repository cannot call it, as it cannot name a
+// store.Inside; use a store package's constructor instead. It does not
+// close the store when it fails.
+func NewWithStore(in store.Inside, opts ...Option) (*Locker, error) {
+	return newStoreLocker(in.Store, opts)
 }
 
 // newStoreLocker returns a Locker keeping its locks in s. It does not
@@ -63,22 +65,21 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 		}
 		b.backoffMin, b.backoffMax = lo, hi
 	}
-	l, err := newLocker(b, opts)
+	name := "the store"
+	if n, ok := s.(store.Named); ok && n.Name() != "" {
+		name = n.Name()
+	}
+	l, err := newLocker(b, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	b.prefix = l.cfg.prefix
-	if n, ok := s.(store.Named); ok {
-		l.keeper.mu.Lock()
-		l.keeper.store = n.Name()
-		l.keeper.mu.Unlock()
-	}
 	if n, ok := s.(store.LossNotifier); ok {
 		n.NotifyLoss(l.keeper.loseTokens)
 	}
 	if l.cfg.waitReplicas > 0 {
 		_ = l.Close()
-		return nil, fmt.Errorf("%w: WithWaitReplicas waits for Redis replicas; this store replicates on its own: drop the option", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: WithWaitReplicas waits for Redis replicas; %s replicates on its own: drop the option", ErrInvalidOption, name)
 	}
 	if err := s.CheckTTL(l.cfg.ttl); err != nil {
 		_ = l.Close()
@@ -103,12 +104,9 @@ type storeBackend struct {
 }
 
 // storeKey returns the store's name of the lock whose Redis-shaped keys
-// are k: k.lock is prefix+"{"+key+"}" (newLockKeys).
+// are k.
 func (b *storeBackend) storeKey(k lockKeys) store.Key {
-	name := strings.TrimPrefix(k.lock, b.prefix)
-	name = strings.TrimPrefix(name, "{")
-	name = strings.TrimSuffix(name, "}")
-	return store.Key{Prefix: b.prefix, Name: name}
+	return store.Key{Prefix: b.prefix, Name: k.name(b.prefix)}
 }
 
 // acquire is not used: a Locker on a store acquires through storeAttempt

@@ -59,7 +59,8 @@ func New(locker *lockmw.Locker, rdb redis.UniversalClient, opts ...Option) (*Loc
 	if cfg.instance == "" {
 		cfg.instance = fire.DefaultInstance()
 	}
-	return &Locker{locker: locker, claims: fireclaim.NewRedis(rdb, fireclaim.Prefix(locker)).WithKeep(fireclaim.KeepOf(locker)), cfg: cfg, jobs: map[string]*job{}}, nil
+	home := lockmw.FireClaimsOf(locker, fireclaim.Inside{})
+	return &Locker{locker: locker, claims: fireclaim.NewRedis(rdb, home.Prefix).WithKeep(home.Keep), cfg: cfg, jobs: map[string]*job{}}, nil
 }
 
 // FireTime returns the scheduled time of the fire a job function runs

@@ -13,12 +13,13 @@
 // fire can then run twice is argued in Redis' documentation, Expiry.
 //
 // Redis keeps the record through a client (NewRedis, with the Locker's
-// prefix from Prefix). A Locker can offer claims in its own store through
-// Of, which package lockmw sets: on a single Redis or a Cluster, the Redis
-// claims on the Locker's client; on a store behind lockmw/internal/store
-// that keeps claims (etcd), the store's; on Redlock none, as no one Redis
-// is the Locker's. This package does not import lockmw, so that lockmw can
-// import it.
+// prefix). What a Locker offers (package lockmw's FireClaimsOf returns it
+// as a Home) is its prefix, its retention and the claims in its own store:
+// on a single Redis or a Cluster, the Redis claims on the Locker's client;
+// on a store behind lockmw/internal/store that keeps claims (etcd,
+// ZooKeeper, PostgreSQL, MariaDB), the store's; on Redlock none, as no one
+// Redis is the Locker's. This package does not import lockmw, so that
+// lockmw can import it.
 package fireclaim
 
 import (
@@ -76,21 +77,26 @@ type Claims interface {
 	Runner(ctx context.Context, job string) (time.Time, string, error)
 }
 
-// Of is set by package lockmw: it returns the Claims a *lockmw.Locker
-// (passed as any) keeps in its own store, or nil when its store cannot
-// keep them (Redlock: no one Redis is the Locker's). The types are any so
-// that this package need not import lockmw.
-var Of func(locker any) Claims
+// Inside is the argument of lockmw.FireClaimsOf. Only code inside this
+// repository can name this type (its package is internal), so only the
+// repository's cron adapters can call FireClaimsOf, although it is
+// exported.
+type Inside struct{}
 
-// Prefix is set by package lockmw: it returns the key prefix of a
-// *lockmw.Locker (passed as any), which scopes its claim records.
-var Prefix func(locker any) string
-
-// Retention is set by package lockmw: it returns how long a
-// *lockmw.Locker (passed as any) keeps an idle lock's keys (its
-// WithRetention, or the default), which is how long its Scheduler's claim
-// records stay after a claim (at least MinKeep; see Redis, Expiry).
-var Retention func(locker any) time.Duration
+// Home is where the fire claims of a Locker's Scheduler are kept, as
+// package lockmw tells it.
+type Home struct {
+	// Own returns the claims in the Locker's own store; nil when its
+	// store cannot keep them (Redlock: no one Redis is the Locker's).
+	Own func() Claims
+	// Prefix is the Locker's key prefix, which scopes its claim records.
+	Prefix string
+	// Keep is how long the Locker keeps an idle lock's keys (its
+	// WithRetention, or the default), which is how long its Scheduler's
+	// claim records stay after a claim (at least MinKeep; see Redis,
+	// Expiry).
+	Keep time.Duration
+}
 
 const (
 	// MinKeep is the shortest time a claim record stays after a claim: far
@@ -101,15 +107,6 @@ const (
 	// WithKeep is not given: lockmw's default retention.
 	DefaultKeep = 24 * time.Hour
 )
-
-// KeepOf returns how long the claim records of locker's Scheduler stay
-// after a claim: its retention (Retention), or DefaultKeep.
-func KeepOf(locker any) time.Duration {
-	if Retention == nil {
-		return DefaultKeep
-	}
-	return Retention(locker)
-}
 
 // NewToken returns a random token naming one claim, for replay
 // recognition.

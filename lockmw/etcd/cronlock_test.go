@@ -43,7 +43,7 @@ func TestFireClaimKeys(t *testing.T) {
 	srv := etcdtest.Start(t)
 	admin := srv.Client(t)
 	l := newLocker(t, srv.Client(t), lockmw.WithPrefix("app/"))
-	claims := fireclaim.Of(l)
+	claims := lockmw.FireClaimsOf(l, fireclaim.Inside{}).Own()
 	ctx := bg(t)
 	at := time.UnixMilli(1_700_000_000_000)
 	for _, job := range []string{"sweep", "a/b", "%cronfire%sweep"} {
@@ -91,7 +91,7 @@ func TestFireClaimEtcdDown(t *testing.T) {
 	t.Parallel()
 	srv := etcdtest.Start(t)
 	l := newLocker(t, srv.Client(t))
-	claims := fireclaim.Of(l)
+	claims := lockmw.FireClaimsOf(l, fireclaim.Inside{}).Own()
 	srv.Kill(t)
 	_, err := claims.Claim(context.Background(), "down", time.Now(), "host-a")
 	if err == nil {

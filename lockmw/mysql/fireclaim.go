@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // The fire claims of cronlock's Scheduler (package internal/fireclaim),
@@ -63,10 +64,9 @@ func (s *sqlStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims
 }
 
 // keepClaimsAsLocker sets how long the store's claim rows stay after a
-// write from locker's retention (a *lockmw.Locker as any): at least
-// fireclaim.MinKeep.
-func (s *sqlStore) keepClaimsAsLocker(locker any) {
-	s.claimKeep = max(fireclaim.KeepOf(locker), fireclaim.MinKeep)
+// write from the Locker's retention: at least fireclaim.MinKeep.
+func (s *sqlStore) keepClaimsAsLocker(l *lockmw.Locker) {
+	s.claimKeep = max(lockmw.FireClaimsOf(l, fireclaim.Inside{}).Keep, fireclaim.MinKeep)
 }
 
 // cleanupClaims deletes claim rows kept long enough, in up to ten batches;

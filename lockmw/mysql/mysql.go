@@ -77,13 +77,13 @@ func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Lock
 		return nil, err
 	}
 	s := newStore(db, n)
-	l, err := store.NewLocker(s, opts)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
 	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}
 	s.keepClaimsAsLocker(l)
-	return l.(*lockmw.Locker), nil
+	return l, nil
 }
 
 // check asks the server what it is and whether the tables exist; it

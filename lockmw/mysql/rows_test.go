@@ -38,7 +38,7 @@ func TestPrefixAndKeyNameTheirOwnRow(t *testing.T) {
 		l   *lockmw.Locker
 		job string
 	}{{la, "bc"}, {lb, "c"}} {
-		if got, err := fireclaim.Of(c.l).Claim(ctx, c.job, at, "host"); err != nil || !got.Won {
+		if got, err := lockmw.FireClaimsOf(c.l, fireclaim.Inside{}).Own().Claim(ctx, c.job, at, "host"); err != nil || !got.Won {
 			t.Fatalf("claim of job %q: %+v, %v; want won", c.job, got, err)
 		}
 	}
@@ -61,7 +61,7 @@ func TestClaimKeepIsTheRetention(t *testing.T) {
 	} {
 		l := newLocker(t, srv, c.opts...)
 		job := "keep-" + c.keep.String()
-		if got, err := fireclaim.Of(l).Claim(bg(t), job, time.UnixMilli(1_700_000_000_000), "host"); err != nil || !got.Won {
+		if got, err := lockmw.FireClaimsOf(l, fireclaim.Inside{}).Own().Claim(bg(t), job, time.UnixMilli(1_700_000_000_000), "host"); err != nil || !got.Won {
 			t.Fatalf("claim: %+v, %v", got, err)
 		}
 		var us int64

@@ -67,7 +67,7 @@ func TestCronlockPostgres(t *testing.T) {
 func TestFireClaimPostgresDown(t *testing.T) {
 	srv := startServer(t)
 	l := newLocker(t, srv.URL())
-	claims := fireclaim.Of(l)
+	claims := lockmw.FireClaimsOf(l, fireclaim.Inside{}).Own()
 	at := time.UnixMilli(1_700_000_000_000)
 	if c, err := claims.Claim(bg(t), "job", at, "host-a"); err != nil || !c.Won {
 		t.Fatalf("first claim: %+v, %v", c, err)

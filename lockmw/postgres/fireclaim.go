@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
+	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -49,10 +50,9 @@ import (
 var _ store.FireClaimer = (*pgStore)(nil)
 
 // keepClaimsAsLocker sets how long the store's claim rows stay after a
-// write from locker's retention (a *lockmw.Locker as any): at least
-// fireclaim.MinKeep.
-func (s *pgStore) keepClaimsAsLocker(locker any) {
-	s.claimKeep = max(fireclaim.KeepOf(locker), fireclaim.MinKeep)
+// write from the Locker's retention: at least fireclaim.MinKeep.
+func (s *pgStore) keepClaimsAsLocker(l *lockmw.Locker) {
+	s.claimKeep = max(lockmw.FireClaimsOf(l, fireclaim.Inside{}).Keep, fireclaim.MinKeep)
 }
 
 // sweepClaims deletes claim rows kept long enough, at most 1000 at once.

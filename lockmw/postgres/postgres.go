@@ -41,13 +41,13 @@ func (sc Schema) New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker,
 		return nil, err
 	}
 	s := newStore(pool, n)
-	l, err := store.NewLocker(s, opts)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
 	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}
 	s.keepClaimsAsLocker(l)
-	return l.(*lockmw.Locker), nil
+	return l, nil
 }
 
 // pgStore keeps locks in rows.

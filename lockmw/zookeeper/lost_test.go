@@ -101,7 +101,7 @@ func newLockerAt(t testing.TB, addrs ...string) *lockmw.Locker {
 }
 
 // A lease whose renewal ZooKeeper never answers ends at its deadline, and
-// its cause names ZooKeeper, not "the store (Redis, etcd)".
+// its cause names ZooKeeper, and not Redis.
 func TestDeadlineLossNamesZooKeeper(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)

@@ -104,11 +104,10 @@ func newLocker(cfg Config, opts []lockmw.Option) (*lockmw.Locker, *zkStore, erro
 		return nil, nil, fmt.Errorf("%w: zookeeper.Config.Root %q must be an absolute node path such as \"/locks\"", lockmw.ErrInvalidOption, cfg.Root)
 	}
 	s := newStore(cfg, root)
-	l, err := store.NewLocker(s, opts)
+	locker, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
-	locker := l.(*lockmw.Locker)
 	if err := s.connect(); err != nil {
 		_ = locker.Close()
 		return nil, nil, err

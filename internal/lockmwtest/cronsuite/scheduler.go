@@ -86,13 +86,13 @@ func RunClaims(t *testing.T, c fireclaim.Claims, job string) {
 // The claims a Locker keeps in its own store, as a Scheduler given no
 // Redis client uses them.
 func testClaims(t *testing.T, env Env) {
-	c := fireclaim.Of(env.NewLocker(t))
+	c := lockmw.FireClaimsOf(env.NewLocker(t), fireclaim.Inside{}).Own()
 	if c == nil {
 		t.Fatal("the Locker's store offers no fire claims")
 	}
 	RunClaims(t, c, "claims")
 	// Another Locker on the store sees the same record.
-	got, err := fireclaim.Of(env.NewLocker(t)).Claim(context.Background(), "claims", time.UnixMilli(1_700_000_000_000), "late")
+	got, err := lockmw.FireClaimsOf(env.NewLocker(t), fireclaim.Inside{}).Own().Claim(context.Background(), "claims", time.UnixMilli(1_700_000_000_000), "late")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -76,4 +77,28 @@ func Example() {
 	// Output:
 	// notifies: false queues: false
 	// true 1 false true
+}
+
+// A store package makes its Locker with lockmw.NewWithStore, which only
+// code inside this repository can call (it cannot be given a store.Inside
+// from outside).
+func Example_locker() {
+	l, err := lockmw.NewWithStore(store.Inside{Store: &oneProcess{locks: map[store.Key]string{}}}, lockmw.WithTTL(time.Minute))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+	ctx := context.Background()
+	lease, err := l.TryAcquire(ctx, "report")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, busy := l.TryAcquire(ctx, "report")
+	fmt.Println(lease.Fence(), busy)
+	fmt.Println(lease.Release(ctx))
+	// Output:
+	// 1 lockmw: lock "report" not acquired: held by another owner
+	// <nil>
 }

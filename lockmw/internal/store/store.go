@@ -1,9 +1,9 @@
 // Package store is the boundary between lockmw's lock logic and a store
-// that holds locks. It is internal to the lockmw module: a store package
-// (such as lockmw/etcd) implements Store, and package lockmw wraps it in a
-// Locker through NewLocker. Leases, waiting, the watchdog's schedule,
-// validity deadlines and telemetry stay in package lockmw; a store only
-// does one step on its objects per call.
+// that holds locks. It is internal to this repository: a store package
+// (such as lockmw/etcd) implements Store, and makes its Locker with
+// lockmw.NewWithStore (see Inside). Leases, waiting, the watchdog's
+// schedule, validity deadlines and telemetry stay in package lockmw; a
+// store only does one step on its objects per call.
 //
 // A store names its own objects from the Locker's prefix and the user's
 // key (Key). Beyond the required Store, a store offers what it has, found
@@ -211,9 +211,3 @@ type LossNotifier interface {
 type Named interface {
 	Name() string
 }
-
-// NewLocker is set by package lockmw: it returns a *lockmw.Locker (as any)
-// keeping its locks in s, configured by opts (a []lockmw.Option, as any).
-// Store packages call it from their constructors; the types are any so
-// that this package need not import lockmw.
-var NewLocker func(s Store, opts any) (any, error)

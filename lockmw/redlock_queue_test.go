@@ -215,8 +215,10 @@ func TestRedlockQueueEntryGoneAfterCloseDuringAttempt(t *testing.T) {
 			t.Cleanup(func() { _ = l.Close() })
 			// Connections to every master first, so that the attempt goes
 			// on one that is open (a new one to a paused master would not
-			// get through its handshake).
-			warm, err := l.TryAcquire(ctx, key+"-warm")
+			// get through its handshake). Its lease TTL is long enough for
+			// a loaded machine: with the Locker's 50ms, one answer after
+			// 48ms fails it as outlasting its validity.
+			warm, err := l.TryAcquire(ctx, key+"-warm", lockmw.WithLeaseTTL(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -174,6 +174,10 @@ func (s *Lease) release(ctx context.Context) error {
 	l.keeper.expire(s) // past its deadline: lost, whatever the timer
 	prev, lost, deadline := l.keeper.remove(s)
 	if prev == stateClosed {
+		// Close took the lease and gives the lock back; the lease ends
+		// here too, so that when Release returns no work runs under it
+		// and nothing nests in it, even before Close gets to it.
+		s.cancel(ErrClosed)
 		return ErrClosed
 	}
 	if prev == stateHeld {

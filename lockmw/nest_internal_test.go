@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -140,5 +141,53 @@ func TestNestedLeasesEndBeforeTheirOuter(t *testing.T) {
 				t.Fatal("the outer lease's context ended while a lease nested in it was still live")
 			}
 		})
+	}
+}
+
+// A Release that finds its lease taken by a Close under way (the watchdog
+// already closed, the lease not yet ended by Close) ends the lease and its
+// nested leases before it returns ErrClosed: no lease nests in it after
+// that, and its context is done. (The randomized checker found a lease
+// nested in one whose Release had returned ErrClosed, on a Locker whose
+// Close was between closing the watchdog and ending its leases.)
+func TestReleaseDuringCloseEndsTheLease(t *testing.T) {
+	srv := redistest.Start(t)
+	l, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	outer, err := l.Acquire(ctx, "closing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner, err := l.TryAcquire(outer.Context(), "closing")
+	if err != nil || inner.outer != outer {
+		t.Fatalf("nested acquisition: %v (outer %p, want %p)", err, inner.outer, outer)
+	}
+	// Close's first step, without the steps that end the leases.
+	held := l.keeper.close()
+	if len(held) != 1 || held[0] != outer {
+		t.Fatalf("the watchdog kept %d leases, want the outer one", len(held))
+	}
+	if err := outer.Release(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Release during Close = %v, want ErrClosed", err)
+	}
+	if cause := context.Cause(outer.Context()); !errors.Is(cause, ErrClosed) {
+		t.Errorf("outer lease's context after Release returned: cause %v, want ErrClosed", cause)
+	}
+	if cause := context.Cause(inner.Context()); !errors.Is(cause, ErrClosed) {
+		t.Errorf("nested lease's context after the outer's Release returned: cause %v, want ErrClosed", cause)
+	}
+	if n := l.nest(ctx, outer); n != nil {
+		t.Errorf("a lease nested in one whose Release returned ErrClosed")
+	}
+	// Close still gives the lock back.
+	if err := l.releaseAll(held); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := srv.Client(t).Exists(ctx, DefaultPrefix+"{closing}").Result(); err != nil || n != 0 {
+		t.Errorf("lock key after Close's release: EXISTS = %d, %v; want 0", n, err)
 	}
 }

@@ -72,26 +72,7 @@ func (s *sqlStore) keepClaimsAsLocker(l *lockmw.Locker) {
 // cleanupClaims deletes claim rows kept long enough, in up to ten batches;
 // it reports how many it deleted.
 func (s *sqlStore) cleanupClaims() int64 {
-	var total int64
-	for range 10 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		res, err := s.exec(ctx, time.Minute, "DELETE FROM "+s.n.claims+" WHERE keep_until < UTC_TIMESTAMP(6) LIMIT "+strconv.Itoa(cleanupBatch))
-		cancel()
-		if err != nil {
-			return total
-		}
-		n, _ := res.RowsAffected()
-		total += n
-		if n < cleanupBatch {
-			return total
-		}
-		select {
-		case <-s.stop:
-			return total
-		default:
-		}
-	}
-	return total
+	return s.deleteBatches("DELETE FROM " + s.n.claims + " WHERE keep_until < UTC_TIMESTAMP(6) LIMIT " + strconv.Itoa(cleanupBatch))
 }
 
 type claims struct {

@@ -439,10 +439,17 @@ func (s *sqlStore) cleanLoop(every time.Duration) {
 // link); it reports how many lock rows it deleted.
 func (s *sqlStore) cleanup() int64 {
 	s.sweepQueue()
+	return s.deleteBatches("DELETE FROM " + s.n.locks + " WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL " + micros(s.retention) + " MICROSECOND LIMIT " + strconv.Itoa(cleanupBatch))
+}
+
+// deleteBatches runs del, a DELETE … LIMIT cleanupBatch, up to ten times
+// while it deletes a full batch and the store is open; it reports how
+// many rows it deleted.
+func (s *sqlStore) deleteBatches(del string) int64 {
 	var total int64
 	for range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		res, err := s.exec(ctx, time.Minute, "DELETE FROM "+s.n.locks+" WHERE expires_at < UTC_TIMESTAMP(6) - INTERVAL "+micros(s.retention)+" MICROSECOND LIMIT "+strconv.Itoa(cleanupBatch))
+		res, err := s.exec(ctx, time.Minute, del)
 		cancel()
 		if err != nil {
 			return total

@@ -8,30 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockmw/lockmw/internal/pgtest"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
-
-// newTestStore starts PostgreSQL with the tables and returns a store on it
-// (its sweeper runs once a minute: the tests call sweepOnce) and its pool.
-func newTestStore(t *testing.T) (*pgStore, *pgxpool.Pool, context.Context) {
-	t.Helper()
-	srv := pgtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	pool, err := pgxpool.New(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := CreateTable(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := Schema{}.names()
-	s := newStore(pool, n)
-	t.Cleanup(func() { _ = s.Close() })
-	return s, pool, ctx
-}
 
 // claimKeepLeft is how long the claim row of job is kept still; ok is
 // false when there is none.
@@ -53,7 +31,7 @@ func claimKeepLeft(t *testing.T, ctx context.Context, pool *pgxpool.Pool, prefix
 // fire claimed before it when that is longer (internal/fireclaim's
 // Redis, Expiry).
 func TestClaimRowKeep(t *testing.T) {
-	s, pool, ctx := newTestStore(t)
+	ctx, pool, s := startStore(t)
 	const keep = 2 * time.Hour
 	s.claimKeep = keep
 	c := s.FireClaims("p:", 10*time.Second)
@@ -92,7 +70,7 @@ func TestClaimRowKeep(t *testing.T) {
 // keep; the row of a job that goes on firing stays, and its fires are
 // refused to a second claimant as before.
 func TestSweepDeletesIdleClaimRows(t *testing.T) {
-	s, pool, ctx := newTestStore(t)
+	ctx, pool, s := startStore(t)
 	const keep = 3 * time.Second
 	s.claimKeep = keep
 	c := s.FireClaims("p:", 10*time.Second)
@@ -143,7 +121,7 @@ func TestSweepDeletesIdleClaimRows(t *testing.T) {
 // a lease of prefix "a", key "bc" does not hold prefix "ab", key "c", and
 // a waiter queued for one is not before the other's acquisitions.
 func TestRowNamesOfPrefixAndKey(t *testing.T) {
-	s, _, ctx := newTestStore(t)
+	ctx, _, s := startStore(t)
 	a, b := store.Key{Prefix: "a", Name: "bc"}, store.Key{Prefix: "ab", Name: "c"}
 	if r, err := s.Acquire(ctx, a, "ta", time.Minute, true); err != nil || !r.Acquired {
 		t.Fatalf("acquire %+v: %+v, %v", a, r, err)

@@ -14,12 +14,7 @@ import (
 // no nested lease kept by the outer one, whether the nested leases are
 // released before their outer lease or end with it.
 func TestNestReleaseCyclesLeaveNothing(t *testing.T) {
-	srv := redistest.Start(t)
-	l, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	_, l := startNestLocker(t)
 	ctx := context.Background()
 	// Settle the Locker's own goroutines (watchdog, connections) first.
 	warm, err := l.Acquire(ctx, "warm")
@@ -94,12 +89,7 @@ func TestNestReleaseCyclesLeaveNothing(t *testing.T) {
 // that runs late on a loaded host, say) finds every lease nested in it
 // ended too, also one nested through context.WithoutCancel.
 func TestNestedLeasesEndBeforeTheirOuter(t *testing.T) {
-	srv := redistest.Start(t)
-	l, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	_, l := startNestLocker(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -151,12 +141,7 @@ func TestNestedLeasesEndBeforeTheirOuter(t *testing.T) {
 // nested in one whose Release had returned ErrClosed, on a Locker whose
 // Close was between closing the watchdog and ending its leases.)
 func TestReleaseDuringCloseEndsTheLease(t *testing.T) {
-	srv := redistest.Start(t)
-	l, err := New(srv.Client(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	srv, l := startNestLocker(t)
 	ctx := context.Background()
 	outer, err := l.Acquire(ctx, "closing")
 	if err != nil {
@@ -190,4 +175,17 @@ func TestReleaseDuringCloseEndsTheLease(t *testing.T) {
 	if n, err := srv.Client(t).Exists(ctx, DefaultPrefix+"{closing}").Result(); err != nil || n != 0 {
 		t.Errorf("lock key after Close's release: EXISTS = %d, %v; want 0", n, err)
 	}
+}
+
+// startNestLocker starts a Redis server and a Locker on it, closed when the
+// test ends.
+func startNestLocker(t *testing.T) (*redistest.Server, *Locker) {
+	t.Helper()
+	srv := redistest.Start(t)
+	l, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return srv, l
 }

@@ -315,10 +315,10 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		if ac.fair {
 			return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
 		}
-		if b, ok := l.backend.(*redlockBackend); ok && b.subs != nil {
-			return l.waitRedlock(a, wait)
-		}
-		return l.waitBackoff(a, wait)
+		// Only Redlock gets here: New sets l.waits, NewWithStore is a
+		// storeBackend, and NewRedlock always gives the backend a wake
+		// channel (newRedlockWaits).
+		return l.waitRedlock(a, wait)
 	}
 	if ac.fair {
 		return l.acquireFair(a, wait)

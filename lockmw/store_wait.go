@@ -26,7 +26,7 @@ import (
 // the store says the lock may be free (store.Notifier), then tries again
 // (every waiting Locker tries: they barge); a store without notifications
 // is polled with a capped, jittered backoff, in the store's range
-// (store.Backoff) or else Redlock's. A
+// (store.Backoff) or else minBackoff to maxBackoff. A
 // notification wait is bounded by the holder's TTL (or the waiter's own),
 // so a lost notification costs latency, never liveness.
 //
@@ -34,6 +34,16 @@ import (
 // waits for the entry just before it to end (only that one: no herd),
 // then asks again; the first entry holds the lock. A waiter that gives up
 // takes its entry out; if that fails, the Locker's cleaner retries it.
+
+// Without release notifications, a waiter retries with a jittered,
+// capped exponential backoff, never sleeping past the holder's remaining
+// TTL. This is the default range, tuned for Redis' round trip (Redlock's
+// wake-lost retries use it too); a store may choose its own
+// (store.Backoff: a database wants longer).
+const (
+	minBackoff = 500 * time.Microsecond
+	maxBackoff = 8 * time.Millisecond
+)
 
 // waitStore runs an acquisition on a store: the dispatch target of wait
 // for a Locker made by newStoreLocker.

@@ -11,9 +11,9 @@ import (
 // caller's. Implementations must be safe for concurrent use.
 type backend interface {
 	// acquire makes one attempt to take the lock for token with the given TTL.
-	acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error)
+	acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error)
 	// release deletes the lock if token still owns it.
-	release(ctx context.Context, k lockKeys, token string) (ownership, error)
+	release(ctx context.Context, k lockRef, token string) (ownership, error)
 	// renew extends each request's lock if its token still owns it, sending
 	// all requests for one node in one round trip. It returns one result per
 	// request, in order.
@@ -51,7 +51,7 @@ func (o ownership) lostReason() LostReason {
 }
 
 type renewRequest struct {
-	keys  lockKeys
+	keys  lockRef
 	token string
 	ttl   time.Duration
 }
@@ -64,13 +64,13 @@ type renewResult struct {
 // waitBackend is what a backend offers for waiting without polling:
 // release notifications and fair queues. The Redis backend has it.
 type waitBackend interface {
-	releaseHandoff(ctx context.Context, k lockKeys, token, early string, earlyFence uint64) (handoff, error)
-	unlock(ctx context.Context, k lockKeys, token string) (o ownership, fair bool, err error)
-	transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration, force bool) (transferReply, error)
-	fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
-	enqueue(ctx context.Context, k lockKeys, entry string) (bool, error)
-	leave(ctx context.Context, k lockKeys, entry, token string) (bool, error)
-	fairQueued(ctx context.Context, k lockKeys) (bool, error)
+	releaseHandoff(ctx context.Context, k lockRef, token, early string, earlyFence uint64) (handoff, error)
+	unlock(ctx context.Context, k lockRef, token string) (o ownership, fair bool, err error)
+	transfer(ctx context.Context, k lockRef, token, to string, ttl time.Duration, force bool) (transferReply, error)
+	fairAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
+	enqueue(ctx context.Context, k lockRef, entry string) (bool, error)
+	leave(ctx context.Context, k lockRef, entry, token string) (bool, error)
+	fairQueued(ctx context.Context, k lockRef) (bool, error)
 	subscriber() *subscriber
 	close()
 }

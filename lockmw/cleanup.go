@@ -306,8 +306,8 @@ func dialFailed(err error) bool {
 // lease TTL ttl; entry is the fair queue entry to take out first ("" when
 // none), fair whether the token was a fair waiter's. No lease may exist for
 // token.
-func (l *Locker) takeBack(keys lockKeys, token, entry string, fair bool, ttl time.Duration) {
-	l.cleaner.add(&cleanup{key: keys.name(l.cfg.prefix), until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+func (l *Locker) takeBack(keys lockRef, token, entry string, fair bool, ttl time.Duration) {
+	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		if entry != "" {
 			granted, err := l.waits.leave(ctx, keys, entry, token)
 			if err != nil {
@@ -326,12 +326,12 @@ func (l *Locker) takeBack(keys lockKeys, token, entry string, fair bool, ttl tim
 // takeBackOn hands the cleaner the lock that token may hold on the Redlock
 // masters marked in masters, whose rollback got no answer. It never blocks
 // (a master's sender calls it); after Close it gives up at once.
-func (b *redlockBackend) takeBackOn(k lockKeys, token string, ttl time.Duration, masters []bool) {
-	j := &cleanup{key: k.name(b.prefix), until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+func (b *redlockBackend) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
+	j := &cleanup{key: k.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		return b.releaseOn(ctx, k, token, masters)
 	}}
 	if b.cleaner == nil || !b.cleaner.offer(j) {
 		b.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
-			slog.String("key", k.name(b.prefix)), slog.String("store", "Redlock"), slog.String("reason", "locker closed"))
+			slog.String("key", k.Name), slog.String("store", "Redlock"), slog.String("reason", "locker closed"))
 	}
 }

@@ -122,7 +122,7 @@ func TestCloseStopsPendingCleanups(t *testing.T) {
 		t.Fatal("cleaner still running after Close")
 	}
 	// A cleanup handed over after Close is tried once, in the caller.
-	l.takeBack(newLockKeys(l.cfg.prefix, "late"), newToken(), "", false, time.Second)
+	l.takeBack(newLockRef(l.cfg.prefix, "late"), newToken(), "", false, time.Second)
 	if !l.cleaner.idle() {
 		t.Fatal("cleaner restarted after Close")
 	}

@@ -187,6 +187,6 @@ func renewNow(l *Locker, s *Lease) {
 // testAcquisition is an Acquire of key on l under way, with l's TTL.
 func testAcquisition(l *Locker, key string) *acquisition {
 	ctx := context.Background()
-	return &acquisition{opCtx: ctx, leaseParent: ctx, key: key, keys: newLockKeys(l.cfg.prefix, key),
+	return &acquisition{opCtx: ctx, leaseParent: ctx, key: key, keys: newLockRef(l.cfg.prefix, key),
 		cfg: &acquireConfig{ttl: l.cfg.ttl, watchdog: true, name: key}}
 }

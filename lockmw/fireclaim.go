@@ -32,7 +32,7 @@ func (l *Locker) fireClaims(keep time.Duration) fireclaim.Claims {
 		return fireclaim.NewRedis(b.client, l.cfg.prefix).WithKeep(keep)
 	case *storeBackend:
 		if c, ok := b.st.(store.FireClaimer); ok {
-			return c.FireClaims(b.prefix, l.cfg.ttl)
+			return c.FireClaims(l.cfg.prefix, l.cfg.ttl)
 		}
 	}
 	// Redlock: a record on one master alone would not survive that

@@ -116,10 +116,10 @@ func minEarlyValidity(ttl time.Duration) time.Duration { return max(ttl/4, 10*ti
 // and next are what the grant left for the waiter's own hand-over (see
 // grantInfo). A token nobody here waits for any more is released, so the
 // lock moves on.
-func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
+func (l *Locker) handTo(keys lockRef, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
 	l.roomsMu.Lock()
 	var w *waiter
-	if r := l.rooms[keys.lock]; r != nil {
+	if r := l.rooms[keys.Key]; r != nil {
 		w = r.fair[token]
 	}
 	if w != nil {
@@ -154,10 +154,10 @@ func (l *Locker) handTo(keys lockKeys, token string, fence uint64, validFrom tim
 // handEarlyFair hands the lock of keys to this Locker's fair waiter with
 // token, before Redis is told: it returns the hand-over to settle, or nil
 // when that waiter is gone or already has the lock.
-func (l *Locker) handEarlyFair(keys lockKeys, token string, fence uint64, deadline time.Time) *handover {
+func (l *Locker) handEarlyFair(keys lockRef, token string, fence uint64, deadline time.Time) *handover {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.lock]
+	r := l.rooms[keys.Key]
 	if r == nil {
 		return nil
 	}
@@ -188,11 +188,11 @@ func (l *Locker) handEarlyFair(keys lockKeys, token string, fence uint64, deadli
 // waiter; the transfer keeps its place, and the waiter's release serves
 // it. Otherwise the release goes through Redis (releaseTokenOf), which
 // hands the lock to the queue first.
-func (l *Locker) handEarly(keys lockKeys, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
+func (l *Locker) handEarly(keys lockRef, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	var w *waiter
-	if r := l.rooms[keys.lock]; r != nil && r.fairBusy == 0 {
+	if r := l.rooms[keys.Key]; r != nil && r.fairBusy == 0 {
 		// (With fair waiters of its own queued, the lock goes to them: see
 		// transfer.lua.)
 		w = r.nextDefault()

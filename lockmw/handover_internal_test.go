@@ -77,10 +77,10 @@ func tryUntil(t *testing.T, l *Locker, key string) *Lease {
 
 // roomWaiters counts l's default-mode and fair waiters for key.
 func roomWaiters(l *Locker, key string) (defaults, fair int) {
-	keys := newLockKeys(l.cfg.prefix, key)
+	keys := newLockRef(l.cfg.prefix, key)
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.lock]
+	r := l.rooms[keys.Key]
 	if r == nil {
 		return 0, 0
 	}
@@ -147,10 +147,10 @@ func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair b
 // learnt that no fair waiter was queued when it arrived: a release of l may
 // then hand it the lock early.
 func aheadOfQueue(l *Locker, key string) bool {
-	keys := newLockKeys(l.cfg.prefix, key)
+	keys := newLockRef(l.cfg.prefix, key)
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.lock]
+	r := l.rooms[keys.Key]
 	return r != nil && len(r.defaults) == 1 && r.defaults[0].aheadOfQueue
 }
 

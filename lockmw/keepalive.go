@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is how a lock is kept alive: one renewScheduler per Locker
@@ -70,7 +72,7 @@ type renewScheduler struct {
 	closed bool
 	// held counts the leases in stateHeld by lock key: whether this Locker
 	// holds a lock is what decides how its waiters wait (see holds).
-	held   map[string]int
+	held   map[store.Key]int
 	wakeAt time.Time // when the loop's timer fires next
 
 	wake    chan struct{}
@@ -101,15 +103,15 @@ func setDeadline(l *Lease, d time.Time) {
 	l.validUntil.Store(int64(d.Sub(monoEpoch)))
 }
 
-func newRenewScheduler(b backend, store string, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
+func newRenewScheduler(b backend, storeName string, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
 	s := &renewScheduler{
 		backend: b,
-		store:   store,
+		store:   storeName,
 		tel:     tel,
 		logger:  logger,
 		drift:   drift,
 		wake:    make(chan struct{}, 1),
-		held:    make(map[string]int),
+		held:    make(map[store.Key]int),
 		wakeAt:  time.Now().Add(time.Hour), // run's first timer
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -128,7 +130,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	}
 	k := &l.keep
 	k.state = stateHeld
-	s.held[l.keys.lock]++
+	s.held[l.keys.Key]++
 	setDeadline(l, sentAt.Add(l.ttl-s.drift(l.ttl)))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
@@ -149,7 +151,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	}
 	k := &l.keep
 	k.state, k.pending = stateHeld, true
-	s.held[l.keys.lock]++
+	s.held[l.keys.Key]++
 	setDeadline(l, deadline)
 	k.fireAt, k.slack = deadline, 0
 	heap.Push(&s.queue, l)
@@ -328,8 +330,8 @@ func (s *renewScheduler) close() []*Lease {
 
 // unhold uncounts l, which leaves stateHeld. Caller holds s.mu.
 func (s *renewScheduler) unhold(l *Lease) {
-	if s.held[l.keys.lock]--; s.held[l.keys.lock] <= 0 {
-		delete(s.held, l.keys.lock)
+	if s.held[l.keys.Key]--; s.held[l.keys.Key] <= 0 {
+		delete(s.held, l.keys.Key)
 	}
 }
 
@@ -344,12 +346,12 @@ func (s *renewScheduler) released(l *Lease) {
 	}
 }
 
-// holds reports whether a lease of this Locker holds the lock key lock, or
-// is being released.
-func (s *renewScheduler) holds(lock string) bool {
+// holds reports whether a lease of this Locker holds the lock k, or is
+// being released.
+func (s *renewScheduler) holds(k store.Key) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.held[lock] > 0
+	return s.held[k] > 0
 }
 
 // poke wakes the scheduler loop to look at the queue again.

@@ -1,6 +1,10 @@
 package lockmw
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
 
 // lockKeys are the Redis keys and channels of one lock. They share the hash
 // tag {key}, so on Redis Cluster they live in one slot and one script can
@@ -42,13 +46,38 @@ func keysIn(all string, n int) lockKeys {
 	}
 }
 
-// name returns the user's key of the lock whose keys are k, for a Locker
-// with prefix: k.lock is prefix+"{"+key+"}" (newLockKeys).
-func (k lockKeys) name(prefix string) string {
-	if len(k.lock) < len(prefix)+2 {
-		return k.lock // not made by newLockKeys with prefix
+// lockRef is one lock as the Locker tracks it: its store.Key, which keys
+// the Locker's bookkeeping (rooms, hot locks, held leases), and the Redis
+// names derived from it once per acquisition or lease (the Redis stores'
+// requests use them; other stores use the Key).
+type lockRef struct {
+	store.Key
+	lockKeys
+}
+
+// newLockRef returns the lock named key under prefix.
+func newLockRef(prefix, key string) lockRef {
+	return lockRef{Key: store.Key{Prefix: prefix, Name: key}, lockKeys: newLockKeys(prefix, key)}
+}
+
+// keyOfBase returns the lock whose Redis lock key is base (as Redis
+// channel names carry it), for a Locker with prefix: base is
+// prefix+"{"+key+"}" (newLockKeys). ok is false for a name the Locker did
+// not make. It allocates nothing: the Key's Name is a slice of base.
+func keyOfBase(prefix, base string) (k store.Key, ok bool) {
+	if len(base) < len(prefix)+2 || base[:len(prefix)] != prefix || base[len(prefix)] != '{' || base[len(base)-1] != '}' {
+		return store.Key{}, false
 	}
-	return k.lock[len(prefix)+1 : len(k.lock)-1]
+	return store.Key{Prefix: prefix, Name: base[len(prefix)+1 : len(base)-1]}, true
+}
+
+// lockRefOfBase is keyOfBase with the Redis names of the lock.
+func lockRefOfBase(prefix, base string) (lockRef, bool) {
+	k, ok := keyOfBase(prefix, base)
+	if !ok {
+		return lockRef{}, false
+	}
+	return lockRef{Key: k, lockKeys: newLockKeysFromBase(base)}, true
 }
 
 func checkKey(key string) error {

@@ -1,6 +1,10 @@
 package lockmw
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
 
 // TestLockKeys checks the names of one lock's keys and channels, built in
 // one allocation and sliced.
@@ -20,17 +24,29 @@ func TestLockKeys(t *testing.T) {
 	}
 }
 
-// The user's key comes back from a lock's keys whatever braces the prefix
-// and key hold: store keys and log lines are named by it.
-func TestLockKeysName(t *testing.T) {
+// The user's key comes back from a lock's Redis lock key (as channel names
+// carry it) whatever braces the prefix and key hold: the Locker's rooms are
+// found by it.
+func TestKeyOfBase(t *testing.T) {
 	for _, c := range []struct{ prefix, key string }{
 		{"lockmw:", "order:42"},
 		{"", "k"},
 		{"app{1}:", "{a}b}"},
 		{"{", "}"},
 	} {
-		if got := newLockKeys(c.prefix, c.key).name(c.prefix); got != c.key {
-			t.Errorf("newLockKeys(%q, %q).name = %q, want %q", c.prefix, c.key, got, c.key)
+		want := store.Key{Prefix: c.prefix, Name: c.key}
+		got, ok := keyOfBase(c.prefix, newLockKeys(c.prefix, c.key).lock)
+		if !ok || got != want {
+			t.Errorf("keyOfBase(%q, newLockKeys(%q, %q).lock) = %+v, %v, want %+v", c.prefix, c.prefix, c.key, got, ok, want)
+		}
+		if ref, ok := lockRefOfBase(c.prefix, newLockKeys(c.prefix, c.key).lock); !ok || ref != newLockRef(c.prefix, c.key) {
+			t.Errorf("lockRefOfBase(%q, %q) = %+v, %v, want %+v", c.prefix, c.key, ref, ok, newLockRef(c.prefix, c.key))
+		}
+	}
+	// Names another prefix made are not this Locker's.
+	for _, base := range []string{"other:{k}", "lockmw:k", "lockmw:{k", "", "lockmw:"} {
+		if k, ok := keyOfBase("lockmw:", base); ok {
+			t.Errorf("keyOfBase(%q, %q) = %+v, true, want false", "lockmw:", base, k)
 		}
 	}
 }

@@ -15,7 +15,7 @@ type Lease struct {
 	locker     *Locker
 	key        string
 	name       string // telemetry name
-	keys       lockKeys
+	keys       lockRef
 	token      string // random 128-bit owner id, hex
 	fence      uint64
 	ttl        time.Duration

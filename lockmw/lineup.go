@@ -35,7 +35,7 @@ const maxHot = 1024
 // still queued behind the new holder: an Acquire of this Locker for it in
 // the next hotFor joins the queue with one RPUSHX (enqueue) instead of a
 // full attempt that would find the lock held.
-func (l *Locker) markHot(keys lockKeys) {
+func (l *Locker) markHot(keys lockRef) {
 	now := time.Now()
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
@@ -49,22 +49,22 @@ func (l *Locker) markHot(keys lockKeys) {
 			clear(l.hot)
 		}
 	}
-	l.hot[keys.lock] = now
+	l.hot[keys.Key] = now
 }
 
 // isHotLocked reports whether the lock of keys is hot, forgetting it once
 // it is not. Caller holds l.roomsMu.
-func (l *Locker) isHotLocked(keys lockKeys) bool {
-	t, ok := l.hot[keys.lock]
+func (l *Locker) isHotLocked(keys lockRef) bool {
+	t, ok := l.hot[keys.Key]
 	if ok && time.Since(t) >= hotFor {
-		delete(l.hot, keys.lock)
+		delete(l.hot, keys.Key)
 		return false
 	}
 	return ok
 }
 
 // isHot is isHotLocked for a caller that does not hold l.roomsMu.
-func (l *Locker) isHot(keys lockKeys) bool {
+func (l *Locker) isHot(keys lockRef) bool {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	return l.isHotLocked(keys)
@@ -74,10 +74,10 @@ func (l *Locker) isHot(keys lockKeys) bool {
 // after a release handed the lock to a queued waiter: the lock did not
 // become free, so no release notification comes. The woken waiter retries
 // and, finding the lock held by another Locker, lines up in the queue.
-func (l *Locker) wakeDefaultHead(keys lockKeys) {
+func (l *Locker) wakeDefaultHead(keys lockRef) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.lock]; r != nil && len(r.defaults) > 0 {
+	if r := l.rooms[keys.Key]; r != nil && len(r.defaults) > 0 {
 		signal(r.defaults[0].wake)
 	}
 }
@@ -87,13 +87,13 @@ func (l *Locker) wakeDefaultHead(keys lockKeys) {
 // would hand it over in-process) nor being handed to one of its waiters
 // (between a release's transfer and the waiter's lease), and the waiter has
 // not fallen back to its room (see lineUp).
-func (l *Locker) linesUp(keys lockKeys, ac *acquireConfig) bool {
-	if ac.stayInRoom || l.keeper.holds(keys.lock) {
+func (l *Locker) linesUp(keys lockRef, ac *acquireConfig) bool {
+	if ac.stayInRoom || l.keeper.holds(keys.Key) {
 		return false
 	}
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.lock]; r != nil {
+	if r := l.rooms[keys.Key]; r != nil {
 		for _, w := range r.fair {
 			if w.delivered {
 				return false

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -39,8 +40,8 @@ type Locker struct {
 	logger  *slog.Logger
 
 	roomsMu sync.Mutex
-	rooms   map[string]*room     // by lock key
-	hot     map[string]time.Time // by lock key: see markHot
+	rooms   map[store.Key]*room     // by lock
+	hot     map[store.Key]time.Time // by lock: see markHot
 
 	// flights counts releases and hand-overs under way; Close waits for
 	// them, so that it leaves no lock of its own behind.
@@ -86,9 +87,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// newLocker returns a Locker on b; store names b's store in messages
+// newLocker returns a Locker on b; storeName names b's store in messages
 // ("Redis", "Redis Cluster", "Redlock", "etcd", ...).
-func newLocker(b backend, store string, opts []Option) (*Locker, error) {
+func newLocker(b backend, storeName string, opts []Option) (*Locker, error) {
 	cfg := config{ttl: DefaultTTL, prefix: DefaultPrefix, driftFactor: DefaultDriftFactor, logger: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
@@ -108,13 +109,13 @@ func newLocker(b backend, store string, opts []Option) (*Locker, error) {
 		tel:     tel,
 		logger:  cfg.logger,
 		closing: make(chan struct{}),
-		rooms:   make(map[string]*room),
-		hot:     make(map[string]time.Time),
-		store:   store,
-		cleaner: newCleaner(cfg.logger, store),
+		rooms:   make(map[store.Key]*room),
+		hot:     make(map[store.Key]time.Time),
+		store:   storeName,
+		cleaner: newCleaner(cfg.logger, storeName),
 	}
 	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
-	l.keeper = newRenewScheduler(b, store, tel, cfg.logger, cfg.drift)
+	l.keeper = newRenewScheduler(b, storeName, tel, cfg.logger, cfg.drift)
 	return l, nil
 }
 
@@ -292,7 +293,7 @@ type acquisition struct {
 	opCtx       context.Context // carries the acquire span; requests are made under it
 	leaseParent context.Context // the caller's context: the lease context derives from it
 	key         string
-	keys        lockKeys
+	keys        lockRef
 	cfg         *acquireConfig
 	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
 }
@@ -301,7 +302,7 @@ type acquisition struct {
 // carries the acquire span; leaseParent is the caller's context the lease
 // context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
-	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, keys: newLockKeys(l.cfg.prefix, key), cfg: ac}
+	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, keys: newLockRef(l.cfg.prefix, key), cfg: ac}
 	if ac.hasWait {
 		if ac.wait == 0 {
 			wait = false

@@ -50,7 +50,7 @@ func (b *redisBackend) close() {
 
 func (b *redisBackend) subscriber() *subscriber { return b.subs }
 
-func (b *redisBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
+func (b *redisBackend) acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error) {
 	return b.runAcquire(ctx, k, token, ttl)
 }
 
@@ -65,7 +65,7 @@ func acquireReplyOf(vals []int64) (acquireReply, error) {
 	return acquireReply{holderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
 }
 
-func (b *redisBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
+func (b *redisBackend) release(ctx context.Context, k lockRef, token string) (ownership, error) {
 	h, err := b.releaseHandoff(ctx, k, token, "", 0)
 	return h.ownership, err
 }
@@ -73,7 +73,7 @@ func (b *redisBackend) release(ctx context.Context, k lockKeys, token string) (o
 // unlock releases the lock held by token, acquired without Fair, with the
 // short script; fair reports that fair waiters have queued behind it, and
 // the lock was left for releaseHandoff.
-func (b *redisBackend) unlock(ctx context.Context, k lockKeys, token string) (o ownership, fair bool, err error) {
+func (b *redisBackend) unlock(ctx context.Context, k lockRef, token string) (o ownership, fair bool, err error) {
 	reply, err := b.runScript(ctx, reshardPatience, unlockScript, []string{k.lock, k.notify}, token, b.publish)
 	if err != nil {
 		return 0, false, err
@@ -103,7 +103,7 @@ type handoff struct {
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none).
-func (b *redisBackend) releaseHandoff(ctx context.Context, k lockKeys, token, early string, earlyFence uint64) (handoff, error) {
+func (b *redisBackend) releaseHandoff(ctx context.Context, k lockRef, token, early string, earlyFence uint64) (handoff, error) {
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
 	if err != nil {
@@ -160,7 +160,7 @@ func (t transferReply) reserve() uint64 {
 
 // transfer hands the lock held by token to the waiting token to (of the same
 // Locker) in one round trip; unless force, only when nobody else waits.
-func (b *redisBackend) transfer(ctx context.Context, k lockKeys, token, to string, ttl time.Duration, force bool) (transferReply, error) {
+func (b *redisBackend) transfer(ctx context.Context, k lockRef, token, to string, ttl time.Duration, force bool) (transferReply, error) {
 	f := "0"
 	if force {
 		f = "1"
@@ -206,7 +206,7 @@ type fairReply struct {
 }
 
 // fairAcquire makes one fair attempt for the waiter with queue entry entry.
-func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
+func (b *redisBackend) fairAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
@@ -237,7 +237,7 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockKeys, token string
 // enqueue appends entry to the lock's fair queue if the queue exists (one
 // plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
 // reports false when there is no queue, and the full fair attempt is needed.
-func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (bool, error) {
+func (b *redisBackend) enqueue(ctx context.Context, k lockRef, entry string) (bool, error) {
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
 }
@@ -245,7 +245,7 @@ func (b *redisBackend) enqueue(ctx context.Context, k lockKeys, entry string) (b
 // fairQueued reports whether waiters may be queued for the lock in Redis:
 // its holder's value is marked (see grant.lua), or the queue's list exists
 // (its first waiter may be kept in the value instead). One round trip.
-func (b *redisBackend) fairQueued(ctx context.Context, k lockKeys) (bool, error) {
+func (b *redisBackend) fairQueued(ctx context.Context, k lockRef) (bool, error) {
 	var get *redis.StringCmd
 	var exists *redis.IntCmd
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -265,7 +265,7 @@ func (b *redisBackend) fairQueued(ctx context.Context, k lockKeys) (bool, error)
 
 // leave takes entry out of the fair queue. It reports whether the lock had
 // been granted to token meanwhile (the caller must then release it).
-func (b *redisBackend) leave(ctx context.Context, k lockKeys, entry, token string) (bool, error) {
+func (b *redisBackend) leave(ctx context.Context, k lockRef, entry, token string) (bool, error) {
 	var v int64
 	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {
 		v, err = leaveScript.Run(ctx, once{b.client}, []string{k.lock, k.queue}, entry, token).Int64()

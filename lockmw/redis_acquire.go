@@ -102,7 +102,7 @@ func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, sc
 // runAcquire makes one acquisition attempt for k: with the acquire script,
 // or on one server (plainAcquire) with plain commands, which Redis runs for
 // less than the script.
-func (b *redisBackend) runAcquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (reply acquireReply, err error) {
+func (b *redisBackend) runAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (reply acquireReply, err error) {
 	var vals []int64
 	switch {
 	case b.waitReplicas > 0:
@@ -167,7 +167,7 @@ func slotMoving(err error) bool {
 //
 // moving says that the lock's Cluster slot is being migrated: the attempt
 // goes without the queue check (acquire_moving.lua; see runAcquire).
-func (b *redisBackend) acquireReplicated(ctx context.Context, k lockKeys, token string, ttl time.Duration, moving bool) ([]int64, error) {
+func (b *redisBackend) acquireReplicated(ctx context.Context, k lockRef, token string, ttl time.Duration, moving bool) ([]int64, error) {
 	var node redis.Cmdable = b.client
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		n, err := cc.MasterForKey(ctx, k.lock)
@@ -297,7 +297,7 @@ var setNXCalls = sync.Pool{New: func() any { return new(setNXCall) }}
 // unknown). The counter moves on either way: a fence drawn by a failed
 // attempt is never used, and the next holder draws after this one's SET
 // failed, so fences still increase from holder to holder.
-func (b *redisBackend) setNX(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
+func (b *redisBackend) setNX(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
 	c := setNXCalls.Get().(*setNXCall)
 	defer func() {
 		*c = setNXCall{}

@@ -111,7 +111,7 @@ type redlockBackend struct {
 	// release woke a waiter (the lock is contended).
 	subs   *subscriber
 	self   string
-	onWake func(lockKeys)
+	onWake func(lockRef)
 	// held is, by lock key and token, where a lease's lock may be (a
 	// *heldOn): its release goes there only.
 	held sync.Map
@@ -177,7 +177,7 @@ func (b *redlockBackend) close() {
 	}
 }
 
-func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, ttl time.Duration) (acquireReply, error) {
+func (b *redlockBackend) acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error) {
 	return b.acquireQueued(ctx, k, token, ttl, "")
 }
 
@@ -189,7 +189,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockKeys, token string, 
 // saves each acquisition and release the calls to the rest. entry, if not
 // empty, is the caller's wait-queue entry: queued in the reply says that
 // the first master found the lock held and queued it there.
-func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token string, ttl time.Duration, entry string) (acquireReply, error) {
+func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string) (acquireReply, error) {
 	n, q := len(b.masters), b.quorum
 	replies := make(chan masterReply, n)
 	sent := make([]bool, n)
@@ -342,13 +342,13 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockKeys, token st
 }
 
 // heldKey names a lease in redlockBackend.held.
-func heldKey(k lockKeys, token string) string { return k.lock + "\x00" + token }
+func heldKey(k lockRef, token string) string { return k.lock + "\x00" + token }
 
 // settleFence returns the holder's fence, M, the largest counter its
 // winning masters returned, once a quorum of masters has counter >= M
 // recorded while the holder owned the lock there (see the top of this file
 // for why that makes fences increase).
-func (b *redlockBackend) settleFence(ctx context.Context, k lockKeys, token string, fences []int64) (int64, error) {
+func (b *redlockBackend) settleFence(ctx context.Context, k lockRef, token string, fences []int64) (int64, error) {
 	m := slices.Max(fences)
 	atMax := 0
 	for _, f := range fences {
@@ -409,7 +409,7 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // answer it. A release
 // that gets no answer either (the master is paused, say, and will run the
 // acquisition when it resumes) is handed to the cleaner.
-func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, granted, settled []bool) {
+func (b *redlockBackend) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
 	replies := make(chan masterReply, len(b.masters))
 	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	for i, m := range b.masters {
@@ -453,7 +453,7 @@ func (b *redlockBackend) rollback(k lockKeys, token string, ttl time.Duration, g
 
 // releaseOn releases token's lock on the masters marked in masters, in
 // parallel, and unmarks those that answered; nil once none is left.
-func (b *redlockBackend) releaseOn(ctx context.Context, k lockKeys, token string, masters []bool) error {
+func (b *redlockBackend) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
 	replies := make(chan masterReply, len(b.masters))
 	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	sent := 0
@@ -483,7 +483,7 @@ func (b *redlockBackend) releaseOn(ctx context.Context, k lockKeys, token string
 // them for a token this backend did not acquire), the first master waking
 // the first waiter of the lock's queue. A master not asked counts as one
 // where the lock is not token's.
-func (b *redlockBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
+func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (ownership, error) {
 	n, q := len(b.masters), b.quorum
 	var where []bool // nil: every master
 	if v, ok := b.held.LoadAndDelete(heldKey(k, token)); ok {

@@ -24,7 +24,7 @@ func TestRedlockLeaveAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	keys := newLockKeys(l.cfg.prefix, "redlock:leave-after-close")
+	keys := newLockRef(l.cfg.prefix, "redlock:leave-after-close")
 	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
 	entry := l.id + " " + w.token
 	// The entry its attempt queued, as redlock_acquire.lua does.

@@ -90,9 +90,13 @@ func (l *Locker) deliverWake(channel, payload string) {
 	if !ok {
 		return
 	}
+	k, ok := keyOfBase(l.cfg.prefix, base)
+	if !ok {
+		return
+	}
 	l.roomsMu.Lock()
 	var w *waiter
-	if r := l.rooms[base]; r != nil {
+	if r := l.rooms[k]; r != nil {
 		w = r.fair[payload]
 	}
 	if w != nil {
@@ -100,12 +104,12 @@ func (l *Locker) deliverWake(channel, payload string) {
 	}
 	l.roomsMu.Unlock()
 	if w == nil {
-		l.passWakeOn(newLockKeysFromBase(base))
+		l.passWakeOn(lockRef{Key: k, lockKeys: newLockKeysFromBase(base)})
 	}
 }
 
 // passWakeOn wakes the next waiter of keys, in the background.
-func (l *Locker) passWakeOn(keys lockKeys) {
+func (l *Locker) passWakeOn(keys lockRef) {
 	b := l.backend.(*redlockBackend)
 	l.flights.start()
 	go func() {
@@ -271,7 +275,7 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	// (and queue the entry).
 	b := l.backend.(*redlockBackend)
 	keys := r.keys
-	l.cleaner.add(&cleanup{key: keys.name(l.cfg.prefix), until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
+	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
 		replies := make(chan masterReply, 1)
 		b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
 			{script: redlockLeaveScript, keys: []string{keys.lock, keys.queue}, args: []any{entry}},
@@ -300,7 +304,7 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 // the second is sent after the first is answered, so it runs after an
 // attempt of the waiter still stalled in that master (see cleanup.go,
 // "Why twice").
-func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockKeys, entry string) error {
+func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockRef, entry string) error {
 	select {
 	case <-b.masters[0].stopped: // every call queued before has been sent
 	case <-ctx.Done():
@@ -343,7 +347,7 @@ func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string
 // holderTTL asks every master for the lock's remaining TTL and returns
 // when enough of them free up for a quorum (see freeIn); 0 when unknown. A
 // master that does not answer within holderTTLWait counts as free.
-func (b *redlockBackend) holderTTL(ctx context.Context, keys lockKeys) time.Duration {
+func (b *redlockBackend) holderTTL(ctx context.Context, keys lockRef) time.Duration {
 	replies := b.fanOut([]masterScript{{script: pttlScript, keys: []string{keys.lock}}})
 	timer := time.NewTimer(holderTTLWait)
 	defer timer.Stop()

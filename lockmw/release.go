@@ -22,7 +22,7 @@ import (
 // releaseStray releases a lock granted to a waiter that is gone; when it
 // was handed over early (h), once the hand-over has reached Redis.
 // The caller has started a flight for it (see flights).
-func (l *Locker) releaseStray(keys lockKeys, token string, h *handover) {
+func (l *Locker) releaseStray(keys lockRef, token string, h *handover) {
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
@@ -38,7 +38,7 @@ func (l *Locker) releaseStray(keys lockKeys, token string, h *handover) {
 // releaseToken releases the lock held by token, handing it over if fair
 // waiters are queued; a hand-over to this Locker's own waiter is delivered
 // here, without a message.
-func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) (ownership, error) {
+func (l *Locker) releaseToken(ctx context.Context, keys lockRef, token string) (ownership, error) {
 	return l.releaseTokenOf(ctx, keys, token, true)
 }
 
@@ -46,7 +46,7 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockKeys, token string) 
 // false), the short unlock script goes first: it does not hand over, and
 // leaves the lock to releaseHandoff when fair waiters have queued behind
 // it.
-func (l *Locker) releaseTokenOf(ctx context.Context, keys lockKeys, token string, fair bool) (ownership, error) {
+func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string, fair bool) (ownership, error) {
 	if l.waits == nil {
 		return l.backend.release(ctx, keys, token)
 	}
@@ -83,7 +83,7 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockKeys, token string
 // waiter with others queued behind it is hot (see markHot); this Locker's
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
-func (l *Locker) releaseHandoff(ctx context.Context, keys lockKeys, token, early string, earlyFence uint64) (handoff, error) {
+func (l *Locker) releaseHandoff(ctx context.Context, keys lockRef, token, early string, earlyFence uint64) (handoff, error) {
 	h, err := l.waits.releaseHandoff(ctx, keys, token, early, earlyFence)
 	if err == nil && h.to != "" {
 		if h.more {
@@ -178,7 +178,7 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 
 // giveBack releases a lock taken for token that will not become a lease;
 // one handed over early (h), once the hand-over has reached Redis.
-func (l *Locker) giveBack(opCtx context.Context, keys lockKeys, token string, ttl time.Duration, fair bool, h *handover) {
+func (l *Locker) giveBack(opCtx context.Context, keys lockRef, token string, ttl time.Duration, fair bool, h *handover) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)

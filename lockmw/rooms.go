@@ -18,7 +18,7 @@ import (
 // room is a Locker's waiters (and fair holders) for one key. Guarded by
 // Locker.roomsMu.
 type room struct {
-	keys     lockKeys
+	keys     lockRef
 	refs     int                // waiters and fair holders in the room
 	defaults []*waiter          // default-mode waiters; defaults[0] retries on a release
 	fair     map[string]*waiter // fair waiters and holders, and default waiters, by token
@@ -61,11 +61,11 @@ type grantInfo struct {
 
 // join returns the room for keys with one more reference. Caller holds
 // l.roomsMu.
-func (l *Locker) join(keys lockKeys) *room {
-	r := l.rooms[keys.lock]
+func (l *Locker) join(keys lockRef) *room {
+	r := l.rooms[keys.Key]
 	if r == nil {
 		r = &room{keys: keys, fair: make(map[string]*waiter)}
-		l.rooms[keys.lock] = r
+		l.rooms[keys.Key] = r
 	}
 	r.refs++
 	return r
@@ -74,7 +74,7 @@ func (l *Locker) join(keys lockKeys) *room {
 // unref drops one reference to r. Caller holds l.roomsMu.
 func (l *Locker) unref(r *room) {
 	if r.refs--; r.refs == 0 {
-		delete(l.rooms, r.keys.lock)
+		delete(l.rooms, r.keys.Key)
 	}
 }
 
@@ -82,14 +82,22 @@ func (l *Locker) unref(r *room) {
 // wakes the first default waiter of the key; a grant wakes its fair waiter.
 func (l *Locker) deliver(channel, payload string) {
 	if base, ok := strings.CutSuffix(channel, ":n"); ok {
+		k, ok := keyOfBase(l.cfg.prefix, base)
+		if !ok {
+			return
+		}
 		l.roomsMu.Lock()
-		if r := l.rooms[base]; r != nil && len(r.defaults) > 0 {
+		if r := l.rooms[k]; r != nil && len(r.defaults) > 0 {
 			signal(r.defaults[0].wake)
 		}
 		l.roomsMu.Unlock()
 		return
 	}
 	base, ok := strings.CutSuffix(channel, ":g:"+l.id)
+	if !ok {
+		return
+	}
+	keys, ok := lockRefOfBase(l.cfg.prefix, base)
 	if !ok {
 		return
 	}
@@ -107,7 +115,7 @@ func (l *Locker) deliver(channel, payload string) {
 		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("channel", channel))
 		return
 	}
-	l.handTo(newLockKeysFromBase(base), parts[0], fence, time.Time{}, reserved, parts[3])
+	l.handTo(keys, parts[0], fence, time.Time{}, reserved, parts[3])
 }
 
 // signal wakes a waiter without blocking; a wake already pending is enough.

@@ -73,7 +73,6 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.prefix = l.cfg.prefix
 	if n, ok := s.(store.LossNotifier); ok {
 		n.NotifyLoss(l.keeper.loseTokens)
 	}
@@ -97,22 +96,15 @@ type storeBackend struct {
 	// backoffMin and backoffMax bound a waiter's backoff between attempts:
 	// the store's (store.Backoff), else minBackoff and maxBackoff.
 	backoffMin, backoffMax time.Duration
-	prefix                 string // the Locker's key prefix
 
 	gatesMu sync.Mutex
 	gates   map[string]*gate // default-mode waiters by key (see enterGate)
 }
 
-// storeKey returns the store's name of the lock whose Redis-shaped keys
-// are k.
-func (b *storeBackend) storeKey(k lockKeys) store.Key {
-	return store.Key{Prefix: b.prefix, Name: k.name(b.prefix)}
-}
-
 // acquire is not used: a Locker on a store acquires through storeAttempt
 // and waitQueue, which date the lease from the store's ValidFrom (it may
 // precede the request's send time, which attempt would use instead).
-func (b *storeBackend) acquire(context.Context, lockKeys, string, time.Duration) (acquireReply, error) {
+func (b *storeBackend) acquire(context.Context, lockRef, string, time.Duration) (acquireReply, error) {
 	return acquireReply{}, errStoreAcquire
 }
 
@@ -120,15 +112,15 @@ func (b *storeBackend) acquire(context.Context, lockKeys, string, time.Duration)
 // backend path.
 var errStoreAcquire = errors.New("lockmw: internal error: a store's locks are acquired through storeAttempt")
 
-func (b *storeBackend) release(ctx context.Context, k lockKeys, token string) (ownership, error) {
-	o, err := b.st.Release(ctx, b.storeKey(k), token)
+func (b *storeBackend) release(ctx context.Context, k lockRef, token string) (ownership, error) {
+	o, err := b.st.Release(ctx, k.Key, token)
 	return ownershipOfStore(o), err
 }
 
 func (b *storeBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
 	sreqs := make([]store.RenewRequest, len(reqs))
 	for i, r := range reqs {
-		sreqs[i] = store.RenewRequest{Key: b.storeKey(r.keys), Token: r.token, TTL: r.ttl}
+		sreqs[i] = store.RenewRequest{Key: r.keys.Key, Token: r.token, TTL: r.ttl}
 	}
 	sres := b.st.Renew(ctx, sreqs)
 	res := make([]renewResult, len(reqs))

@@ -51,7 +51,7 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 	if err := sb.st.CheckTTL(a.cfg.ttl); err != nil {
 		return nil, err
 	}
-	sk := store.Key{Prefix: l.cfg.prefix, Name: a.key}
+	sk := a.keys.Key
 	if a.cfg.fair {
 		if sb.queue == nil {
 			return nil, fmt.Errorf("%w: Fair needs a store whose locks are queues; this one has none: acquire without Fair", ErrInvalidOption)
@@ -222,7 +222,7 @@ func (l *Locker) waitQueue(sb *storeBackend, a *acquisition, sk store.Key) (*Lea
 		if !a.giveUp.IsZero() {
 			left := time.Until(a.giveUp)
 			if left <= 0 {
-				l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
+				l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
 				return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.HolderTTL}
 			}
 			d = min(d, left)
@@ -232,15 +232,15 @@ func (l *Locker) waitQueue(sb *storeBackend, a *acquisition, sk store.Key) (*Lea
 		})
 		switch {
 		case l.closed.Load():
-			l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
+			l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
 			return nil, ErrClosed
 		case a.opCtx.Err() != nil:
-			l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
+			l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
 			return nil, ctxErr(a.opCtx, a.key)
 		case werr != nil && !isTimeout(werr):
 			// The store could not watch the queue: give up the place, as
 			// a Redis failure ends a wait.
-			l.leaveQueue(sb, a.opCtx, a.keys, sk, token, a.cfg.ttl)
+			l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
 			return nil, unavailable("acquire", a.key, werr)
 		}
 	}
@@ -259,12 +259,12 @@ func (l *Locker) enqueue(sb *storeBackend, opCtx context.Context, sk store.Key, 
 
 // leaveQueue takes token's entry out of the queue, even if opCtx has
 // ended; if the store cannot be told, the cleaner retries.
-func (l *Locker) leaveQueue(sb *storeBackend, opCtx context.Context, keys lockKeys, sk store.Key, token string, ttl time.Duration) {
+func (l *Locker) leaveQueue(sb *storeBackend, opCtx context.Context, keys lockRef, token string, ttl time.Duration) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
 	defer cancel()
-	if err := sb.queue.Leave(ctx, sk, token); err != nil {
+	if err := sb.queue.Leave(ctx, keys.Key, token); err != nil {
 		l.takeBack(keys, token, "", false, ttl)
 	}
 }

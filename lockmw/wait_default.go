@@ -19,10 +19,10 @@ import (
 
 // defaultHead returns the token and TTL of the first default-mode waiter for
 // keys in this Locker, if any: a release hands the lock straight to it.
-func (l *Locker) defaultHead(keys lockKeys) (string, time.Duration) {
+func (l *Locker) defaultHead(keys lockRef) (string, time.Duration) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.lock]; r != nil {
+	if r := l.rooms[keys.Key]; r != nil {
 		if w := r.nextDefault(); w != nil {
 			return w.token, w.ttl
 		}
@@ -197,9 +197,9 @@ func (l *Locker) leaveDefault(r *room, w *waiter) {
 
 // hasDefaultWaiters reports whether this Locker already has default-mode
 // waiters for keys: a new Acquire then queues behind them without trying.
-func (l *Locker) hasDefaultWaiters(keys lockKeys) bool {
+func (l *Locker) hasDefaultWaiters(keys lockRef) bool {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.lock]
+	r := l.rooms[keys.Key]
 	return r != nil && len(r.defaults) > 0
 }

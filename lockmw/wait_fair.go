@@ -37,10 +37,10 @@ func pollAfter(holderTTL, ttl time.Duration) time.Duration {
 }
 
 // forgetFair drops a released fair lease from its room.
-func (l *Locker) forgetFair(keys lockKeys, token string) {
+func (l *Locker) forgetFair(keys lockRef, token string) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.lock]; r != nil && r.fair[token] != nil {
+	if r := l.rooms[keys.Key]; r != nil && r.fair[token] != nil {
 		delete(r.fair, token)
 		r.fairBusy--
 		l.unref(r)
@@ -245,9 +245,9 @@ func (l *Locker) setBusy(w *waiter, t time.Time, counter uint64) {
 
 // abandonFair takes a fair waiter that gives up out of its room and out of
 // the queue; a lock granted to it meanwhile is passed on.
-func (l *Locker) abandonFair(keys lockKeys, w *waiter, entry string, why error) {
+func (l *Locker) abandonFair(keys lockRef, w *waiter, entry string, why error) {
 	l.roomsMu.Lock()
-	r := l.rooms[keys.lock]
+	r := l.rooms[keys.Key]
 	delivered := w.delivered
 	if r != nil && r.fair[w.token] == w {
 		delete(r.fair, w.token)

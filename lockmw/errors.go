@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
 )
 
 // Errors returned by lockmw. Match them with errors.Is: the returned errors
-// wrap these sentinels and add the key and the reason.
+// wrap these sentinels and add the key and the reason. ErrClosed,
+// ErrInvalidOption, ErrUnavailable and ErrNotReplicated are the same
+// values the stores' internals use (lockmw/internal/errs).
 var (
 	// ErrNotAcquired means the lock is held by another owner: TryAcquire found
 	// it busy, or Acquire's WithWait ran out. It never stands for a store
@@ -26,7 +30,7 @@ var (
 
 	// ErrClosed is returned by every call on a Locker after Close, and is the
 	// context cause of leases that were still held when it closed.
-	ErrClosed = errors.New("lockmw: locker closed")
+	ErrClosed = errs.ErrClosed
 
 	// ErrInvalidKey means the key is empty or longer than MaxKeyLen bytes.
 	// Nothing was sent to the store.
@@ -35,7 +39,7 @@ var (
 	// ErrInvalidOption means an option holds a value lockmw cannot use (a TTL
 	// under MinTTL, a negative wait, a drift factor outside [0, 0.5), ...).
 	// Nothing was sent to the store.
-	ErrInvalidOption = errors.New("lockmw: invalid option")
+	ErrInvalidOption = errs.ErrInvalidOption
 
 	// ErrNilClient means New (or a store's constructor, such as etcd.New)
 	// was given a nil client.
@@ -46,12 +50,12 @@ var (
 	// to be valid. The lock state is unknown to the caller but safe: an
 	// acquisition that may have landed expires after its TTL. The
 	// underlying error is wrapped too.
-	ErrUnavailable = errors.New("lockmw: store unavailable")
+	ErrUnavailable = errs.ErrUnavailable
 
 	// ErrNotReplicated means an acquisition under WithWaitReplicas took the
 	// lock, but fewer replicas than asked acknowledged it in time, so it was
 	// released again. Errors matching it also match ErrUnavailable.
-	ErrNotReplicated = errors.New("lockmw: lock not acknowledged by enough replicas")
+	ErrNotReplicated = errs.ErrNotReplicated
 )
 
 // LostReason says why a lease was lost.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,6 +32,8 @@ var (
 	fleetMin      = flag.Int("fleet.min", 100, "fewest acquisitions each version must make in a case")
 	fleetHandover = flag.Int("fleet.handovers", 20, "fewest hand-overs old->new and new->old in a case")
 	fleetMismatch = flag.Duration("fleet.mismatch", 10*time.Second, "how long the self-check (old side with another prefix: violations expected) runs; 0 skips it")
+	fleetMaxWait  = flag.Duration("fleet.maxwait", 0, "when positive, a case also fails if an Acquire or TryAcquire call took longer (a stalled waiter)")
+	fleetArgs     = flag.String("fleet.args", "", "more arguments for every fleetcheck process, e.g. '-try 0 -hold 2ms'")
 	fleetCases    = flag.String("fleet.cases", "", "comma-separated subset of the cases (default all): "+strings.Join(cases, ", "))
 )
 
@@ -49,13 +52,14 @@ var cases = []string{"redis/default", "redis/fair", "redis/mixed", "redlock/defa
 // the commit LOCKMW_FLEET_NEW, the same way), then, for each case (one
 // redis-server in default mode, with Fair, or with both; Redlock over
 // -fleet.masters), runs -fleet.procs processes of each build contending
-// for one key for -fleet.duration. A case fails unless every process exits cleanly with no
-// violation, each version acquired at least -fleet.min times, the lock
-// passed between the versions at least -fleet.handovers times each way,
-// and every key left in the servers expires. A self-check first runs the
-// same fleet with the old side under another prefix (lockmw.WithPrefix), a
-// fleet that does not exclude itself, and fails unless the check sees
-// violations.
+// for one key for -fleet.duration. A case fails unless every process exits
+// cleanly with no violation, each version acquired at least -fleet.min
+// times, the lock passed between the versions at least -fleet.handovers
+// times each way, and every key left in the servers expires (and, with
+// -fleet.maxwait, unless no acquire call took longer). A self-check first
+// runs the same fleet with the old side under another prefix
+// (lockmw.WithPrefix), a fleet that does not exclude itself, and fails
+// unless the check sees violations.
 func TestFleet(t *testing.T) {
 	old := os.Getenv("LOCKMW_FLEET_OLD")
 	if old == "" {
@@ -80,6 +84,9 @@ func TestFleet(t *testing.T) {
 	want := map[string]bool{}
 	for c := range strings.SplitSeq(*fleetCases, ",") {
 		if c != "" {
+			if !slices.Contains(cases, c) {
+				t.Fatalf("-fleet.cases: no case %q (cases: %s)", c, strings.Join(cases, ", "))
+			}
 			want[c] = true
 		}
 	}
@@ -224,6 +231,7 @@ func runFleet(t *testing.T, bins map[string]string, addrs []string, mode string,
 				"-addrs", strings.Join(addrs, ","), "-role", role, "-id", id, "-mode", mode,
 				"-duration", d.String(), "-workers", strconv.Itoa(*fleetWorkers),
 			}
+			args = append(args, strings.Fields(*fleetArgs)...)
 			args = append(args, extra[role]...)
 			p := servertest.New(servertest.Config{
 				Name:    "fleetcheck " + id,
@@ -349,6 +357,11 @@ func (r *fleetResult) check(t *testing.T) {
 		}
 		if got := r.stats["acquired:"+role]; got != s.Acquired {
 			t.Errorf("%s: the processes counted %d acquisitions, the check server %d", role, s.Acquired, got)
+		}
+	}
+	for _, role := range roles {
+		if w := time.Duration(r.role[role].MaxWait) * time.Millisecond; *fleetMaxWait > 0 && w > *fleetMaxWait {
+			t.Errorf("%s: an acquire call took %v, more than %v (-fleet.maxwait)", role, w, *fleetMaxWait)
 		}
 	}
 	for _, h := range []string{"handover:old>new", "handover:new>old"} {

@@ -143,7 +143,8 @@ chaos: redis-server etcd zookeeper mariadb-server postgresql
 # Fails unless every case shows zero violations (exclusion and rising
 # fences, checked on Redis), both versions acquiring, and hand-overs
 # between them both ways. FLEET_ARGS adds TestFleet's flags, e.g.
-# FLEET_ARGS='-fleet.cases=redlock/default -fleet.procs=3'.
+# FLEET_ARGS='-fleet.cases=redlock/default -fleet.procs=3'; a fleet that
+# must fail: FLEET_ARGS='-fleet.oldargs=-prefix=other:'.
 FLEET_DURATION ?= 60s
 FLEET_ARGS ?=
 .PHONY: fleet

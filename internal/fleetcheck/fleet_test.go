@@ -34,6 +34,8 @@ var (
 	fleetMismatch = flag.Duration("fleet.mismatch", 10*time.Second, "how long the self-check (old side with another prefix: violations expected) runs; 0 skips it")
 	fleetMaxWait  = flag.Duration("fleet.maxwait", 0, "when positive, a case also fails if an Acquire or TryAcquire call took longer (a stalled waiter)")
 	fleetArgs     = flag.String("fleet.args", "", "more arguments for every fleetcheck process, e.g. '-try 0 -hold 2ms'")
+	fleetOldArgs  = flag.String("fleet.oldargs", "", "more arguments for the old build's processes, e.g. -prefix=other: (a fleet that must fail)")
+	fleetNewArgs  = flag.String("fleet.newargs", "", "more arguments for the new build's processes")
 	fleetCases    = flag.String("fleet.cases", "", "comma-separated subset of the cases (default all): "+strings.Join(cases, ", "))
 )
 
@@ -104,7 +106,10 @@ func TestFleet(t *testing.T) {
 			for _, s := range redistest.StartN(t, n) {
 				addrs = append(addrs, s.Addr())
 			}
-			res := runFleet(t, bins, addrs, mode, *fleetDuration, nil)
+			res := runFleet(t, bins, addrs, mode, *fleetDuration, map[string][]string{
+				"old": strings.Fields(*fleetOldArgs),
+				"new": strings.Fields(*fleetNewArgs),
+			})
 			res.log(t)
 			res.check(t)
 			checkExpiring(t, addrs)
@@ -256,7 +261,7 @@ func runFleet(t *testing.T, bins map[string]string, addrs []string, mode string,
 		out := m.run.Output()
 		if err := m.run.Err(); err != nil {
 			res.failedExits++
-			res.problems = append(res.problems, fmt.Sprintf("%s exited: %v\n%s", m.id, err, out))
+			res.problems = append(res.problems, fmt.Sprintf("%s exited: %v\n%s", m.id, err, lastLines(out, 3)))
 		}
 		var s Summary
 		found, noted := false, 0
@@ -272,7 +277,7 @@ func runFleet(t *testing.T, bins map[string]string, addrs []string, mode string,
 			}
 		}
 		if !found {
-			res.problems = append(res.problems, fmt.Sprintf("%s printed no summary:\n%s", m.id, out))
+			res.problems = append(res.problems, fmt.Sprintf("%s printed no summary:\n%s", m.id, lastLines(out, 20)))
 			continue
 		}
 		sum := res.role[s.Role]
@@ -289,6 +294,12 @@ func runFleet(t *testing.T, bins map[string]string, addrs []string, mode string,
 	}
 	res.stats = statsOf(t, addrs[0])
 	return res
+}
+
+// lastLines returns the last n lines of out.
+func lastLines(out string, n int) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // client returns a client of the server at addr, closed at the test's end.

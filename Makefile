@@ -134,6 +134,24 @@ chaos: redis-server etcd zookeeper mariadb-server postgresql
 	cd $(MYSQL_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(PG_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
+# fleet: the mixed-fleet check of issue 28, outside make test: builds
+# internal/fleetcheck from OLD (a commit; its source copied into a git
+# archive of it) and from the working tree (or NEW, a commit), then runs
+# processes of both builds side by side on one key for FLEET_DURATION per
+# case (one Redis: default, Fair, both; Redlock over 3 masters), after a
+# self-check whose old side uses another prefix and must show violations.
+# Fails unless every case shows zero violations (exclusion and rising
+# fences, checked on Redis), both versions acquiring, and hand-overs
+# between them both ways. FLEET_ARGS adds TestFleet's flags, e.g.
+# FLEET_ARGS='-fleet.cases=redlock/default -fleet.procs=3'; a fleet that
+# must fail: FLEET_ARGS='-fleet.oldargs=-prefix=other:'.
+FLEET_DURATION ?= 60s
+FLEET_ARGS ?=
+.PHONY: fleet
+fleet: redis-server
+	@[ -n "$(OLD)" ] || { echo "usage: make fleet OLD=<commit> [NEW=<commit>] [FLEET_DURATION=60s] [FLEET_ARGS=...]"; exit 2; }
+	LOCKMW_FLEET_OLD=$(OLD) LOCKMW_FLEET_NEW=$(NEW) $(GO) test -count=1 -v -run '^TestFleet$$' -timeout 0 ./internal/fleetcheck/ -args -fleet.duration=$(FLEET_DURATION) $(FLEET_ARGS)
+
 bench: redis-server etcd zookeeper mariadb-server postgresql
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/
 	cd $(ETCD_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .

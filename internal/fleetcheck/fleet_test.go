@@ -1,0 +1,410 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/servertest"
+)
+
+// TestFleet's knobs (`make fleet` passes FLEET_DURATION and FLEET_ARGS).
+var (
+	fleetDuration = flag.Duration("fleet.duration", 60*time.Second, "how long each case's processes contend")
+	fleetProcs    = flag.Int("fleet.procs", 2, "processes per version")
+	fleetWorkers  = flag.Int("fleet.workers", 2, "goroutines per process")
+	fleetMasters  = flag.Int("fleet.masters", 3, "Redlock masters")
+	fleetMin      = flag.Int("fleet.min", 100, "fewest acquisitions each version must make in a case")
+	fleetHandover = flag.Int("fleet.handovers", 20, "fewest hand-overs old->new and new->old in a case")
+	fleetMismatch = flag.Duration("fleet.mismatch", 10*time.Second, "how long the self-check (old side with another prefix: violations expected) runs; 0 skips it")
+	fleetMaxWait  = flag.Duration("fleet.maxwait", 0, "when positive, a case also fails if an Acquire or TryAcquire call took longer (a stalled waiter)")
+	fleetArgs     = flag.String("fleet.args", "", "more arguments for every fleetcheck process, e.g. '-try 0 -hold 2ms'")
+	fleetOldArgs  = flag.String("fleet.oldargs", "", "more arguments for the old build's processes, e.g. -prefix=other: (a fleet that must fail)")
+	fleetNewArgs  = flag.String("fleet.newargs", "", "more arguments for the new build's processes")
+	fleetCases    = flag.String("fleet.cases", "", "comma-separated subset of the cases (default all): "+strings.Join(cases, ", "))
+)
+
+// roles are the two builds, in the order they are reported.
+var roles = []string{"old", "new"}
+
+// cases are TestFleet's cases: STORE/MODE, where mixed gives each version
+// a process in default mode and one with Fair (then alternating). Redlock
+// has no Fair (lockmw.NewRedlock's documentation).
+var cases = []string{"redis/default", "redis/fair", "redis/mixed", "redlock/default"}
+
+// TestFleet is the mixed-fleet check of issue 28, opt-in: it runs only when
+// LOCKMW_FLEET_OLD names a commit. It builds this package's program
+// (main.go) from that commit (its source copied into a `git archive` of it,
+// replacing any version the commit has) and from the working tree (or from
+// the commit LOCKMW_FLEET_NEW, the same way), then, for each case (one
+// redis-server in default mode, with Fair, or with both; Redlock over
+// -fleet.masters), runs -fleet.procs processes of each build contending
+// for one key for -fleet.duration. A case fails unless every process exits
+// cleanly with no violation, each version acquired at least -fleet.min
+// times, the lock passed between the versions at least -fleet.handovers
+// times each way, and every key left in the servers expires (and, with
+// -fleet.maxwait, unless no acquire call took longer). A self-check first
+// runs the same fleet with the old side under another prefix
+// (lockmw.WithPrefix), a fleet that does not exclude itself, and fails
+// unless the check sees violations.
+func TestFleet(t *testing.T) {
+	old := os.Getenv("LOCKMW_FLEET_OLD")
+	if old == "" {
+		t.Skip("the fleet check is opt-in: LOCKMW_FLEET_OLD=<commit> (make fleet OLD=<commit>)")
+	}
+	bins := map[string]string{
+		"old": build(t, "old", old),
+		"new": build(t, "new", os.Getenv("LOCKMW_FLEET_NEW")),
+	}
+	if *fleetMismatch > 0 {
+		t.Run("mismatch", func(t *testing.T) {
+			srv := redistest.Start(t)
+			res := runFleet(t, bins, []string{srv.Addr()}, "default", *fleetMismatch,
+				map[string][]string{"old": {"-prefix", "fleetcheck-wrong:"}})
+			res.log(t)
+			if res.stats["violations"] == 0 || res.role["old"].Violations+res.role["new"].Violations == 0 || res.failedExits == 0 {
+				t.Errorf("two versions that do not share keys ran side by side and the check saw no violation (stats %v, %d processes exited with an error)",
+					res.stats, res.failedExits)
+			}
+		})
+	}
+	want := map[string]bool{}
+	for c := range strings.SplitSeq(*fleetCases, ",") {
+		if c != "" {
+			if !slices.Contains(cases, c) {
+				t.Fatalf("-fleet.cases: no case %q (cases: %s)", c, strings.Join(cases, ", "))
+			}
+			want[c] = true
+		}
+	}
+	for _, name := range cases {
+		if len(want) > 0 && !want[name] {
+			continue
+		}
+		store, mode, _ := strings.Cut(name, "/")
+		t.Run(name, func(t *testing.T) {
+			n := 1
+			if store == "redlock" {
+				n = *fleetMasters
+			}
+			var addrs []string
+			for _, s := range redistest.StartN(t, n) {
+				addrs = append(addrs, s.Addr())
+			}
+			res := runFleet(t, bins, addrs, mode, *fleetDuration, map[string][]string{
+				"old": strings.Fields(*fleetOldArgs),
+				"new": strings.Fields(*fleetNewArgs),
+			})
+			res.log(t)
+			res.check(t)
+			checkExpiring(t, addrs)
+		})
+	}
+}
+
+// build builds main.go's program for role from commit rev, or from the
+// working tree when rev is "", and returns the binary's path.
+func build(t *testing.T, role, rev string) string {
+	t.Helper()
+	pkgDir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := strings.TrimSpace(git(t, pkgDir, "rev-parse", "--show-toplevel"))
+	rel, err := filepath.Rel(top, pkgDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "fleetcheck")
+	src := top
+	if rev == "" {
+		t.Logf("%s: the working tree at %s", role, strings.TrimSpace(git(t, top, "describe", "--always", "--dirty")))
+	} else {
+		t.Logf("%s: %s", role, strings.TrimSpace(git(t, top, "log", "-1", "--format=%h %s", rev)))
+		src = t.TempDir()
+		tar := filepath.Join(t.TempDir(), "src.tar")
+		git(t, top, "archive", "--format=tar", "-o", tar, rev)
+		runCmd(t, src, "tar", "-xf", tar)
+		// The program's source, as in the working tree, replaces whatever
+		// the commit has (or adds it).
+		dst := filepath.Join(src, rel)
+		if err := os.RemoveAll(dst); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		files, err := filepath.Glob(filepath.Join(pkgDir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.HasSuffix(f, "_test.go") {
+				continue
+			}
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dst, filepath.Base(f)), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The root module alone (GOWORK=off), as a user's build would see it.
+	cmd := exec.Command("go", "build", "-o", out, "./"+filepath.ToSlash(rel))
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building fleetcheck at %q: %v\n%s", rev, err, b)
+	}
+	return out
+}
+
+// git runs git in dir and returns its output.
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	return runCmd(t, dir, "git", args...)
+}
+
+// runCmd runs a command in dir and returns its output, failing the test if
+// it fails.
+func runCmd(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	b, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)
+	}
+	return string(b)
+}
+
+// fleetResult is what one case's processes and check server reported.
+type fleetResult struct {
+	mode        string
+	masters     int
+	duration    time.Duration
+	role        map[string]Summary // summed per role; MaxFence is the highest
+	stats       map[string]int64   // the check server's stats hash
+	failedExits int                // processes that exited with an error
+	problems    []string           // processes without a summary, or that failed
+	notes       []string           // the first messages each process printed
+}
+
+// notesPerProcess is how many of a process's messages the log quotes.
+const notesPerProcess = 3
+
+// runFleet runs *fleetProcs processes of each build against addrs for d
+// and collects their summaries and the check server's stats. extra adds
+// arguments per role.
+func runFleet(t *testing.T, bins map[string]string, addrs []string, mode string, d time.Duration, extra map[string][]string) *fleetResult {
+	t.Helper()
+	type member struct {
+		id   string
+		proc *servertest.Process
+		run  *servertest.Run
+	}
+	var members []member
+	for i := range *fleetProcs {
+		for _, role := range roles {
+			id := fmt.Sprintf("%s-%d", role, i+1)
+			mode := mode
+			if mode == "mixed" {
+				mode = []string{"default", "fair"}[i%2]
+			}
+			args := []string{
+				"-addrs", strings.Join(addrs, ","), "-role", role, "-id", id, "-mode", mode,
+				"-duration", d.String(), "-workers", strconv.Itoa(*fleetWorkers),
+			}
+			args = append(args, strings.Fields(*fleetArgs)...)
+			args = append(args, extra[role]...)
+			p := servertest.New(servertest.Config{
+				Name:    "fleetcheck " + id,
+				Command: func() (servertest.Command, error) { return servertest.Command{Path: bins[role], Args: args}, nil },
+			})
+			t.Cleanup(func() { _ = p.Stop() })
+			r, err := p.Start()
+			if err != nil {
+				t.Fatalf("starting %s: %v", id, err)
+			}
+			members = append(members, member{id: id, proc: p, run: r})
+		}
+	}
+	res := &fleetResult{mode: mode, masters: len(addrs), duration: d, role: map[string]Summary{}}
+	deadline := time.After(d + time.Minute)
+	for _, m := range members {
+		select {
+		case <-m.run.Done():
+		case <-deadline:
+			t.Fatalf("%s still running a minute after its %v:\n%s", m.id, d, m.proc.Tail())
+		}
+		out := m.run.Output()
+		if err := m.run.Err(); err != nil {
+			res.failedExits++
+			res.problems = append(res.problems, fmt.Sprintf("%s exited: %v\n%s", m.id, err, lastLines(out, 3)))
+		}
+		var s Summary
+		found, noted := false, 0
+		sc := bufio.NewScanner(strings.NewReader(out))
+		for sc.Scan() {
+			line := sc.Text()
+			if js, ok := strings.CutPrefix(line, "SUMMARY "); ok {
+				found = json.Unmarshal([]byte(js), &s) == nil
+			}
+			if strings.HasPrefix(line, m.id+" ") && noted < notesPerProcess {
+				res.notes = append(res.notes, line)
+				noted++
+			}
+		}
+		if !found {
+			res.problems = append(res.problems, fmt.Sprintf("%s printed no summary:\n%s", m.id, lastLines(out, 20)))
+			continue
+		}
+		sum := res.role[s.Role]
+		sum.Acquired += s.Acquired
+		sum.Tried += s.Tried
+		sum.Busy += s.Busy
+		sum.MaxFence = max(sum.MaxFence, s.MaxFence)
+		sum.MaxWait = max(sum.MaxWait, s.MaxWait)
+		sum.MaxRelease = max(sum.MaxRelease, s.MaxRelease)
+		sum.Violations += s.Violations
+		sum.Lost += s.Lost
+		sum.Errors += s.Errors
+		res.role[s.Role] = sum
+	}
+	res.stats = statsOf(t, addrs[0])
+	return res
+}
+
+// lastLines returns the last n lines of out.
+func lastLines(out string, n int) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// client returns a client of the server at addr, closed at the test's end.
+func client(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// statsOf reads the check's stats hash (main.go) from the server at addr.
+func statsOf(t *testing.T, addr string) map[string]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := client(t, addr).HGetAll(ctx, "fleetcheck:{fleet}:stats").Result()
+	if err != nil {
+		t.Fatalf("reading the check's stats: %v", err)
+	}
+	stats := map[string]int64{}
+	for k, v := range h {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("stats field %s = %q: %v", k, v, err)
+		}
+		stats[k] = n
+	}
+	return stats
+}
+
+// log writes the case's figures to the test log.
+func (r *fleetResult) log(t *testing.T) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%v, %s mode, %d master(s), %d+%d processes of %d workers:\n",
+		r.duration, r.mode, r.masters, *fleetProcs, *fleetProcs, *fleetWorkers)
+	for _, role := range roles {
+		s := r.role[role]
+		fmt.Fprintf(&b, "  %s: %d acquisitions (%d by TryAcquire; check server: %d), %d busy, longest acquire call %dms, longest Release %dms, highest fence %d, %d violations, %d lost, %d errors\n",
+			role, s.Acquired, s.Tried, r.stats["acquired:"+role], s.Busy, s.MaxWait, s.MaxRelease, s.MaxFence, s.Violations, s.Lost, s.Errors)
+	}
+	fmt.Fprintf(&b, "  hand-overs: old->new %d, new->old %d, old->old %d, new->new %d; violations on the check server: %d",
+		r.stats["handover:old>new"], r.stats["handover:new>old"], r.stats["handover:old>old"], r.stats["handover:new>new"], r.stats["violations"])
+	for _, n := range r.notes {
+		b.WriteString("\n  | " + n)
+	}
+	t.Log(b.String())
+}
+
+// check fails the test unless the case showed exclusion between the
+// versions, with enough interleaving to mean something.
+func (r *fleetResult) check(t *testing.T) {
+	t.Helper()
+	for _, p := range r.problems {
+		t.Error(p)
+	}
+	if v := r.stats["violations"]; v != 0 {
+		t.Errorf("%d violations recorded on the check server", v)
+	}
+	for _, role := range roles {
+		s := r.role[role]
+		if s.Violations != 0 {
+			t.Errorf("%s: %d violations", role, s.Violations)
+		}
+		if s.Acquired < int64(*fleetMin) {
+			t.Errorf("%s: %d acquisitions, want at least %d (-fleet.min)", role, s.Acquired, *fleetMin)
+		}
+		if got := r.stats["acquired:"+role]; got != s.Acquired {
+			t.Errorf("%s: the processes counted %d acquisitions, the check server %d", role, s.Acquired, got)
+		}
+	}
+	for _, role := range roles {
+		if w := time.Duration(r.role[role].MaxWait) * time.Millisecond; *fleetMaxWait > 0 && w > *fleetMaxWait {
+			t.Errorf("%s: an acquire call took %v, more than %v (-fleet.maxwait)", role, w, *fleetMaxWait)
+		}
+	}
+	for _, h := range []string{"handover:old>new", "handover:new>old"} {
+		if r.stats[h] < int64(*fleetHandover) {
+			t.Errorf("%s: %d, want at least %d (-fleet.handovers): the versions did not take turns", h, r.stats[h], *fleetHandover)
+		}
+	}
+}
+
+// checkExpiring fails the test if a server keeps a key that never
+// expires, or the lock key itself, once every process has ended: a mixed
+// fleet leaves nothing behind either.
+func checkExpiring(t *testing.T, addrs []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, a := range addrs {
+		c := client(t, a)
+		keys, err := c.Keys(ctx, "*").Result()
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", a, err)
+		}
+		for _, k := range keys {
+			ttl, err := c.PTTL(ctx, k).Result()
+			switch {
+			case err != nil:
+				t.Errorf("PTTL %s on %s: %v", k, a, err)
+			case ttl < 0 && ttl != -2: // -2: expired or deleted since KEYS
+				t.Errorf("%s on %s never expires", k, a)
+			case k == "lockmw:{fleet}":
+				t.Errorf("the lock key %s is still on %s (TTL %v) after every holder ended", k, a, ttl)
+			}
+		}
+	}
+}

@@ -134,7 +134,7 @@ chaos: redis-server etcd zookeeper mariadb-server postgresql
 	cd $(MYSQL_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 	cd $(PG_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
-# fleet: the mixed-fleet check of issue 28, outside make test: builds
+# fleet: the mixed-fleet check (old and new releases side by side), outside make test: builds
 # internal/fleetcheck from OLD (a commit; its source copied into a git
 # archive of it) and from the working tree (or NEW, a commit), then runs
 # processes of both builds side by side on one key for FLEET_DURATION per

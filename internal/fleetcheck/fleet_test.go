@@ -47,8 +47,8 @@ var roles = []string{"old", "new"}
 // has no Fair (lockmw.NewRedlock's documentation).
 var cases = []string{"redis/default", "redis/fair", "redis/mixed", "redlock/default"}
 
-// TestFleet is the mixed-fleet check (old and new releases side by side), opt-in: it runs only when
-// LOCKMW_FLEET_OLD names a commit. It builds this package's program
+// TestFleet is the mixed-fleet check (old and new releases side by side),
+// opt-in: it runs only when LOCKMW_FLEET_OLD names a commit. It builds this package's program
 // (main.go) from that commit (its source copied into a `git archive` of it,
 // replacing any version the commit has) and from the working tree (or from
 // the commit LOCKMW_FLEET_NEW, the same way), then, for each case (one

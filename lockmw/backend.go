@@ -3,66 +3,53 @@ package lockmw
 import (
 	"context"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// backend is the boundary between the lock logic (leases, waiting, renewal
-// scheduling, telemetry) and the store that holds the locks. Every method is
-// one compare-and-act step on the store; timing, validity and retries are the
-// caller's. Implementations must be safe for concurrent use.
-type backend interface {
-	// acquire makes one attempt to take the lock for token with the given TTL.
-	acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error)
-	// release deletes the lock if token still owns it.
-	release(ctx context.Context, k lockRef, token string) (ownership, error)
-	// renew extends each request's lock if its token still owns it, sending
-	// all requests for one node in one round trip. It returns one result per
-	// request, in order.
-	renew(ctx context.Context, reqs []renewRequest) []renewResult
-}
+// This file is what the Locker finds in its store beyond store.Store: the
+// capabilities of package store (found in newLocker), and those that only
+// the Redis stores of this package have, by which a release hands the lock
+// to a waiter in the same step (waitBackend: the Redis store of New) and a
+// waiter is woken from a queue on one member (wakeQueue: the Redlock store
+// of NewRedlock). Every store, Redis included, keeps its locks behind
+// store.Store: the Locker acquires, releases and renews through it alone.
 
-// acquireReply is the outcome of one acquire attempt that reached the store.
-type acquireReply struct {
-	acquired  bool
-	fence     uint64        // when acquired: the new fencing token
-	holderTTL time.Duration // when busy: the holder's remaining TTL, 0 if unknown
-	queued    bool          // Redlock: the attempt queued the caller's wait entry (or may yet: no answer)
-	// unsure (Redlock) is set when the first master failed without
-	// answering (its reply lost, say): the attempt may have queued the
-	// entry there all the same. It is not counted queued (no wake is
-	// awaited on it), but the waiter must leave the queue.
-	unsure bool
-}
+// ownership is what a compare-and-act step found (store.Ownership).
+type ownership = store.Ownership
 
-// ownership is what a compare-and-act script found under the lock key.
-type ownership int
-
+// What a compare-and-act step found.
 const (
-	owned   ownership = iota + 1 // the caller's token: the action was done
-	missing                      // no lock: expired or deleted
-	taken                        // another owner's token: left untouched
+	owned   = store.Owned   // the caller's token: the action was done
+	missing = store.Missing // no lock: expired or deleted
+	taken   = store.Taken   // another owner's token: left untouched
 )
 
 // lostReason maps a failed compare-and-act to the reason the lease is lost.
-func (o ownership) lostReason() LostReason {
+func lostReason(o ownership) LostReason {
 	if o == taken {
 		return LostTaken
 	}
 	return LostExpired
 }
 
-type renewRequest struct {
-	keys  lockRef
-	token string
-	ttl   time.Duration
+// caps are the optional capabilities of a Locker's store, found once by
+// type assertion (newLocker).
+type caps struct {
+	notifier    store.Notifier    // nil: waiters back off
+	queue       store.Queue       // nil: no Fair through a queue
+	fairOnly    bool              // queue is for Fair waiters only (store.FairOnly)
+	leftNothing store.LeftNothing // nil: every failed acquisition is given back
+	// backoffMin and backoffMax bound a waiter's backoff between attempts:
+	// the store's (store.Backoff), else minBackoff and maxBackoff.
+	backoffMin, backoffMax time.Duration
+	waits                  waitBackend // the Redis store of New: hand-overs and fair queues
+	wakes                  wakeQueue   // the Redlock store: waiters woken from a queue
 }
 
-type renewResult struct {
-	ownership ownership // valid when err is nil
-	err       error
-}
-
-// waitBackend is what a backend offers for waiting without polling:
-// release notifications and fair queues. The Redis backend has it.
+// waitBackend is what the Redis store of New offers for waiting without
+// polling: release notifications, hand-over to a waiter in the release's
+// own step, and fair queues with grants.
 type waitBackend interface {
 	releaseHandoff(ctx context.Context, k lockRef, token, early string, earlyFence uint64) (handoff, error)
 	unlock(ctx context.Context, k lockRef, token string) (o ownership, fair bool, err error)
@@ -72,5 +59,4 @@ type waitBackend interface {
 	leave(ctx context.Context, k lockRef, entry, token string) (bool, error)
 	fairQueued(ctx context.Context, k lockRef) (bool, error)
 	subscriber() *subscriber
-	close()
 }

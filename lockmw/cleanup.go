@@ -309,7 +309,7 @@ func dialFailed(err error) bool {
 func (l *Locker) takeBack(keys lockRef, token, entry string, fair bool, ttl time.Duration) {
 	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		if entry != "" {
-			granted, err := l.waits.leave(ctx, keys, entry, token)
+			granted, err := l.caps.waits.leave(ctx, keys, entry, token)
 			if err != nil {
 				return err
 			}

@@ -61,11 +61,11 @@ type keepState struct {
 // renewScheduler keeps a Locker's leases alive with one goroutine and one
 // timer, however many leases there are.
 type renewScheduler struct {
-	backend backend
-	store   string // the store's name in messages (see named)
-	tel     *telemetry
-	logger  *slog.Logger
-	drift   func(ttl time.Duration) time.Duration
+	st     store.Store
+	store  string // the store's name in messages (see named)
+	tel    *telemetry
+	logger *slog.Logger
+	drift  func(ttl time.Duration) time.Duration
 
 	mu     sync.Mutex
 	queue  leaseQueue
@@ -103,9 +103,9 @@ func setDeadline(l *Lease, d time.Time) {
 	l.validUntil.Store(int64(d.Sub(monoEpoch)))
 }
 
-func newRenewScheduler(b backend, storeName string, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
+func newRenewScheduler(st store.Store, storeName string, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
 	s := &renewScheduler{
-		backend: b,
+		st:      st,
 		store:   storeName,
 		tel:     tel,
 		logger:  logger,
@@ -419,19 +419,25 @@ func (s *renewScheduler) collect(now time.Time) (batch, lost []*Lease) {
 	return batch, lost
 }
 
+// errFewerResults stands for the results a store's Renew did not return.
+var errFewerResults = errors.New("the store returned fewer renewal results than requests")
+
 // renew sends one round trip renewing batch, sent at sentAt (taken before
 // the request left, so validity computed from it is never too long).
 func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
-	reqs := make([]renewRequest, len(batch))
+	reqs := make([]store.RenewRequest, len(batch))
 	var longest time.Duration
 	for i, l := range batch {
-		reqs[i] = renewRequest{keys: l.keys, token: l.token, ttl: l.ttl}
+		reqs[i] = store.RenewRequest{Key: l.keys.Key, Token: l.token, TTL: l.ttl}
 		longest = max(longest, l.ttl)
 	}
 	// A reply later than the longest TTL cannot save any lease in the batch.
 	ctx, cancel := context.WithTimeout(context.Background(), longest)
-	results := s.backend.renew(ctx, reqs)
+	results := s.st.Renew(ctx, reqs)
 	cancel()
+	for len(results) < len(reqs) {
+		results = append(results, store.RenewResult{Err: errFewerResults})
+	}
 
 	now := time.Now()
 	checked := s.now() // = now, unless a test moved the check clock ahead
@@ -447,22 +453,22 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 		}
 		r := results[i]
 		switch {
-		case r.err != nil:
+		case r.Err != nil:
 			failed++
-			failure = r.err
-			k.lastErr = r.err
+			failure = r.Err
+			k.lastErr = r.Err
 			// Retry soon, but the deadline still stands.
 			k.fireAt, k.slack = now.Add(retryDelay(l.ttl)), 0
 			if k.fireAt.After(k.deadline) {
 				k.fireAt = k.deadline
 			}
 			heap.Fix(&s.queue, k.index)
-		case r.ownership == owned && !checked.Before(k.deadline):
+		case r.Ownership == owned && !checked.Before(k.deadline):
 			// Confirmed, but only once the deadline had passed (its timer
 			// is late): the lease ended there, and is not revived.
 			s.end(l, &LostError{Key: l.key, Reason: LostDeadline, Err: s.named(errRenewalLate)})
 			lost = append(lost, l)
-		case r.ownership == owned:
+		case r.Ownership == owned:
 			ok++
 			k.lastErr = nil
 			if d := sentAt.Add(l.ttl - s.drift(l.ttl)); d.After(k.deadline) {
@@ -471,7 +477,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 			s.scheduleRenewal(l, sentAt)
 			heap.Fix(&s.queue, k.index)
 		default:
-			s.end(l, &LostError{Key: l.key, Reason: r.ownership.lostReason()})
+			s.end(l, &LostError{Key: l.key, Reason: lostReason(r.Ownership)})
 			lost = append(lost, l)
 		}
 	}

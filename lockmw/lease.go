@@ -222,7 +222,7 @@ func (s *Lease) release(ctx context.Context) error {
 		return err
 	case found != owned:
 		// Lost between two renewals, unnoticed until now.
-		lost = &LostError{Key: s.key, Reason: found.lostReason()}
+		lost = &LostError{Key: s.key, Reason: lostReason(found)}
 		s.lost.Store(lost)
 		l.tel.releaseSpanDone(span, s, outcomeLost, lost)
 		l.tel.leaseLost(ctx, s, lost)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,10 +31,15 @@ type redisBackend struct {
 	plainAcquire bool
 	// expiry is the Locker's, for the counter and queue keys.
 	expiry keyExpiry
+	// claimKeep is how long a fire claim record is kept after a claim:
+	// the Locker's retention (FireClaims).
+	claimKeep time.Duration
 }
 
-func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
-	b := &redisBackend{client: client, self: self, publish: "PUBLISH", numsub: "NUMSUB"}
+// newRedisBackend returns the store of client; New binds it to its Locker
+// before the Locker's first request.
+func newRedisBackend(client redis.UniversalClient) *redisBackend {
+	b := &redisBackend{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
 	}
@@ -43,31 +49,17 @@ func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
 	return b
 }
 
-// close stops the backend's goroutines.
-func (b *redisBackend) close() {
-	b.subs.close()
-}
-
 func (b *redisBackend) subscriber() *subscriber { return b.subs }
 
-func (b *redisBackend) acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error) {
-	return b.runAcquire(ctx, k, token, ttl)
-}
-
 // acquireReplyOf reads the acquire script's reply: {1, fence} or {0, pttl}.
-func acquireReplyOf(vals []int64) (acquireReply, error) {
+func acquireReplyOf(vals []int64) (store.Reply, error) {
 	if len(vals) != 2 {
-		return acquireReply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
+		return store.Reply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
 	}
 	if vals[0] == acquireTaken {
-		return acquireReply{acquired: true, fence: uint64(vals[1])}, nil
+		return store.Reply{Acquired: true, Fence: uint64(vals[1])}, nil
 	}
-	return acquireReply{holderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
-}
-
-func (b *redisBackend) release(ctx context.Context, k lockRef, token string) (ownership, error) {
-	h, err := b.releaseHandoff(ctx, k, token, "", 0)
-	return h.ownership, err
+	return store.Reply{HolderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
 }
 
 // unlock releases the lock held by token, acquired without Fair, with the
@@ -274,11 +266,15 @@ func (b *redisBackend) leave(ctx context.Context, k lockRef, entry, token string
 	return v == leaveGranted, err
 }
 
-func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
+// Renew extends each request's lock if its token still holds it, in one
+// round trip (two when a node lost its scripts).
+func (b *redisBackend) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	cmds := make([]*redis.Cmd, len(reqs))
+	locks := make([]string, len(reqs))
 	pipe := b.client.Pipeline()
 	for i, r := range reqs {
-		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{r.keys.lock}, r.token, millis(r.ttl))
+		locks[i] = lockKeyOf(r.Key)
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 
@@ -288,19 +284,19 @@ func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewRe
 	for i, c := range cmds {
 		if noScript(c.Err()) {
 			r := reqs[i]
-			cmds[i] = rs.eval(renewScript, []string{r.keys.lock}, r.token, millis(r.ttl))
+			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, millis(r.TTL))
 		}
 	}
 	rs.send()
 
-	results := make([]renewResult, len(reqs))
+	results := make([]store.RenewResult, len(reqs))
 	for i, c := range cmds {
 		v, err := c.Int64()
 		if err != nil {
-			results[i].err = err
+			results[i].Err = err
 			continue
 		}
-		results[i].ownership = ownershipOf(v)
+		results[i].Ownership = ownershipOf(v)
 	}
 	return results
 }

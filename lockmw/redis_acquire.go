@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,7 +103,7 @@ func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, sc
 // runAcquire makes one acquisition attempt for k: with the acquire script,
 // or on one server (plainAcquire) with plain commands, which Redis runs for
 // less than the script.
-func (b *redisBackend) runAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (reply acquireReply, err error) {
+func (b *redisBackend) runAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (reply store.Reply, err error) {
 	var vals []int64
 	switch {
 	case b.waitReplicas > 0:
@@ -114,12 +115,12 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockRef, token string, 
 		})
 	case b.plainAcquire:
 		var fence int64
-		reply.acquired, fence, reply.holderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
-		if err != nil && reply.acquired {
+		reply.Acquired, fence, reply.HolderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
+		if err != nil && reply.Acquired {
 			// Taken, but no fence drawn: give it back.
 			_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
 		}
-		reply.fence = uint64(fence)
+		reply.Fence = uint64(fence)
 		return reply, err
 	default:
 		var r any
@@ -210,7 +211,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockRef, token s
 	// Roll back: the lock must not stay with a holder who was told no.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
-	if _, rerr := b.release(rctx, k, token); rerr != nil {
+	if _, rerr := b.releaseHandoff(rctx, k, token, "", 0); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("rolling back (the lock expires after its TTL): %w", rerr))
 	}
 	return nil, err

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -82,15 +83,15 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	if err != nil {
 		return nil, err
 	}
-	l, err := newLocker(b, "Redlock", opts)
+	l, err := newLocker(b, opts)
 	if err != nil {
-		b.close()
+		_ = b.Close()
 		return nil, err
 	}
+	// Bound to l before its first request.
 	b.cleaner, b.logger, b.closing = l.cleaner, l.logger, l.closing
 	b.expiry, b.prefix = l.cfg.expiry(), l.cfg.prefix
 	warnEviction(l.logger, clients, l.closing)
-	l.id = newToken()[:16]
 	newRedlockWaits(l, b, clients[0])
 	warnSlowClient(l.logger, clients, l.cfg.ttl)
 	return l, nil
@@ -166,19 +167,28 @@ func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error)
 	return b, nil
 }
 
-// close stops the masters' senders once they have sent what is queued;
+// Close stops the masters' senders once they have sent what is queued;
 // later requests fail with ErrClosed.
-func (b *redlockBackend) close() {
+func (b *redlockBackend) Close() error {
 	for _, m := range b.masters {
 		m.close()
 	}
 	if b.subs != nil {
 		b.subs.close()
 	}
+	return nil
 }
 
-func (b *redlockBackend) acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error) {
-	return b.acquireQueued(ctx, k, token, ttl, "")
+// queuedReply is an attempt's store.Reply, and what it did with the
+// caller's wait-queue entry (redlock_wait.go).
+type queuedReply struct {
+	store.Reply
+	queued bool // the attempt queued the caller's wait entry (or may yet: no answer)
+	// unsure is set when the first master failed without answering (its
+	// reply lost, say): the attempt may have queued the entry there all
+	// the same. It is not counted queued (no wake is awaited on it), but
+	// the waiter must leave the queue.
+	unsure bool
 }
 
 // acquireQueued makes one attempt. It asks the first quorum of masters
@@ -189,7 +199,7 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockRef, token string, t
 // saves each acquisition and release the calls to the rest. entry, if not
 // empty, is the caller's wait-queue entry: queued in the reply says that
 // the first master found the lock held and queued it there.
-func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string) (acquireReply, error) {
+func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string) (queuedReply, error) {
 	n, q := len(b.masters), b.quorum
 	replies := make(chan masterReply, n)
 	sent := make([]bool, n)
@@ -274,7 +284,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token str
 				settled[i] = settled[i] || !sent[i]
 			}
 			b.rollback(k, token, ttl, granted, settled)
-			return acquireReply{queued: entry != "" && (queued || !answered0), unsure: unsure}, ctx.Err()
+			return queuedReply{queued: entry != "" && (queued || !answered0), unsure: unsure}, ctx.Err()
 		}
 		if !record(r) {
 			sendRest() // the first quorum cannot grant it alone
@@ -321,15 +331,15 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token str
 	if lost {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
-			return acquireReply{queued: queued, unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
+			return queuedReply{queued: queued, unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
-		return acquireReply{holderTTL: freeIn(busyTTLs, q-won), queued: queued, unsure: unsure}, nil
+		return queuedReply{Reply: store.Reply{HolderTTL: freeIn(busyTTLs, q-won)}, queued: queued, unsure: unsure}, nil
 	}
 
 	fence, err := b.settleFence(ctx, k, token, fences)
 	if err != nil {
 		b.rollback(k, token, ttl, granted, settled)
-		return acquireReply{queued: queued, unsure: unsure}, err
+		return queuedReply{queued: queued, unsure: unsure}, err
 	}
 	// The release goes where the lock may be token's: where it was granted,
 	// and where the request may yet run or did without an answer.
@@ -338,11 +348,14 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token str
 		maybe[i] = !settled[i]
 	}
 	b.held.Store(heldKey(k, token), &heldOn{masters: maybe})
-	return acquireReply{acquired: true, fence: uint64(fence), queued: queued, unsure: unsure}, nil
+	return queuedReply{Reply: store.Reply{Acquired: true, Fence: uint64(fence)}, queued: queued, unsure: unsure}, nil
 }
 
 // heldKey names a lease in redlockBackend.held.
-func heldKey(k lockRef, token string) string { return k.lock + "\x00" + token }
+func heldKey(k lockRef, token string) string { return heldKeyOf(k.lock, token) }
+
+// heldKeyOf is heldKey of the lock with Redis key lock.
+func heldKeyOf(lock, token string) string { return lock + "\x00" + token }
 
 // settleFence returns the holder's fence, M, the largest counter its
 // winning masters returned, once a quorum of masters has counter >= M
@@ -531,11 +544,13 @@ func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (
 // renew renews each lease on every master (redlock_renew.lua): where it
 // is held it is extended, and a free master where it never was is taken,
 // which spreads a lease acquired on a bare quorum over the others.
-func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
+func (b *redlockBackend) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	n, q := len(b.masters), b.quorum
 	held := make([]*heldOn, len(reqs))
+	locks := make([]string, len(reqs))
 	for i, r := range reqs {
-		if v, ok := b.held.Load(heldKey(r.keys, r.token)); ok {
+		locks[i] = lockKeyOf(r.Key)
+		if v, ok := b.held.Load(heldKeyOf(locks[i], r.Token)); ok {
 			h := v.(*heldOn)
 			h.mu.Lock()
 			if h.masters != nil {
@@ -585,7 +600,7 @@ func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renew
 				}
 				h.mu.Unlock()
 			}
-			calls[i] = masterScript{script: redlockRenewScript, keys: []string{r.keys.lock}, args: []any{r.token, millis(r.ttl), retake}}
+			calls[i] = masterScript{script: redlockRenewScript, keys: []string{locks[i]}, args: []any{r.Token, millis(r.TTL), retake}}
 		}
 		b.masters[m].submit(&masterCall{master: m, calls: calls, reply: replies, after: record})
 	}
@@ -614,9 +629,9 @@ collect:
 			}
 		}
 	}
-	results := make([]renewResult, len(reqs))
+	results := make([]store.RenewResult, len(reqs))
 	for i := range tallies {
-		results[i].ownership, results[i].err = tallies[i].result(n, q)
+		results[i].Ownership, results[i].Err = tallies[i].result(n, q)
 	}
 	return results
 }

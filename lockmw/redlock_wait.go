@@ -110,16 +110,14 @@ func (l *Locker) deliverWake(channel, payload string) {
 
 // passWakeOn wakes the next waiter of keys, in the background.
 func (l *Locker) passWakeOn(keys lockRef) {
-	b := l.backend.(*redlockBackend)
 	l.flights.start()
 	go func() {
 		defer l.flights.done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		defer cancel()
-		err := redlockWakeScript.Run(ctx, once{b.masters[0].client}, []string{keys.queue}, keys.grants).Err()
-		if err != nil {
+		if err := l.caps.wakes.passWake(ctx, keys); err != nil {
 			l.logger.Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
-				slog.String("lock", keys.lock), slog.Any("error", err))
+				slog.String("key", keys.Name), slog.String("store", l.store), slog.Any("error", err))
 		}
 	}()
 }
@@ -128,13 +126,13 @@ func (l *Locker) passWakeOn(keys lockRef) {
 // else attempts woken by releases (see the top of this file) until one
 // succeeds, fails, or the wait ends.
 func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
-	b := l.backend.(*redlockBackend)
+	b := l.caps.wakes
 	if !wait {
 		lease, reply, err := l.attemptQueued(a.opCtx, a, "")
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		retryAfter := reply.holderTTL
+		retryAfter := reply.HolderTTL
 		if retryAfter == 0 {
 			// Masters asked with a plain SET do not tell the holder's TTL.
 			retryAfter = b.holderTTL(a.opCtx, a.keys)
@@ -169,8 +167,8 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	defer stop()
 
 	channel := a.keys.grants + l.id
-	if err := watchUntil(ctx, b.subs, a.giveUp, channel, true); err == nil {
-		defer b.subs.unwatch(channel)
+	if err := watchUntil(ctx, b.subscriber(), a.giveUp, channel, true); err == nil {
+		defer b.subscriber().unwatch(channel)
 	} else if a.opCtx.Err() != nil {
 		return nil, ctxErr(a.opCtx, a.key)
 	} else if ctx.Err() != nil {
@@ -183,11 +181,10 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	if l.isHot(a.keys) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		n, err := sendOnce(ctx, b.masters[0].client, redis.NewIntCmd(ctx, "rpushx", a.keys.queue, entry)).Result()
-		switch {
-		case err == nil && n > 0:
+		switch ok, maybe := b.enqueueWake(ctx, a.keys, entry); {
+		case ok:
 			queued, retry = true, false
-		case err != nil && mayHaveRun(err):
+		case maybe:
 			queued, unsure = true, true // it may be queued: leaving takes it out; an attempt follows
 		}
 	}
@@ -209,7 +206,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 			if lease != nil || err != nil {
 				return lease, err
 			}
-			holderTTL = reply.holderTTL
+			holderTTL = reply.HolderTTL
 		}
 		retry = false
 		var sleep time.Duration
@@ -273,29 +270,35 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	// It goes through the first master's queue, keyed by the lock, so that
 	// it runs after an attempt of w's that may still be on its way there
 	// (and queue the entry).
-	b := l.backend.(*redlockBackend)
 	keys := r.keys
 	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
-		replies := make(chan masterReply, 1)
-		b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
-			{script: redlockLeaveScript, keys: []string{keys.lock, keys.queue}, args: []any{entry}},
-		}})
-		select {
-		case r := <-replies:
-			if err := r.cmds[0].Err(); errors.Is(err, ErrClosed) {
-				// The backend has closed (w outlasted Close's wait for
-				// it): the first master's sender sent every call queued
-				// before it stopped, w's attempts among them, so the
-				// leave goes on its client, after them.
-				return b.leaveOnClient(ctx, keys, entry)
-			} else if err != nil {
-				return err
-			}
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return l.caps.wakes.leaveWake(ctx, keys, entry)
 	}})
+}
+
+// leaveWake takes entry out of the wait queue of keys, through the first
+// master's queue, keyed by the lock, so that it runs after an attempt of
+// the waiter's that may still be on its way there (and queue the entry).
+func (b *redlockBackend) leaveWake(ctx context.Context, keys lockRef, entry string) error {
+	replies := make(chan masterReply, 1)
+	b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
+		{script: redlockLeaveScript, keys: []string{keys.lock, keys.queue}, args: []any{entry}},
+	}})
+	select {
+	case r := <-replies:
+		if err := r.cmds[0].Err(); errors.Is(err, ErrClosed) {
+			// The store has closed (the waiter outlasted Close's wait for
+			// it): the first master's sender sent every call queued
+			// before it stopped, the waiter's attempts among them, so the
+			// leave goes on its client, after them.
+			return b.leaveOnClient(ctx, keys, entry)
+		} else if err != nil {
+			return err
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // leaveOnClient takes entry out of the wait queue of keys on the first
@@ -321,26 +324,25 @@ func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockRef, entry 
 // attemptQueued is attempt for a Redlock waiter, its requests made under
 // ctx (a.opCtx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, acquireReply, error) {
+func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, queuedReply, error) {
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
-		return nil, acquireReply{}, ErrClosed
+		return nil, queuedReply{}, ErrClosed
 	}
-	b := l.backend.(*redlockBackend)
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := b.acquireQueued(ctx, a.keys, token, a.cfg.ttl, entry)
+	reply, err := l.caps.wakes.acquireQueued(ctx, a.keys, token, a.cfg.ttl, entry)
 	if err != nil {
 		if a.opCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
 			return nil, reply, ErrClosed
 		}
-		return nil, reply, l.attemptErr(a.opCtx, a.key, err)
+		return nil, reply, storeErr(a.opCtx, a.key, err)
 	}
-	if !reply.acquired {
+	if !reply.Acquired {
 		return nil, reply, nil
 	}
-	lease, err := l.newLease(a, token, reply.fence, sentAt, false)
+	lease, err := l.newLease(a, token, reply.Fence, sentAt, false)
 	return lease, reply, err
 }
 

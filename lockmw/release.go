@@ -47,13 +47,13 @@ func (l *Locker) releaseToken(ctx context.Context, keys lockRef, token string) (
 // leaves the lock to releaseHandoff when fair waiters have queued behind
 // it.
 func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string, fair bool) (ownership, error) {
-	if l.waits == nil {
-		return l.backend.release(ctx, keys, token)
+	if l.caps.waits == nil {
+		return l.st.Release(ctx, keys.Key, token)
 	}
 	queued := false // fair waiters are known to be queued: release.lua hands over
 	if to, ttl := l.defaultHead(keys); to != "" {
 		sentAt := time.Now()
-		t, err := l.waits.transfer(ctx, keys, token, to, ttl, false)
+		t, err := l.caps.waits.transfer(ctx, keys, token, to, ttl, false)
 		switch {
 		case err != nil:
 			return 0, err
@@ -66,7 +66,7 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string,
 		queued = true
 	}
 	if !fair && !queued {
-		o, queued, err := l.waits.unlock(ctx, keys, token)
+		o, queued, err := l.caps.waits.unlock(ctx, keys, token)
 		if err != nil || !queued {
 			return o, err
 		}
@@ -84,7 +84,7 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string,
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
 func (l *Locker) releaseHandoff(ctx context.Context, keys lockRef, token, early string, earlyFence uint64) (handoff, error) {
-	h, err := l.waits.releaseHandoff(ctx, keys, token, early, earlyFence)
+	h, err := l.caps.waits.releaseHandoff(ctx, keys, token, early, earlyFence)
 	if err == nil && h.to != "" {
 		if h.more {
 			l.markHot(keys)
@@ -103,7 +103,7 @@ func (l *Locker) releaseHandoff(ctx context.Context, keys lockRef, token, early 
 func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
 	ctx = withValidity(ctx, deadline) // retries while a slot moves end by s's deadline
 	reserved := s.reserved.Load()
-	if l.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
+	if l.caps.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
 		return l.releaseTokenOf(ctx, s.keys, s.token, s.fair)
 	}
 	if s.fair {
@@ -121,7 +121,7 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	t, err := l.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
+	t, err := l.caps.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
@@ -140,7 +140,7 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 		}
 		return ho.ownership, err
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: t.ownership.lostReason()})
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(t.ownership)})
 	return t.ownership, nil
 }
 
@@ -172,7 +172,7 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 		h.settle(l, sentAt, ho.reserved, ho.next, nil)
 		return owned, nil
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: ho.ownership.lostReason()})
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.ownership)})
 	return ho.ownership, nil
 }
 

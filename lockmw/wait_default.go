@@ -61,8 +61,8 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 
 	// Once subscribed, retry: a release may have come since the attempt.
 	retry := true
-	if err := watchUntil(a.opCtx, l.waits.subscriber(), a.giveUp, a.keys.notify, false); err == nil {
-		defer l.waits.subscriber().unwatch(a.keys.notify)
+	if err := watchUntil(a.opCtx, l.caps.waits.subscriber(), a.giveUp, a.keys.notify, false); err == nil {
+		defer l.caps.waits.subscriber().unwatch(a.keys.notify)
 	} else if a.opCtx.Err() != nil {
 		return nil, false, ctxErr(a.opCtx, a.key)
 	} else {
@@ -73,11 +73,11 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 	defer timer.Stop()
 	for {
 		if retry && l.leads(r, w) {
-			lease, ttl, err := l.attempt(a)
+			lease, reply, err := l.attempt(a)
 			if lease != nil || err != nil {
 				return lease, false, err
 			}
-			holderTTL = ttl
+			holderTTL = reply.HolderTTL
 			if l.linesUp(a.keys, a.cfg) && (a.giveUp.IsZero() || time.Now().Before(a.giveUp)) {
 				l.roomsMu.Lock()
 				// Not if a release of this Locker handed w the lock
@@ -149,7 +149,7 @@ func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
 	if known {
 		return
 	}
-	queued, err := l.waits.fairQueued(a.opCtx, a.keys)
+	queued, err := l.caps.waits.fairQueued(a.opCtx, a.keys)
 	if err != nil {
 		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.Any("error", err))
 		return

@@ -6,6 +6,8 @@ import (
 	mathrand "math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is how Acquire waits in fair mode: waiters queue in Redis
@@ -62,12 +64,12 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	entry := l.id + " " + token + " " + strconv.FormatInt(millis(a.cfg.ttl), 10)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, token, a.cfg.ttl, entry, modeTry)
+		reply, err := l.caps.waits.fairAcquire(a.opCtx, a.keys, token, a.cfg.ttl, entry, modeTry)
 		if err != nil {
 			if mayHaveRun(err) {
 				l.takeBack(a.keys, token, "", true, a.cfg.ttl) // it may take the lock yet
 			}
-			return nil, l.attemptErr(a.opCtx, a.key, err)
+			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		if !reply.acquired {
 			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.pttl}
@@ -94,7 +96,7 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 
 func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (*Lease, error) {
 	channel := a.keys.grants + l.id
-	if err := watchUntil(a.opCtx, l.waits.subscriber(), a.giveUp, channel, true); err != nil {
+	if err := watchUntil(a.opCtx, l.caps.waits.subscriber(), a.giveUp, channel, true); err != nil {
 		if a.opCtx.Err() != nil {
 			return nil, ctxErr(a.opCtx, a.key)
 		}
@@ -102,7 +104,7 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 		// waiters; polling still gets the lock once the queue drains.
 		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.Any("error", err))
 	} else {
-		defer l.waits.subscriber().unwatch(channel)
+		defer l.caps.waits.subscriber().unwatch(channel)
 	}
 
 	// Nothing has been granted to w before its entry is queued, so the
@@ -111,17 +113,17 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 	l.setBusy(w, sentAt, 0)
 	queued := false
 	if known {
-		ok, err := l.waits.enqueue(a.opCtx, a.keys, entry)
+		ok, err := l.caps.waits.enqueue(a.opCtx, a.keys, entry)
 		if err != nil {
-			return nil, l.attemptErr(a.opCtx, a.key, err)
+			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		queued = ok
 	}
 	holderTTL := time.Duration(0)
 	if !queued {
-		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modeWait)
+		reply, err := l.caps.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modeWait)
 		if err != nil {
-			return nil, l.attemptErr(a.opCtx, a.key, err)
+			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 			return lease, err
@@ -148,9 +150,9 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 			return lease, err
 		case <-poll.C:
 			sentAt := time.Now()
-			reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modePoll)
+			reply, err := l.caps.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modePoll)
 			if err != nil {
-				return nil, l.attemptErr(a.opCtx, a.key, err)
+				return nil, storeErr(a.opCtx, a.key, err)
 			}
 			if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 				return lease, err
@@ -181,11 +183,11 @@ func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *
 		// Queued long ago: the grant's start is only known to be after
 		// w's last busy attempt. Renew to learn a fresh one.
 		sentAt := time.Now()
-		res := l.backend.renew(a.opCtx, []renewRequest{{keys: a.keys, token: w.token, ttl: a.cfg.ttl}})[0]
-		if res.err != nil {
-			return nil, false, l.attemptErr(a.opCtx, a.key, res.err)
+		res := l.st.Renew(a.opCtx, []store.RenewRequest{{Key: a.keys.Key, Token: w.token, TTL: a.cfg.ttl}})[0]
+		if res.Err != nil {
+			return nil, false, storeErr(a.opCtx, a.key, res.Err)
 		}
-		if res.ownership != owned {
+		if res.Ownership != owned {
 			// The grant expired before it was seen: wait again.
 			l.reopen(w)
 			return nil, true, nil
@@ -269,7 +271,7 @@ func (l *Locker) abandonFair(keys lockRef, w *waiter, entry string, why error) {
 		default:
 		}
 	} else {
-		g, err := l.waits.leave(ctx, keys, entry, w.token)
+		g, err := l.caps.waits.leave(ctx, keys, entry, w.token)
 		if err != nil {
 			// A failed attempt may yet take the lock or queue the entry:
 			// the cleaner leaves and gives back once Redis answers.

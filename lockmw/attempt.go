@@ -23,12 +23,12 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 		return nil, store.Reply{}, ErrClosed
 	}
 	token := newToken()
-	reply, err := l.st.Acquire(a.opCtx, a.keys.Key, token, a.cfg.ttl, a.cfg.watchdog)
+	reply, err := l.st.Acquire(a.opCtx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
 	if err != nil {
 		if l.caps.leftNothing == nil || !l.caps.leftNothing.LeftNothing(err) {
 			// The request may have taken the lock all the same: give back
 			// whatever token holds (no lease will hold it).
-			l.takeBack(a.keys, token, "", false, a.cfg.ttl)
+			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
 		}
 		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}

@@ -49,14 +49,43 @@ type caps struct {
 
 // waitBackend is what the Redis store of New offers for waiting without
 // polling: release notifications, hand-over to a waiter in the release's
-// own step, and fair queues with grants.
+// own step, and fair queues with grants (redis.go).
 type waitBackend interface {
-	releaseHandoff(ctx context.Context, k lockRef, token, early string, earlyFence uint64) (handoff, error)
-	unlock(ctx context.Context, k lockRef, token string) (o ownership, fair bool, err error)
-	transfer(ctx context.Context, k lockRef, token, to string, ttl time.Duration, force bool) (transferReply, error)
-	fairAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
-	enqueue(ctx context.Context, k lockRef, entry string) (bool, error)
-	leave(ctx context.Context, k lockRef, entry, token string) (bool, error)
-	fairQueued(ctx context.Context, k lockRef) (bool, error)
-	subscriber() *subscriber
+	watcher
+	releaseHandoff(ctx context.Context, k store.Key, token, early string, earlyFence uint64) (handoff, error)
+	unlock(ctx context.Context, k store.Key, token string) (o ownership, fair bool, err error)
+	transfer(ctx context.Context, k store.Key, token, to string, ttl time.Duration, force bool) (transferReply, error)
+	fairAcquire(ctx context.Context, k store.Key, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error)
+	enqueue(ctx context.Context, k store.Key, entry string) (bool, error)
+	leave(ctx context.Context, k store.Key, entry, token string) (bool, error)
+	fairQueued(ctx context.Context, k store.Key) (bool, error)
+}
+
+// watcher is a store that tells its Locker about a lock: its releases
+// (grants false), or the grants and wakes for this Locker's waiters
+// (grants true). What it hears goes to the Locker's events (storeEvents).
+type watcher interface {
+	// watch listens for k's events until unwatch; it returns once
+	// listening, or ctx's error.
+	watch(ctx context.Context, k store.Key, grants bool) error
+	unwatch(k store.Key, grants bool)
+}
+
+// storeEvents is what a watcher tells its Locker.
+type storeEvents struct {
+	// released: k was released; a default-mode waiter may try.
+	released func(k store.Key)
+	// granted: k was handed to this Locker's fair waiter (grant), or the
+	// store's message could not be read (ok false).
+	granted func(k store.Key, g grant, ok bool)
+	// woken: the Redlock waiter with entry token is woken for k.
+	woken func(k store.Key, token string)
+}
+
+// grant is a hand-over to a fair waiter that the store announced.
+type grant struct {
+	token    string // the waiter's
+	fence    uint64
+	reserved uint64 // the fence reserved for the next local hand-over, or 0
+	next     string // the entry of the waiter now first in line, or ""
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -306,10 +307,10 @@ func dialFailed(err error) bool {
 // lease TTL ttl; entry is the fair queue entry to take out first ("" when
 // none), fair whether the token was a fair waiter's. No lease may exist for
 // token.
-func (l *Locker) takeBack(keys lockRef, token, entry string, fair bool, ttl time.Duration) {
-	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+func (l *Locker) takeBack(lock store.Key, token, entry string, fair bool, ttl time.Duration) {
+	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		if entry != "" {
-			granted, err := l.caps.waits.leave(ctx, keys, entry, token)
+			granted, err := l.caps.waits.leave(ctx, lock, entry, token)
 			if err != nil {
 				return err
 			}
@@ -318,20 +319,7 @@ func (l *Locker) takeBack(keys lockRef, token, entry string, fair bool, ttl time
 				return nil // and the lock is not token's
 			}
 		}
-		_, err := l.releaseTokenOf(ctx, keys, token, fair)
+		_, err := l.releaseTokenOf(ctx, lock, token, fair)
 		return err
 	}})
-}
-
-// takeBackOn hands the cleaner the lock that token may hold on the Redlock
-// masters marked in masters, whose rollback got no answer. It never blocks
-// (a master's sender calls it); after Close it gives up at once.
-func (b *redlockBackend) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
-	j := &cleanup{key: k.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
-		return b.releaseOn(ctx, k, token, masters)
-	}}
-	if b.cleaner == nil || !b.cleaner.offer(j) {
-		b.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
-			slog.String("key", k.Name), slog.String("store", "Redlock"), slog.String("reason", "locker closed"))
-	}
 }

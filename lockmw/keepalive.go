@@ -130,7 +130,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	}
 	k := &l.keep
 	k.state = stateHeld
-	s.held[l.keys.Key]++
+	s.held[l.lock]++
 	setDeadline(l, sentAt.Add(l.ttl-s.drift(l.ttl)))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
@@ -151,7 +151,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	}
 	k := &l.keep
 	k.state, k.pending = stateHeld, true
-	s.held[l.keys.Key]++
+	s.held[l.lock]++
 	setDeadline(l, deadline)
 	k.fireAt, k.slack = deadline, 0
 	heap.Push(&s.queue, l)
@@ -330,8 +330,8 @@ func (s *renewScheduler) close() []*Lease {
 
 // unhold uncounts l, which leaves stateHeld. Caller holds s.mu.
 func (s *renewScheduler) unhold(l *Lease) {
-	if s.held[l.keys.Key]--; s.held[l.keys.Key] <= 0 {
-		delete(s.held, l.keys.Key)
+	if s.held[l.lock]--; s.held[l.lock] <= 0 {
+		delete(s.held, l.lock)
 	}
 }
 
@@ -428,7 +428,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 	reqs := make([]store.RenewRequest, len(batch))
 	var longest time.Duration
 	for i, l := range batch {
-		reqs[i] = store.RenewRequest{Key: l.keys.Key, Token: l.token, TTL: l.ttl}
+		reqs[i] = store.RenewRequest{Key: l.lock, Token: l.token, TTL: l.ttl}
 		longest = max(longest, l.ttl)
 	}
 	// A reply later than the longest TTL cannot save any lease in the batch.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // A Lease is one holding of a lock. It is kept alive by the Locker's
@@ -15,7 +17,7 @@ type Lease struct {
 	locker     *Locker
 	key        string
 	name       string // telemetry name
-	keys       lockRef
+	lock       store.Key
 	token      string // random 128-bit owner id, hex
 	fence      uint64
 	ttl        time.Duration
@@ -206,7 +208,7 @@ func (s *Lease) release(ctx context.Context) error {
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
 	found, err := l.releaseLease(ctx, s, deadline)
 	if s.fair {
-		l.forgetFair(s.keys, s.token)
+		l.forgetFair(s.lock, s.token)
 	}
 
 	switch {

@@ -77,8 +77,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	// Bound to l before its first request.
-	b.self = l.id
-	b.subs.deliver = l.deliver
+	b.self, b.prefix, b.events = l.id, l.cfg.prefix, l.events()
+	b.subs.deliver = b.route
 	b.waitReplicas, b.waitTimeout = l.cfg.waitReplicas, l.cfg.waitTimeout
 	b.expiry = l.cfg.expiry()
 	b.claimKeep = l.cfg.claimKeep()
@@ -245,7 +245,7 @@ func (l *Locker) releaseAll(held []*Lease) error {
 			if s.early != nil {
 				s.early.wait(ctx) // the release goes after the hand-over
 			}
-			if _, err := l.releaseTokenOf(ctx, s.keys, s.token, s.fair); err != nil {
+			if _, err := l.releaseTokenOf(ctx, s.lock, s.token, s.fair); err != nil {
 				mu.Lock()
 				errs = append(errs, unavailable("release", s.key, err))
 				mu.Unlock()
@@ -315,7 +315,7 @@ type acquisition struct {
 	opCtx       context.Context // carries the acquire span; requests are made under it
 	leaseParent context.Context // the caller's context: the lease context derives from it
 	key         string
-	keys        lockRef
+	lock        store.Key
 	cfg         *acquireConfig
 	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
 }
@@ -324,7 +324,7 @@ type acquisition struct {
 // carries the acquire span; leaseParent is the caller's context the lease
 // context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
-	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, keys: newLockRef(l.cfg.prefix, key), cfg: ac}
+	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, lock: store.Key{Prefix: l.cfg.prefix, Name: key}, cfg: ac}
 	if ac.hasWait {
 		if ac.wait == 0 {
 			wait = false
@@ -347,9 +347,9 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 	}
 	holderTTL := time.Duration(0)
 	switch {
-	case wait && l.hasDefaultWaiters(a.keys):
+	case wait && l.hasDefaultWaiters(a.lock):
 		// Queue behind this Locker's waiters rather than race them.
-	case wait && l.isHot(a.keys) && l.linesUp(a.keys, ac):
+	case wait && l.isHot(a.lock) && l.linesUp(a.lock, ac):
 		// Waiters of other Lockers are queued: line up behind them (see
 		// lineup.go) rather than make an attempt that finds the lock held.
 		return l.lineUp(a)
@@ -362,7 +362,7 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		if !wait || (!a.giveUp.IsZero() && !time.Now().Before(a.giveUp)) {
 			return nil, &NotAcquiredError{Key: key, RetryAfter: ttl}
 		}
-		if l.linesUp(a.keys, ac) {
+		if l.linesUp(a.lock, ac) {
 			return l.lineUp(a)
 		}
 		holderTTL = ttl

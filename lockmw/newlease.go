@@ -20,14 +20,14 @@ func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom 
 	validity := a.cfg.ttl - l.cfg.drift(a.cfg.ttl)
 	if elapsed := l.keeper.now().Sub(validFrom); elapsed >= validity {
 		// The answer came too late for the lease to be worth anything.
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, nil)
 		return nil, unavailable("acquire", a.key,
 			fmt.Errorf("%s answered after %v, longer than the lease validity %v", l.store, elapsed, validity))
 	}
 	s := l.makeLease(a, token, fence, validFrom, fair)
 	if !l.keeper.add(s, validFrom) {
 		s.cancel(ErrClosed)
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, nil)
 		return nil, ErrClosed
 	}
 	return s, nil
@@ -47,7 +47,7 @@ func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair b
 		case <-settled.C:
 		}
 		settled.Stop()
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, h)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
 		return nil, unavailable("acquire", a.key,
 			fmt.Errorf("the lock was handed over, but its validity had ended %v before the waiter took it", late))
 	}
@@ -55,7 +55,7 @@ func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair b
 	s.early = h
 	if !l.keeper.addPending(s, h.deadline) {
 		s.cancel(ErrClosed)
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, h)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
 		return nil, ErrClosed
 	}
 	h.attach(l, s)
@@ -69,7 +69,7 @@ func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredA
 		locker:     l,
 		key:        a.key,
 		name:       a.cfg.name,
-		keys:       a.keys,
+		lock:       a.lock,
 		token:      token,
 		fence:      fence,
 		ttl:        a.cfg.ttl,

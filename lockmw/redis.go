@@ -31,6 +31,10 @@ type redisBackend struct {
 	plainAcquire bool
 	// expiry is the Locker's, for the counter and queue keys.
 	expiry keyExpiry
+	// prefix is the Locker's key prefix; events what the subscriber
+	// hears goes to (route).
+	prefix string
+	events storeEvents
 	// claimKeep is how long a fire claim record is kept after a claim:
 	// the Locker's retention (FireClaims).
 	claimKeep time.Duration
@@ -65,7 +69,8 @@ func acquireReplyOf(vals []int64) (store.Reply, error) {
 // unlock releases the lock held by token, acquired without Fair, with the
 // short script; fair reports that fair waiters have queued behind it, and
 // the lock was left for releaseHandoff.
-func (b *redisBackend) unlock(ctx context.Context, k lockRef, token string) (o ownership, fair bool, err error) {
+func (b *redisBackend) unlock(ctx context.Context, lock store.Key, token string) (o ownership, fair bool, err error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, unlockScript, []string{k.lock, k.notify}, token, b.publish)
 	if err != nil {
 		return 0, false, err
@@ -95,7 +100,8 @@ type handoff struct {
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none).
-func (b *redisBackend) releaseHandoff(ctx context.Context, k lockRef, token, early string, earlyFence uint64) (handoff, error) {
+func (b *redisBackend) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (handoff, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
 	if err != nil {
@@ -152,7 +158,8 @@ func (t transferReply) reserve() uint64 {
 
 // transfer hands the lock held by token to the waiting token to (of the same
 // Locker) in one round trip; unless force, only when nobody else waits.
-func (b *redisBackend) transfer(ctx context.Context, k lockRef, token, to string, ttl time.Duration, force bool) (transferReply, error) {
+func (b *redisBackend) transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (transferReply, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	f := "0"
 	if force {
 		f = "1"
@@ -198,7 +205,8 @@ type fairReply struct {
 }
 
 // fairAcquire makes one fair attempt for the waiter with queue entry entry.
-func (b *redisBackend) fairAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
+func (b *redisBackend) fairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
@@ -229,7 +237,8 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockRef, token string,
 // enqueue appends entry to the lock's fair queue if the queue exists (one
 // plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
 // reports false when there is no queue, and the full fair attempt is needed.
-func (b *redisBackend) enqueue(ctx context.Context, k lockRef, entry string) (bool, error) {
+func (b *redisBackend) enqueue(ctx context.Context, lock store.Key, entry string) (bool, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
 }
@@ -237,7 +246,8 @@ func (b *redisBackend) enqueue(ctx context.Context, k lockRef, entry string) (bo
 // fairQueued reports whether waiters may be queued for the lock in Redis:
 // its holder's value is marked (see grant.lua), or the queue's list exists
 // (its first waiter may be kept in the value instead). One round trip.
-func (b *redisBackend) fairQueued(ctx context.Context, k lockRef) (bool, error) {
+func (b *redisBackend) fairQueued(ctx context.Context, lock store.Key) (bool, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	var get *redis.StringCmd
 	var exists *redis.IntCmd
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -257,7 +267,8 @@ func (b *redisBackend) fairQueued(ctx context.Context, k lockRef) (bool, error) 
 
 // leave takes entry out of the fair queue. It reports whether the lock had
 // been granted to token meanwhile (the caller must then release it).
-func (b *redisBackend) leave(ctx context.Context, k lockRef, entry, token string) (bool, error) {
+func (b *redisBackend) leave(ctx context.Context, lock store.Key, entry, token string) (bool, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	var v int64
 	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {
 		v, err = leaveScript.Run(ctx, once{b.client}, []string{k.lock, k.queue}, entry, token).Int64()

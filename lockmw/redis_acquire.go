@@ -118,7 +118,7 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockRef, token string, 
 		reply.Acquired, fence, reply.HolderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
 		if err != nil && reply.Acquired {
 			// Taken, but no fence drawn: give it back.
-			_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
+			_, _, _ = b.unlock(context.WithoutCancel(ctx), k.Key, token)
 		}
 		reply.Fence = uint64(fence)
 		return reply, err
@@ -211,7 +211,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockRef, token s
 	// Roll back: the lock must not stay with a holder who was told no.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
-	if _, rerr := b.releaseHandoff(rctx, k, token, "", 0); rerr != nil {
+	if _, rerr := b.releaseHandoff(rctx, k.Key, token, "", 0); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("rolling back (the lock expires after its TTL): %w", rerr))
 	}
 	return nil, err

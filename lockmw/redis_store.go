@@ -2,6 +2,8 @@ package lockmw
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
@@ -43,7 +45,7 @@ func (b *redisBackend) Acquire(ctx context.Context, k store.Key, token string, t
 // Release deletes the lock if token holds it, handing it to the first
 // live fair waiter if one is queued, and notifies waiting Lockers.
 func (b *redisBackend) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
-	h, err := b.releaseHandoff(ctx, newLockRef(k.Prefix, k.Name), token, "", 0)
+	h, err := b.releaseHandoff(ctx, k, token, "", 0)
 	return h.ownership, err
 }
 
@@ -73,4 +75,52 @@ func redisName(client redis.UniversalClient) string {
 		return "Redis Cluster"
 	}
 	return "Redis"
+}
+
+// watch subscribes to k's release notifications (grants false), or to
+// the grants for this Locker's fair waiters (grants true; the channel
+// lingers, see subscriptionLinger).
+func (b *redisBackend) watch(ctx context.Context, k store.Key, grants bool) error {
+	return b.subs.watch(ctx, b.channel(k, grants), grants)
+}
+
+func (b *redisBackend) unwatch(k store.Key, grants bool) { b.subs.unwatch(b.channel(k, grants)) }
+
+// channel names k's release channel, or its grant channel for this Locker.
+func (b *redisBackend) channel(k store.Key, grants bool) string {
+	if grants {
+		return lockKeyOf(k) + ":g:" + b.self
+	}
+	return lockKeyOf(k) + ":n"
+}
+
+// route hands a message of the subscriber to the Locker's events: a
+// release notification, or a grant ("<token> <fence> <reserved> <entry of
+// the waiter next in line>", release.lua and grant.lua).
+func (b *redisBackend) route(channel, payload string) {
+	if base, ok := strings.CutSuffix(channel, ":n"); ok {
+		if k, ok := keyOfBase(b.prefix, base); ok {
+			b.events.released(k)
+		}
+		return
+	}
+	base, ok := strings.CutSuffix(channel, ":g:"+b.self)
+	if !ok {
+		return
+	}
+	k, ok := keyOfBase(b.prefix, base)
+	if !ok {
+		return
+	}
+	parts := strings.SplitN(payload, " ", 4)
+	var g grant
+	var err error
+	if len(parts) == 4 {
+		g.token, g.next = parts[0], parts[3]
+		g.fence, err = strconv.ParseUint(parts[1], 10, 64)
+		if err == nil {
+			g.reserved, err = strconv.ParseUint(parts[2], 10, 64)
+		}
+	}
+	b.events.granted(k, g, len(parts) == 4 && err == nil)
 }

@@ -92,7 +92,9 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	b.cleaner, b.logger, b.closing = l.cleaner, l.logger, l.closing
 	b.expiry, b.prefix = l.cfg.expiry(), l.cfg.prefix
 	warnEviction(l.logger, clients, l.closing)
-	newRedlockWaits(l, b, clients[0])
+	b.self, b.events, b.onWake = l.id, l.events(), l.markHot
+	b.subs = newSubscriber(clients[0]) // wakes are heard on the first master
+	b.subs.deliver = b.route
 	warnSlowClient(l.logger, clients, l.cfg.ttl)
 	return l, nil
 }
@@ -112,7 +114,9 @@ type redlockBackend struct {
 	// release woke a waiter (the lock is contended).
 	subs   *subscriber
 	self   string
-	onWake func(lockRef)
+	onWake func(store.Key)
+	// events is where wakes go (route).
+	events storeEvents
 	// held is, by lock key and token, where a lease's lock may be (a
 	// *heldOn): its release goes there only.
 	held sync.Map
@@ -199,7 +203,8 @@ type queuedReply struct {
 // saves each acquisition and release the calls to the rest. entry, if not
 // empty, is the caller's wait-queue entry: queued in the reply says that
 // the first master found the lock held and queued it there.
-func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string) (queuedReply, error) {
+func (b *redlockBackend) acquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (queuedReply, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	n, q := len(b.masters), b.quorum
 	replies := make(chan masterReply, n)
 	sent := make([]bool, n)
@@ -530,7 +535,7 @@ func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (
 			if v == redlockReleaseWoke { // deleted, and a waiter woken
 				v = 1
 				if b.onWake != nil {
-					b.onWake(k)
+					b.onWake(k.Key)
 				}
 			}
 			t.add(ownershipOf(v), b.masterErr(r.master, err))

@@ -32,7 +32,7 @@ func TestRedlockLeaveAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.roomsMu.Lock()
-	r := l.join(keys)
+	r := l.join(keys.Key)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
 

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is how a Redlock Acquire waits for a busy lock: on wakes, not
@@ -74,50 +73,33 @@ import (
 // taken with the queue when the queue expires. A paused master runs a
 // leave already sent when it resumes.
 
-// newRedlockWaits gives b a wake channel on the first master for the
-// Locker l.
-func newRedlockWaits(l *Locker, b *redlockBackend, first redis.UniversalClient) {
-	b.self = l.id
-	b.subs = newSubscriber(first)
-	b.subs.deliver = l.deliverWake
-	b.onWake = l.markHot
-}
-
-// deliverWake routes a wake from the first master to its waiter; a wake
-// for a waiter that is gone is passed on to the next.
-func (l *Locker) deliverWake(channel, payload string) {
-	base, ok := strings.CutSuffix(channel, ":g:"+l.id)
-	if !ok {
-		return
-	}
-	k, ok := keyOfBase(l.cfg.prefix, base)
-	if !ok {
-		return
-	}
+// woken routes a wake from the first master to its waiter; a wake for a
+// waiter that is gone is passed on to the next.
+func (l *Locker) woken(k store.Key, token string) {
 	l.roomsMu.Lock()
 	var w *waiter
 	if r := l.rooms[k]; r != nil {
-		w = r.fair[payload]
+		w = r.fair[token]
 	}
 	if w != nil {
 		signal(w.wake)
 	}
 	l.roomsMu.Unlock()
 	if w == nil {
-		l.passWakeOn(lockRef{Key: k, lockKeys: newLockKeysFromBase(base)})
+		l.passWakeOn(k)
 	}
 }
 
 // passWakeOn wakes the next waiter of keys, in the background.
-func (l *Locker) passWakeOn(keys lockRef) {
+func (l *Locker) passWakeOn(lock store.Key) {
 	l.flights.start()
 	go func() {
 		defer l.flights.done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		defer cancel()
-		if err := l.caps.wakes.passWake(ctx, keys); err != nil {
+		if err := l.caps.wakes.passWake(ctx, lock); err != nil {
 			l.logger.Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
-				slog.String("key", keys.Name), slog.String("store", l.store), slog.Any("error", err))
+				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 		}
 	}()
 }
@@ -135,7 +117,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 		retryAfter := reply.HolderTTL
 		if retryAfter == 0 {
 			// Masters asked with a plain SET do not tell the holder's TTL.
-			retryAfter = b.holderTTL(a.opCtx, a.keys)
+			retryAfter = b.holderTTL(a.opCtx, a.lock)
 		}
 		return nil, &NotAcquiredError{Key: a.key, RetryAfter: retryAfter}
 	}
@@ -150,7 +132,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
 	entry := l.id + " " + w.token
 	l.roomsMu.Lock()
-	r := l.join(a.keys)
+	r := l.join(a.lock)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
 	// queued: w counts itself queued on the first master, and waits for a
@@ -166,9 +148,8 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	ctx, stop := l.endAtClose(a.opCtx)
 	defer stop()
 
-	channel := a.keys.grants + l.id
-	if err := watchUntil(ctx, b.subscriber(), a.giveUp, channel, true); err == nil {
-		defer b.subscriber().unwatch(channel)
+	if err := watchUntil(ctx, b, a.giveUp, a.lock, true); err == nil {
+		defer b.unwatch(a.lock, true)
 	} else if a.opCtx.Err() != nil {
 		return nil, ctxErr(a.opCtx, a.key)
 	} else if ctx.Err() != nil {
@@ -178,10 +159,10 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	}
 
 	retry := true
-	if l.isHot(a.keys) {
+	if l.isHot(a.lock) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		switch ok, maybe := b.enqueueWake(ctx, a.keys, entry); {
+		switch ok, maybe := b.enqueueWake(ctx, a.lock, entry); {
 		case ok:
 			queued, retry = true, false
 		case maybe:
@@ -259,7 +240,7 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	l.unref(r)
 	l.roomsMu.Unlock()
 	if woken {
-		l.passWakeOn(r.keys)
+		l.passWakeOn(r.lock)
 	}
 	if !queued {
 		return
@@ -270,55 +251,10 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	// It goes through the first master's queue, keyed by the lock, so that
 	// it runs after an attempt of w's that may still be on its way there
 	// (and queue the entry).
-	keys := r.keys
-	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
-		return l.caps.wakes.leaveWake(ctx, keys, entry)
+	lock := r.lock
+	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
+		return l.caps.wakes.leaveWake(ctx, lock, entry)
 	}})
-}
-
-// leaveWake takes entry out of the wait queue of keys, through the first
-// master's queue, keyed by the lock, so that it runs after an attempt of
-// the waiter's that may still be on its way there (and queue the entry).
-func (b *redlockBackend) leaveWake(ctx context.Context, keys lockRef, entry string) error {
-	replies := make(chan masterReply, 1)
-	b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
-		{script: redlockLeaveScript, keys: []string{keys.lock, keys.queue}, args: []any{entry}},
-	}})
-	select {
-	case r := <-replies:
-		if err := r.cmds[0].Err(); errors.Is(err, ErrClosed) {
-			// The store has closed (the waiter outlasted Close's wait for
-			// it): the first master's sender sent every call queued
-			// before it stopped, the waiter's attempts among them, so the
-			// leave goes on its client, after them.
-			return b.leaveOnClient(ctx, keys, entry)
-		} else if err != nil {
-			return err
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// leaveOnClient takes entry out of the wait queue of keys on the first
-// master's client itself, once the master's sender (closed) has sent what
-// was queued, twice:
-// the second is sent after the first is answered, so it runs after an
-// attempt of the waiter still stalled in that master (see cleanup.go,
-// "Why twice").
-func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockRef, entry string) error {
-	select {
-	case <-b.masters[0].stopped: // every call queued before has been sent
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	for range 2 {
-		if err := redlockLeaveScript.Run(ctx, once{b.masters[0].client}, []string{keys.lock, keys.queue}, entry).Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // attemptQueued is attempt for a Redlock waiter, its requests made under
@@ -332,7 +268,7 @@ func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string
 	}
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := l.caps.wakes.acquireQueued(ctx, a.keys, token, a.cfg.ttl, entry)
+	reply, err := l.caps.wakes.acquireQueued(ctx, a.lock, token, a.cfg.ttl, entry)
 	if err != nil {
 		if a.opCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
 			return nil, reply, ErrClosed
@@ -345,29 +281,3 @@ func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string
 	lease, err := l.newLease(a, token, reply.Fence, sentAt, false)
 	return lease, reply, err
 }
-
-// holderTTL asks every master for the lock's remaining TTL and returns
-// when enough of them free up for a quorum (see freeIn); 0 when unknown. A
-// master that does not answer within holderTTLWait counts as free.
-func (b *redlockBackend) holderTTL(ctx context.Context, keys lockRef) time.Duration {
-	replies := b.fanOut([]masterScript{{script: pttlScript, keys: []string{keys.lock}}})
-	timer := time.NewTimer(holderTTLWait)
-	defer timer.Stop()
-	var busy []time.Duration
-	for range b.masters {
-		select {
-		case r := <-replies:
-			if d, err := r.cmds[0].Int64(); err == nil && d > 0 {
-				busy = append(busy, time.Duration(d)*time.Millisecond)
-			}
-			continue
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-		break
-	}
-	return freeIn(busy, len(busy)-len(b.masters)+b.quorum)
-}
-
-// holderTTLWait bounds holderTTL.
-const holderTTLWait = 100 * time.Millisecond

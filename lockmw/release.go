@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file routes releases: a released lock goes to this Locker's first
@@ -22,43 +24,43 @@ import (
 // releaseStray releases a lock granted to a waiter that is gone; when it
 // was handed over early (h), once the hand-over has reached Redis.
 // The caller has started a flight for it (see flights).
-func (l *Locker) releaseStray(keys lockRef, token string, h *handover) {
+func (l *Locker) releaseStray(lock store.Key, token string, h *handover) {
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
 	if h != nil {
 		h.wait(ctx)
 	}
-	if _, err := l.releaseToken(ctx, keys, token); err != nil {
+	if _, err := l.releaseToken(ctx, lock, token); err != nil {
 		l.logger.Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
-			slog.String("lock", keys.lock), slog.Any("error", err))
+			slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 	}
 }
 
 // releaseToken releases the lock held by token, handing it over if fair
 // waiters are queued; a hand-over to this Locker's own waiter is delivered
 // here, without a message.
-func (l *Locker) releaseToken(ctx context.Context, keys lockRef, token string) (ownership, error) {
-	return l.releaseTokenOf(ctx, keys, token, true)
+func (l *Locker) releaseToken(ctx context.Context, lock store.Key, token string) (ownership, error) {
+	return l.releaseTokenOf(ctx, lock, token, true)
 }
 
 // releaseTokenOf is releaseToken; for a lock acquired without Fair (fair
 // false), the short unlock script goes first: it does not hand over, and
 // leaves the lock to releaseHandoff when fair waiters have queued behind
 // it.
-func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string, fair bool) (ownership, error) {
+func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
 	if l.caps.waits == nil {
-		return l.st.Release(ctx, keys.Key, token)
+		return l.st.Release(ctx, lock, token)
 	}
 	queued := false // fair waiters are known to be queued: release.lua hands over
-	if to, ttl := l.defaultHead(keys); to != "" {
+	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
-		t, err := l.caps.waits.transfer(ctx, keys, token, to, ttl, false)
+		t, err := l.caps.waits.transfer(ctx, lock, token, to, ttl, false)
 		switch {
 		case err != nil:
 			return 0, err
 		case t.done:
-			l.handTo(keys, to, t.counter-1, sentAt, t.reserve(), "")
+			l.handTo(lock, to, t.counter-1, sentAt, t.reserve(), "")
 			return owned, nil
 		case !t.fairQueue:
 			return t.ownership, nil
@@ -66,15 +68,15 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string,
 		queued = true
 	}
 	if !fair && !queued {
-		o, queued, err := l.caps.waits.unlock(ctx, keys, token)
+		o, queued, err := l.caps.waits.unlock(ctx, lock, token)
 		if err != nil || !queued {
 			return o, err
 		}
 	}
 	sentAt := time.Now()
-	h, err := l.releaseHandoff(ctx, keys, token, "", 0)
+	h, err := l.releaseHandoff(ctx, lock, token, "", 0)
 	if err == nil && h.local {
-		l.handTo(keys, h.to, h.fence, sentAt, h.reserved, h.next)
+		l.handTo(lock, h.to, h.fence, sentAt, h.reserved, h.next)
 	}
 	return h.ownership, err
 }
@@ -83,13 +85,13 @@ func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string,
 // waiter with others queued behind it is hot (see markHot); this Locker's
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
-func (l *Locker) releaseHandoff(ctx context.Context, keys lockRef, token, early string, earlyFence uint64) (handoff, error) {
-	h, err := l.caps.waits.releaseHandoff(ctx, keys, token, early, earlyFence)
+func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (handoff, error) {
+	h, err := l.caps.waits.releaseHandoff(ctx, lock, token, early, earlyFence)
 	if err == nil && h.to != "" {
 		if h.more {
-			l.markHot(keys)
+			l.markHot(lock)
 		}
-		l.wakeDefaultHead(keys)
+		l.wakeDefaultHead(lock)
 	}
 	return h, err
 }
@@ -104,7 +106,7 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	ctx = withValidity(ctx, deadline) // retries while a slot moves end by s's deadline
 	reserved := s.reserved.Load()
 	if l.caps.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
-		return l.releaseTokenOf(ctx, s.keys, s.token, s.fair)
+		return l.releaseTokenOf(ctx, s.lock, s.token, s.fair)
 	}
 	if s.fair {
 		return l.releaseFairEarly(ctx, s, reserved, deadline)
@@ -113,15 +115,15 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	if at := s.reservedAt.Load(); at != nil {
 		reservedAt = *at
 	}
-	w, h := l.handEarly(s.keys, reserved, deadline, reservedAt)
+	w, h := l.handEarly(s.lock, reserved, deadline, reservedAt)
 	if w == nil {
-		return l.releaseTokenOf(ctx, s.keys, s.token, false)
+		return l.releaseTokenOf(ctx, s.lock, s.token, false)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	t, err := l.caps.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
+	t, err := l.caps.waits.transfer(ctx, s.lock, s.token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
@@ -134,9 +136,9 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 		// here, before release.lua hands the lock to one of them.)
 		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
 		sentAt := time.Now()
-		ho, err := l.releaseHandoff(ctx, s.keys, s.token, "", 0)
+		ho, err := l.releaseHandoff(ctx, s.lock, s.token, "", 0)
 		if err == nil && ho.local {
-			l.handTo(s.keys, ho.to, ho.fence, sentAt, ho.reserved, ho.next)
+			l.handTo(s.lock, ho.to, ho.fence, sentAt, ho.reserved, ho.next)
 		}
 		return ho.ownership, err
 	}
@@ -149,22 +151,22 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64, deadline time.Time) (ownership, error) {
 	next := s.next.Load()
 	if next == nil || *next == "" {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseToken(ctx, s.lock, s.token)
 	}
 	id, rest, _ := strings.Cut(*next, " ")
 	token, _, _ := strings.Cut(rest, " ")
 	if id != l.id {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseToken(ctx, s.lock, s.token)
 	}
-	h := l.handEarlyFair(s.keys, token, reserved, deadline)
+	h := l.handEarlyFair(s.lock, token, reserved, deadline)
 	if h == nil {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseToken(ctx, s.lock, s.token)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	ho, err := l.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
+	ho, err := l.releaseHandoff(ctx, s.lock, s.token, *next, reserved)
 	switch {
 	case err != nil:
 		return 0, err
@@ -178,7 +180,7 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 
 // giveBack releases a lock taken for token that will not become a lease;
 // one handed over early (h), once the hand-over has reached Redis.
-func (l *Locker) giveBack(opCtx context.Context, keys lockRef, token string, ttl time.Duration, fair bool, h *handover) {
+func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h *handover) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
@@ -186,10 +188,10 @@ func (l *Locker) giveBack(opCtx context.Context, keys lockRef, token string, ttl
 	if h != nil {
 		h.wait(ctx)
 	}
-	if _, err := l.releaseTokenOf(ctx, keys, token, fair); err != nil {
-		l.takeBack(keys, token, "", fair, ttl)
+	if _, err := l.releaseTokenOf(ctx, lock, token, fair); err != nil {
+		l.takeBack(lock, token, "", fair, ttl)
 	}
 	if fair {
-		l.forgetFair(keys, token)
+		l.forgetFair(lock, token)
 	}
 }

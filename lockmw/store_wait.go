@@ -51,7 +51,7 @@ func (l *Locker) waitStore(a *acquisition, wait bool) (*Lease, error) {
 	if err := l.st.CheckTTL(a.cfg.ttl); err != nil {
 		return nil, err
 	}
-	sk := a.keys.Key
+	sk := a.lock
 	c := &l.caps
 	if a.cfg.fair {
 		if c.queue == nil {
@@ -187,7 +187,7 @@ func (l *Locker) waitQueue(a *acquisition, sk store.Key) (*Lease, error) {
 	for {
 		reply, err := l.enqueue(a.opCtx, sk, token, a.cfg)
 		if err != nil {
-			l.takeBack(a.keys, token, "", false, a.cfg.ttl)
+			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
 			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		if reply.Acquired {
@@ -197,7 +197,7 @@ func (l *Locker) waitQueue(a *acquisition, sk store.Key) (*Lease, error) {
 		if !a.giveUp.IsZero() {
 			left := time.Until(a.giveUp)
 			if left <= 0 {
-				l.leaveQueue(a.opCtx, a.keys, token, a.cfg.ttl)
+				l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 				return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.HolderTTL}
 			}
 			d = min(d, left)
@@ -207,15 +207,15 @@ func (l *Locker) waitQueue(a *acquisition, sk store.Key) (*Lease, error) {
 		})
 		switch {
 		case l.closed.Load():
-			l.leaveQueue(a.opCtx, a.keys, token, a.cfg.ttl)
+			l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 			return nil, ErrClosed
 		case a.opCtx.Err() != nil:
-			l.leaveQueue(a.opCtx, a.keys, token, a.cfg.ttl)
+			l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 			return nil, ctxErr(a.opCtx, a.key)
 		case werr != nil && !isTimeout(werr):
 			// The store could not watch the queue: give up the place, as
 			// a Redis failure ends a wait.
-			l.leaveQueue(a.opCtx, a.keys, token, a.cfg.ttl)
+			l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 			return nil, unavailable("acquire", a.key, werr)
 		}
 	}
@@ -234,13 +234,13 @@ func (l *Locker) enqueue(opCtx context.Context, sk store.Key, token string, ac *
 
 // leaveQueue takes token's entry out of the queue, even if opCtx has
 // ended; if the store cannot be told, the cleaner retries.
-func (l *Locker) leaveQueue(opCtx context.Context, keys lockRef, token string, ttl time.Duration) {
+func (l *Locker) leaveQueue(opCtx context.Context, lock store.Key, token string, ttl time.Duration) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
 	defer cancel()
-	if err := l.caps.queue.Leave(ctx, keys.Key, token); err != nil {
-		l.takeBack(keys, token, "", false, ttl)
+	if err := l.caps.queue.Leave(ctx, lock, token); err != nil {
+		l.takeBack(lock, token, "", false, ttl)
 	}
 }
 

@@ -310,7 +310,7 @@ func dialFailed(err error) bool {
 func (l *Locker) takeBack(lock store.Key, token, entry string, fair bool, ttl time.Duration) {
 	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		if entry != "" {
-			granted, err := l.caps.waits.leave(ctx, lock, entry, token)
+			granted, err := l.caps.waits.Leave(ctx, lock, entry, token)
 			if err != nil {
 				return err
 			}

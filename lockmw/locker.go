@@ -32,7 +32,7 @@ type Locker struct {
 	cfg     config
 	id      string      // names this Locker's grant channels
 	st      store.Store // where the locks are kept
-	caps    caps        // what st offers beyond store.Store (backend.go)
+	caps    caps        // what st offers beyond store.Store (caps.go)
 	store   string      // names the store in messages: see newLocker
 	keeper  *renewScheduler
 	cleaner *cleaner // gives back locks that failed acquisitions may have taken
@@ -71,7 +71,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: New needs a connected client such as redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})", ErrNilClient)
 	}
-	b := newRedisBackend(client)
+	b := newRedisStore(client)
 	l, err := newLocker(b, opts)
 	if err != nil {
 		return nil, err
@@ -116,8 +116,8 @@ func newLocker(s store.Store, opts []Option) (*Locker, error) {
 	c.queue, _ = s.(store.Queue)
 	_, c.fairOnly = s.(store.FairOnly)
 	c.leftNothing, _ = s.(store.LeftNothing)
-	c.waits, _ = s.(waitBackend)
-	c.wakes, _ = s.(wakeQueue)
+	c.waits, _ = s.(store.Granter)
+	c.wakes, _ = s.(store.WakeQueue)
 	if bo, ok := s.(store.Backoff); ok {
 		lo, hi := bo.Backoff()
 		if lo <= 0 || hi < lo {

@@ -13,29 +13,29 @@ import (
 
 // This file is the Redis store's side of the store boundary
 // (lockmw/internal/store): what every store does, done on one Redis
-// deployment. Its hand-overs and fair queues are the waitBackend of
-// backend.go.
+// deployment. Its hand-overs and fair queues are its store.Granter
+// (redis.go).
 
 var (
-	_ store.Store       = (*redisBackend)(nil)
-	_ store.Named       = (*redisBackend)(nil)
-	_ store.LeftNothing = (*redisBackend)(nil)
-	_ store.FireClaimer = (*redisBackend)(nil)
-	_ waitBackend       = (*redisBackend)(nil)
+	_ store.Store       = (*redisStore)(nil)
+	_ store.Named       = (*redisStore)(nil)
+	_ store.LeftNothing = (*redisStore)(nil)
+	_ store.FireClaimer = (*redisStore)(nil)
+	_ store.Granter     = (*redisStore)(nil)
 )
 
 // Name names the deployment in messages: "Redis" or "Redis Cluster".
-func (b *redisBackend) Name() string { return redisName(b.client) }
+func (b *redisStore) Name() string { return redisName(b.client) }
 
 // CheckTTL accepts every TTL: Redis keeps a key for whole milliseconds,
 // rounded up (millis), never shorter than asked.
-func (b *redisBackend) CheckTTL(time.Duration) error { return nil }
+func (b *redisStore) CheckTTL(time.Duration) error { return nil }
 
 // Acquire makes one acquisition attempt (runAcquire). The lease's validity
 // counts from the moment before the request leaves (doc.go, "Safety":
 // Acquisition). renewed changes nothing: each Redis lock expires on its
 // own.
-func (b *redisBackend) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
+func (b *redisStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()
 	reply, err := b.runAcquire(ctx, newLockRef(k.Prefix, k.Name), token, ttl)
 	reply.ValidFrom = sentAt
@@ -44,17 +44,17 @@ func (b *redisBackend) Acquire(ctx context.Context, k store.Key, token string, t
 
 // Release deletes the lock if token holds it, handing it to the first
 // live fair waiter if one is queued, and notifies waiting Lockers.
-func (b *redisBackend) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
-	h, err := b.releaseHandoff(ctx, k, token, "", 0)
-	return h.ownership, err
+func (b *redisStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+	h, err := b.ReleaseHandoff(ctx, k, token, "", 0)
+	return h.Ownership, err
 }
 
 // LeftNothing reports that a failed request took nothing: Redis answered
 // it with an error, or it never had a connection (mayHaveRun).
-func (b *redisBackend) LeftNothing(err error) bool { return !mayHaveRun(err) }
+func (b *redisStore) LeftNothing(err error) bool { return !mayHaveRun(err) }
 
 // Close stops the store's subscriber.
-func (b *redisBackend) Close() error {
+func (b *redisStore) Close() error {
 	b.subs.close()
 	return nil
 }
@@ -62,7 +62,7 @@ func (b *redisBackend) Close() error {
 // FireClaims keeps cronlock's fire claims on this deployment: the same
 // record a Scheduler given this client keeps, kept for the Locker's
 // retention after each claim (claimKeep).
-func (b *redisBackend) FireClaims(prefix string, _ time.Duration) fireclaim.Claims {
+func (b *redisStore) FireClaims(prefix string, _ time.Duration) fireclaim.Claims {
 	return fireclaim.NewRedis(b.client, prefix).WithKeep(b.claimKeep)
 }
 
@@ -77,17 +77,17 @@ func redisName(client redis.UniversalClient) string {
 	return "Redis"
 }
 
-// watch subscribes to k's release notifications (grants false), or to
+// Watch subscribes to k's release notifications (grants false), or to
 // the grants for this Locker's fair waiters (grants true; the channel
 // lingers, see subscriptionLinger).
-func (b *redisBackend) watch(ctx context.Context, k store.Key, grants bool) error {
+func (b *redisStore) Watch(ctx context.Context, k store.Key, grants bool) error {
 	return b.subs.watch(ctx, b.channel(k, grants), grants)
 }
 
-func (b *redisBackend) unwatch(k store.Key, grants bool) { b.subs.unwatch(b.channel(k, grants)) }
+func (b *redisStore) Unwatch(k store.Key, grants bool) { b.subs.unwatch(b.channel(k, grants)) }
 
 // channel names k's release channel, or its grant channel for this Locker.
-func (b *redisBackend) channel(k store.Key, grants bool) string {
+func (b *redisStore) channel(k store.Key, grants bool) string {
 	if grants {
 		return lockKeyOf(k) + ":g:" + b.self
 	}
@@ -97,10 +97,10 @@ func (b *redisBackend) channel(k store.Key, grants bool) string {
 // route hands a message of the subscriber to the Locker's events: a
 // release notification, or a grant ("<token> <fence> <reserved> <entry of
 // the waiter next in line>", release.lua and grant.lua).
-func (b *redisBackend) route(channel, payload string) {
+func (b *redisStore) route(channel, payload string) {
 	if base, ok := strings.CutSuffix(channel, ":n"); ok {
 		if k, ok := keyOfBase(b.prefix, base); ok {
-			b.events.released(k)
+			b.events.Released(k)
 		}
 		return
 	}
@@ -113,14 +113,14 @@ func (b *redisBackend) route(channel, payload string) {
 		return
 	}
 	parts := strings.SplitN(payload, " ", 4)
-	var g grant
+	var g store.Grant
 	var err error
 	if len(parts) == 4 {
-		g.token, g.next = parts[0], parts[3]
-		g.fence, err = strconv.ParseUint(parts[1], 10, 64)
+		g.Token, g.Next = parts[0], parts[3]
+		g.Fence, err = strconv.ParseUint(parts[1], 10, 64)
 		if err == nil {
-			g.reserved, err = strconv.ParseUint(parts[2], 10, 64)
+			g.Reserved, err = strconv.ParseUint(parts[2], 10, 64)
 		}
 	}
-	b.events.granted(k, g, len(parts) == 4 && err == nil)
+	b.events.Granted(k, g, len(parts) == 4 && err == nil)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is the Redlock backend: one lock kept on N independent Redis
+// This file is the Redlock store: one lock kept on N independent Redis
 // masters, held by whoever holds it on a majority (N/2+1) of them.
 //
 // Every request fans out to all masters at once and is decided as soon as
@@ -79,7 +79,7 @@ import (
 // bounds how long a paused master can delay its own queue, not the
 // decisions the other masters make.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
-	b, err := newRedlockBackend(clients)
+	b, err := newRedlockStore(clients)
 	if err != nil {
 		return nil, err
 	}
@@ -99,8 +99,8 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	return l, nil
 }
 
-// redlockBackend keeps each lock on a quorum of independent masters.
-type redlockBackend struct {
+// redlockStore keeps each lock on a quorum of independent masters.
+type redlockStore struct {
 	masters []*master
 	quorum  int
 	// cleaner gives back, per master, locks that failed acquisitions may
@@ -116,7 +116,7 @@ type redlockBackend struct {
 	self   string
 	onWake func(store.Key)
 	// events is where wakes go (route).
-	events storeEvents
+	events store.Events
 	// held is, by lock key and token, where a lease's lock may be (a
 	// *heldOn): its release goes there only.
 	held sync.Map
@@ -141,7 +141,7 @@ const firstAnswerWait = time.Second
 // before it asks the others too.
 const hedgeAfter = 5 * time.Millisecond
 
-func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error) {
+func newRedlockStore(clients []redis.UniversalClient) (*redlockStore, error) {
 	n := len(clients)
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock got %d clients: give an odd number, at least 3, of clients to independent masters (3 tolerates 1 lost master, 5 tolerates 2)", ErrInvalidOption, n)
@@ -164,7 +164,7 @@ func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error)
 			addrs[addr] = i
 		}
 	}
-	b := &redlockBackend{quorum: n/2 + 1}
+	b := &redlockStore{quorum: n/2 + 1}
 	for _, c := range clients {
 		b.masters = append(b.masters, newMaster(c))
 	}
@@ -173,7 +173,7 @@ func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error)
 
 // Close stops the masters' senders once they have sent what is queued;
 // later requests fail with ErrClosed.
-func (b *redlockBackend) Close() error {
+func (b *redlockStore) Close() error {
 	for _, m := range b.masters {
 		m.close()
 	}
@@ -183,19 +183,7 @@ func (b *redlockBackend) Close() error {
 	return nil
 }
 
-// queuedReply is an attempt's store.Reply, and what it did with the
-// caller's wait-queue entry (redlock_wait.go).
-type queuedReply struct {
-	store.Reply
-	queued bool // the attempt queued the caller's wait entry (or may yet: no answer)
-	// unsure is set when the first master failed without answering (its
-	// reply lost, say): the attempt may have queued the entry there all
-	// the same. It is not counted queued (no wake is awaited on it), but
-	// the waiter must leave the queue.
-	unsure bool
-}
-
-// acquireQueued makes one attempt. It asks the first quorum of masters
+// AcquireQueued makes one attempt. It asks the first quorum of masters
 // (the first master by redlock_acquire.lua, the others by a plain SET NX
 // PX and INCR), and the other masters too as soon as one of those does not
 // grant it or they have not all answered within hedgeAfter: a quorum is a
@@ -203,7 +191,7 @@ type queuedReply struct {
 // saves each acquisition and release the calls to the rest. entry, if not
 // empty, is the caller's wait-queue entry: queued in the reply says that
 // the first master found the lock held and queued it there.
-func (b *redlockBackend) acquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (queuedReply, error) {
+func (b *redlockStore) AcquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (store.QueuedReply, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	n, q := len(b.masters), b.quorum
 	replies := make(chan masterReply, n)
@@ -289,7 +277,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, lock store.Key, toke
 				settled[i] = settled[i] || !sent[i]
 			}
 			b.rollback(k, token, ttl, granted, settled)
-			return queuedReply{queued: entry != "" && (queued || !answered0), unsure: unsure}, ctx.Err()
+			return store.QueuedReply{Queued: entry != "" && (queued || !answered0), Unsure: unsure}, ctx.Err()
 		}
 		if !record(r) {
 			sendRest() // the first quorum cannot grant it alone
@@ -336,15 +324,15 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, lock store.Key, toke
 	if lost {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
-			return queuedReply{queued: queued, unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
+			return store.QueuedReply{Queued: queued, Unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
-		return queuedReply{Reply: store.Reply{HolderTTL: freeIn(busyTTLs, q-won)}, queued: queued, unsure: unsure}, nil
+		return store.QueuedReply{Reply: store.Reply{HolderTTL: freeIn(busyTTLs, q-won)}, Queued: queued, Unsure: unsure}, nil
 	}
 
 	fence, err := b.settleFence(ctx, k, token, fences)
 	if err != nil {
 		b.rollback(k, token, ttl, granted, settled)
-		return queuedReply{queued: queued, unsure: unsure}, err
+		return store.QueuedReply{Queued: queued, Unsure: unsure}, err
 	}
 	// The release goes where the lock may be token's: where it was granted,
 	// and where the request may yet run or did without an answer.
@@ -353,7 +341,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, lock store.Key, toke
 		maybe[i] = !settled[i]
 	}
 	b.held.Store(heldKey(k, token), &heldOn{masters: maybe})
-	return queuedReply{Reply: store.Reply{Acquired: true, Fence: uint64(fence)}, queued: queued, unsure: unsure}, nil
+	return store.QueuedReply{Reply: store.Reply{Acquired: true, Fence: uint64(fence)}, Queued: queued, Unsure: unsure}, nil
 }
 
 // heldKey names a lease in redlockBackend.held.
@@ -366,7 +354,7 @@ func heldKeyOf(lock, token string) string { return lock + "\x00" + token }
 // winning masters returned, once a quorum of masters has counter >= M
 // recorded while the holder owned the lock there (see the top of this file
 // for why that makes fences increase).
-func (b *redlockBackend) settleFence(ctx context.Context, k lockRef, token string, fences []int64) (int64, error) {
+func (b *redlockStore) settleFence(ctx context.Context, k lockRef, token string, fences []int64) (int64, error) {
 	m := slices.Max(fences)
 	atMax := 0
 	for _, f := range fences {
@@ -427,7 +415,7 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // answer it. A release
 // that gets no answer either (the master is paused, say, and will run the
 // acquisition when it resumes) is handed to the cleaner.
-func (b *redlockBackend) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
+func (b *redlockStore) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
 	replies := make(chan masterReply, len(b.masters))
 	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	for i, m := range b.masters {
@@ -471,7 +459,7 @@ func (b *redlockBackend) rollback(k lockRef, token string, ttl time.Duration, gr
 
 // releaseOn releases token's lock on the masters marked in masters, in
 // parallel, and unmarks those that answered; nil once none is left.
-func (b *redlockBackend) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
+func (b *redlockStore) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
 	replies := make(chan masterReply, len(b.masters))
 	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	sent := 0
@@ -498,10 +486,10 @@ func (b *redlockBackend) releaseOn(ctx context.Context, k lockRef, token string,
 }
 
 // release releases token's lock on the masters where it may be (all of
-// them for a token this backend did not acquire), the first master waking
+// them for a token this store did not acquire), the first master waking
 // the first waiter of the lock's queue. A master not asked counts as one
 // where the lock is not token's.
-func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (ownership, error) {
+func (b *redlockStore) release(ctx context.Context, k lockRef, token string) (ownership, error) {
 	n, q := len(b.masters), b.quorum
 	var where []bool // nil: every master
 	if v, ok := b.held.LoadAndDelete(heldKey(k, token)); ok {
@@ -549,7 +537,7 @@ func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (
 // renew renews each lease on every master (redlock_renew.lua): where it
 // is held it is extended, and a free master where it never was is taken,
 // which spreads a lease acquired on a bare quorum over the others.
-func (b *redlockBackend) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+func (b *redlockStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	n, q := len(b.masters), b.quorum
 	held := make([]*heldOn, len(reqs))
 	locks := make([]string, len(reqs))
@@ -689,7 +677,7 @@ func (t *tally) result(n, q int) (ownership, error) {
 	return 0, err
 }
 
-func (b *redlockBackend) masterErr(i int, err error) error {
+func (b *redlockStore) masterErr(i int, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -699,7 +687,7 @@ func (b *redlockBackend) masterErr(i int, err error) error {
 // fanOut queues calls on every master and returns the channel their
 // answers arrive on, one masterReply per master, in answer order. The
 // channel is buffered, so answers nobody waits for are dropped with it.
-func (b *redlockBackend) fanOut(calls []masterScript) <-chan masterReply {
+func (b *redlockStore) fanOut(calls []masterScript) <-chan masterReply {
 	replies := make(chan masterReply, len(b.masters))
 	for i, m := range b.masters {
 		m.submit(&masterCall{master: i, calls: calls, reply: replies})

@@ -12,78 +12,57 @@ import (
 )
 
 // This file is the Redlock store's side of the store boundary
-// (lockmw/internal/store), and its wake queue (wakeQueue, backend.go; how
+// (lockmw/internal/store), and its wake queue (store.WakeQueue; how
 // waiters use it is redlock_wait.go).
 
 var (
-	_ store.Store       = (*redlockBackend)(nil)
-	_ store.Named       = (*redlockBackend)(nil)
-	_ store.LeftNothing = (*redlockBackend)(nil)
-	_ wakeQueue         = (*redlockBackend)(nil)
+	_ store.Store       = (*redlockStore)(nil)
+	_ store.Named       = (*redlockStore)(nil)
+	_ store.LeftNothing = (*redlockStore)(nil)
+	_ store.WakeQueue   = (*redlockStore)(nil)
 )
 
 // Name names the store in messages.
-func (b *redlockBackend) Name() string { return "Redlock" }
+func (b *redlockStore) Name() string { return "Redlock" }
 
 // CheckTTL accepts every TTL, as one Redis does.
-func (b *redlockBackend) CheckTTL(time.Duration) error { return nil }
+func (b *redlockStore) CheckTTL(time.Duration) error { return nil }
 
 // Acquire makes one attempt on the masters (acquireQueued without a wait
 // entry). The lease's validity counts from the moment before the first
 // round leaves (see the top of redlock.go).
-func (b *redlockBackend) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
+func (b *redlockStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()
-	r, err := b.acquireQueued(ctx, k, token, ttl, "")
+	r, err := b.AcquireQueued(ctx, k, token, ttl, "")
 	r.ValidFrom = sentAt
 	return r.Reply, err
 }
 
 // Release releases token's lock on the masters where it may be.
-func (b *redlockBackend) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+func (b *redlockStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	return b.release(ctx, newLockRef(k.Prefix, k.Name), token)
 }
 
 // LeftNothing is true for every failed attempt: an attempt rolls back what
 // it took on each master itself, and hands the cleaner the masters whose
 // rollback got no answer (rollback).
-func (b *redlockBackend) LeftNothing(error) bool { return true }
+func (b *redlockStore) LeftNothing(error) bool { return true }
 
-// wakeQueue is the Redlock store's wait queue on its first master:
-// attempts that queue the waiter's entry when they find the lock held, and
-// wakes of one waiter at a time (redlock_wait.go).
-type wakeQueue interface {
-	watcher
-	// acquireQueued is one attempt; entry, if not empty, is queued on the
-	// first member when it finds the lock held there.
-	acquireQueued(ctx context.Context, k store.Key, token string, ttl time.Duration, entry string) (queuedReply, error)
-	// enqueueWake queues entry behind a lock known to be contended
-	// (RPUSHX: only into an existing queue). maybe says the request
-	// failed but may have queued it.
-	enqueueWake(ctx context.Context, k store.Key, entry string) (queued, maybe bool)
-	// passWake wakes the next waiter of the lock.
-	passWake(ctx context.Context, k store.Key) error
-	// leaveWake takes entry out of the queue, after every attempt of its
-	// waiter that is still on its way there.
-	leaveWake(ctx context.Context, k store.Key, entry string) error
-	// holderTTL is the holder's remaining TTL, 0 when unknown.
-	holderTTL(ctx context.Context, k store.Key) time.Duration
-}
-
-func (b *redlockBackend) enqueueWake(ctx context.Context, lock store.Key, entry string) (queued, maybe bool) {
+func (b *redlockStore) EnqueueWake(ctx context.Context, lock store.Key, entry string) (queued, maybe bool) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	n, err := sendOnce(ctx, b.masters[0].client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return err == nil && n > 0, err != nil && mayHaveRun(err)
 }
 
-func (b *redlockBackend) passWake(ctx context.Context, lock store.Key) error {
+func (b *redlockStore) PassWake(ctx context.Context, lock store.Key) error {
 	k := newLockRef(lock.Prefix, lock.Name)
 	return redlockWakeScript.Run(ctx, once{b.masters[0].client}, []string{k.queue}, k.grants).Err()
 }
 
-// leaveWake takes entry out of the wait queue of keys, through the first
+// LeaveWake takes entry out of the wait queue of keys, through the first
 // master's queue, keyed by the lock, so that it runs after an attempt of
 // the waiter's that may still be on its way there (and queue the entry).
-func (b *redlockBackend) leaveWake(ctx context.Context, lock store.Key, entry string) error {
+func (b *redlockStore) LeaveWake(ctx context.Context, lock store.Key, entry string) error {
 	keys := newLockRef(lock.Prefix, lock.Name)
 	replies := make(chan masterReply, 1)
 	b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
@@ -112,7 +91,7 @@ func (b *redlockBackend) leaveWake(ctx context.Context, lock store.Key, entry st
 // the second is sent after the first is answered, so it runs after an
 // attempt of the waiter still stalled in that master (see cleanup.go,
 // "Why twice").
-func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockRef, entry string) error {
+func (b *redlockStore) leaveOnClient(ctx context.Context, keys lockRef, entry string) error {
 	select {
 	case <-b.masters[0].stopped: // every call queued before has been sent
 	case <-ctx.Done():
@@ -126,10 +105,10 @@ func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockRef, entry 
 	return nil
 }
 
-// holderTTL asks every master for the lock's remaining TTL and returns
+// HolderTTL asks every master for the lock's remaining TTL and returns
 // when enough of them free up for a quorum (see freeIn); 0 when unknown. A
 // master that does not answer within holderTTLWait counts as free.
-func (b *redlockBackend) holderTTL(ctx context.Context, lock store.Key) time.Duration {
+func (b *redlockStore) HolderTTL(ctx context.Context, lock store.Key) time.Duration {
 	keys := newLockRef(lock.Prefix, lock.Name)
 	replies := b.fanOut([]masterScript{{script: pttlScript, keys: []string{keys.lock}}})
 	timer := time.NewTimer(holderTTLWait)
@@ -156,7 +135,7 @@ const holderTTLWait = 100 * time.Millisecond
 // takeBackOn hands the cleaner the lock that token may hold on the Redlock
 // masters marked in masters, whose rollback got no answer. It never blocks
 // (a master's sender calls it); after Close it gives up at once.
-func (b *redlockBackend) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
+func (b *redlockStore) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
 	j := &cleanup{key: k.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		return b.releaseOn(ctx, k, token, masters)
 	}}
@@ -166,25 +145,25 @@ func (b *redlockBackend) takeBackOn(k lockRef, token string, ttl time.Duration, 
 	}
 }
 
-// watch subscribes to the wakes of this Locker's waiters for k on the
+// Watch subscribes to the wakes of this Locker's waiters for k on the
 // first master (grants must be true: a Redlock announces no releases).
-func (b *redlockBackend) watch(ctx context.Context, k store.Key, _ bool) error {
+func (b *redlockStore) Watch(ctx context.Context, k store.Key, _ bool) error {
 	return b.subs.watch(ctx, b.wakeChannel(k), true)
 }
 
-func (b *redlockBackend) unwatch(k store.Key, _ bool) { b.subs.unwatch(b.wakeChannel(k)) }
+func (b *redlockStore) Unwatch(k store.Key, _ bool) { b.subs.unwatch(b.wakeChannel(k)) }
 
 // wakeChannel names k's wake channel for this Locker.
-func (b *redlockBackend) wakeChannel(k store.Key) string { return lockKeyOf(k) + ":g:" + b.self }
+func (b *redlockStore) wakeChannel(k store.Key) string { return lockKeyOf(k) + ":g:" + b.self }
 
 // route hands a wake of the subscriber ("<locker id> <waiter id>"'s
 // waiter id) to the Locker's events.
-func (b *redlockBackend) route(channel, payload string) {
+func (b *redlockStore) route(channel, payload string) {
 	base, ok := strings.CutSuffix(channel, ":g:"+b.self)
 	if !ok {
 		return
 	}
 	if k, ok := keyOfBase(b.prefix, base); ok {
-		b.events.woken(k, payload)
+		b.events.Woken(k, payload)
 	}
 }

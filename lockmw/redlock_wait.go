@@ -56,10 +56,10 @@ import (
 // for its answers, which the masters' senders still send before they
 // stop), so a waiter inside an attempt on a slow first master returns at
 // once, and its leave is handed to the cleaner, whose close gives each
-// leave a last try (twice) before the backend stops; the leave is queued
+// leave a last try (twice) before the store closes; the leave is queued
 // behind the waiter's attempt there, and the first master's sender sends
 // both before it stops. A waiter that still outlasts Close's wait (a
-// loaded host) finds the backend stopped: its leave then goes on the
+// loaded host) finds the store closed: its leave then goes on the
 // first master's client itself (leaveOnClient), after that sender has
 // stopped, while the client is open (close clients after the Locker).
 // If the entry is not recorded it was never queued: each attempt's first
@@ -97,14 +97,14 @@ func (l *Locker) passWakeOn(lock store.Key) {
 		defer l.flights.done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		defer cancel()
-		if err := l.caps.wakes.passWake(ctx, lock); err != nil {
+		if err := l.caps.wakes.PassWake(ctx, lock); err != nil {
 			l.logger.Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
 				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 		}
 	}()
 }
 
-// waitRedlock acquires key on a Redlock backend: one attempt when !wait,
+// waitRedlock acquires key on a Redlock store: one attempt when !wait,
 // else attempts woken by releases (see the top of this file) until one
 // succeeds, fails, or the wait ends.
 func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
@@ -117,12 +117,12 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 		retryAfter := reply.HolderTTL
 		if retryAfter == 0 {
 			// Masters asked with a plain SET do not tell the holder's TTL.
-			retryAfter = b.holderTTL(a.opCtx, a.lock)
+			retryAfter = b.HolderTTL(a.opCtx, a.lock)
 		}
 		return nil, &NotAcquiredError{Key: a.key, RetryAfter: retryAfter}
 	}
 	// Close waits for waiting acquisitions (a waiter stops when Close
-	// begins): one that may be queued leaves the queue before the backend
+	// begins): one that may be queued leaves the queue before the store
 	// closes.
 	l.flights.start()
 	defer l.flights.done()
@@ -149,7 +149,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	defer stop()
 
 	if err := watchUntil(ctx, b, a.giveUp, a.lock, true); err == nil {
-		defer b.unwatch(a.lock, true)
+		defer b.Unwatch(a.lock, true)
 	} else if a.opCtx.Err() != nil {
 		return nil, ctxErr(a.opCtx, a.key)
 	} else if ctx.Err() != nil {
@@ -162,7 +162,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	if l.isHot(a.lock) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		switch ok, maybe := b.enqueueWake(ctx, a.lock, entry); {
+		switch ok, maybe := b.EnqueueWake(ctx, a.lock, entry); {
 		case ok:
 			queued, retry = true, false
 		case maybe:
@@ -182,8 +182,8 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 				e = "" // already queued: do not queue twice
 			}
 			lease, reply, err := l.attemptQueued(ctx, a, e)
-			queued = queued || reply.queued // (also when it failed: leaving takes the entry out)
-			unsure = unsure || reply.unsure
+			queued = queued || reply.Queued // (also when it failed: leaving takes the entry out)
+			unsure = unsure || reply.Unsure
 			if lease != nil || err != nil {
 				return lease, err
 			}
@@ -253,22 +253,22 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	// (and queue the entry).
 	lock := r.lock
 	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
-		return l.caps.wakes.leaveWake(ctx, lock, entry)
+		return l.caps.wakes.LeaveWake(ctx, lock, entry)
 	}})
 }
 
 // attemptQueued is attempt for a Redlock waiter, its requests made under
 // ctx (a.opCtx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, queuedReply, error) {
+func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, store.QueuedReply, error) {
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
-		return nil, queuedReply{}, ErrClosed
+		return nil, store.QueuedReply{}, ErrClosed
 	}
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := l.caps.wakes.acquireQueued(ctx, a.lock, token, a.cfg.ttl, entry)
+	reply, err := l.caps.wakes.AcquireQueued(ctx, a.lock, token, a.cfg.ttl, entry)
 	if err != nil {
 		if a.opCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
 			return nil, reply, ErrClosed

@@ -55,40 +55,40 @@ func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token strin
 	queued := false // fair waiters are known to be queued: release.lua hands over
 	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
-		t, err := l.caps.waits.transfer(ctx, lock, token, to, ttl, false)
+		t, err := l.caps.waits.Transfer(ctx, lock, token, to, ttl, false)
 		switch {
 		case err != nil:
 			return 0, err
-		case t.done:
-			l.handTo(lock, to, t.counter-1, sentAt, t.reserve(), "")
+		case t.Done:
+			l.handTo(lock, to, t.Counter-1, sentAt, t.Reserve(), "")
 			return owned, nil
-		case !t.fairQueue:
-			return t.ownership, nil
+		case !t.FairQueue:
+			return t.Ownership, nil
 		}
 		queued = true
 	}
 	if !fair && !queued {
-		o, queued, err := l.caps.waits.unlock(ctx, lock, token)
+		o, queued, err := l.caps.waits.Unlock(ctx, lock, token)
 		if err != nil || !queued {
 			return o, err
 		}
 	}
 	sentAt := time.Now()
 	h, err := l.releaseHandoff(ctx, lock, token, "", 0)
-	if err == nil && h.local {
-		l.handTo(lock, h.to, h.fence, sentAt, h.reserved, h.next)
+	if err == nil && h.Local {
+		l.handTo(lock, h.To, h.Fence, sentAt, h.Reserved, h.Next)
 	}
-	return h.ownership, err
+	return h.Ownership, err
 }
 
-// releaseHandoff runs the backend's releaseHandoff. A lock handed to a
+// releaseHandoff runs the store's ReleaseHandoff. A lock handed to a
 // waiter with others queued behind it is hot (see markHot); this Locker's
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
-func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (handoff, error) {
-	h, err := l.caps.waits.releaseHandoff(ctx, lock, token, early, earlyFence)
-	if err == nil && h.to != "" {
-		if h.more {
+func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+	h, err := l.caps.waits.ReleaseHandoff(ctx, lock, token, early, earlyFence)
+	if err == nil && h.To != "" {
+		if h.More {
 			l.markHot(lock)
 		}
 		l.wakeDefaultHead(lock)
@@ -123,27 +123,27 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	t, err := l.caps.waits.transfer(ctx, s.lock, s.token, w.token, w.ttl, true)
+	t, err := l.caps.waits.Transfer(ctx, s.lock, s.token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
-	case t.done:
-		h.settle(l, sentAt, t.reserve(), "", nil)
+	case t.Done:
+		h.settle(l, sentAt, t.Reserve(), "", nil)
 		return owned, nil
-	case t.fairQueue:
+	case t.FairQueue:
 		// (A forced transfer keeps queued waiters' places and hands over,
 		// so this answer does not come; should it, the waiter's lease ends
 		// here, before release.lua hands the lock to one of them.)
 		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
 		sentAt := time.Now()
 		ho, err := l.releaseHandoff(ctx, s.lock, s.token, "", 0)
-		if err == nil && ho.local {
-			l.handTo(s.lock, ho.to, ho.fence, sentAt, ho.reserved, ho.next)
+		if err == nil && ho.Local {
+			l.handTo(s.lock, ho.To, ho.Fence, sentAt, ho.Reserved, ho.Next)
 		}
-		return ho.ownership, err
+		return ho.Ownership, err
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(t.ownership)})
-	return t.ownership, nil
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(t.Ownership)})
+	return t.Ownership, nil
 }
 
 // releaseFairEarly releases the fair lease s, handing the lock at once to
@@ -170,12 +170,12 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 	switch {
 	case err != nil:
 		return 0, err
-	case ho.local && ho.to == token:
-		h.settle(l, sentAt, ho.reserved, ho.next, nil)
+	case ho.Local && ho.To == token:
+		h.settle(l, sentAt, ho.Reserved, ho.Next, nil)
 		return owned, nil
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.ownership)})
-	return ho.ownership, nil
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.Ownership)})
+	return ho.Ownership, nil
 }
 
 // giveBack releases a lock taken for token that will not become a lease;

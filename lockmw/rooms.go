@@ -79,8 +79,8 @@ func (l *Locker) unref(r *room) {
 }
 
 // events returns where the Locker's store sends what it hears.
-func (l *Locker) events() storeEvents {
-	return storeEvents{released: l.released, granted: l.granted, woken: l.woken}
+func (l *Locker) events() store.Events {
+	return store.Events{Released: l.released, Granted: l.granted, Woken: l.woken}
 }
 
 // released wakes the first default waiter of k: k was released.
@@ -94,12 +94,12 @@ func (l *Locker) released(k store.Key) {
 
 // granted wakes the fair waiter k was handed to (g); ok false: the store's
 // message could not be read.
-func (l *Locker) granted(k store.Key, g grant, ok bool) {
+func (l *Locker) granted(k store.Key, g store.Grant, ok bool) {
 	if !ok {
 		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.store))
 		return
 	}
-	l.handTo(k, g.token, g.fence, time.Time{}, g.reserved, g.next)
+	l.handTo(k, g.Token, g.Fence, time.Time{}, g.Reserved, g.Next)
 }
 
 // signal wakes a waiter without blocking; a wake already pending is enough.
@@ -114,11 +114,11 @@ func signal(c chan struct{}) {
 // grants and wakes for this Locker's waiters), giving up when ctx ends or,
 // for a bounded wait (WithWait), at giveUp. Grants and wakes stay listened
 // to for a while after their last waiter (see subscriptionLinger).
-func watchUntil(ctx context.Context, w watcher, giveUp time.Time, k store.Key, grants bool) error {
+func watchUntil(ctx context.Context, w store.Watcher, giveUp time.Time, k store.Key, grants bool) error {
 	if !giveUp.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, giveUp)
 		defer cancel()
 	}
-	return w.watch(ctx, k, grants)
+	return w.Watch(ctx, k, grants)
 }

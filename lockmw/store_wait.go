@@ -46,7 +46,7 @@ const (
 )
 
 // waitStore runs an acquisition on a store without hand-overs (no
-// waitBackend): the dispatch target of wait.
+// store.Granter) and without a WakeQueue: the dispatch target of wait.
 func (l *Locker) waitStore(a *acquisition, wait bool) (*Lease, error) {
 	if err := l.st.CheckTTL(a.cfg.ttl); err != nil {
 		return nil, err

@@ -64,7 +64,7 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 	// Once subscribed, retry: a release may have come since the attempt.
 	retry := true
 	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, false); err == nil {
-		defer l.caps.waits.unwatch(a.lock, false)
+		defer l.caps.waits.Unwatch(a.lock, false)
 	} else if a.opCtx.Err() != nil {
 		return nil, false, ctxErr(a.opCtx, a.key)
 	} else {
@@ -151,7 +151,7 @@ func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
 	if known {
 		return
 	}
-	queued, err := l.caps.waits.fairQueued(a.opCtx, a.lock)
+	queued, err := l.caps.waits.FairQueued(a.opCtx, a.lock)
 	if err != nil {
 		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.Any("error", err))
 		return

@@ -64,17 +64,17 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	entry := l.id + " " + token + " " + strconv.FormatInt(millis(a.cfg.ttl), 10)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.caps.waits.fairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, modeTry)
+		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)
 		if err != nil {
 			if mayHaveRun(err) {
 				l.takeBack(a.lock, token, "", true, a.cfg.ttl) // it may take the lock yet
 			}
 			return nil, storeErr(a.opCtx, a.key, err)
 		}
-		if !reply.acquired {
-			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.pttl}
+		if !reply.Acquired {
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.Pttl}
 		}
-		return l.newLease(a, token, reply.fence, sentAt, false)
+		return l.newLease(a, token, reply.Fence, sentAt, false)
 	}
 
 	w := &waiter{token: token, ttl: a.cfg.ttl, grant: make(chan grantInfo, 1)}
@@ -103,7 +103,7 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 		// waiters; polling still gets the lock once the queue drains.
 		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.Any("error", err))
 	} else {
-		defer l.caps.waits.unwatch(a.lock, true)
+		defer l.caps.waits.Unwatch(a.lock, true)
 	}
 
 	// Nothing has been granted to w before its entry is queued, so the
@@ -112,7 +112,7 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 	l.setBusy(w, sentAt, 0)
 	queued := false
 	if known {
-		ok, err := l.caps.waits.enqueue(a.opCtx, a.lock, entry)
+		ok, err := l.caps.waits.Enqueue(a.opCtx, a.lock, entry)
 		if err != nil {
 			return nil, storeErr(a.opCtx, a.key, err)
 		}
@@ -120,14 +120,14 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 	}
 	holderTTL := time.Duration(0)
 	if !queued {
-		reply, err := l.caps.waits.fairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, modeWait)
+		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, store.FairWait)
 		if err != nil {
 			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 			return lease, err
 		}
-		holderTTL = reply.pttl
+		holderTTL = reply.Pttl
 	}
 
 	poll := time.NewTimer(pollAfter(holderTTL, a.cfg.ttl))
@@ -149,14 +149,14 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 			return lease, err
 		case <-poll.C:
 			sentAt := time.Now()
-			reply, err := l.caps.waits.fairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, modePoll)
+			reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, store.FairPoll)
 			if err != nil {
 				return nil, storeErr(a.opCtx, a.key, err)
 			}
 			if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 				return lease, err
 			}
-			holderTTL = reply.pttl
+			holderTTL = reply.Pttl
 			poll.Reset(pollAfter(holderTTL, a.cfg.ttl))
 		case <-giveUpC:
 			return nil, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
@@ -203,18 +203,18 @@ func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *
 
 // fairReplyLease turns a fair attempt's reply into a lease, or records that
 // the lock was still busy when the attempt (sent at sentAt) ran.
-func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply fairReply, sentAt time.Time) (*Lease, error) {
+func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply store.FairReply, sentAt time.Time) (*Lease, error) {
 	switch {
-	case reply.acquired:
+	case reply.Acquired:
 		l.claim(w)
-		return l.newLease(a, w.token, reply.fence, sentAt, true)
-	case reply.granted:
+		return l.newLease(a, w.token, reply.Fence, sentAt, true)
+	case reply.Granted:
 		// Handed over earlier, its message not seen: the lock has pttl
 		// left from when the attempt ran, which was after sentAt.
 		l.claim(w)
-		return l.newLease(a, w.token, reply.fence, sentAt.Add(reply.pttl-a.cfg.ttl), true)
+		return l.newLease(a, w.token, reply.Fence, sentAt.Add(reply.Pttl-a.cfg.ttl), true)
 	}
-	l.setBusy(w, sentAt, reply.counter)
+	l.setBusy(w, sentAt, reply.Counter)
 	return nil, nil
 }
 
@@ -270,7 +270,7 @@ func (l *Locker) abandonFair(lock store.Key, w *waiter, entry string, why error)
 		default:
 		}
 	} else {
-		g, err := l.caps.waits.leave(ctx, lock, entry, w.token)
+		g, err := l.caps.waits.Leave(ctx, lock, entry, w.token)
 		if err != nil {
 			// A failed attempt may yet take the lock or queue the entry:
 			// the cleaner leaves and gives back once Redis answers.

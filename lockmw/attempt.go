@@ -25,7 +25,7 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 	token := newToken()
 	reply, err := l.st.Acquire(a.opCtx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
 	if err != nil {
-		if l.caps.leftNothing == nil || !l.caps.leftNothing.LeftNothing(err) {
+		if !l.leftNothing(err) {
 			// The request may have taken the lock all the same: give back
 			// whatever token holds (no lease will hold it).
 			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
@@ -37,4 +37,10 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 	}
 	lease, err := l.newLease(a, token, reply.Fence, reply.ValidFrom, false)
 	return lease, store.Reply{}, err
+}
+
+// leftNothing reports that a failed acquisition request, which returned
+// err, left nothing for the Locker to give back (store.LeftNothing).
+func (l *Locker) leftNothing(err error) bool {
+	return l.caps.leftNothing != nil && l.caps.leftNothing.LeftNothing(err)
 }

@@ -20,10 +20,10 @@ import (
 // renewal. Acquiring a lock is elsewhere (locker.go, attempt.go).
 //
 // Validity: a renewal (or the acquisition) sent at monotonic time t and
-// confirmed by Redis means the key lives at least until t+TTL on Redis'
-// clock, so the lease is valid until t + TTL − drift on ours. The scheduler
-// enforces that deadline itself, so a lease is cancelled in time even while
-// Redis does not answer at all.
+// confirmed by the store means the lock lives at least until t+TTL on the
+// store's clock, so the lease is valid until t + TTL − drift on ours. The
+// scheduler enforces that deadline itself, so a lease is cancelled in time
+// even while the store does not answer at all.
 //
 // Its timer can fire late (a loaded host, a starved process), so the
 // deadline is also checked, not only timed: a renewal or a hand-over's
@@ -140,7 +140,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	return true
 }
 
-// addPending starts keeping l, handed over before Redis confirmed it: it is
+// addPending starts keeping l, handed over before the store confirmed it: it is
 // valid until deadline (its predecessor's) and is not renewed until confirm.
 // It reports false when the scheduler is closed.
 func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
@@ -161,7 +161,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	return true
 }
 
-// confirm ends l's pending state: Redis set its lock by a request sent at
+// confirm ends l's pending state: the store set its lock by a request sent at
 // sentAt. A confirmation that comes when l's deadline has passed (its timer
 // late) does not revive it: l is lost.
 func (s *renewScheduler) confirm(l *Lease, sentAt time.Time) {
@@ -286,7 +286,7 @@ func (s *renewScheduler) scheduleRenewal(l *Lease, sentAt time.Time) {
 
 // remove stops keeping l because its owner releases it. It returns the
 // state l was in (a lost lease stays lost, with its cause) and, for a held
-// lease whose lock Redis has confirmed, its validity deadline.
+// lease whose lock the store has confirmed, its validity deadline.
 func (s *renewScheduler) remove(l *Lease) (leaseState, *LostError, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -379,7 +379,7 @@ func (s *renewScheduler) run() {
 
 		s.finishLost(lost)
 		if len(batch) > 0 {
-			// The round trip runs beside the loop, so a Redis that does not
+			// The round trip runs beside the loop, so a store that does not
 			// answer cannot delay any lease's deadline.
 			go s.renew(batch, now)
 		}

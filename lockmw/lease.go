@@ -26,7 +26,7 @@ type Lease struct {
 	acquiredAt time.Time
 	// reserved is a fence the counter already passed, set when the lock
 	// came by a transfer that saw nobody else waiting: a waiter of this
-	// Locker may get it, and start before Redis confirms its hand-over.
+	// Locker may get it, and start before the store confirms its hand-over.
 	reserved atomic.Uint64
 	// reservedAt is when the transfer that reserved it was sent (nil until
 	// known): that transfer found no fair waiter queued, so a waiter of
@@ -37,9 +37,9 @@ type Lease struct {
 	// of the waiter first in line then (that waiter is next unless it gives
 	// up); "" or nil when none was known.
 	next atomic.Pointer[string]
-	// early is the hand-over this lease came by before Redis confirmed it,
+	// early is the hand-over this lease came by before the store confirmed it,
 	// or nil: the lease's release waits until it is settled, so that the
-	// release never reaches Redis before the transfer it depends on.
+	// release never reaches the store before the transfer it depends on.
 	early *handover
 
 	ctx  context.Context
@@ -214,7 +214,7 @@ func (s *Lease) release(ctx context.Context) error {
 	switch {
 	case lost != nil:
 		// Already reported lost; the delete above only cleared our own key if
-		// it was still there (say, the deadline passed while Redis was away).
+		// it was still there (say, the deadline passed while the store was away).
 		l.tel.releaseSpanDone(span, s, outcomeLost, lost)
 		return lost
 	case err != nil:

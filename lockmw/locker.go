@@ -186,7 +186,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	defer func() {
-		rerr := lease.Release(ctx) // reaches Redis even if ctx has ended
+		rerr := lease.Release(ctx) // reaches the store even if ctx has ended
 		switch {
 		case err == nil:
 			err = rerr
@@ -214,7 +214,7 @@ func (l *Locker) Close() error {
 		l.closeCause(ErrClosed)
 		err = l.releaseAll(l.keeper.close())
 		// Releases that were under way, and locks handed to waiters that
-		// now give them back, reach Redis before Close returns.
+		// now give them back, reach the store before Close returns.
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		l.flights.wait(ctx)
 		cancel()
@@ -408,7 +408,7 @@ func isNil(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-// flights counts work under way that must reach Redis before Close
+// flights counts work under way that must reach the store before Close
 // returns: releases, and locks handed to waiters until each becomes a lease
 // or is given back. Unlike a sync.WaitGroup, it may be started while
 // waited for.

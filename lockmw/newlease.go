@@ -5,17 +5,17 @@ import (
 	"time"
 )
 
-// This file turns a lock that Redis set for a token into a Lease held by
+// This file turns a lock that the store set for a token into a Lease held by
 // the watchdog: the last step of every way a lease becomes live (doc.go,
 // "Safety: how a lease becomes live"). Its validity counts from validFrom,
-// a time no later than the moment Redis set the lock for the token; a lock
+// a time no later than the moment the store set the lock for the token; a lock
 // whose validity is already over when the answer comes is given back,
 // never returned; a lease handed over early is held pending until its
 // hand-over is settled (see handover).
 
-// newLease makes the lease for a lock Redis set for token no earlier than
+// newLease makes the lease for a lock the store set for token no earlier than
 // validFrom, and hands it to the watchdog. A lease whose validity is already
-// over (Redis answered too late) is released instead.
+// over (the store answered too late) is released instead.
 func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
 	validity := a.cfg.ttl - l.cfg.drift(a.cfg.ttl)
 	if elapsed := l.keeper.now().Sub(validFrom); elapsed >= validity {
@@ -33,7 +33,7 @@ func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom 
 	return s, nil
 }
 
-// newEarlyLease makes the lease for a lock handed over by h before Redis
+// newEarlyLease makes the lease for a lock handed over by h before the store
 // confirmed it (see handover). A hand-over whose deadline has passed when
 // the waiter gets to it (a late goroutine) is given back, never returned.
 func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair bool) (*Lease, error) {

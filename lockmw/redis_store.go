@@ -2,6 +2,8 @@ package lockmw
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -123,4 +125,42 @@ func (b *redisStore) route(channel, payload string) {
 		}
 	}
 	b.events.Granted(k, g, len(parts) == 4 && err == nil)
+}
+
+// mayHaveRun reports whether a lock-taking request that failed with err
+// may run in Redis all the same: it failed without Redis' answer. An error
+// reply from Redis (MOVED, TRYAGAIN, READONLY, OOM, ...) means it did not
+// run, and a closed client sent nothing. Nor did a request that never had
+// a connection: a failed dial or no connection free in the pool (lockmw's
+// writes are never re-sent by the client, so the error is that of the only
+// attempt, see noretry.go).
+// ErrNotReplicated means the lock was taken, and the rollback may not have
+// reached Redis.
+func mayHaveRun(err error) bool {
+	if errors.Is(err, ErrNotReplicated) {
+		return true
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrClosed) {
+		return false
+	}
+	return !neverSent(err)
+}
+
+// neverSent reports whether err says that the request found no connection
+// to send it on: no connection free in the pool, or a failed dial (Redis
+// down: the connection was refused or could not be made). go-redis (v9)
+// also fails every command of a pool at once with the pool's last dial
+// error, without dialing, once as many dials as the pool has connections
+// have failed, until a probe of its own (once a second) gets through: that
+// is a failed dial too, and nothing was sent either.
+func neverSent(err error) bool {
+	return dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+}
+
+// dialFailed reports whether err is a failed dial, or go-redis replaying
+// one (see neverSent).
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }

@@ -12,17 +12,17 @@ import (
 // This file routes releases: a released lock goes to this Locker's first
 // default-mode waiter (transfer.lua), to the first live waiter of the fair
 // queue (release.lua, grant.lua), early to a waiter of this Locker before
-// Redis confirms it (see handover.go), or is freed; and a lock taken for a
+// the store confirms it (see handover.go), or is freed; and a lock taken for a
 // token that no lease will hold is given back.
 //
 // Safety: each hand-over made here is one of the ways a lease becomes live
 // that doc.go's "Safety: how a lease becomes live" argues (Transfer, Fair
 // grant, Early hand-over). A lock handed over early is given back only once
-// the hand-over has reached Redis (see handover.wait), so that no request
-// for it reaches Redis before the transfer does.
+// the hand-over has reached the store (see handover.wait), so that no
+// request for it reaches the store before the transfer does.
 
 // releaseStray releases a lock granted to a waiter that is gone; when it
-// was handed over early (h), once the hand-over has reached Redis.
+// was handed over early (h), once the hand-over has reached the store.
 // The caller has started a flight for it (see flights).
 func (l *Locker) releaseStray(lock store.Key, token string, h *handover) {
 	defer l.flights.done()
@@ -179,7 +179,7 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 }
 
 // giveBack releases a lock taken for token that will not become a lease;
-// one handed over early (h), once the hand-over has reached Redis.
+// one handed over early (h), once the hand-over has reached the store.
 func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h *handover) {
 	l.flights.start()
 	defer l.flights.done()

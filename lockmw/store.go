@@ -8,11 +8,12 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file runs a Locker on a store behind the internal boundary
-// (lockmw/internal/store), such as the etcd store of package lockmw/etcd.
-// The store does one step on its own objects per call; leases, the
-// watchdog, validity deadlines, nesting, waiting and telemetry are the
-// Locker's, as for Redis.
+// This file makes a Locker on a store behind the boundary of package
+// lockmw/internal/store: every store is, Redis (New) and Redlock
+// (NewRedlock) included, and the stores of packages lockmw/etcd,
+// lockmw/zookeeper, lockmw/postgres and lockmw/mysql. The store does one
+// step on its own objects per call; leases, the watchdog, validity
+// deadlines, nesting, waiting and telemetry are the Locker's.
 //
 // Safety on a store. The store's contract (see package store) is: when an
 // acquisition reports the lock acquired with ValidFrom v, nothing but this
@@ -28,13 +29,16 @@ import (
 //     store holds the lock for its token, so no other acquisition is
 //     reported acquired: at most one lease is live. The fence is the
 //     store's, above every earlier holder's by the contract.
-//   - Renewal (store.Renew, sent at s, Owned): D = max(D, s + TTL − drift),
-//     as for Redis (keepalive.go).
-//   - Nested lease: as for Redis, it shares the outermost lease's token and
-//     fence while that lease is live.
-//
-// No transfer or early hand-over exists here: a waiter's lease always comes
-// from its own acquisition or queue entry, confirmed by the store.
+//   - Renewal (store.Renew, sent at s, Owned): D = max(D, s + TTL − drift)
+//     (keepalive.go).
+//   - Nested lease: it shares the outermost lease's token and fence while
+//     that lease is live (nest.go).
+//   - Hand-overs, on a store that is a store.Granter (New's Redis store):
+//     a transfer, a fair grant, an early hand-over, each argued in doc.go
+//     ("Safety: how a lease becomes live") and beside store.Granter. On
+//     every other store a waiter's lease comes from its own acquisition or
+//     queue entry, confirmed by the store; a store.WakeQueue (Redlock)
+//     only wakes a waiter, whose lease then comes from its own attempt.
 
 // NewWithStore returns a Locker keeping its locks in in.Store, configured
 // by opts. It is how this repository's store packages (lockmw/etcd,

@@ -214,7 +214,7 @@ func (l *Locker) waitQueue(a *acquisition, sk store.Key) (*Lease, error) {
 			return nil, ctxErr(a.opCtx, a.key)
 		case werr != nil && !isTimeout(werr):
 			// The store could not watch the queue: give up the place, as
-			// a Redis failure ends a wait.
+			// a store failure ends every other wait.
 			l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 			return nil, unavailable("acquire", a.key, werr)
 		}

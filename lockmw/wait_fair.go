@@ -66,7 +66,7 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 		sentAt := time.Now()
 		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)
 		if err != nil {
-			if mayHaveRun(err) {
+			if !l.leftNothing(err) {
 				l.takeBack(a.lock, token, "", true, a.cfg.ttl) // it may take the lock yet
 			}
 			return nil, storeErr(a.opCtx, a.key, err)

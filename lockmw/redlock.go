@@ -417,12 +417,11 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // acquisition when it resumes) is handed to the cleaner.
 func (b *redlockStore) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
 	replies := make(chan masterReply, len(b.masters))
-	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	for i, m := range b.masters {
 		if settled[i] {
 			continue // answered that the lock is another owner's, or failed before running
 		}
-		c := &masterCall{master: i, calls: calls, reply: replies}
+		c := &masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies}
 		c.after = func(r masterReply) {
 			if err := r.cmds[0].Err(); err != nil && !errors.Is(err, ErrClosed) {
 				only := make([]bool, len(b.masters))
@@ -457,15 +456,28 @@ func (b *redlockStore) rollback(k lockRef, token string, ttl time.Duration, gran
 	}
 }
 
+// releaseCall deletes token's lock on master i (redlock_release.lua); on
+// the first master, which keeps the lock's wait queue, it also wakes the
+// first waiter still listening. Every release goes so, a failed attempt's
+// rollback and the cleaner's give-back too: a waiter queued behind a lock
+// that an attempt took there and then gave back is woken by that
+// give-back, not by its timer a holder's TTL later. A wake grants nothing
+// (redlock_wait.go).
+func (b *redlockStore) releaseCall(i int, k lockRef, token string) masterScript {
+	if i == 0 && b.subs != nil {
+		return masterScript{script: redlockReleaseScript, keys: []string{k.lock, k.queue}, args: []any{token, k.grants}}
+	}
+	return masterScript{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}
+}
+
 // releaseOn releases token's lock on the masters marked in masters, in
 // parallel, and unmarks those that answered; nil once none is left.
 func (b *redlockStore) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
 	replies := make(chan masterReply, len(b.masters))
-	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	sent := 0
 	for i, m := range b.masters {
 		if masters[i] {
-			m.submit(&masterCall{master: i, calls: calls, reply: replies})
+			m.submit(&masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies})
 			sent++
 		}
 	}
@@ -510,11 +522,7 @@ func (b *redlockStore) release(ctx context.Context, k lockRef, token string) (ow
 			t.add(missing, nil)
 			continue
 		}
-		call := masterScript{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}
-		if i == 0 && b.subs != nil {
-			call.keys, call.args = []string{k.lock, k.queue}, []any{token, k.grants}
-		}
-		m.submit(&masterCall{master: i, calls: []masterScript{call}, reply: replies})
+		m.submit(&masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies})
 	}
 	for !t.decided(n, q) {
 		select {

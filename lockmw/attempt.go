@@ -1,49 +1,46 @@
 package lockmw
 
 import (
-	"context"
-	"time"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file makes one acquisition attempt.
+// This file makes one acquisition attempt, on every store.
 //
 // Safety (doc.go, "Safety: how a lease becomes live": Acquisition): the
-// lease's validity counts from sentAt, read before the request leaves, so
-// D = sentAt + TTL − drift; a reply that comes after D is given back,
-// never returned (newLease).
+// lease's validity counts from the store's ValidFrom, no later than the
+// moment the request left (or the last confirmed renewal of what keeps the
+// lock alive), so D = ValidFrom + TTL − drift; a reply that comes after D
+// is given back, never returned (newLease).
 
-// attempt makes one acquisition. It returns the lease, or the holder's
-// remaining TTL when the lock is busy, or an error.
-func (l *Locker) attempt(a *acquisition) (*Lease, time.Duration, error) {
+// attempt makes one acquisition. It returns the lease, or the store's busy
+// reply (HolderTTL, Seen), or an error.
+func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 	// Close waits for attempts under way: one that takes the lock after
 	// Close began gives it back before Close returns.
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
-		return nil, 0, ErrClosed
+		return nil, store.Reply{}, ErrClosed
 	}
 	token := newToken()
-	sentAt := time.Now()
-	reply, err := l.backend.acquire(a.opCtx, a.keys, token, a.cfg.ttl)
+	reply, err := l.st.Acquire(a.opCtx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
 	if err != nil {
-		if _, quorum := l.backend.(*redlockBackend); !quorum && mayHaveRun(err) {
-			// No lease will hold token: give back what the request may
-			// take yet (Redlock does so per master itself).
-			l.takeBack(a.keys, token, "", false, a.cfg.ttl)
+		if !l.leftNothing(err) {
+			// The request may have taken the lock all the same: give back
+			// whatever token holds (no lease will hold it).
+			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
 		}
-		return nil, 0, l.attemptErr(a.opCtx, a.key, err)
+		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}
-	if !reply.acquired {
-		return nil, reply.holderTTL, nil
+	if !reply.Acquired {
+		return nil, reply, nil
 	}
-	lease, err := l.newLease(a, token, reply.fence, sentAt, false)
-	return lease, 0, err
+	lease, err := l.newLease(a, token, reply.Fence, reply.ValidFrom, false)
+	return lease, store.Reply{}, err
 }
 
-// attemptErr is the error for an attempt that did not reach Redis.
-func (l *Locker) attemptErr(opCtx context.Context, key string, err error) error {
-	if opCtx.Err() != nil {
-		return ctxErr(opCtx, key)
-	}
-	return unavailable("acquire", key, err)
+// leftNothing reports that a failed acquisition request, which returned
+// err, left nothing for the Locker to give back (store.LeftNothing).
+func (l *Locker) leftNothing(err error) bool {
+	return l.caps.leftNothing != nil && l.caps.leftNothing.LeftNothing(err)
 }

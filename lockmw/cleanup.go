@@ -5,31 +5,32 @@ import (
 	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"net"
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // This file gives back locks that failed acquisitions may have taken.
 //
-// An acquisition request that fails without Redis' answer (the client's
-// ReadTimeout, the caller's context ending while the request was on the
-// wire, a broken connection) may run all the same: a paused or slow Redis
-// executes it when it gets to it, and the lock is then held, for a whole
+// An acquisition request that fails without the store's answer (the
+// client's read timeout, the caller's context ending while the request was
+// on the wire, a broken connection) may run all the same: a paused or slow
+// store executes it when it gets to it, and the lock is then held, for a whole
 // TTL, by a token no lease was made for. The Locker knows that token, so
 // it hands it to its cleaner, which gives the lock back with the ordinary
 // compare-and-act release (the lock is deleted, or handed to the next
 // waiter, only if that token holds it: another owner's lock is never
-// touched). A fair waiter's queue entry is taken out first (leave.lua,
+// touched). A fair waiter's queue entry is taken out first (Granter.Leave,
 // which also says whether the lock was taken or granted for the token).
 // Redlock hands over, per master, the masters whose rollback got no answer.
 //
 // The cleaner tries at once, then retries with a capped, jittered backoff
-// until Redis has answered twice, or until the lease TTL has passed since
-// the failure (a lock set by then has expired by then, unless Redis stalled
-// longer than the TTL). Why twice: after a stall, Redis reads every
+// until the store has answered twice, or until the lease TTL has passed
+// since the failure (a lock set by then has expired by then, unless the
+// store stalled longer than the TTL). Why twice: after a stall, Redis (the
+// store whose stalls this was measured on) reads every
 // connection with a request waiting in one turn of its event loop, but in
 // no set order, so the cleaner's first answered try may run just before
 // the stalled request in that turn. The second try is sent after the first
@@ -39,9 +40,10 @@ import (
 //
 // Only tokens for which no lease was made come here (the acquisition
 // returned an error, or gave the lock back), so the cleaner never releases
-// a live lease's lock; and only those whose request may have reached Redis
-// (mayHaveRun): a request that found no free connection, or whose dial
-// failed (Redis down), took nothing, and is neither given back nor logged.
+// a live lease's lock; and only those whose request may have reached the
+// store (store.LeftNothing): a request that found no free connection, or
+// whose dial failed (the store down), took nothing, and is neither given
+// back nor logged.
 // A lock the cleaner gives up on is warned about once per outage.
 
 // Cleanup retry parameters.
@@ -50,7 +52,7 @@ const (
 	cleanMaxBackoff = time.Second
 	// cleanCloseWait bounds the last try Close gives pending cleanups (and
 	// a cleanup handed over after Close), on top of the client's timeouts,
-	// which bound each Redis call.
+	// which bound each store call.
 	cleanCloseWait = time.Second
 	// cleanParallel is how many cleanups run at once; the batcher shares
 	// round trips among them.
@@ -61,7 +63,7 @@ const (
 type cleanup struct {
 	key   string    // the lock's key (the user's), for logs
 	until time.Time // give up then: the lock has expired
-	// try makes one attempt; nil means done (Redis answered).
+	// try makes one attempt; nil means done (the store answered).
 	try func(ctx context.Context) error
 
 	next     time.Time
@@ -255,7 +257,7 @@ func (c *cleaner) gaveUp(j *cleanup, err error) {
 	c.logger.Log(context.Background(), level, msg, slog.String("key", j.key), slog.String("store", c.store), slog.Any("error", err))
 }
 
-// answered notes that Redis answered a give-back: the outage, if any, is
+// answered notes that the store answered a give-back: the outage, if any, is
 // over, and the next lock that cannot be given back is warned about.
 func (c *cleaner) answered() {
 	c.mu.Lock()
@@ -263,53 +265,15 @@ func (c *cleaner) answered() {
 	c.mu.Unlock()
 }
 
-// mayHaveRun reports whether a lock-taking request that failed with err
-// may run in Redis all the same: it failed without Redis' answer. An error
-// reply from Redis (MOVED, TRYAGAIN, READONLY, OOM, ...) means it did not
-// run, and a closed client sent nothing. Nor did a request that never had
-// a connection: a failed dial or no connection free in the pool (lockmw's
-// writes are never re-sent by the client, so the error is that of the only
-// attempt, see noretry.go).
-// ErrNotReplicated means the lock was taken, and the rollback may not have
-// reached Redis.
-func mayHaveRun(err error) bool {
-	if errors.Is(err, ErrNotReplicated) {
-		return true
-	}
-	var reply redis.Error
-	if errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrClosed) {
-		return false
-	}
-	return !neverSent(err)
-}
-
-// neverSent reports whether err says that the request found no connection
-// to send it on: no connection free in the pool, or a failed dial (Redis
-// down: the connection was refused or could not be made). go-redis (v9)
-// also fails every command of a pool at once with the pool's last dial
-// error, without dialing, once as many dials as the pool has connections
-// have failed, until a probe of its own (once a second) gets through: that
-// is a failed dial too, and nothing was sent either.
-func neverSent(err error) bool {
-	return dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
-}
-
-// dialFailed reports whether err is a failed dial, or go-redis replaying
-// one (see neverSent).
-func dialFailed(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
 // takeBack hands the cleaner the lock that token may hold on keys, taken by
 // a request that failed (or a lock given back whose release failed), with
 // lease TTL ttl; entry is the fair queue entry to take out first ("" when
 // none), fair whether the token was a fair waiter's. No lease may exist for
 // token.
-func (l *Locker) takeBack(keys lockRef, token, entry string, fair bool, ttl time.Duration) {
-	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+func (l *Locker) takeBack(lock store.Key, token, entry string, fair bool, ttl time.Duration) {
+	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
 		if entry != "" {
-			granted, err := l.waits.leave(ctx, keys, entry, token)
+			granted, err := l.caps.waits.Leave(ctx, lock, entry, token)
 			if err != nil {
 				return err
 			}
@@ -318,20 +282,7 @@ func (l *Locker) takeBack(keys lockRef, token, entry string, fair bool, ttl time
 				return nil // and the lock is not token's
 			}
 		}
-		_, err := l.releaseTokenOf(ctx, keys, token, fair)
+		_, err := l.releaseTokenOf(ctx, lock, token, fair)
 		return err
 	}})
-}
-
-// takeBackOn hands the cleaner the lock that token may hold on the Redlock
-// masters marked in masters, whose rollback got no answer. It never blocks
-// (a master's sender calls it); after Close it gives up at once.
-func (b *redlockBackend) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
-	j := &cleanup{key: k.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
-		return b.releaseOn(ctx, k, token, masters)
-	}}
-	if b.cleaner == nil || !b.cleaner.offer(j) {
-		b.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
-			slog.String("key", k.Name), slog.String("store", "Redlock"), slog.String("reason", "locker closed"))
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // quickTimeouts makes a client give up quickly on a frozen server.
@@ -86,7 +87,7 @@ func TestCleanerLeavesOtherOwnersLock(t *testing.T) {
 	if err := held.Context().Err(); err != nil {
 		t.Fatalf("the other owner's lease ended: %v", context.Cause(held.Context()))
 	}
-	owner, err := srv.Client(t).Get(ctx, held.keys.lock).Result()
+	owner, err := srv.Client(t).Get(ctx, lockKeyOf(held.lock)).Result()
 	if err != nil || owner != held.token {
 		t.Fatalf("lock key holds %q (%v), want the other owner's token", owner, err)
 	}
@@ -122,7 +123,7 @@ func TestCloseStopsPendingCleanups(t *testing.T) {
 		t.Fatal("cleaner still running after Close")
 	}
 	// A cleanup handed over after Close is tried once, in the caller.
-	l.takeBack(newLockRef(l.cfg.prefix, "late"), newToken(), "", false, time.Second)
+	l.takeBack(store.Key{Prefix: l.cfg.prefix, Name: "late"}, newToken(), "", false, time.Second)
 	if !l.cleaner.idle() {
 		t.Fatal("cleaner restarted after Close")
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // A lease's deadline is checked, not only timed. Each subtest moves the
@@ -187,6 +188,6 @@ func renewNow(l *Locker, s *Lease) {
 // testAcquisition is an Acquire of key on l under way, with l's TTL.
 func testAcquisition(l *Locker, key string) *acquisition {
 	ctx := context.Background()
-	return &acquisition{opCtx: ctx, leaseParent: ctx, key: key, keys: newLockRef(l.cfg.prefix, key),
+	return &acquisition{opCtx: ctx, leaseParent: ctx, key: key, lock: store.Key{Prefix: l.cfg.prefix, Name: key},
 		cfg: &acquireConfig{ttl: l.cfg.ttl, watchdog: true, name: key}}
 }

@@ -645,8 +645,12 @@
 // lockmw/mysql (MariaDB). The store packages are part of this repository,
 // released in lockstep with this module: the contract between a store and
 // the Locker is internal to the repository, so a store of your own cannot
-// plug in. Every store, Redis and Redlock included, runs one conformance
-// suite and the randomized safety checker.
+// plug in. Every store, Redis and Redlock included, sits behind that one
+// contract (package lockmw/internal/store: one acquire, release and renew
+// step per call, and optional capabilities the Locker finds by type
+// assertion, such as a queue, release notifications, or Redis' hand-overs
+// in the release's own step), and runs one conformance suite and the
+// randomized safety checker.
 //
 // # Redis keys
 //

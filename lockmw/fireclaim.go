@@ -14,29 +14,27 @@ import (
 // retention. Code outside this repository cannot call it, as it cannot
 // name a fireclaim.Inside.
 func FireClaimsOf(l *Locker, _ fireclaim.Inside) fireclaim.Home {
-	h := fireclaim.Home{Prefix: l.cfg.prefix, Keep: l.cfg.retention}
-	if h.Keep == 0 {
-		h.Keep = DefaultRetention
-	}
-	h.Own = func() fireclaim.Claims { return l.fireClaims(h.Keep) }
+	h := fireclaim.Home{Prefix: l.cfg.prefix, Keep: l.cfg.claimKeep()}
+	h.Own = l.fireClaims
 	return h
 }
 
-// fireClaims returns the fire claims kept in the Locker's store, records
-// kept for keep after a claim, or nil when it has no one store to keep
-// them in.
-func (l *Locker) fireClaims(keep time.Duration) fireclaim.Claims {
-	switch b := l.backend.(type) {
-	case *redisBackend:
-		// The same record as a Scheduler given this client keeps.
-		return fireclaim.NewRedis(b.client, l.cfg.prefix).WithKeep(keep)
-	case *storeBackend:
-		if c, ok := b.st.(store.FireClaimer); ok {
-			return c.FireClaims(l.cfg.prefix, l.cfg.ttl)
-		}
+// claimKeep is how long a fire claim record is kept after a claim: the
+// Locker's retention.
+func (c *config) claimKeep() time.Duration {
+	if c.retention == 0 {
+		return DefaultRetention
 	}
-	// Redlock: a record on one master alone would not survive that
-	// master's loss as the lock does, and one on every master would need
-	// a quorum protocol of its own.
+	return c.retention
+}
+
+// fireClaims returns the fire claims kept in the Locker's store, or nil
+// when it has no one store to keep them in. (Redlock keeps none: a record
+// on one master alone would not survive that master's loss as the lock
+// does, and one on every master would need a quorum protocol of its own.)
+func (l *Locker) fireClaims() fireclaim.Claims {
+	if c, ok := l.st.(store.FireClaimer); ok {
+		return c.FireClaims(l.cfg.prefix, l.cfg.ttl)
+	}
 	return nil
 }

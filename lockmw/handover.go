@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file hands a lock to a waiter of this Locker: one granted to it in
@@ -116,10 +118,10 @@ func minEarlyValidity(ttl time.Duration) time.Duration { return max(ttl/4, 10*ti
 // and next are what the grant left for the waiter's own hand-over (see
 // grantInfo). A token nobody here waits for any more is released, so the
 // lock moves on.
-func (l *Locker) handTo(keys lockRef, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
+func (l *Locker) handTo(lock store.Key, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
 	l.roomsMu.Lock()
 	var w *waiter
-	if r := l.rooms[keys.Key]; r != nil {
+	if r := l.rooms[lock]; r != nil {
 		w = r.fair[token]
 	}
 	if w != nil {
@@ -130,7 +132,7 @@ func (l *Locker) handTo(keys lockRef, token string, fence uint64, validFrom time
 			// Made before an attempt of w's that found the lock held by
 			// another owner: this grant had ended by then (a message that
 			// came late). The lock is not w's; w waits on.
-			l.logger.Debug("lockmw: ignoring a stale grant", slog.String("lock", keys.lock),
+			l.logger.Debug("lockmw: ignoring a stale grant", slog.String("key", lock.Name), slog.String("store", l.store),
 				slog.Uint64("fence", fence), slog.Uint64("seen", w.busyCounter))
 		default:
 			w.delivered = true
@@ -148,16 +150,16 @@ func (l *Locker) handTo(keys lockRef, token string, fence uint64, validFrom time
 	}
 	l.roomsMu.Unlock()
 	l.flights.start()
-	go l.releaseStray(keys, token, nil)
+	go l.releaseStray(lock, token, nil)
 }
 
 // handEarlyFair hands the lock of keys to this Locker's fair waiter with
 // token, before Redis is told: it returns the hand-over to settle, or nil
 // when that waiter is gone or already has the lock.
-func (l *Locker) handEarlyFair(keys lockRef, token string, fence uint64, deadline time.Time) *handover {
+func (l *Locker) handEarlyFair(lock store.Key, token string, fence uint64, deadline time.Time) *handover {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.Key]
+	r := l.rooms[lock]
 	if r == nil {
 		return nil
 	}
@@ -188,11 +190,11 @@ func (l *Locker) handEarlyFair(keys lockRef, token string, fence uint64, deadlin
 // waiter; the transfer keeps its place, and the waiter's release serves
 // it. Otherwise the release goes through Redis (releaseTokenOf), which
 // hands the lock to the queue first.
-func (l *Locker) handEarly(keys lockRef, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
+func (l *Locker) handEarly(lock store.Key, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	var w *waiter
-	if r := l.rooms[keys.Key]; r != nil && r.fairBusy == 0 {
+	if r := l.rooms[lock]; r != nil && r.fairBusy == 0 {
 		// (With fair waiters of its own queued, the lock goes to them: see
 		// transfer.lua.)
 		w = r.nextDefault()

@@ -20,10 +20,10 @@ import (
 // renewal. Acquiring a lock is elsewhere (locker.go, attempt.go).
 //
 // Validity: a renewal (or the acquisition) sent at monotonic time t and
-// confirmed by Redis means the key lives at least until t+TTL on Redis'
-// clock, so the lease is valid until t + TTL − drift on ours. The scheduler
-// enforces that deadline itself, so a lease is cancelled in time even while
-// Redis does not answer at all.
+// confirmed by the store means the lock lives at least until t+TTL on the
+// store's clock, so the lease is valid until t + TTL − drift on ours. The
+// scheduler enforces that deadline itself, so a lease is cancelled in time
+// even while the store does not answer at all.
 //
 // Its timer can fire late (a loaded host, a starved process), so the
 // deadline is also checked, not only timed: a renewal or a hand-over's
@@ -61,11 +61,11 @@ type keepState struct {
 // renewScheduler keeps a Locker's leases alive with one goroutine and one
 // timer, however many leases there are.
 type renewScheduler struct {
-	backend backend
-	store   string // the store's name in messages (see named)
-	tel     *telemetry
-	logger  *slog.Logger
-	drift   func(ttl time.Duration) time.Duration
+	st     store.Store
+	store  string // the store's name in messages (see named)
+	tel    *telemetry
+	logger *slog.Logger
+	drift  func(ttl time.Duration) time.Duration
 
 	mu     sync.Mutex
 	queue  leaseQueue
@@ -103,9 +103,9 @@ func setDeadline(l *Lease, d time.Time) {
 	l.validUntil.Store(int64(d.Sub(monoEpoch)))
 }
 
-func newRenewScheduler(b backend, storeName string, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
+func newRenewScheduler(st store.Store, storeName string, tel *telemetry, logger *slog.Logger, drift func(time.Duration) time.Duration) *renewScheduler {
 	s := &renewScheduler{
-		backend: b,
+		st:      st,
 		store:   storeName,
 		tel:     tel,
 		logger:  logger,
@@ -130,7 +130,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	}
 	k := &l.keep
 	k.state = stateHeld
-	s.held[l.keys.Key]++
+	s.held[l.lock]++
 	setDeadline(l, sentAt.Add(l.ttl-s.drift(l.ttl)))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
@@ -140,7 +140,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	return true
 }
 
-// addPending starts keeping l, handed over before Redis confirmed it: it is
+// addPending starts keeping l, handed over before the store confirmed it: it is
 // valid until deadline (its predecessor's) and is not renewed until confirm.
 // It reports false when the scheduler is closed.
 func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
@@ -151,7 +151,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	}
 	k := &l.keep
 	k.state, k.pending = stateHeld, true
-	s.held[l.keys.Key]++
+	s.held[l.lock]++
 	setDeadline(l, deadline)
 	k.fireAt, k.slack = deadline, 0
 	heap.Push(&s.queue, l)
@@ -161,7 +161,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	return true
 }
 
-// confirm ends l's pending state: Redis set its lock by a request sent at
+// confirm ends l's pending state: the store set its lock by a request sent at
 // sentAt. A confirmation that comes when l's deadline has passed (its timer
 // late) does not revive it: l is lost.
 func (s *renewScheduler) confirm(l *Lease, sentAt time.Time) {
@@ -286,7 +286,7 @@ func (s *renewScheduler) scheduleRenewal(l *Lease, sentAt time.Time) {
 
 // remove stops keeping l because its owner releases it. It returns the
 // state l was in (a lost lease stays lost, with its cause) and, for a held
-// lease whose lock Redis has confirmed, its validity deadline.
+// lease whose lock the store has confirmed, its validity deadline.
 func (s *renewScheduler) remove(l *Lease) (leaseState, *LostError, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -330,8 +330,8 @@ func (s *renewScheduler) close() []*Lease {
 
 // unhold uncounts l, which leaves stateHeld. Caller holds s.mu.
 func (s *renewScheduler) unhold(l *Lease) {
-	if s.held[l.keys.Key]--; s.held[l.keys.Key] <= 0 {
-		delete(s.held, l.keys.Key)
+	if s.held[l.lock]--; s.held[l.lock] <= 0 {
+		delete(s.held, l.lock)
 	}
 }
 
@@ -379,7 +379,7 @@ func (s *renewScheduler) run() {
 
 		s.finishLost(lost)
 		if len(batch) > 0 {
-			// The round trip runs beside the loop, so a Redis that does not
+			// The round trip runs beside the loop, so a store that does not
 			// answer cannot delay any lease's deadline.
 			go s.renew(batch, now)
 		}
@@ -419,19 +419,25 @@ func (s *renewScheduler) collect(now time.Time) (batch, lost []*Lease) {
 	return batch, lost
 }
 
+// errFewerResults stands for the results a store's Renew did not return.
+var errFewerResults = errors.New("the store returned fewer renewal results than requests")
+
 // renew sends one round trip renewing batch, sent at sentAt (taken before
 // the request left, so validity computed from it is never too long).
 func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
-	reqs := make([]renewRequest, len(batch))
+	reqs := make([]store.RenewRequest, len(batch))
 	var longest time.Duration
 	for i, l := range batch {
-		reqs[i] = renewRequest{keys: l.keys, token: l.token, ttl: l.ttl}
+		reqs[i] = store.RenewRequest{Key: l.lock, Token: l.token, TTL: l.ttl}
 		longest = max(longest, l.ttl)
 	}
 	// A reply later than the longest TTL cannot save any lease in the batch.
 	ctx, cancel := context.WithTimeout(context.Background(), longest)
-	results := s.backend.renew(ctx, reqs)
+	results := s.st.Renew(ctx, reqs)
 	cancel()
+	for len(results) < len(reqs) {
+		results = append(results, store.RenewResult{Err: errFewerResults})
+	}
 
 	now := time.Now()
 	checked := s.now() // = now, unless a test moved the check clock ahead
@@ -447,22 +453,22 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 		}
 		r := results[i]
 		switch {
-		case r.err != nil:
+		case r.Err != nil:
 			failed++
-			failure = r.err
-			k.lastErr = r.err
+			failure = r.Err
+			k.lastErr = r.Err
 			// Retry soon, but the deadline still stands.
 			k.fireAt, k.slack = now.Add(retryDelay(l.ttl)), 0
 			if k.fireAt.After(k.deadline) {
 				k.fireAt = k.deadline
 			}
 			heap.Fix(&s.queue, k.index)
-		case r.ownership == owned && !checked.Before(k.deadline):
+		case r.Ownership == owned && !checked.Before(k.deadline):
 			// Confirmed, but only once the deadline had passed (its timer
 			// is late): the lease ended there, and is not revived.
 			s.end(l, &LostError{Key: l.key, Reason: LostDeadline, Err: s.named(errRenewalLate)})
 			lost = append(lost, l)
-		case r.ownership == owned:
+		case r.Ownership == owned:
 			ok++
 			k.lastErr = nil
 			if d := sentAt.Add(l.ttl - s.drift(l.ttl)); d.After(k.deadline) {
@@ -471,7 +477,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 			s.scheduleRenewal(l, sentAt)
 			heap.Fix(&s.queue, k.index)
 		default:
-			s.end(l, &LostError{Key: l.key, Reason: r.ownership.lostReason()})
+			s.end(l, &LostError{Key: l.key, Reason: lostReason(r.Ownership)})
 			lost = append(lost, l)
 		}
 	}

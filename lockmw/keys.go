@@ -23,11 +23,6 @@ func newLockKeys(prefix, key string) lockKeys {
 	return keysIn(all, len(prefix)+len(key)+2)
 }
 
-// newLockKeysFromBase returns the keys of the lock whose lock key is base.
-func newLockKeysFromBase(base string) lockKeys {
-	return keysIn(base+":fence"+base+":q"+base+":n"+base+":g:", len(base))
-}
-
 // keysIn slices the names out of all, which holds the fence counter, queue,
 // notification channel and grant prefix names in a row, for a lock key of
 // n bytes.
@@ -46,10 +41,8 @@ func keysIn(all string, n int) lockKeys {
 	}
 }
 
-// lockRef is one lock as the Locker tracks it: its store.Key, which keys
-// the Locker's bookkeeping (rooms, hot locks, held leases), and the Redis
-// names derived from it once per acquisition or lease (the Redis stores'
-// requests use them; other stores use the Key).
+// lockRef is one lock as the Redis stores name it: its store.Key and its
+// Redis names, derived once per request.
 type lockRef struct {
 	store.Key
 	lockKeys
@@ -69,15 +62,6 @@ func keyOfBase(prefix, base string) (k store.Key, ok bool) {
 		return store.Key{}, false
 	}
 	return store.Key{Prefix: prefix, Name: base[len(prefix)+1 : len(base)-1]}, true
-}
-
-// lockRefOfBase is keyOfBase with the Redis names of the lock.
-func lockRefOfBase(prefix, base string) (lockRef, bool) {
-	k, ok := keyOfBase(prefix, base)
-	if !ok {
-		return lockRef{}, false
-	}
-	return lockRef{Key: k, lockKeys: newLockKeysFromBase(base)}, true
 }
 
 func checkKey(key string) error {

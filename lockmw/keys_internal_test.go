@@ -19,8 +19,8 @@ func TestLockKeys(t *testing.T) {
 	if got := newLockKeys("lockmw:", "order:42"); got != want {
 		t.Fatalf("newLockKeys = %+v, want %+v", got, want)
 	}
-	if got := newLockKeysFromBase("lockmw:{order:42}"); got != want {
-		t.Fatalf("newLockKeysFromBase = %+v, want %+v", got, want)
+	if got := lockKeyOf(store.Key{Prefix: "lockmw:", Name: "order:42"}); got != want.lock {
+		t.Fatalf("lockKeyOf = %q, want %q", got, want.lock)
 	}
 }
 
@@ -38,9 +38,6 @@ func TestKeyOfBase(t *testing.T) {
 		got, ok := keyOfBase(c.prefix, newLockKeys(c.prefix, c.key).lock)
 		if !ok || got != want {
 			t.Errorf("keyOfBase(%q, newLockKeys(%q, %q).lock) = %+v, %v, want %+v", c.prefix, c.prefix, c.key, got, ok, want)
-		}
-		if ref, ok := lockRefOfBase(c.prefix, newLockKeys(c.prefix, c.key).lock); !ok || ref != newLockRef(c.prefix, c.key) {
-			t.Errorf("lockRefOfBase(%q, %q) = %+v, %v, want %+v", c.prefix, c.key, ref, ok, newLockRef(c.prefix, c.key))
 		}
 	}
 	// Names another prefix made are not this Locker's.

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // A Lease is one holding of a lock. It is kept alive by the Locker's
@@ -15,7 +17,7 @@ type Lease struct {
 	locker     *Locker
 	key        string
 	name       string // telemetry name
-	keys       lockRef
+	lock       store.Key
 	token      string // random 128-bit owner id, hex
 	fence      uint64
 	ttl        time.Duration
@@ -24,7 +26,7 @@ type Lease struct {
 	acquiredAt time.Time
 	// reserved is a fence the counter already passed, set when the lock
 	// came by a transfer that saw nobody else waiting: a waiter of this
-	// Locker may get it, and start before Redis confirms its hand-over.
+	// Locker may get it, and start before the store confirms its hand-over.
 	reserved atomic.Uint64
 	// reservedAt is when the transfer that reserved it was sent (nil until
 	// known): that transfer found no fair waiter queued, so a waiter of
@@ -35,9 +37,9 @@ type Lease struct {
 	// of the waiter first in line then (that waiter is next unless it gives
 	// up); "" or nil when none was known.
 	next atomic.Pointer[string]
-	// early is the hand-over this lease came by before Redis confirmed it,
+	// early is the hand-over this lease came by before the store confirmed it,
 	// or nil: the lease's release waits until it is settled, so that the
-	// release never reaches Redis before the transfer it depends on.
+	// release never reaches the store before the transfer it depends on.
 	early *handover
 
 	ctx  context.Context
@@ -206,13 +208,13 @@ func (s *Lease) release(ctx context.Context) error {
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
 	found, err := l.releaseLease(ctx, s, deadline)
 	if s.fair {
-		l.forgetFair(s.keys, s.token)
+		l.forgetFair(s.lock, s.token)
 	}
 
 	switch {
 	case lost != nil:
 		// Already reported lost; the delete above only cleared our own key if
-		// it was still there (say, the deadline passed while Redis was away).
+		// it was still there (say, the deadline passed while the store was away).
 		l.tel.releaseSpanDone(span, s, outcomeLost, lost)
 		return lost
 	case err != nil:
@@ -222,7 +224,7 @@ func (s *Lease) release(ctx context.Context) error {
 		return err
 	case found != owned:
 		// Lost between two renewals, unnoticed until now.
-		lost = &LostError{Key: s.key, Reason: found.lostReason()}
+		lost = &LostError{Key: s.key, Reason: lostReason(found)}
 		s.lost.Store(lost)
 		l.tel.releaseSpanDone(span, s, outcomeLost, lost)
 		l.tel.leaseLost(ctx, s, lost)

@@ -3,6 +3,8 @@ package lockmw
 import (
 	"log/slog"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is how waiters of different Lockers (processes) take turns
@@ -35,7 +37,7 @@ const maxHot = 1024
 // still queued behind the new holder: an Acquire of this Locker for it in
 // the next hotFor joins the queue with one RPUSHX (enqueue) instead of a
 // full attempt that would find the lock held.
-func (l *Locker) markHot(keys lockRef) {
+func (l *Locker) markHot(lock store.Key) {
 	now := time.Now()
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
@@ -49,35 +51,35 @@ func (l *Locker) markHot(keys lockRef) {
 			clear(l.hot)
 		}
 	}
-	l.hot[keys.Key] = now
+	l.hot[lock] = now
 }
 
 // isHotLocked reports whether the lock of keys is hot, forgetting it once
 // it is not. Caller holds l.roomsMu.
-func (l *Locker) isHotLocked(keys lockRef) bool {
-	t, ok := l.hot[keys.Key]
+func (l *Locker) isHotLocked(lock store.Key) bool {
+	t, ok := l.hot[lock]
 	if ok && time.Since(t) >= hotFor {
-		delete(l.hot, keys.Key)
+		delete(l.hot, lock)
 		return false
 	}
 	return ok
 }
 
 // isHot is isHotLocked for a caller that does not hold l.roomsMu.
-func (l *Locker) isHot(keys lockRef) bool {
+func (l *Locker) isHot(lock store.Key) bool {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	return l.isHotLocked(keys)
+	return l.isHotLocked(lock)
 }
 
 // wakeDefaultHead wakes the first default-mode waiter of keys, if any,
 // after a release handed the lock to a queued waiter: the lock did not
 // become free, so no release notification comes. The woken waiter retries
 // and, finding the lock held by another Locker, lines up in the queue.
-func (l *Locker) wakeDefaultHead(keys lockRef) {
+func (l *Locker) wakeDefaultHead(lock store.Key) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.Key]; r != nil && len(r.defaults) > 0 {
+	if r := l.rooms[lock]; r != nil && len(r.defaults) > 0 {
 		signal(r.defaults[0].wake)
 	}
 }
@@ -87,13 +89,13 @@ func (l *Locker) wakeDefaultHead(keys lockRef) {
 // would hand it over in-process) nor being handed to one of its waiters
 // (between a release's transfer and the waiter's lease), and the waiter has
 // not fallen back to its room (see lineUp).
-func (l *Locker) linesUp(keys lockRef, ac *acquireConfig) bool {
-	if ac.stayInRoom || l.keeper.holds(keys.Key) {
+func (l *Locker) linesUp(lock store.Key, ac *acquireConfig) bool {
+	if ac.stayInRoom || l.keeper.holds(lock) {
 		return false
 	}
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.Key]; r != nil {
+	if r := l.rooms[lock]; r != nil {
 		for _, w := range r.fair {
 			if w.delivered {
 				return false

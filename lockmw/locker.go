@@ -30,14 +30,17 @@ import (
 // acquired through a lease's context (see Lease.Context).
 type Locker struct {
 	cfg     config
-	id      string // names this Locker's grant channels
-	backend backend
+	id      string      // names this Locker's grant channels
+	st      store.Store // where the locks are kept
+	caps    caps        // what st offers beyond store.Store (caps.go)
 	store   string      // names the store in messages: see newLocker
-	waits   waitBackend // nil when the backend cannot notify: waiters then back off
 	keeper  *renewScheduler
 	cleaner *cleaner // gives back locks that failed acquisitions may have taken
 	tel     *telemetry
 	logger  *slog.Logger
+
+	gatesMu sync.Mutex
+	gates   map[store.Key]*gate // store waiters by lock (see enterGate)
 
 	roomsMu sync.Mutex
 	rooms   map[store.Key]*room     // by lock
@@ -68,16 +71,17 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: New needs a connected client such as redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})", ErrNilClient)
 	}
-	id := newToken()[:16]
-	b := newRedisBackend(client, id)
-	l, err := newLocker(b, redisName(client), opts)
+	b := newRedisStore(client)
+	l, err := newLocker(b, opts)
 	if err != nil {
 		return nil, err
 	}
-	l.id, l.waits = id, b
-	b.subs.deliver = l.deliver
+	// Bound to l before its first request.
+	b.self, b.prefix, b.events = l.id, l.cfg.prefix, l.events()
+	b.subs.deliver = b.route
 	b.waitReplicas, b.waitTimeout = l.cfg.waitReplicas, l.cfg.waitTimeout
 	b.expiry = l.cfg.expiry()
+	b.claimKeep = l.cfg.claimKeep()
 	if err := b.checkWaitTimeout(); err != nil {
 		_ = l.Close()
 		return nil, err
@@ -87,9 +91,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	return l, nil
 }
 
-// newLocker returns a Locker on b; storeName names b's store in messages
-// ("Redis", "Redis Cluster", "Redlock", "etcd", ...).
-func newLocker(b backend, storeName string, opts []Option) (*Locker, error) {
+// newLocker returns a Locker on s, and finds what s offers beyond
+// store.Store. It does not close s when it fails.
+func newLocker(s store.Store, opts []Option) (*Locker, error) {
 	cfg := config{ttl: DefaultTTL, prefix: DefaultPrefix, driftFactor: DefaultDriftFactor, logger: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
@@ -103,9 +107,29 @@ func newLocker(b backend, storeName string, opts []Option) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lockmw: creating metric instruments: %w", err)
 	}
+	storeName := "the store" // names s in messages ("Redis", "Redlock", "etcd", ...)
+	if n, ok := s.(store.Named); ok && n.Name() != "" {
+		storeName = n.Name()
+	}
+	c := caps{backoffMin: minBackoff, backoffMax: maxBackoff}
+	c.notifier, _ = s.(store.Notifier)
+	c.queue, _ = s.(store.Queue)
+	_, c.fairOnly = s.(store.FairOnly)
+	c.leftNothing, _ = s.(store.LeftNothing)
+	c.waits, _ = s.(store.Granter)
+	c.wakes, _ = s.(store.WakeQueue)
+	if bo, ok := s.(store.Backoff); ok {
+		lo, hi := bo.Backoff()
+		if lo <= 0 || hi < lo {
+			return nil, fmt.Errorf("%w: the store's backoff range [%v, %v] is not 0 < min <= max", ErrInvalidOption, lo, hi)
+		}
+		c.backoffMin, c.backoffMax = lo, hi
+	}
 	l := &Locker{
 		cfg:     cfg,
-		backend: b,
+		id:      newToken()[:16],
+		st:      s,
+		caps:    c,
 		tel:     tel,
 		logger:  cfg.logger,
 		closing: make(chan struct{}),
@@ -115,7 +139,7 @@ func newLocker(b backend, storeName string, opts []Option) (*Locker, error) {
 		cleaner: newCleaner(cfg.logger, storeName),
 	}
 	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
-	l.keeper = newRenewScheduler(b, storeName, tel, cfg.logger, cfg.drift)
+	l.keeper = newRenewScheduler(s, storeName, tel, cfg.logger, cfg.drift)
 	return l, nil
 }
 
@@ -162,7 +186,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 		return err
 	}
 	defer func() {
-		rerr := lease.Release(ctx) // reaches Redis even if ctx has ended
+		rerr := lease.Release(ctx) // reaches the store even if ctx has ended
 		switch {
 		case err == nil:
 			err = rerr
@@ -190,15 +214,13 @@ func (l *Locker) Close() error {
 		l.closeCause(ErrClosed)
 		err = l.releaseAll(l.keeper.close())
 		// Releases that were under way, and locks handed to waiters that
-		// now give them back, reach Redis before Close returns.
+		// now give them back, reach the store before Close returns.
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		l.flights.wait(ctx)
 		cancel()
-		l.cleaner.close() // the backend is still open for its last tries
-		if l.waits != nil {
-			l.waits.close()
-		} else if c, ok := l.backend.(interface{ close() }); ok {
-			c.close() // a backend with goroutines of its own (Redlock) stops them
+		l.cleaner.close() // the store is still open for its last tries
+		if cerr := l.st.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 	})
 	return err
@@ -223,7 +245,7 @@ func (l *Locker) releaseAll(held []*Lease) error {
 			if s.early != nil {
 				s.early.wait(ctx) // the release goes after the hand-over
 			}
-			if _, err := l.releaseTokenOf(ctx, s.keys, s.token, s.fair); err != nil {
+			if _, err := l.releaseTokenOf(ctx, s.lock, s.token, s.fair); err != nil {
 				mu.Lock()
 				errs = append(errs, unavailable("release", s.key, err))
 				mu.Unlock()
@@ -293,7 +315,7 @@ type acquisition struct {
 	opCtx       context.Context // carries the acquire span; requests are made under it
 	leaseParent context.Context // the caller's context: the lease context derives from it
 	key         string
-	keys        lockRef
+	lock        store.Key
 	cfg         *acquireConfig
 	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
 }
@@ -302,45 +324,45 @@ type acquisition struct {
 // carries the acquire span; leaseParent is the caller's context the lease
 // context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
-	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, keys: newLockRef(l.cfg.prefix, key), cfg: ac}
+	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, lock: store.Key{Prefix: l.cfg.prefix, Name: key}, cfg: ac}
 	if ac.hasWait {
 		if ac.wait == 0 {
 			wait = false
 		}
 		a.giveUp = start.Add(ac.wait)
 	}
-	if sb, ok := l.backend.(*storeBackend); ok {
-		return l.waitStore(sb, a, wait)
-	}
-	if l.waits == nil {
+	switch {
+	case l.caps.wakes != nil:
+		// Waiters woken from a queue on one member (Redlock).
 		if ac.fair {
 			return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
 		}
-		// Only Redlock gets here: New sets l.waits, NewWithStore is a
-		// storeBackend, and NewRedlock always gives the backend a wake
-		// channel (newRedlockWaits).
 		return l.waitRedlock(a, wait)
+	case l.caps.waits == nil:
+		// A store without hand-overs: notifications, a queue, or backoff.
+		return l.waitStore(a, wait)
 	}
 	if ac.fair {
 		return l.acquireFair(a, wait)
 	}
 	holderTTL := time.Duration(0)
 	switch {
-	case wait && l.hasDefaultWaiters(a.keys):
+	case wait && l.hasDefaultWaiters(a.lock):
 		// Queue behind this Locker's waiters rather than race them.
-	case wait && l.isHot(a.keys) && l.linesUp(a.keys, ac):
+	case wait && l.isHot(a.lock) && l.linesUp(a.lock, ac):
 		// Waiters of other Lockers are queued: line up behind them (see
 		// lineup.go) rather than make an attempt that finds the lock held.
 		return l.lineUp(a)
 	default:
-		lease, ttl, err := l.attempt(a)
+		lease, reply, err := l.attempt(a)
 		if lease != nil || err != nil {
 			return lease, err
 		}
+		ttl := reply.HolderTTL
 		if !wait || (!a.giveUp.IsZero() && !time.Now().Before(a.giveUp)) {
 			return nil, &NotAcquiredError{Key: key, RetryAfter: ttl}
 		}
-		if l.linesUp(a.keys, ac) {
+		if l.linesUp(a.lock, ac) {
 			return l.lineUp(a)
 		}
 		holderTTL = ttl
@@ -386,15 +408,7 @@ func isNil(v any) bool {
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
-// redisName names a Redis deployment in messages.
-func redisName(client redis.UniversalClient) string {
-	if _, ok := client.(*redis.ClusterClient); ok {
-		return "Redis Cluster"
-	}
-	return "Redis"
-}
-
-// flights counts work under way that must reach Redis before Close
+// flights counts work under way that must reach the store before Close
 // returns: releases, and locks handed to waiters until each becomes a lease
 // or is given back. Unlike a sync.WaitGroup, it may be started while
 // waited for.

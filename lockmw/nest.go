@@ -42,7 +42,7 @@ func (l *Locker) nest(ctx context.Context, found *Lease) *Lease {
 		locker:     l,
 		key:        outer.key,
 		name:       outer.name,
-		keys:       outer.keys,
+		lock:       outer.lock,
 		token:      outer.token,
 		fence:      outer.fence,
 		ttl:        outer.ttl,

@@ -5,35 +5,35 @@ import (
 	"time"
 )
 
-// This file turns a lock that Redis set for a token into a Lease held by
+// This file turns a lock that the store set for a token into a Lease held by
 // the watchdog: the last step of every way a lease becomes live (doc.go,
 // "Safety: how a lease becomes live"). Its validity counts from validFrom,
-// a time no later than the moment Redis set the lock for the token; a lock
+// a time no later than the moment the store set the lock for the token; a lock
 // whose validity is already over when the answer comes is given back,
 // never returned; a lease handed over early is held pending until its
 // hand-over is settled (see handover).
 
-// newLease makes the lease for a lock Redis set for token no earlier than
+// newLease makes the lease for a lock the store set for token no earlier than
 // validFrom, and hands it to the watchdog. A lease whose validity is already
-// over (Redis answered too late) is released instead.
+// over (the store answered too late) is released instead.
 func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
 	validity := a.cfg.ttl - l.cfg.drift(a.cfg.ttl)
 	if elapsed := l.keeper.now().Sub(validFrom); elapsed >= validity {
 		// The answer came too late for the lease to be worth anything.
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, nil)
 		return nil, unavailable("acquire", a.key,
 			fmt.Errorf("%s answered after %v, longer than the lease validity %v", l.store, elapsed, validity))
 	}
 	s := l.makeLease(a, token, fence, validFrom, fair)
 	if !l.keeper.add(s, validFrom) {
 		s.cancel(ErrClosed)
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, nil)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, nil)
 		return nil, ErrClosed
 	}
 	return s, nil
 }
 
-// newEarlyLease makes the lease for a lock handed over by h before Redis
+// newEarlyLease makes the lease for a lock handed over by h before the store
 // confirmed it (see handover). A hand-over whose deadline has passed when
 // the waiter gets to it (a late goroutine) is given back, never returned.
 func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair bool) (*Lease, error) {
@@ -47,7 +47,7 @@ func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair b
 		case <-settled.C:
 		}
 		settled.Stop()
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, h)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
 		return nil, unavailable("acquire", a.key,
 			fmt.Errorf("the lock was handed over, but its validity had ended %v before the waiter took it", late))
 	}
@@ -55,7 +55,7 @@ func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair b
 	s.early = h
 	if !l.keeper.addPending(s, h.deadline) {
 		s.cancel(ErrClosed)
-		l.giveBack(a.opCtx, a.keys, token, a.cfg.ttl, fair, h)
+		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
 		return nil, ErrClosed
 	}
 	h.attach(l, s)
@@ -69,7 +69,7 @@ func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredA
 		locker:     l,
 		key:        a.key,
 		name:       a.cfg.name,
-		keys:       a.keys,
+		lock:       a.lock,
 		token:      token,
 		fence:      fence,
 		ttl:        a.cfg.ttl,

@@ -134,7 +134,7 @@ func WithLogger(l *slog.Logger) Option {
 // (for example when the master and the acknowledging replicas fail
 // together, or a replica that acknowledged is not the one promoted), and
 // renewals are not waited for. Fencing tokens, not WAIT, are what protect
-// the data. Only New's backend uses it, and only for acquisitions by the
+// the data. Only New's Redis store uses it, and only for acquisitions by the
 // acquire script: a lock handed straight from its holder to a waiter (Fair
 // queues, or a waiter of the same Locker) is not waited for.
 func WithWaitReplicas(n int, timeout time.Duration) Option {

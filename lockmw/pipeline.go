@@ -101,7 +101,7 @@ func (b *batcher) run(ctx context.Context, giveUp time.Time, script *redis.Scrip
 }
 
 // A plainCall is a call of plain commands (no script) for one lock key,
-// which the backend writes and reads; the batcher only chooses the round
+// which the store writes and reads; the batcher only chooses the round
 // trip that carries it (see redisBackend.setNX).
 type plainCall interface {
 	// queue adds the call's commands to pipe; their replies are read

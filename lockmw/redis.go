@@ -7,14 +7,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
-// redisBackend keeps locks on one Redis deployment: a standalone server, a
+// redisStore keeps locks on one Redis deployment: a standalone server, a
 // Sentinel-managed primary, or a Cluster (every lock's keys share one slot).
 // It notifies releases on pub/sub (sharded pub/sub on Cluster) and keeps
 // the fair queues.
-type redisBackend struct {
+type redisStore struct {
 	client  redis.UniversalClient
 	self    string // the Locker's id: names its grant channel
 	publish string // PUBLISH, or SPUBLISH on Cluster
@@ -30,10 +31,19 @@ type redisBackend struct {
 	plainAcquire bool
 	// expiry is the Locker's, for the counter and queue keys.
 	expiry keyExpiry
+	// prefix is the Locker's key prefix; events what the subscriber
+	// hears goes to (route).
+	prefix string
+	events store.Events
+	// claimKeep is how long a fire claim record is kept after a claim:
+	// the Locker's retention (FireClaims).
+	claimKeep time.Duration
 }
 
-func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
-	b := &redisBackend{client: client, self: self, publish: "PUBLISH", numsub: "NUMSUB"}
+// newRedisStore returns the store of client; New binds it to its Locker
+// before the Locker's first request.
+func newRedisStore(client redis.UniversalClient) *redisStore {
+	b := &redisStore{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
 	}
@@ -43,37 +53,24 @@ func newRedisBackend(client redis.UniversalClient, self string) *redisBackend {
 	return b
 }
 
-// close stops the backend's goroutines.
-func (b *redisBackend) close() {
-	b.subs.close()
-}
-
-func (b *redisBackend) subscriber() *subscriber { return b.subs }
-
-func (b *redisBackend) acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error) {
-	return b.runAcquire(ctx, k, token, ttl)
-}
+func (b *redisStore) subscriber() *subscriber { return b.subs }
 
 // acquireReplyOf reads the acquire script's reply: {1, fence} or {0, pttl}.
-func acquireReplyOf(vals []int64) (acquireReply, error) {
+func acquireReplyOf(vals []int64) (store.Reply, error) {
 	if len(vals) != 2 {
-		return acquireReply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
+		return store.Reply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
 	}
 	if vals[0] == acquireTaken {
-		return acquireReply{acquired: true, fence: uint64(vals[1])}, nil
+		return store.Reply{Acquired: true, Fence: uint64(vals[1])}, nil
 	}
-	return acquireReply{holderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
+	return store.Reply{HolderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
 }
 
-func (b *redisBackend) release(ctx context.Context, k lockRef, token string) (ownership, error) {
-	h, err := b.releaseHandoff(ctx, k, token, "", 0)
-	return h.ownership, err
-}
-
-// unlock releases the lock held by token, acquired without Fair, with the
+// Unlock releases the lock held by token, acquired without Fair, with the
 // short script; fair reports that fair waiters have queued behind it, and
 // the lock was left for releaseHandoff.
-func (b *redisBackend) unlock(ctx context.Context, k lockRef, token string) (o ownership, fair bool, err error) {
+func (b *redisStore) Unlock(ctx context.Context, lock store.Key, token string) (o ownership, fair bool, err error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, unlockScript, []string{k.lock, k.notify}, token, b.publish)
 	if err != nil {
 		return 0, false, err
@@ -88,30 +85,20 @@ func (b *redisBackend) unlock(ctx context.Context, k lockRef, token string) (o o
 	return ownershipOf(code), false, nil
 }
 
-// handoff is what a release did with the lock.
-type handoff struct {
-	ownership ownership // owned: the lock was released or handed over
-	to        string    // the token of the fair waiter it was handed to, if any
-	fence     uint64    // that waiter's fence
-	local     bool      // the waiter is this Locker's: the caller wakes it
-	reserved  uint64    // when local: the fence reserved for that waiter's next hand-over
-	next      string    // when local: the entry of the fair waiter now first in line, or ""
-	more      bool      // when handed over: others are still queued for the lock
-}
-
-// releaseHandoff releases the lock held by token: it hands it to the first
+// ReleaseHandoff releases the lock held by token: it hands it to the first
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none).
-func (b *redisBackend) releaseHandoff(ctx context.Context, k lockRef, token, early string, earlyFence uint64) (handoff, error) {
+func (b *redisStore) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
 	if err != nil {
-		return handoff{}, err
+		return store.Handoff{}, err
 	}
 	vals, ok := reply.([]any)
 	if !ok || len(vals) == 0 {
-		return handoff{}, fmt.Errorf("release script returned %T, want a list", reply)
+		return store.Handoff{}, fmt.Errorf("release script returned %T, want a list", reply)
 	}
 	code, _ := vals[0].(int64)
 	switch code {
@@ -121,46 +108,29 @@ func (b *redisBackend) releaseHandoff(ctx context.Context, k lockRef, token, ear
 			want = 5
 		}
 		if len(vals) != want {
-			return handoff{}, fmt.Errorf("release script returned %d values, want %d", len(vals), want)
+			return store.Handoff{}, fmt.Errorf("release script returned %d values, want %d", len(vals), want)
 		}
 		f, _ := vals[1].(int64)
 		to, _ := vals[2].(string)
-		h := handoff{ownership: owned, to: to, fence: uint64(f), local: code == releaseHandedLocal}
-		if h.local {
+		h := store.Handoff{Ownership: owned, To: to, Fence: uint64(f), Local: code == releaseHandedLocal}
+		if h.Local {
 			r, _ := vals[3].(int64)
-			h.reserved = uint64(r)
-			h.next, _ = vals[4].(string)
-			h.more = h.next != ""
+			h.Reserved = uint64(r)
+			h.Next, _ = vals[4].(string)
+			h.More = h.Next != ""
 		} else {
 			more, _ := vals[3].(int64)
-			h.more = more == 1
+			h.More = more == 1
 		}
 		return h, nil
 	}
-	return handoff{ownership: ownershipOf(code)}, nil
+	return store.Handoff{Ownership: ownershipOf(code)}, nil
 }
 
-// transferReply is what a transfer did.
-type transferReply struct {
-	done      bool   // the lock now belongs to the waiter
-	counter   uint64 // when done: the fence counter (the waiter's fence + 1, reserved for the next)
-	others    bool   // when done: other Lockers or fair waiters wait too
-	fairQueue bool   // not done: fair waiters are queued, release normally
-	ownership ownership
-}
-
-// reserve is the fence a transfer reserved for the next local hand-over: its
-// counter, unless others wait (then the next hand-over is not local).
-func (t transferReply) reserve() uint64 {
-	if t.others {
-		return 0
-	}
-	return t.counter
-}
-
-// transfer hands the lock held by token to the waiting token to (of the same
+// Transfer hands the lock held by token to the waiting token to (of the same
 // Locker) in one round trip; unless force, only when nobody else waits.
-func (b *redisBackend) transfer(ctx context.Context, k lockRef, token, to string, ttl time.Duration, force bool) (transferReply, error) {
+func (b *redisStore) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (store.TransferReply, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	f := "0"
 	if force {
 		f = "1"
@@ -168,45 +138,27 @@ func (b *redisBackend) transfer(ctx context.Context, k lockRef, token, to string
 	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
 		token, to, millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
 	if err != nil {
-		return transferReply{}, err
+		return store.TransferReply{}, err
 	}
 	vals, err := int64s(reply)
 	if err != nil || len(vals) == 0 {
-		return transferReply{}, fmt.Errorf("transfer script: %v", err)
+		return store.TransferReply{}, fmt.Errorf("transfer script: %v", err)
 	}
 	switch vals[0] {
 	case transferDone:
 		if len(vals) != 3 {
-			return transferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
+			return store.TransferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
 		}
-		return transferReply{done: true, counter: uint64(vals[1]), others: vals[2] == 1, ownership: owned}, nil
+		return store.TransferReply{Done: true, Counter: uint64(vals[1]), Others: vals[2] == 1, Ownership: owned}, nil
 	case transferFairQueue:
-		return transferReply{fairQueue: true}, nil
+		return store.TransferReply{FairQueue: true}, nil
 	}
-	return transferReply{ownership: ownershipOf(vals[0])}, nil
+	return store.TransferReply{Ownership: ownershipOf(vals[0])}, nil
 }
 
-// fairMode is what a fair attempt may do: "try" never queues, "wait" joins
-// the queue, "poll" checks a queued waiter (granted? still queued?).
-type fairMode string
-
-const (
-	modeTry  fairMode = "try"
-	modeWait fairMode = "wait"
-	modePoll fairMode = "poll"
-)
-
-// fairReply is the outcome of one fair attempt.
-type fairReply struct {
-	acquired bool
-	granted  bool          // handed over earlier: pttl is what is left of it
-	fence    uint64        // when acquired or granted
-	pttl     time.Duration // when granted: the lock's remaining TTL; when busy: the holder's
-	counter  uint64        // when busy: the fence counter when the attempt ran
-}
-
-// fairAcquire makes one fair attempt for the waiter with queue entry entry.
-func (b *redisBackend) fairAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string, mode fairMode) (fairReply, error) {
+// FairAcquire makes one fair attempt for the waiter with queue entry entry.
+func (b *redisStore) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode store.FairMode) (store.FairReply, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
@@ -214,38 +166,40 @@ func (b *redisBackend) fairAcquire(ctx context.Context, k lockRef, token string,
 		return err
 	})
 	if err != nil {
-		return fairReply{}, err
+		return store.FairReply{}, err
 	}
 	if len(vals) < 2 {
-		return fairReply{}, fmt.Errorf("fair script returned %d values, want at least 2", len(vals))
+		return store.FairReply{}, fmt.Errorf("fair script returned %d values, want at least 2", len(vals))
 	}
 	switch vals[0] {
 	case fairAcquired:
-		return fairReply{acquired: true, fence: uint64(vals[1])}, nil
+		return store.FairReply{Acquired: true, Fence: uint64(vals[1])}, nil
 	case fairGranted:
 		if len(vals) != 3 {
-			return fairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
+			return store.FairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
 		}
-		return fairReply{granted: true, fence: uint64(vals[1]), pttl: time.Duration(max(vals[2], 0)) * time.Millisecond}, nil
+		return store.FairReply{Granted: true, Fence: uint64(vals[1]), Pttl: time.Duration(max(vals[2], 0)) * time.Millisecond}, nil
 	}
 	if len(vals) != 3 {
-		return fairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
+		return store.FairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
 	}
-	return fairReply{pttl: time.Duration(max(vals[1], 0)) * time.Millisecond, counter: uint64(max(vals[2], 0))}, nil
+	return store.FairReply{Pttl: time.Duration(max(vals[1], 0)) * time.Millisecond, Counter: uint64(max(vals[2], 0))}, nil
 }
 
-// enqueue appends entry to the lock's fair queue if the queue exists (one
+// Enqueue appends entry to the lock's fair queue if the queue exists (one
 // plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
 // reports false when there is no queue, and the full fair attempt is needed.
-func (b *redisBackend) enqueue(ctx context.Context, k lockRef, entry string) (bool, error) {
+func (b *redisStore) Enqueue(ctx context.Context, lock store.Key, entry string) (bool, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
 }
 
-// fairQueued reports whether waiters may be queued for the lock in Redis:
+// FairQueued reports whether waiters may be queued for the lock in Redis:
 // its holder's value is marked (see grant.lua), or the queue's list exists
 // (its first waiter may be kept in the value instead). One round trip.
-func (b *redisBackend) fairQueued(ctx context.Context, k lockRef) (bool, error) {
+func (b *redisStore) FairQueued(ctx context.Context, lock store.Key) (bool, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	var get *redis.StringCmd
 	var exists *redis.IntCmd
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -263,9 +217,10 @@ func (b *redisBackend) fairQueued(ctx context.Context, k lockRef) (bool, error) 
 	return n > 0 || strings.Contains(v, "+"), err
 }
 
-// leave takes entry out of the fair queue. It reports whether the lock had
+// Leave takes entry out of the fair queue. It reports whether the lock had
 // been granted to token meanwhile (the caller must then release it).
-func (b *redisBackend) leave(ctx context.Context, k lockRef, entry, token string) (bool, error) {
+func (b *redisStore) Leave(ctx context.Context, lock store.Key, entry, token string) (bool, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	var v int64
 	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {
 		v, err = leaveScript.Run(ctx, once{b.client}, []string{k.lock, k.queue}, entry, token).Int64()
@@ -274,11 +229,15 @@ func (b *redisBackend) leave(ctx context.Context, k lockRef, entry, token string
 	return v == leaveGranted, err
 }
 
-func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
+// Renew extends each request's lock if its token still holds it, in one
+// round trip (two when a node lost its scripts).
+func (b *redisStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	cmds := make([]*redis.Cmd, len(reqs))
+	locks := make([]string, len(reqs))
 	pipe := b.client.Pipeline()
 	for i, r := range reqs {
-		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{r.keys.lock}, r.token, millis(r.ttl))
+		locks[i] = lockKeyOf(r.Key)
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 
@@ -288,19 +247,19 @@ func (b *redisBackend) renew(ctx context.Context, reqs []renewRequest) []renewRe
 	for i, c := range cmds {
 		if noScript(c.Err()) {
 			r := reqs[i]
-			cmds[i] = rs.eval(renewScript, []string{r.keys.lock}, r.token, millis(r.ttl))
+			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, millis(r.TTL))
 		}
 	}
 	rs.send()
 
-	results := make([]renewResult, len(reqs))
+	results := make([]store.RenewResult, len(reqs))
 	for i, c := range cmds {
 		v, err := c.Int64()
 		if err != nil {
-			results[i].err = err
+			results[i].Err = err
 			continue
 		}
-		results[i].ownership = ownershipOf(v)
+		results[i].Ownership = ownershipOf(v)
 	}
 	return results
 }

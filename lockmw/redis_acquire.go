@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -71,7 +72,7 @@ func giveUpAt(ctx context.Context, patience time.Duration) time.Time {
 
 // whileSlotMoves runs call, and runs it again while it fails because the
 // Cluster slot of its keys is being moved, for up to patience.
-func (b *redisBackend) whileSlotMoves(ctx context.Context, patience time.Duration, call func() error) error {
+func (b *redisStore) whileSlotMoves(ctx context.Context, patience time.Duration, call func() error) error {
 	backoff := time.Millisecond
 	giveUp := giveUpAt(ctx, patience)
 	for {
@@ -95,14 +96,14 @@ func (b *redisBackend) whileSlotMoves(ctx context.Context, patience time.Duratio
 
 // runScript runs script through the batcher, retrying while the keys' slot
 // is being moved.
-func (b *redisBackend) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (any, error) {
+func (b *redisStore) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (any, error) {
 	return b.batch.run(ctx, giveUpAt(ctx, patience), script, keys, args...)
 }
 
 // runAcquire makes one acquisition attempt for k: with the acquire script,
 // or on one server (plainAcquire) with plain commands, which Redis runs for
 // less than the script.
-func (b *redisBackend) runAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (reply acquireReply, err error) {
+func (b *redisStore) runAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (reply store.Reply, err error) {
 	var vals []int64
 	switch {
 	case b.waitReplicas > 0:
@@ -114,12 +115,12 @@ func (b *redisBackend) runAcquire(ctx context.Context, k lockRef, token string, 
 		})
 	case b.plainAcquire:
 		var fence int64
-		reply.acquired, fence, reply.holderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
-		if err != nil && reply.acquired {
+		reply.Acquired, fence, reply.HolderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
+		if err != nil && reply.Acquired {
 			// Taken, but no fence drawn: give it back.
-			_, _, _ = b.unlock(context.WithoutCancel(ctx), k, token)
+			_, _, _ = b.Unlock(context.WithoutCancel(ctx), k.Key, token)
 		}
-		reply.fence = uint64(fence)
+		reply.Fence = uint64(fence)
 		return reply, err
 	default:
 		var r any
@@ -167,7 +168,7 @@ func slotMoving(err error) bool {
 //
 // moving says that the lock's Cluster slot is being migrated: the attempt
 // goes without the queue check (acquire_moving.lua; see runAcquire).
-func (b *redisBackend) acquireReplicated(ctx context.Context, k lockRef, token string, ttl time.Duration, moving bool) ([]int64, error) {
+func (b *redisStore) acquireReplicated(ctx context.Context, k lockRef, token string, ttl time.Duration, moving bool) ([]int64, error) {
 	var node redis.Cmdable = b.client
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		n, err := cc.MasterForKey(ctx, k.lock)
@@ -210,7 +211,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockRef, token s
 	// Roll back: the lock must not stay with a holder who was told no.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
-	if _, rerr := b.release(rctx, k, token); rerr != nil {
+	if _, rerr := b.ReleaseHandoff(rctx, k.Key, token, "", 0); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("rolling back (the lock expires after its TTL): %w", rerr))
 	}
 	return nil, err
@@ -219,7 +220,7 @@ func (b *redisBackend) acquireReplicated(ctx context.Context, k lockRef, token s
 // checkWaitTimeout rejects a WAIT timeout that the client's ReadTimeout
 // would cut short: WAIT's reply comes in the same pipelined read as the
 // acquire script's.
-func (b *redisBackend) checkWaitTimeout() error {
+func (b *redisStore) checkWaitTimeout() error {
 	if b.waitReplicas == 0 {
 		return nil
 	}
@@ -297,7 +298,7 @@ var setNXCalls = sync.Pool{New: func() any { return new(setNXCall) }}
 // unknown). The counter moves on either way: a fence drawn by a failed
 // attempt is never used, and the next holder draws after this one's SET
 // failed, so fences still increase from holder to holder.
-func (b *redisBackend) setNX(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
+func (b *redisStore) setNX(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
 	c := setNXCalls.Get().(*setNXCall)
 	defer func() {
 		*c = setNXCall{}

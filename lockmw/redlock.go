@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is the Redlock backend: one lock kept on N independent Redis
+// This file is the Redlock store: one lock kept on N independent Redis
 // masters, held by whoever holds it on a majority (N/2+1) of them.
 //
 // Every request fans out to all masters at once and is decided as soon as
@@ -78,26 +79,28 @@ import (
 // bounds how long a paused master can delay its own queue, not the
 // decisions the other masters make.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
-	b, err := newRedlockBackend(clients)
+	b, err := newRedlockStore(clients)
 	if err != nil {
 		return nil, err
 	}
-	l, err := newLocker(b, "Redlock", opts)
+	l, err := newLocker(b, opts)
 	if err != nil {
-		b.close()
+		_ = b.Close()
 		return nil, err
 	}
+	// Bound to l before its first request.
 	b.cleaner, b.logger, b.closing = l.cleaner, l.logger, l.closing
 	b.expiry, b.prefix = l.cfg.expiry(), l.cfg.prefix
 	warnEviction(l.logger, clients, l.closing)
-	l.id = newToken()[:16]
-	newRedlockWaits(l, b, clients[0])
+	b.self, b.events, b.onWake = l.id, l.events(), l.markHot
+	b.subs = newSubscriber(clients[0]) // wakes are heard on the first master
+	b.subs.deliver = b.route
 	warnSlowClient(l.logger, clients, l.cfg.ttl)
 	return l, nil
 }
 
-// redlockBackend keeps each lock on a quorum of independent masters.
-type redlockBackend struct {
+// redlockStore keeps each lock on a quorum of independent masters.
+type redlockStore struct {
 	masters []*master
 	quorum  int
 	// cleaner gives back, per master, locks that failed acquisitions may
@@ -111,7 +114,9 @@ type redlockBackend struct {
 	// release woke a waiter (the lock is contended).
 	subs   *subscriber
 	self   string
-	onWake func(lockRef)
+	onWake func(store.Key)
+	// events is where wakes go (route).
+	events store.Events
 	// held is, by lock key and token, where a lease's lock may be (a
 	// *heldOn): its release goes there only.
 	held sync.Map
@@ -136,7 +141,7 @@ const firstAnswerWait = time.Second
 // before it asks the others too.
 const hedgeAfter = 5 * time.Millisecond
 
-func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error) {
+func newRedlockStore(clients []redis.UniversalClient) (*redlockStore, error) {
 	n := len(clients)
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: NewRedlock got %d clients: give an odd number, at least 3, of clients to independent masters (3 tolerates 1 lost master, 5 tolerates 2)", ErrInvalidOption, n)
@@ -159,29 +164,26 @@ func newRedlockBackend(clients []redis.UniversalClient) (*redlockBackend, error)
 			addrs[addr] = i
 		}
 	}
-	b := &redlockBackend{quorum: n/2 + 1}
+	b := &redlockStore{quorum: n/2 + 1}
 	for _, c := range clients {
 		b.masters = append(b.masters, newMaster(c))
 	}
 	return b, nil
 }
 
-// close stops the masters' senders once they have sent what is queued;
+// Close stops the masters' senders once they have sent what is queued;
 // later requests fail with ErrClosed.
-func (b *redlockBackend) close() {
+func (b *redlockStore) Close() error {
 	for _, m := range b.masters {
 		m.close()
 	}
 	if b.subs != nil {
 		b.subs.close()
 	}
+	return nil
 }
 
-func (b *redlockBackend) acquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquireReply, error) {
-	return b.acquireQueued(ctx, k, token, ttl, "")
-}
-
-// acquireQueued makes one attempt. It asks the first quorum of masters
+// AcquireQueued makes one attempt. It asks the first quorum of masters
 // (the first master by redlock_acquire.lua, the others by a plain SET NX
 // PX and INCR), and the other masters too as soon as one of those does not
 // grant it or they have not all answered within hedgeAfter: a quorum is a
@@ -189,7 +191,8 @@ func (b *redlockBackend) acquire(ctx context.Context, k lockRef, token string, t
 // saves each acquisition and release the calls to the rest. entry, if not
 // empty, is the caller's wait-queue entry: queued in the reply says that
 // the first master found the lock held and queued it there.
-func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token string, ttl time.Duration, entry string) (acquireReply, error) {
+func (b *redlockStore) AcquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (store.QueuedReply, error) {
+	k := newLockRef(lock.Prefix, lock.Name)
 	n, q := len(b.masters), b.quorum
 	replies := make(chan masterReply, n)
 	sent := make([]bool, n)
@@ -274,7 +277,7 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token str
 				settled[i] = settled[i] || !sent[i]
 			}
 			b.rollback(k, token, ttl, granted, settled)
-			return acquireReply{queued: entry != "" && (queued || !answered0), unsure: unsure}, ctx.Err()
+			return store.QueuedReply{Queued: entry != "" && (queued || !answered0), Unsure: unsure}, ctx.Err()
 		}
 		if !record(r) {
 			sendRest() // the first quorum cannot grant it alone
@@ -321,15 +324,15 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token str
 	if lost {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
-			return acquireReply{queued: queued, unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
+			return store.QueuedReply{Queued: queued, Unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
-		return acquireReply{holderTTL: freeIn(busyTTLs, q-won), queued: queued, unsure: unsure}, nil
+		return store.QueuedReply{Reply: store.Reply{HolderTTL: freeIn(busyTTLs, q-won)}, Queued: queued, Unsure: unsure}, nil
 	}
 
 	fence, err := b.settleFence(ctx, k, token, fences)
 	if err != nil {
 		b.rollback(k, token, ttl, granted, settled)
-		return acquireReply{queued: queued, unsure: unsure}, err
+		return store.QueuedReply{Queued: queued, Unsure: unsure}, err
 	}
 	// The release goes where the lock may be token's: where it was granted,
 	// and where the request may yet run or did without an answer.
@@ -338,17 +341,20 @@ func (b *redlockBackend) acquireQueued(ctx context.Context, k lockRef, token str
 		maybe[i] = !settled[i]
 	}
 	b.held.Store(heldKey(k, token), &heldOn{masters: maybe})
-	return acquireReply{acquired: true, fence: uint64(fence), queued: queued, unsure: unsure}, nil
+	return store.QueuedReply{Reply: store.Reply{Acquired: true, Fence: uint64(fence)}, Queued: queued, Unsure: unsure}, nil
 }
 
 // heldKey names a lease in redlockBackend.held.
-func heldKey(k lockRef, token string) string { return k.lock + "\x00" + token }
+func heldKey(k lockRef, token string) string { return heldKeyOf(k.lock, token) }
+
+// heldKeyOf is heldKey of the lock with Redis key lock.
+func heldKeyOf(lock, token string) string { return lock + "\x00" + token }
 
 // settleFence returns the holder's fence, M, the largest counter its
 // winning masters returned, once a quorum of masters has counter >= M
 // recorded while the holder owned the lock there (see the top of this file
 // for why that makes fences increase).
-func (b *redlockBackend) settleFence(ctx context.Context, k lockRef, token string, fences []int64) (int64, error) {
+func (b *redlockStore) settleFence(ctx context.Context, k lockRef, token string, fences []int64) (int64, error) {
 	m := slices.Max(fences)
 	atMax := 0
 	for _, f := range fences {
@@ -409,14 +415,13 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // answer it. A release
 // that gets no answer either (the master is paused, say, and will run the
 // acquisition when it resumes) is handed to the cleaner.
-func (b *redlockBackend) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
+func (b *redlockStore) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
 	replies := make(chan masterReply, len(b.masters))
-	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	for i, m := range b.masters {
 		if settled[i] {
 			continue // answered that the lock is another owner's, or failed before running
 		}
-		c := &masterCall{master: i, calls: calls, reply: replies}
+		c := &masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies}
 		c.after = func(r masterReply) {
 			if err := r.cmds[0].Err(); err != nil && !errors.Is(err, ErrClosed) {
 				only := make([]bool, len(b.masters))
@@ -451,15 +456,28 @@ func (b *redlockBackend) rollback(k lockRef, token string, ttl time.Duration, gr
 	}
 }
 
+// releaseCall deletes token's lock on master i (redlock_release.lua); on
+// the first master, which keeps the lock's wait queue, it also wakes the
+// first waiter still listening. Every release goes so, a failed attempt's
+// rollback and the cleaner's give-back too: a waiter queued behind a lock
+// that an attempt took there and then gave back is woken by that
+// give-back, not by its timer a holder's TTL later. A wake grants nothing
+// (redlock_wait.go).
+func (b *redlockStore) releaseCall(i int, k lockRef, token string) masterScript {
+	if i == 0 && b.subs != nil {
+		return masterScript{script: redlockReleaseScript, keys: []string{k.lock, k.queue}, args: []any{token, k.grants}}
+	}
+	return masterScript{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}
+}
+
 // releaseOn releases token's lock on the masters marked in masters, in
 // parallel, and unmarks those that answered; nil once none is left.
-func (b *redlockBackend) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
+func (b *redlockStore) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
 	replies := make(chan masterReply, len(b.masters))
-	calls := []masterScript{{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}}
 	sent := 0
 	for i, m := range b.masters {
 		if masters[i] {
-			m.submit(&masterCall{master: i, calls: calls, reply: replies})
+			m.submit(&masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies})
 			sent++
 		}
 	}
@@ -480,10 +498,10 @@ func (b *redlockBackend) releaseOn(ctx context.Context, k lockRef, token string,
 }
 
 // release releases token's lock on the masters where it may be (all of
-// them for a token this backend did not acquire), the first master waking
+// them for a token this store did not acquire), the first master waking
 // the first waiter of the lock's queue. A master not asked counts as one
 // where the lock is not token's.
-func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (ownership, error) {
+func (b *redlockStore) release(ctx context.Context, k lockRef, token string) (ownership, error) {
 	n, q := len(b.masters), b.quorum
 	var where []bool // nil: every master
 	if v, ok := b.held.LoadAndDelete(heldKey(k, token)); ok {
@@ -504,11 +522,7 @@ func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (
 			t.add(missing, nil)
 			continue
 		}
-		call := masterScript{script: redlockReleaseScript, keys: []string{k.lock}, args: []any{token}}
-		if i == 0 && b.subs != nil {
-			call.keys, call.args = []string{k.lock, k.queue}, []any{token, k.grants}
-		}
-		m.submit(&masterCall{master: i, calls: []masterScript{call}, reply: replies})
+		m.submit(&masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies})
 	}
 	for !t.decided(n, q) {
 		select {
@@ -517,7 +531,7 @@ func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (
 			if v == redlockReleaseWoke { // deleted, and a waiter woken
 				v = 1
 				if b.onWake != nil {
-					b.onWake(k)
+					b.onWake(k.Key)
 				}
 			}
 			t.add(ownershipOf(v), b.masterErr(r.master, err))
@@ -531,11 +545,13 @@ func (b *redlockBackend) release(ctx context.Context, k lockRef, token string) (
 // renew renews each lease on every master (redlock_renew.lua): where it
 // is held it is extended, and a free master where it never was is taken,
 // which spreads a lease acquired on a bare quorum over the others.
-func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renewResult {
+func (b *redlockStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	n, q := len(b.masters), b.quorum
 	held := make([]*heldOn, len(reqs))
+	locks := make([]string, len(reqs))
 	for i, r := range reqs {
-		if v, ok := b.held.Load(heldKey(r.keys, r.token)); ok {
+		locks[i] = lockKeyOf(r.Key)
+		if v, ok := b.held.Load(heldKeyOf(locks[i], r.Token)); ok {
 			h := v.(*heldOn)
 			h.mu.Lock()
 			if h.masters != nil {
@@ -585,7 +601,7 @@ func (b *redlockBackend) renew(ctx context.Context, reqs []renewRequest) []renew
 				}
 				h.mu.Unlock()
 			}
-			calls[i] = masterScript{script: redlockRenewScript, keys: []string{r.keys.lock}, args: []any{r.token, millis(r.ttl), retake}}
+			calls[i] = masterScript{script: redlockRenewScript, keys: []string{locks[i]}, args: []any{r.Token, millis(r.TTL), retake}}
 		}
 		b.masters[m].submit(&masterCall{master: m, calls: calls, reply: replies, after: record})
 	}
@@ -614,9 +630,9 @@ collect:
 			}
 		}
 	}
-	results := make([]renewResult, len(reqs))
+	results := make([]store.RenewResult, len(reqs))
 	for i := range tallies {
-		results[i].ownership, results[i].err = tallies[i].result(n, q)
+		results[i].Ownership, results[i].Err = tallies[i].result(n, q)
 	}
 	return results
 }
@@ -669,7 +685,7 @@ func (t *tally) result(n, q int) (ownership, error) {
 	return 0, err
 }
 
-func (b *redlockBackend) masterErr(i int, err error) error {
+func (b *redlockStore) masterErr(i int, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -679,7 +695,7 @@ func (b *redlockBackend) masterErr(i int, err error) error {
 // fanOut queues calls on every master and returns the channel their
 // answers arrive on, one masterReply per master, in answer order. The
 // channel is buffered, so answers nobody waits for are dropped with it.
-func (b *redlockBackend) fanOut(calls []masterScript) <-chan masterReply {
+func (b *redlockStore) fanOut(calls []masterScript) <-chan masterReply {
 	replies := make(chan masterReply, len(b.masters))
 	for i, m := range b.masters {
 		m.submit(&masterCall{master: i, calls: calls, reply: replies})

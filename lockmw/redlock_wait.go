@@ -5,10 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is how a Redlock Acquire waits for a busy lock: on wakes, not
@@ -57,10 +56,10 @@ import (
 // for its answers, which the masters' senders still send before they
 // stop), so a waiter inside an attempt on a slow first master returns at
 // once, and its leave is handed to the cleaner, whose close gives each
-// leave a last try (twice) before the backend stops; the leave is queued
+// leave a last try (twice) before the store closes; the leave is queued
 // behind the waiter's attempt there, and the first master's sender sends
 // both before it stops. A waiter that still outlasts Close's wait (a
-// loaded host) finds the backend stopped: its leave then goes on the
+// loaded host) finds the store closed: its leave then goes on the
 // first master's client itself (leaveOnClient), after that sender has
 // stopped, while the client is open (close clients after the Locker).
 // If the entry is not recorded it was never queued: each attempt's first
@@ -74,75 +73,56 @@ import (
 // taken with the queue when the queue expires. A paused master runs a
 // leave already sent when it resumes.
 
-// newRedlockWaits gives b a wake channel on the first master for the
-// Locker l.
-func newRedlockWaits(l *Locker, b *redlockBackend, first redis.UniversalClient) {
-	b.self = l.id
-	b.subs = newSubscriber(first)
-	b.subs.deliver = l.deliverWake
-	b.onWake = l.markHot
-}
-
-// deliverWake routes a wake from the first master to its waiter; a wake
-// for a waiter that is gone is passed on to the next.
-func (l *Locker) deliverWake(channel, payload string) {
-	base, ok := strings.CutSuffix(channel, ":g:"+l.id)
-	if !ok {
-		return
-	}
-	k, ok := keyOfBase(l.cfg.prefix, base)
-	if !ok {
-		return
-	}
+// woken routes a wake from the first master to its waiter; a wake for a
+// waiter that is gone is passed on to the next.
+func (l *Locker) woken(k store.Key, token string) {
 	l.roomsMu.Lock()
 	var w *waiter
 	if r := l.rooms[k]; r != nil {
-		w = r.fair[payload]
+		w = r.fair[token]
 	}
 	if w != nil {
 		signal(w.wake)
 	}
 	l.roomsMu.Unlock()
 	if w == nil {
-		l.passWakeOn(lockRef{Key: k, lockKeys: newLockKeysFromBase(base)})
+		l.passWakeOn(k)
 	}
 }
 
 // passWakeOn wakes the next waiter of keys, in the background.
-func (l *Locker) passWakeOn(keys lockRef) {
-	b := l.backend.(*redlockBackend)
+func (l *Locker) passWakeOn(lock store.Key) {
 	l.flights.start()
 	go func() {
 		defer l.flights.done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		defer cancel()
-		err := redlockWakeScript.Run(ctx, once{b.masters[0].client}, []string{keys.queue}, keys.grants).Err()
-		if err != nil {
+		if err := l.caps.wakes.PassWake(ctx, lock); err != nil {
 			l.logger.Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
-				slog.String("lock", keys.lock), slog.Any("error", err))
+				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 		}
 	}()
 }
 
-// waitRedlock acquires key on a Redlock backend: one attempt when !wait,
+// waitRedlock acquires key on a Redlock store: one attempt when !wait,
 // else attempts woken by releases (see the top of this file) until one
 // succeeds, fails, or the wait ends.
 func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
-	b := l.backend.(*redlockBackend)
+	b := l.caps.wakes
 	if !wait {
 		lease, reply, err := l.attemptQueued(a.opCtx, a, "")
 		if lease != nil || err != nil {
 			return lease, err
 		}
-		retryAfter := reply.holderTTL
+		retryAfter := reply.HolderTTL
 		if retryAfter == 0 {
 			// Masters asked with a plain SET do not tell the holder's TTL.
-			retryAfter = b.holderTTL(a.opCtx, a.keys)
+			retryAfter = b.HolderTTL(a.opCtx, a.lock)
 		}
 		return nil, &NotAcquiredError{Key: a.key, RetryAfter: retryAfter}
 	}
 	// Close waits for waiting acquisitions (a waiter stops when Close
-	// begins): one that may be queued leaves the queue before the backend
+	// begins): one that may be queued leaves the queue before the store
 	// closes.
 	l.flights.start()
 	defer l.flights.done()
@@ -152,7 +132,7 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
 	entry := l.id + " " + w.token
 	l.roomsMu.Lock()
-	r := l.join(a.keys)
+	r := l.join(a.lock)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
 	// queued: w counts itself queued on the first master, and waits for a
@@ -168,9 +148,8 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	ctx, stop := l.endAtClose(a.opCtx)
 	defer stop()
 
-	channel := a.keys.grants + l.id
-	if err := watchUntil(ctx, b.subs, a.giveUp, channel, true); err == nil {
-		defer b.subs.unwatch(channel)
+	if err := watchUntil(ctx, b, a.giveUp, a.lock, true); err == nil {
+		defer b.Unwatch(a.lock, true)
 	} else if a.opCtx.Err() != nil {
 		return nil, ctxErr(a.opCtx, a.key)
 	} else if ctx.Err() != nil {
@@ -180,14 +159,13 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 	}
 
 	retry := true
-	if l.isHot(a.keys) {
+	if l.isHot(a.lock) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		n, err := sendOnce(ctx, b.masters[0].client, redis.NewIntCmd(ctx, "rpushx", a.keys.queue, entry)).Result()
-		switch {
-		case err == nil && n > 0:
+		switch ok, maybe := b.EnqueueWake(ctx, a.lock, entry); {
+		case ok:
 			queued, retry = true, false
-		case err != nil && mayHaveRun(err):
+		case maybe:
 			queued, unsure = true, true // it may be queued: leaving takes it out; an attempt follows
 		}
 	}
@@ -204,12 +182,12 @@ func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
 				e = "" // already queued: do not queue twice
 			}
 			lease, reply, err := l.attemptQueued(ctx, a, e)
-			queued = queued || reply.queued // (also when it failed: leaving takes the entry out)
-			unsure = unsure || reply.unsure
+			queued = queued || reply.Queued // (also when it failed: leaving takes the entry out)
+			unsure = unsure || reply.Unsure
 			if lease != nil || err != nil {
 				return lease, err
 			}
-			holderTTL = reply.holderTTL
+			holderTTL = reply.HolderTTL
 		}
 		retry = false
 		var sleep time.Duration
@@ -262,7 +240,7 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	l.unref(r)
 	l.roomsMu.Unlock()
 	if woken {
-		l.passWakeOn(r.keys)
+		l.passWakeOn(r.lock)
 	}
 	if !queued {
 		return
@@ -273,99 +251,33 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	// It goes through the first master's queue, keyed by the lock, so that
 	// it runs after an attempt of w's that may still be on its way there
 	// (and queue the entry).
-	b := l.backend.(*redlockBackend)
-	keys := r.keys
-	l.cleaner.add(&cleanup{key: keys.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
-		replies := make(chan masterReply, 1)
-		b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
-			{script: redlockLeaveScript, keys: []string{keys.lock, keys.queue}, args: []any{entry}},
-		}})
-		select {
-		case r := <-replies:
-			if err := r.cmds[0].Err(); errors.Is(err, ErrClosed) {
-				// The backend has closed (w outlasted Close's wait for
-				// it): the first master's sender sent every call queued
-				// before it stopped, w's attempts among them, so the
-				// leave goes on its client, after them.
-				return b.leaveOnClient(ctx, keys, entry)
-			} else if err != nil {
-				return err
-			}
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	lock := r.lock
+	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
+		return l.caps.wakes.LeaveWake(ctx, lock, entry)
 	}})
-}
-
-// leaveOnClient takes entry out of the wait queue of keys on the first
-// master's client itself, once the master's sender (closed) has sent what
-// was queued, twice:
-// the second is sent after the first is answered, so it runs after an
-// attempt of the waiter still stalled in that master (see cleanup.go,
-// "Why twice").
-func (b *redlockBackend) leaveOnClient(ctx context.Context, keys lockRef, entry string) error {
-	select {
-	case <-b.masters[0].stopped: // every call queued before has been sent
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	for range 2 {
-		if err := redlockLeaveScript.Run(ctx, once{b.masters[0].client}, []string{keys.lock, keys.queue}, entry).Err(); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // attemptQueued is attempt for a Redlock waiter, its requests made under
 // ctx (a.opCtx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, acquireReply, error) {
+func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, store.QueuedReply, error) {
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
-		return nil, acquireReply{}, ErrClosed
+		return nil, store.QueuedReply{}, ErrClosed
 	}
-	b := l.backend.(*redlockBackend)
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := b.acquireQueued(ctx, a.keys, token, a.cfg.ttl, entry)
+	reply, err := l.caps.wakes.AcquireQueued(ctx, a.lock, token, a.cfg.ttl, entry)
 	if err != nil {
 		if a.opCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
 			return nil, reply, ErrClosed
 		}
-		return nil, reply, l.attemptErr(a.opCtx, a.key, err)
+		return nil, reply, storeErr(a.opCtx, a.key, err)
 	}
-	if !reply.acquired {
+	if !reply.Acquired {
 		return nil, reply, nil
 	}
-	lease, err := l.newLease(a, token, reply.fence, sentAt, false)
+	lease, err := l.newLease(a, token, reply.Fence, sentAt, false)
 	return lease, reply, err
 }
-
-// holderTTL asks every master for the lock's remaining TTL and returns
-// when enough of them free up for a quorum (see freeIn); 0 when unknown. A
-// master that does not answer within holderTTLWait counts as free.
-func (b *redlockBackend) holderTTL(ctx context.Context, keys lockRef) time.Duration {
-	replies := b.fanOut([]masterScript{{script: pttlScript, keys: []string{keys.lock}}})
-	timer := time.NewTimer(holderTTLWait)
-	defer timer.Stop()
-	var busy []time.Duration
-	for range b.masters {
-		select {
-		case r := <-replies:
-			if d, err := r.cmds[0].Int64(); err == nil && d > 0 {
-				busy = append(busy, time.Duration(d)*time.Millisecond)
-			}
-			continue
-		case <-timer.C:
-		case <-ctx.Done():
-		}
-		break
-	}
-	return freeIn(busy, len(busy)-len(b.masters)+b.quorum)
-}
-
-// holderTTLWait bounds holderTTL.
-const holderTTLWait = 100 * time.Millisecond

@@ -5,91 +5,93 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file routes releases: a released lock goes to this Locker's first
 // default-mode waiter (transfer.lua), to the first live waiter of the fair
 // queue (release.lua, grant.lua), early to a waiter of this Locker before
-// Redis confirms it (see handover.go), or is freed; and a lock taken for a
+// the store confirms it (see handover.go), or is freed; and a lock taken for a
 // token that no lease will hold is given back.
 //
 // Safety: each hand-over made here is one of the ways a lease becomes live
 // that doc.go's "Safety: how a lease becomes live" argues (Transfer, Fair
 // grant, Early hand-over). A lock handed over early is given back only once
-// the hand-over has reached Redis (see handover.wait), so that no request
-// for it reaches Redis before the transfer does.
+// the hand-over has reached the store (see handover.wait), so that no
+// request for it reaches the store before the transfer does.
 
 // releaseStray releases a lock granted to a waiter that is gone; when it
-// was handed over early (h), once the hand-over has reached Redis.
+// was handed over early (h), once the hand-over has reached the store.
 // The caller has started a flight for it (see flights).
-func (l *Locker) releaseStray(keys lockRef, token string, h *handover) {
+func (l *Locker) releaseStray(lock store.Key, token string, h *handover) {
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
 	if h != nil {
 		h.wait(ctx)
 	}
-	if _, err := l.releaseToken(ctx, keys, token); err != nil {
+	if _, err := l.releaseToken(ctx, lock, token); err != nil {
 		l.logger.Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
-			slog.String("lock", keys.lock), slog.Any("error", err))
+			slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 	}
 }
 
 // releaseToken releases the lock held by token, handing it over if fair
 // waiters are queued; a hand-over to this Locker's own waiter is delivered
 // here, without a message.
-func (l *Locker) releaseToken(ctx context.Context, keys lockRef, token string) (ownership, error) {
-	return l.releaseTokenOf(ctx, keys, token, true)
+func (l *Locker) releaseToken(ctx context.Context, lock store.Key, token string) (ownership, error) {
+	return l.releaseTokenOf(ctx, lock, token, true)
 }
 
 // releaseTokenOf is releaseToken; for a lock acquired without Fair (fair
 // false), the short unlock script goes first: it does not hand over, and
 // leaves the lock to releaseHandoff when fair waiters have queued behind
 // it.
-func (l *Locker) releaseTokenOf(ctx context.Context, keys lockRef, token string, fair bool) (ownership, error) {
-	if l.waits == nil {
-		return l.backend.release(ctx, keys, token)
+func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
+	if l.caps.waits == nil {
+		return l.st.Release(ctx, lock, token)
 	}
 	queued := false // fair waiters are known to be queued: release.lua hands over
-	if to, ttl := l.defaultHead(keys); to != "" {
+	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
-		t, err := l.waits.transfer(ctx, keys, token, to, ttl, false)
+		t, err := l.caps.waits.Transfer(ctx, lock, token, to, ttl, false)
 		switch {
 		case err != nil:
 			return 0, err
-		case t.done:
-			l.handTo(keys, to, t.counter-1, sentAt, t.reserve(), "")
+		case t.Done:
+			l.handTo(lock, to, t.Counter-1, sentAt, t.Reserve(), "")
 			return owned, nil
-		case !t.fairQueue:
-			return t.ownership, nil
+		case !t.FairQueue:
+			return t.Ownership, nil
 		}
 		queued = true
 	}
 	if !fair && !queued {
-		o, queued, err := l.waits.unlock(ctx, keys, token)
+		o, queued, err := l.caps.waits.Unlock(ctx, lock, token)
 		if err != nil || !queued {
 			return o, err
 		}
 	}
 	sentAt := time.Now()
-	h, err := l.releaseHandoff(ctx, keys, token, "", 0)
-	if err == nil && h.local {
-		l.handTo(keys, h.to, h.fence, sentAt, h.reserved, h.next)
+	h, err := l.releaseHandoff(ctx, lock, token, "", 0)
+	if err == nil && h.Local {
+		l.handTo(lock, h.To, h.Fence, sentAt, h.Reserved, h.Next)
 	}
-	return h.ownership, err
+	return h.Ownership, err
 }
 
-// releaseHandoff runs the backend's releaseHandoff. A lock handed to a
+// releaseHandoff runs the store's ReleaseHandoff. A lock handed to a
 // waiter with others queued behind it is hot (see markHot); this Locker's
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
-func (l *Locker) releaseHandoff(ctx context.Context, keys lockRef, token, early string, earlyFence uint64) (handoff, error) {
-	h, err := l.waits.releaseHandoff(ctx, keys, token, early, earlyFence)
-	if err == nil && h.to != "" {
-		if h.more {
-			l.markHot(keys)
+func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+	h, err := l.caps.waits.ReleaseHandoff(ctx, lock, token, early, earlyFence)
+	if err == nil && h.To != "" {
+		if h.More {
+			l.markHot(lock)
 		}
-		l.wakeDefaultHead(keys)
+		l.wakeDefaultHead(lock)
 	}
 	return h, err
 }
@@ -103,8 +105,8 @@ func (l *Locker) releaseHandoff(ctx context.Context, keys lockRef, token, early 
 func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
 	ctx = withValidity(ctx, deadline) // retries while a slot moves end by s's deadline
 	reserved := s.reserved.Load()
-	if l.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
-		return l.releaseTokenOf(ctx, s.keys, s.token, s.fair)
+	if l.caps.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
+		return l.releaseTokenOf(ctx, s.lock, s.token, s.fair)
 	}
 	if s.fair {
 		return l.releaseFairEarly(ctx, s, reserved, deadline)
@@ -113,35 +115,35 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	if at := s.reservedAt.Load(); at != nil {
 		reservedAt = *at
 	}
-	w, h := l.handEarly(s.keys, reserved, deadline, reservedAt)
+	w, h := l.handEarly(s.lock, reserved, deadline, reservedAt)
 	if w == nil {
-		return l.releaseTokenOf(ctx, s.keys, s.token, false)
+		return l.releaseTokenOf(ctx, s.lock, s.token, false)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	t, err := l.waits.transfer(ctx, s.keys, s.token, w.token, w.ttl, true)
+	t, err := l.caps.waits.Transfer(ctx, s.lock, s.token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
-	case t.done:
-		h.settle(l, sentAt, t.reserve(), "", nil)
+	case t.Done:
+		h.settle(l, sentAt, t.Reserve(), "", nil)
 		return owned, nil
-	case t.fairQueue:
+	case t.FairQueue:
 		// (A forced transfer keeps queued waiters' places and hands over,
 		// so this answer does not come; should it, the waiter's lease ends
 		// here, before release.lua hands the lock to one of them.)
 		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
 		sentAt := time.Now()
-		ho, err := l.releaseHandoff(ctx, s.keys, s.token, "", 0)
-		if err == nil && ho.local {
-			l.handTo(s.keys, ho.to, ho.fence, sentAt, ho.reserved, ho.next)
+		ho, err := l.releaseHandoff(ctx, s.lock, s.token, "", 0)
+		if err == nil && ho.Local {
+			l.handTo(s.lock, ho.To, ho.Fence, sentAt, ho.Reserved, ho.Next)
 		}
-		return ho.ownership, err
+		return ho.Ownership, err
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: t.ownership.lostReason()})
-	return t.ownership, nil
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(t.Ownership)})
+	return t.Ownership, nil
 }
 
 // releaseFairEarly releases the fair lease s, handing the lock at once to
@@ -149,36 +151,36 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64, deadline time.Time) (ownership, error) {
 	next := s.next.Load()
 	if next == nil || *next == "" {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseToken(ctx, s.lock, s.token)
 	}
 	id, rest, _ := strings.Cut(*next, " ")
 	token, _, _ := strings.Cut(rest, " ")
 	if id != l.id {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseToken(ctx, s.lock, s.token)
 	}
-	h := l.handEarlyFair(s.keys, token, reserved, deadline)
+	h := l.handEarlyFair(s.lock, token, reserved, deadline)
 	if h == nil {
-		return l.releaseToken(ctx, s.keys, s.token)
+		return l.releaseToken(ctx, s.lock, s.token)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	ho, err := l.releaseHandoff(ctx, s.keys, s.token, *next, reserved)
+	ho, err := l.releaseHandoff(ctx, s.lock, s.token, *next, reserved)
 	switch {
 	case err != nil:
 		return 0, err
-	case ho.local && ho.to == token:
-		h.settle(l, sentAt, ho.reserved, ho.next, nil)
+	case ho.Local && ho.To == token:
+		h.settle(l, sentAt, ho.Reserved, ho.Next, nil)
 		return owned, nil
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: ho.ownership.lostReason()})
-	return ho.ownership, nil
+	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.Ownership)})
+	return ho.Ownership, nil
 }
 
 // giveBack releases a lock taken for token that will not become a lease;
-// one handed over early (h), once the hand-over has reached Redis.
-func (l *Locker) giveBack(opCtx context.Context, keys lockRef, token string, ttl time.Duration, fair bool, h *handover) {
+// one handed over early (h), once the hand-over has reached the store.
+func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h *handover) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
@@ -186,10 +188,10 @@ func (l *Locker) giveBack(opCtx context.Context, keys lockRef, token string, ttl
 	if h != nil {
 		h.wait(ctx)
 	}
-	if _, err := l.releaseTokenOf(ctx, keys, token, fair); err != nil {
-		l.takeBack(keys, token, "", fair, ttl)
+	if _, err := l.releaseTokenOf(ctx, lock, token, fair); err != nil {
+		l.takeBack(lock, token, "", fair, ttl)
 	}
 	if fair {
-		l.forgetFair(keys, token)
+		l.forgetFair(lock, token)
 	}
 }

@@ -3,9 +3,9 @@ package lockmw
 import (
 	"context"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file keeps a Locker's waiting rooms: for each key, this Locker's
@@ -18,7 +18,7 @@ import (
 // room is a Locker's waiters (and fair holders) for one key. Guarded by
 // Locker.roomsMu.
 type room struct {
-	keys     lockRef
+	lock     store.Key
 	refs     int                // waiters and fair holders in the room
 	defaults []*waiter          // default-mode waiters; defaults[0] retries on a release
 	fair     map[string]*waiter // fair waiters and holders, and default waiters, by token
@@ -61,11 +61,11 @@ type grantInfo struct {
 
 // join returns the room for keys with one more reference. Caller holds
 // l.roomsMu.
-func (l *Locker) join(keys lockRef) *room {
-	r := l.rooms[keys.Key]
+func (l *Locker) join(lock store.Key) *room {
+	r := l.rooms[lock]
 	if r == nil {
-		r = &room{keys: keys, fair: make(map[string]*waiter)}
-		l.rooms[keys.Key] = r
+		r = &room{lock: lock, fair: make(map[string]*waiter)}
+		l.rooms[lock] = r
 	}
 	r.refs++
 	return r
@@ -74,48 +74,32 @@ func (l *Locker) join(keys lockRef) *room {
 // unref drops one reference to r. Caller holds l.roomsMu.
 func (l *Locker) unref(r *room) {
 	if r.refs--; r.refs == 0 {
-		delete(l.rooms, r.keys.Key)
+		delete(l.rooms, r.lock)
 	}
 }
 
-// deliver routes a message from the subscriber: a release notification
-// wakes the first default waiter of the key; a grant wakes its fair waiter.
-func (l *Locker) deliver(channel, payload string) {
-	if base, ok := strings.CutSuffix(channel, ":n"); ok {
-		k, ok := keyOfBase(l.cfg.prefix, base)
-		if !ok {
-			return
-		}
-		l.roomsMu.Lock()
-		if r := l.rooms[k]; r != nil && len(r.defaults) > 0 {
-			signal(r.defaults[0].wake)
-		}
-		l.roomsMu.Unlock()
-		return
+// events returns where the Locker's store sends what it hears.
+func (l *Locker) events() store.Events {
+	return store.Events{Released: l.released, Granted: l.granted, Woken: l.woken}
+}
+
+// released wakes the first default waiter of k: k was released.
+func (l *Locker) released(k store.Key) {
+	l.roomsMu.Lock()
+	if r := l.rooms[k]; r != nil && len(r.defaults) > 0 {
+		signal(r.defaults[0].wake)
 	}
-	base, ok := strings.CutSuffix(channel, ":g:"+l.id)
+	l.roomsMu.Unlock()
+}
+
+// granted wakes the fair waiter k was handed to (g); ok false: the store's
+// message could not be read.
+func (l *Locker) granted(k store.Key, g store.Grant, ok bool) {
 	if !ok {
+		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.store))
 		return
 	}
-	keys, ok := lockRefOfBase(l.cfg.prefix, base)
-	if !ok {
-		return
-	}
-	// "<token> <fence> <reserved> <entry of the waiter next in line>"
-	parts := strings.SplitN(payload, " ", 4)
-	var fence, reserved uint64
-	var err error
-	if len(parts) == 4 {
-		fence, err = strconv.ParseUint(parts[1], 10, 64)
-		if err == nil {
-			reserved, err = strconv.ParseUint(parts[2], 10, 64)
-		}
-	}
-	if len(parts) != 4 || err != nil {
-		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("channel", channel))
-		return
-	}
-	l.handTo(keys, parts[0], fence, time.Time{}, reserved, parts[3])
+	l.handTo(k, g.Token, g.Fence, time.Time{}, g.Reserved, g.Next)
 }
 
 // signal wakes a waiter without blocking; a wake already pending is enough.
@@ -126,15 +110,15 @@ func signal(c chan struct{}) {
 	}
 }
 
-// watchUntil subscribes to channel on subs, giving up when ctx ends or,
-// for a bounded wait (WithWait), at giveUp. A channel of grants or wakes
-// (lingers) stays subscribed for a while after its last waiter (see
-// subscriptionLinger).
-func watchUntil(ctx context.Context, subs *subscriber, giveUp time.Time, channel string, lingers bool) error {
+// watchUntil listens for k's events on w (releases, or with grants the
+// grants and wakes for this Locker's waiters), giving up when ctx ends or,
+// for a bounded wait (WithWait), at giveUp. Grants and wakes stay listened
+// to for a while after their last waiter (see subscriptionLinger).
+func watchUntil(ctx context.Context, w store.Watcher, giveUp time.Time, k store.Key, grants bool) error {
 	if !giveUp.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, giveUp)
 		defer cancel()
 	}
-	return subs.watch(ctx, channel, lingers)
+	return w.Watch(ctx, k, grants)
 }

@@ -45,31 +45,31 @@ const (
 	maxBackoff = 8 * time.Millisecond
 )
 
-// waitStore runs an acquisition on a store: the dispatch target of wait
-// for a Locker made by newStoreLocker.
-func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease, error) {
-	if err := sb.st.CheckTTL(a.cfg.ttl); err != nil {
+// waitStore runs an acquisition on a store without hand-overs (no
+// store.Granter) and without a WakeQueue: the dispatch target of wait.
+func (l *Locker) waitStore(a *acquisition, wait bool) (*Lease, error) {
+	if err := l.st.CheckTTL(a.cfg.ttl); err != nil {
 		return nil, err
 	}
-	sk := a.keys.Key
+	sk := a.lock
+	c := &l.caps
 	if a.cfg.fair {
-		if sb.queue == nil {
+		if c.queue == nil {
 			return nil, fmt.Errorf("%w: Fair needs a store whose locks are queues; this one has none: acquire without Fair", ErrInvalidOption)
 		}
 		if wait {
-			return l.waitQueue(sb, a, sk)
+			return l.waitQueue(a, sk)
 		}
 		// A single attempt takes the lock only when nobody holds it or
 		// queues for it: exactly what a default attempt does on a queue.
 	}
-	_, fairOnly := sb.queue.(store.FairOnly)
-	if wait && sb.queue != nil && !fairOnly {
+	if wait && c.queue != nil && !c.fairOnly {
 		// A store whose locks are queues: the Locker's one waiter for
 		// key (the others wait at the gate) asks for a place in the
 		// queue, which takes a free lock at once, as an attempt would,
 		// and otherwise waits for the entry before it only. A release
 		// then wakes one waiter across all Lockers, not every waiting one.
-		leave, _, err := sb.enterGate(a.opCtx, a.key, a.giveUp, l.closing)
+		leave, _, err := l.enterGate(a.opCtx, sk, a.giveUp)
 		switch {
 		case errors.Is(err, ErrClosed):
 			return nil, ErrClosed
@@ -79,13 +79,13 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 			return nil, &NotAcquiredError{Key: a.key} // WithWait ran out
 		}
 		defer leave()
-		return l.waitQueue(sb, a, sk)
+		return l.waitQueue(a, sk)
 	}
-	backoff := sb.backoffMin
+	backoff := c.backoffMin
 	var timer *time.Timer
 	gated := false
 	for {
-		lease, reply, err := l.storeAttempt(sb, a, sk)
+		lease, reply, err := l.attempt(a)
 		if lease != nil || err != nil {
 			return lease, err
 		}
@@ -93,10 +93,10 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 		if !wait {
 			return nil, busy
 		}
-		if sb.notifier != nil && !gated {
+		if c.notifier != nil && !gated {
 			// One waiter per key and Locker waits for the store's word;
 			// the others queue behind it here.
-			leave, waited, err := sb.enterGate(a.opCtx, a.key, a.giveUp, l.closing)
+			leave, waited, err := l.enterGate(a.opCtx, sk, a.giveUp)
 			switch {
 			case errors.Is(err, ErrClosed):
 				return nil, ErrClosed
@@ -112,11 +112,11 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 			}
 		}
 		var d time.Duration
-		if sb.notifier != nil {
+		if c.notifier != nil {
 			d = pollAfter(reply.HolderTTL, a.cfg.ttl)
 		} else {
 			d = backoff/2 + mathrand.N(backoff/2+1)
-			backoff = min(backoff*2, sb.backoffMax)
+			backoff = min(backoff*2, c.backoffMax)
 			if reply.HolderTTL > 0 {
 				d = min(d, reply.HolderTTL)
 			}
@@ -128,15 +128,15 @@ func (l *Locker) waitStore(sb *storeBackend, a *acquisition, wait bool) (*Lease,
 			}
 			d = min(d, left)
 		}
-		if sb.notifier != nil {
+		if c.notifier != nil {
 			werr := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
-				return sb.notifier.WaitFree(ctx, sk, reply.Seen)
+				return c.notifier.WaitFree(ctx, sk, reply.Seen)
 			})
 			if werr != nil && a.opCtx.Err() == nil && !l.closed.Load() {
 				// The store could not watch: back off before the next
 				// attempt, which reports the store's state.
 				d = backoff/2 + mathrand.N(backoff/2+1)
-				backoff = min(backoff*2, sb.backoffMax)
+				backoff = min(backoff*2, c.backoffMax)
 			} else {
 				d = 0
 			}
@@ -180,39 +180,14 @@ func (l *Locker) untilClosed(ctx context.Context, d time.Duration, fn func(conte
 	return fn(ctx)
 }
 
-// storeAttempt makes one acquisition on the store. It returns the lease,
-// or the store's busy reply, or an error.
-func (l *Locker) storeAttempt(sb *storeBackend, a *acquisition, sk store.Key) (*Lease, store.Reply, error) {
-	// Close waits for attempts under way: one that takes the lock after
-	// Close began gives it back before Close returns.
-	l.flights.start()
-	defer l.flights.done()
-	if l.closed.Load() {
-		return nil, store.Reply{}, ErrClosed
-	}
-	token := newToken()
-	reply, err := sb.st.Acquire(a.opCtx, sk, token, a.cfg.ttl, a.cfg.watchdog)
-	if err != nil {
-		// The request may have taken the lock all the same: give back
-		// whatever token holds (nothing, most likely; it is unique).
-		l.takeBack(a.keys, token, "", false, a.cfg.ttl)
-		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
-	}
-	if !reply.Acquired {
-		return nil, reply, nil
-	}
-	lease, err := l.newLease(a, token, reply.Fence, reply.ValidFrom, false)
-	return lease, store.Reply{}, err
-}
-
 // waitQueue waits in the store's queue for the lock: its entry waits for
 // the entry before it to end, then asks again whether it is first.
-func (l *Locker) waitQueue(sb *storeBackend, a *acquisition, sk store.Key) (*Lease, error) {
+func (l *Locker) waitQueue(a *acquisition, sk store.Key) (*Lease, error) {
 	token := newToken()
 	for {
-		reply, err := l.enqueue(sb, a.opCtx, sk, token, a.cfg)
+		reply, err := l.enqueue(a.opCtx, sk, token, a.cfg)
 		if err != nil {
-			l.takeBack(a.keys, token, "", false, a.cfg.ttl)
+			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
 			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		if reply.Acquired {
@@ -222,25 +197,25 @@ func (l *Locker) waitQueue(sb *storeBackend, a *acquisition, sk store.Key) (*Lea
 		if !a.giveUp.IsZero() {
 			left := time.Until(a.giveUp)
 			if left <= 0 {
-				l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
+				l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 				return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.HolderTTL}
 			}
 			d = min(d, left)
 		}
 		werr := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
-			return sb.queue.WaitTurn(ctx, sk, token, a.cfg.ttl, reply)
+			return l.caps.queue.WaitTurn(ctx, sk, token, a.cfg.ttl, reply)
 		})
 		switch {
 		case l.closed.Load():
-			l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
+			l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 			return nil, ErrClosed
 		case a.opCtx.Err() != nil:
-			l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
+			l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 			return nil, ctxErr(a.opCtx, a.key)
 		case werr != nil && !isTimeout(werr):
 			// The store could not watch the queue: give up the place, as
-			// a Redis failure ends a wait.
-			l.leaveQueue(sb, a.opCtx, a.keys, token, a.cfg.ttl)
+			// a store failure ends every other wait.
+			l.leaveQueue(a.opCtx, a.lock, token, a.cfg.ttl)
 			return nil, unavailable("acquire", a.key, werr)
 		}
 	}
@@ -248,24 +223,24 @@ func (l *Locker) waitQueue(sb *storeBackend, a *acquisition, sk store.Key) (*Lea
 
 // enqueue is one Queue.Enqueue, counted as a flight so that Close waits
 // for it.
-func (l *Locker) enqueue(sb *storeBackend, opCtx context.Context, sk store.Key, token string, ac *acquireConfig) (store.Reply, error) {
+func (l *Locker) enqueue(opCtx context.Context, sk store.Key, token string, ac *acquireConfig) (store.Reply, error) {
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
 		return store.Reply{}, ErrClosed
 	}
-	return sb.queue.Enqueue(opCtx, sk, token, ac.ttl, ac.watchdog)
+	return l.caps.queue.Enqueue(opCtx, sk, token, ac.ttl, ac.watchdog)
 }
 
 // leaveQueue takes token's entry out of the queue, even if opCtx has
 // ended; if the store cannot be told, the cleaner retries.
-func (l *Locker) leaveQueue(sb *storeBackend, opCtx context.Context, keys lockRef, token string, ttl time.Duration) {
+func (l *Locker) leaveQueue(opCtx context.Context, lock store.Key, token string, ttl time.Duration) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
 	defer cancel()
-	if err := sb.queue.Leave(ctx, keys.Key, token); err != nil {
-		l.takeBack(keys, token, "", false, ttl)
+	if err := l.caps.queue.Leave(ctx, lock, token); err != nil {
+		l.takeBack(lock, token, "", false, ttl)
 	}
 }
 
@@ -280,32 +255,32 @@ func isTimeout(err error) bool {
 // release sets off one attempt per Locker, not one per waiting goroutine.
 type gate struct {
 	turn chan struct{} // holds a token while nobody is through the gate
-	refs int           // waiters through or at the gate; guarded by storeBackend.gatesMu
+	refs int           // waiters through or at the gate; guarded by Locker.gatesMu
 }
 
 // enterGate waits until the caller is the one waiter through key's gate,
 // or opCtx ends, giveUp passes (errGaveUp) or the Locker closes
 // (ErrClosed). waited says whether it had to wait; leave lets the next one
 // through.
-func (b *storeBackend) enterGate(opCtx context.Context, key string, giveUp time.Time, closing <-chan struct{}) (leave func(), waited bool, err error) {
-	b.gatesMu.Lock()
-	if b.gates == nil {
-		b.gates = make(map[string]*gate)
+func (l *Locker) enterGate(opCtx context.Context, key store.Key, giveUp time.Time) (leave func(), waited bool, err error) {
+	l.gatesMu.Lock()
+	if l.gates == nil {
+		l.gates = make(map[store.Key]*gate)
 	}
-	g := b.gates[key]
+	g := l.gates[key]
 	if g == nil {
 		g = &gate{turn: make(chan struct{}, 1)}
 		g.turn <- struct{}{}
-		b.gates[key] = g
+		l.gates[key] = g
 	}
 	g.refs++
-	b.gatesMu.Unlock()
+	l.gatesMu.Unlock()
 	unref := func() {
-		b.gatesMu.Lock()
+		l.gatesMu.Lock()
 		if g.refs--; g.refs == 0 {
-			delete(b.gates, key)
+			delete(l.gates, key)
 		}
-		b.gatesMu.Unlock()
+		l.gatesMu.Unlock()
 	}
 	leave = func() {
 		g.turn <- struct{}{}
@@ -327,7 +302,7 @@ func (b *storeBackend) enterGate(opCtx context.Context, key string, giveUp time.
 		return leave, true, nil
 	case <-opCtx.Done():
 		err = opCtx.Err()
-	case <-closing:
+	case <-l.closing:
 		err = ErrClosed
 	case <-deadline:
 		err = errGaveUp

@@ -3,6 +3,8 @@ package lockmw
 import (
 	"log/slog"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is how Acquire waits in default mode, without polling: a
@@ -19,10 +21,10 @@ import (
 
 // defaultHead returns the token and TTL of the first default-mode waiter for
 // keys in this Locker, if any: a release hands the lock straight to it.
-func (l *Locker) defaultHead(keys lockRef) (string, time.Duration) {
+func (l *Locker) defaultHead(lock store.Key) (string, time.Duration) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.Key]; r != nil {
+	if r := l.rooms[lock]; r != nil {
 		if w := r.nextDefault(); w != nil {
 			return w.token, w.ttl
 		}
@@ -53,7 +55,7 @@ func (r *room) nextDefault() *waiter {
 func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
 	w := &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1), arrived: time.Now()}
 	l.roomsMu.Lock()
-	r := l.join(a.keys)
+	r := l.join(a.lock)
 	r.defaults = append(r.defaults, w)
 	r.fair[w.token] = w
 	l.roomsMu.Unlock()
@@ -61,8 +63,8 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 
 	// Once subscribed, retry: a release may have come since the attempt.
 	retry := true
-	if err := watchUntil(a.opCtx, l.waits.subscriber(), a.giveUp, a.keys.notify, false); err == nil {
-		defer l.waits.subscriber().unwatch(a.keys.notify)
+	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, false); err == nil {
+		defer l.caps.waits.Unwatch(a.lock, false)
 	} else if a.opCtx.Err() != nil {
 		return nil, false, ctxErr(a.opCtx, a.key)
 	} else {
@@ -73,12 +75,12 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 	defer timer.Stop()
 	for {
 		if retry && l.leads(r, w) {
-			lease, ttl, err := l.attempt(a)
+			lease, reply, err := l.attempt(a)
 			if lease != nil || err != nil {
 				return lease, false, err
 			}
-			holderTTL = ttl
-			if l.linesUp(a.keys, a.cfg) && (a.giveUp.IsZero() || time.Now().Before(a.giveUp)) {
+			holderTTL = reply.HolderTTL
+			if l.linesUp(a.lock, a.cfg) && (a.giveUp.IsZero() || time.Now().Before(a.giveUp)) {
 				l.roomsMu.Lock()
 				// Not if a release of this Locker handed w the lock
 				// meanwhile: w takes it below.
@@ -149,7 +151,7 @@ func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
 	if known {
 		return
 	}
-	queued, err := l.waits.fairQueued(a.opCtx, a.keys)
+	queued, err := l.caps.waits.FairQueued(a.opCtx, a.lock)
 	if err != nil {
 		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.Any("error", err))
 		return
@@ -177,7 +179,7 @@ func (l *Locker) leaveDefault(r *room, w *waiter) {
 	delete(r.fair, w.token)
 	select {
 	case g := <-w.grant:
-		go l.releaseStray(r.keys, w.token, g.early)
+		go l.releaseStray(r.lock, w.token, g.early)
 	default:
 	}
 	for i, x := range r.defaults {
@@ -197,9 +199,9 @@ func (l *Locker) leaveDefault(r *room, w *waiter) {
 
 // hasDefaultWaiters reports whether this Locker already has default-mode
 // waiters for keys: a new Acquire then queues behind them without trying.
-func (l *Locker) hasDefaultWaiters(keys lockRef) bool {
+func (l *Locker) hasDefaultWaiters(lock store.Key) bool {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.Key]
+	r := l.rooms[lock]
 	return r != nil && len(r.defaults) > 0
 }

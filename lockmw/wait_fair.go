@@ -6,6 +6,8 @@ import (
 	mathrand "math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is how Acquire waits in fair mode: waiters queue in Redis
@@ -37,10 +39,10 @@ func pollAfter(holderTTL, ttl time.Duration) time.Duration {
 }
 
 // forgetFair drops a released fair lease from its room.
-func (l *Locker) forgetFair(keys lockRef, token string) {
+func (l *Locker) forgetFair(lock store.Key, token string) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
-	if r := l.rooms[keys.Key]; r != nil && r.fair[token] != nil {
+	if r := l.rooms[lock]; r != nil && r.fair[token] != nil {
 		delete(r.fair, token)
 		r.fairBusy--
 		l.unref(r)
@@ -62,39 +64,38 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	entry := l.id + " " + token + " " + strconv.FormatInt(millis(a.cfg.ttl), 10)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, token, a.cfg.ttl, entry, modeTry)
+		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)
 		if err != nil {
-			if mayHaveRun(err) {
-				l.takeBack(a.keys, token, "", true, a.cfg.ttl) // it may take the lock yet
+			if !l.leftNothing(err) {
+				l.takeBack(a.lock, token, "", true, a.cfg.ttl) // it may take the lock yet
 			}
-			return nil, l.attemptErr(a.opCtx, a.key, err)
+			return nil, storeErr(a.opCtx, a.key, err)
 		}
-		if !reply.acquired {
-			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.pttl}
+		if !reply.Acquired {
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.Pttl}
 		}
-		return l.newLease(a, token, reply.fence, sentAt, false)
+		return l.newLease(a, token, reply.Fence, sentAt, false)
 	}
 
 	w := &waiter{token: token, ttl: a.cfg.ttl, grant: make(chan grantInfo, 1)}
 	l.roomsMu.Lock()
-	r := l.join(a.keys)
+	r := l.join(a.lock)
 	r.fair[token] = w
 	// A fair waiter or holder here, or a hand-over that left others queued:
 	// the lock is busy, and the queue likely exists.
-	known := r.fairBusy > 0 || l.isHotLocked(a.keys)
+	known := r.fairBusy > 0 || l.isHotLocked(a.lock)
 	r.fairBusy++
 	l.roomsMu.Unlock()
 
 	lease, err := l.waitFair(a, w, entry, known)
 	if lease == nil {
-		l.abandonFair(a.keys, w, entry, err)
+		l.abandonFair(a.lock, w, entry, err)
 	}
 	return lease, err
 }
 
 func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (*Lease, error) {
-	channel := a.keys.grants + l.id
-	if err := watchUntil(a.opCtx, l.waits.subscriber(), a.giveUp, channel, true); err != nil {
+	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, true); err != nil {
 		if a.opCtx.Err() != nil {
 			return nil, ctxErr(a.opCtx, a.key)
 		}
@@ -102,7 +103,7 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 		// waiters; polling still gets the lock once the queue drains.
 		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.Any("error", err))
 	} else {
-		defer l.waits.subscriber().unwatch(channel)
+		defer l.caps.waits.Unwatch(a.lock, true)
 	}
 
 	// Nothing has been granted to w before its entry is queued, so the
@@ -111,22 +112,22 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 	l.setBusy(w, sentAt, 0)
 	queued := false
 	if known {
-		ok, err := l.waits.enqueue(a.opCtx, a.keys, entry)
+		ok, err := l.caps.waits.Enqueue(a.opCtx, a.lock, entry)
 		if err != nil {
-			return nil, l.attemptErr(a.opCtx, a.key, err)
+			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		queued = ok
 	}
 	holderTTL := time.Duration(0)
 	if !queued {
-		reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modeWait)
+		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, store.FairWait)
 		if err != nil {
-			return nil, l.attemptErr(a.opCtx, a.key, err)
+			return nil, storeErr(a.opCtx, a.key, err)
 		}
 		if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 			return lease, err
 		}
-		holderTTL = reply.pttl
+		holderTTL = reply.Pttl
 	}
 
 	poll := time.NewTimer(pollAfter(holderTTL, a.cfg.ttl))
@@ -148,14 +149,14 @@ func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (
 			return lease, err
 		case <-poll.C:
 			sentAt := time.Now()
-			reply, err := l.waits.fairAcquire(a.opCtx, a.keys, w.token, a.cfg.ttl, entry, modePoll)
+			reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, store.FairPoll)
 			if err != nil {
-				return nil, l.attemptErr(a.opCtx, a.key, err)
+				return nil, storeErr(a.opCtx, a.key, err)
 			}
 			if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 				return lease, err
 			}
-			holderTTL = reply.pttl
+			holderTTL = reply.Pttl
 			poll.Reset(pollAfter(holderTTL, a.cfg.ttl))
 		case <-giveUpC:
 			return nil, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
@@ -181,11 +182,11 @@ func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *
 		// Queued long ago: the grant's start is only known to be after
 		// w's last busy attempt. Renew to learn a fresh one.
 		sentAt := time.Now()
-		res := l.backend.renew(a.opCtx, []renewRequest{{keys: a.keys, token: w.token, ttl: a.cfg.ttl}})[0]
-		if res.err != nil {
-			return nil, false, l.attemptErr(a.opCtx, a.key, res.err)
+		res := l.st.Renew(a.opCtx, []store.RenewRequest{{Key: a.lock, Token: w.token, TTL: a.cfg.ttl}})[0]
+		if res.Err != nil {
+			return nil, false, storeErr(a.opCtx, a.key, res.Err)
 		}
-		if res.ownership != owned {
+		if res.Ownership != owned {
 			// The grant expired before it was seen: wait again.
 			l.reopen(w)
 			return nil, true, nil
@@ -202,18 +203,18 @@ func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *
 
 // fairReplyLease turns a fair attempt's reply into a lease, or records that
 // the lock was still busy when the attempt (sent at sentAt) ran.
-func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply fairReply, sentAt time.Time) (*Lease, error) {
+func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply store.FairReply, sentAt time.Time) (*Lease, error) {
 	switch {
-	case reply.acquired:
+	case reply.Acquired:
 		l.claim(w)
-		return l.newLease(a, w.token, reply.fence, sentAt, true)
-	case reply.granted:
+		return l.newLease(a, w.token, reply.Fence, sentAt, true)
+	case reply.Granted:
 		// Handed over earlier, its message not seen: the lock has pttl
 		// left from when the attempt ran, which was after sentAt.
 		l.claim(w)
-		return l.newLease(a, w.token, reply.fence, sentAt.Add(reply.pttl-a.cfg.ttl), true)
+		return l.newLease(a, w.token, reply.Fence, sentAt.Add(reply.Pttl-a.cfg.ttl), true)
 	}
-	l.setBusy(w, sentAt, reply.counter)
+	l.setBusy(w, sentAt, reply.Counter)
 	return nil, nil
 }
 
@@ -245,9 +246,9 @@ func (l *Locker) setBusy(w *waiter, t time.Time, counter uint64) {
 
 // abandonFair takes a fair waiter that gives up out of its room and out of
 // the queue; a lock granted to it meanwhile is passed on.
-func (l *Locker) abandonFair(keys lockRef, w *waiter, entry string, why error) {
+func (l *Locker) abandonFair(lock store.Key, w *waiter, entry string, why error) {
 	l.roomsMu.Lock()
-	r := l.rooms[keys.Key]
+	r := l.rooms[lock]
 	delivered := w.delivered
 	if r != nil && r.fair[w.token] == w {
 		delete(r.fair, w.token)
@@ -269,21 +270,21 @@ func (l *Locker) abandonFair(keys lockRef, w *waiter, entry string, why error) {
 		default:
 		}
 	} else {
-		g, err := l.waits.leave(ctx, keys, entry, w.token)
+		g, err := l.caps.waits.Leave(ctx, lock, entry, w.token)
 		if err != nil {
 			// A failed attempt may yet take the lock or queue the entry:
 			// the cleaner leaves and gives back once Redis answers.
-			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("lock", keys.lock), slog.Any("error", err))
-			l.takeBack(keys, w.token, entry, true, w.ttl)
+			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
+			l.takeBack(lock, w.token, entry, true, w.ttl)
 			return
 		}
 		granted = g
 	}
 	if granted {
-		if _, err := l.releaseToken(ctx, keys, w.token); err != nil {
+		if _, err := l.releaseToken(ctx, lock, w.token); err != nil {
 			l.logger.Debug("lockmw: could not pass on a lock granted to a waiter that gave up; retrying",
-				slog.String("lock", keys.lock), slog.Any("error", err), slog.Any("reason", why))
-			l.takeBack(keys, w.token, "", true, w.ttl)
+				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err), slog.Any("reason", why))
+			l.takeBack(lock, w.token, "", true, w.ttl)
 		}
 	}
 }

@@ -24,6 +24,8 @@
 //   - LossNotifier: a way to end leases as soon as the store knows their
 //     holdings ended (a ZooKeeper session expiry).
 //   - Named: the store's name, for the Locker's messages about it.
+//   - LeftNothing: a way to tell that a failed acquisition took nothing
+//     the Locker must give back.
 //
 // The safety contract every store must keep, on which lockmw's argument
 // rests (see package lockmw's documentation, "Safety"): when Acquire (or
@@ -210,4 +212,16 @@ type LossNotifier interface {
 // messages about it, such as a renewal it has not answered.
 type Named interface {
 	Name() string
+}
+
+// LeftNothing is a store that can tell, from the error of a failed Acquire
+// or Enqueue, that the request left nothing behind for the Locker to give
+// back: it never reached the store (no connection, a refused dial), the
+// store refused it, or the store gave back what it took on its own (a
+// quorum store rolls back each member). Without it, the Locker gives back
+// whatever every failed request may have taken (cleanup.go of package
+// lockmw), which is always safe: a give-back touches only the request's
+// own token.
+type LeftNothing interface {
+	LeftNothing(err error) bool
 }

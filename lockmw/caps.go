@@ -1,0 +1,47 @@
+package lockmw
+
+import (
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+// This file is what the Locker finds in its store beyond store.Store: the
+// capabilities of package store, found once by type assertion
+// (newLocker). Every store, Redis and Redlock included, keeps its locks
+// behind store.Store: the Locker acquires, releases and renews through it
+// alone; a Granter (New's Redis store) also hands the lock to a waiter in
+// the release's own step, and a WakeQueue (NewRedlock's) wakes its waiters
+// one at a time.
+
+// ownership is what a compare-and-act step found (store.Ownership).
+type ownership = store.Ownership
+
+// What a compare-and-act step found.
+const (
+	owned   = store.Owned   // the caller's token: the action was done
+	missing = store.Missing // no lock: expired or deleted
+	taken   = store.Taken   // another owner's token: left untouched
+)
+
+// lostReason maps a failed compare-and-act to the reason the lease is lost.
+func lostReason(o ownership) LostReason {
+	if o == taken {
+		return LostTaken
+	}
+	return LostExpired
+}
+
+// caps are the optional capabilities of a Locker's store, found once by
+// type assertion (newLocker).
+type caps struct {
+	notifier    store.Notifier    // nil: waiters back off
+	queue       store.Queue       // nil: no Fair through a queue
+	fairOnly    bool              // queue is for Fair waiters only (store.FairOnly)
+	leftNothing store.LeftNothing // nil: every failed acquisition is given back
+	// backoffMin and backoffMax bound a waiter's backoff between attempts:
+	// the store's (store.Backoff), else minBackoff and maxBackoff.
+	backoffMin, backoffMax time.Duration
+	waits                  store.Granter   // the Redis store of New: hand-overs and fair queues
+	wakes                  store.WakeQueue // the Redlock store: waiters woken from a queue
+}

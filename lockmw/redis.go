@@ -53,8 +53,6 @@ func newRedisStore(client redis.UniversalClient) *redisStore {
 	return b
 }
 
-func (b *redisStore) subscriber() *subscriber { return b.subs }
-
 // acquireReplyOf reads the acquire script's reply: {1, fence} or {0, pttl}.
 func acquireReplyOf(vals []int64) (store.Reply, error) {
 	if len(vals) != 2 {

@@ -2,7 +2,10 @@
 
 package servertest
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // Controls are a launcher's test calls on its server's Process: Pause,
 // Resume, Kill and Restart, each as Process's method of that name, failing
@@ -66,4 +69,15 @@ func (c Controls) must(t testing.TB, op string, err error) {
 	if err != nil {
 		t.Fatalf("%s: %s %s: %v\n%s", c.kit, op, c.proc.Name(), err, c.tail())
 	}
+}
+
+// Tails quotes the latest output of every process of procs (the servers
+// of a cluster), one after the other, for a failure about all of them.
+func Tails(procs ...*Process) string {
+	var b strings.Builder
+	for _, p := range procs {
+		b.WriteString(p.Tail())
+		b.WriteByte('\n')
+	}
+	return b.String()
 }

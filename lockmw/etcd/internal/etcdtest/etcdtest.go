@@ -563,12 +563,11 @@ func (c *Cluster) cleanup(t testing.TB) {
 
 // tails quotes every member's latest output.
 func (c *Cluster) tails() string {
-	var b strings.Builder
-	for _, s := range c.members {
-		b.WriteString(s.proc.Tail())
-		b.WriteString("\n")
+	procs := make([]*servertest.Process, len(c.members))
+	for i, s := range c.members {
+		procs[i] = s.proc
 	}
-	return b.String()
+	return servertest.Tails(procs...)
 }
 
 func randomHex(n int) string {

@@ -292,13 +292,13 @@ func (e *Ensemble) cleanup() {
 	}
 }
 
+// tails quotes every server's latest output.
 func (e *Ensemble) tails() string {
-	var b strings.Builder
-	for _, s := range e.servers {
-		b.WriteString(s.proc.Tail())
-		b.WriteByte('\n')
+	procs := make([]*servertest.Process, len(e.servers))
+	for i, s := range e.servers {
+		procs[i] = s.proc
 	}
-	return b.String()
+	return servertest.Tails(procs...)
 }
 
 // javaBinary is the JVM that runs the servers.

@@ -233,19 +233,7 @@ var shopDesc = grpc.ServiceDesc{
 // startInstance serves the shop on a loopback port with its own Redis
 // client and Locker, as a separate process would, and returns its address.
 func startInstance(name, addr string, logger *slog.Logger, locked bool) (string, func()) {
-	// The client settings a lock needs: Redis calls bounded by short
-	// timeouts, and no retries inside go-redis, so that a Redis outage is
-	// answered (Unavailable) after one timeout, not after MaxRetries of them.
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		PipelinePoolSize:      -1,
-		ContextTimeoutEnabled: true,
-	})
+	rdb := demoredis.Client(addr) // the client settings a lock needs
 	locker, err := lockmw.New(rdb, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)

@@ -88,19 +88,7 @@ type instance struct {
 }
 
 func newInstance(name, addr string, logger *slog.Logger) *instance {
-	client := redis.NewClient(&redis.Options{
-		Addr: addr,
-		// The settings a lock needs: Redis calls bounded by short
-		// timeouts, no retries inside go-redis (an outage is reported
-		// after one timeout, not MaxRetries of them).
-		DialTimeout:           300 * time.Millisecond,
-		ReadTimeout:           300 * time.Millisecond,
-		WriteTimeout:          300 * time.Millisecond,
-		MaxRetries:            -1,
-		DialerRetries:         1,
-		PipelinePoolSize:      -1,
-		ContextTimeoutEnabled: true,
-	})
+	client := demoredis.Client(addr) // the client settings a lock needs
 	locker, err := lockmw.New(client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)

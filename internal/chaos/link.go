@@ -41,3 +41,17 @@ func LinkFault(name string, min, max time.Duration, pick func(env *FaultEnv) []*
 		}
 	}}
 }
+
+// Proxied reports whether Locker slot reaches its store through proxies:
+// every other slot does (the even ones), the rest talk to it directly, so
+// that a link fault leaves some slots untouched.
+func Proxied(slot int) bool { return slot%2 == 0 }
+
+// DescribeSlot says how slot reaches its store ("proxied" or "direct"),
+// as a Deployment's Describe.
+func DescribeSlot(slot int) string {
+	if Proxied(slot) {
+		return "proxied"
+	}
+	return "direct"
+}

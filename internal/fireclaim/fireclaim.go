@@ -26,6 +26,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"time"
 )
 
@@ -116,4 +117,20 @@ func NewToken() (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(raw[:]), nil
+}
+
+// ClaimError is err from a claim of fire at of job, saying which: the
+// error every store's Claim returns.
+func ClaimError(job string, at time.Time, err error) error {
+	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
+}
+
+// RunOf is the run a store read from its run record, as Runner returns
+// it: the fire (unix ms) and instance, or the zero time and "" when by is
+// empty (no run recorded).
+func RunOf(fire int64, by string) (time.Time, string) {
+	if by == "" {
+		return time.Time{}, ""
+	}
+	return time.UnixMilli(fire), by
 }

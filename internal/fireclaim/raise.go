@@ -55,7 +55,7 @@ func Raise(ctx context.Context, job string, at time.Time, instance string,
 	for range MaxClaimTries {
 		cur, err := read(ctx)
 		if err != nil {
-			return Claim{}, claimErr(job, at, err)
+			return Claim{}, ClaimError(job, at, err)
 		}
 		prev := Claim{By: cur.Record.By}
 		if cur.Exists {
@@ -67,12 +67,12 @@ func Raise(ctx context.Context, job string, at time.Time, instance string,
 		}
 		won, err := set(ctx, val, cur)
 		if err != nil {
-			return Claim{}, claimErr(job, at, err)
+			return Claim{}, ClaimError(job, at, err)
 		}
 		if won {
 			prev.Won = true
 			return prev, nil
 		}
 	}
-	return Claim{}, claimErr(job, at, errors.New("the record kept changing under the claim"))
+	return Claim{}, ClaimError(job, at, errors.New("the record kept changing under the claim"))
 }

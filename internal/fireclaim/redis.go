@@ -178,7 +178,7 @@ func (s *Redis) Claim(ctx context.Context, job string, at time.Time, instance st
 		res, err := claimOldScript.Run(ctx, s.rdb, []string{old}, ms, instance, token, s.keep.Milliseconds()).Slice()
 		if err != nil {
 			// Only the old record may have changed: this claim won nothing.
-			return Claim{}, claimErr(job, at, err)
+			return Claim{}, ClaimError(job, at, err)
 		}
 		if len(res) != 3 {
 			return Claim{}, fmt.Errorf("claim fire of %q: %w: %v", job, errBadReply, res)
@@ -195,7 +195,7 @@ func (s *Redis) Claim(ctx context.Context, job string, at time.Time, instance st
 	res, err := claimScript.Run(ctx, s.rdb, keys, ms, instance, token, keepWins, s.keep.Milliseconds()).Slice()
 	if err != nil {
 		s.remember(job, pendingClaim{fire: at, token: token})
-		return Claim{}, claimErr(job, at, err)
+		return Claim{}, ClaimError(job, at, err)
 	}
 	if len(res) != 5 {
 		return Claim{}, fmt.Errorf("claim fire of %q: %w: %v", job, errBadReply, res)
@@ -320,10 +320,6 @@ func hashTag(key string) string {
 }
 
 var errBadReply = errors.New("unexpected reply from the claim script")
-
-func claimErr(job string, at time.Time, err error) error {
-	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
-}
 
 // Running records the run in the job's record (fields run_fire, run_by),
 // and during the transition in the old record too, which older releases

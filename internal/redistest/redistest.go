@@ -91,7 +91,15 @@ func WithReplicaOf(master *Server) Option {
 // Server is one redis-server process owned by a test. Its address stays the
 // same for its whole life, across Kill and Restart. All methods are safe for
 // concurrent use.
+//
+// Pause, Resume, Kill and Restart are servertest's Controls. Nothing is
+// persisted: a killed server loses its data, and a restarted one starts
+// with an empty keyspace (a replica: with a fresh copy of its master's,
+// returning once its link to its master is up again, see WithReplicaOf).
+// Paused, it answers nothing: requests fail only through client-side
+// timeouts, and those sent meanwhile are executed on Resume.
 type Server struct {
+	servertest.Controls
 	bin   string
 	extra []string
 	port  int
@@ -246,6 +254,7 @@ func newProcess(s *Server) *Server {
 			return s.waitRole(r)
 		},
 	})
+	s.Controls = servertest.NewControls("redistest", s.proc, nil)
 	return s
 }
 
@@ -266,54 +275,6 @@ func (s *Server) Client(t testing.TB, opts ...func(*redis.Options)) *redis.Clien
 	c := redis.NewClient(o)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
-}
-
-// Pause sends SIGSTOP to the server and, on Linux, returns once every
-// thread of the process has stopped, so that it answers nothing from then
-// on. The process keeps its sockets, so clients can still connect and
-// write, but nothing is answered until Resume: requests fail only through
-// client-side timeouts. Pause fails the test if the server is not running,
-// or has not stopped within 20 seconds.
-func (s *Server) Pause(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Pause(); err != nil {
-		t.Fatalf("redistest: Pause %s: %v\n%s", s.addr, err, s.proc.Tail())
-	}
-}
-
-// Resume sends SIGCONT to the server, undoing Pause. Requests that were sent
-// while it was paused are then executed. Resume fails the test if the server
-// is not running.
-func (s *Server) Resume(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Resume(); err != nil {
-		t.Fatalf("redistest: Resume %s: %v\n%s", s.addr, err, s.proc.Tail())
-	}
-}
-
-// Kill sends SIGKILL to the server and waits until the process has exited, so
-// that when Kill returns the port is closed and connections fail. All data is
-// lost: nothing is persisted. Killing a server that is not running (already
-// killed, or crashed) does nothing.
-func (s *Server) Kill(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Kill(); err != nil {
-		t.Fatalf("redistest: Kill %s: %v\n%s", s.addr, err, s.proc.Tail())
-	}
-}
-
-// Restart starts the server again, on the same address and with the same
-// arguments, and returns once it answers PING (a replica: once its link to
-// its master is up again, see WithReplicaOf). If the server is running (or
-// paused) it is killed first. The new server starts with an empty keyspace
-// (a replica: with a fresh copy of its master's).
-// Restart fails the test, with the tail of the server's output, if the server
-// cannot be started again on its port within 10 seconds.
-func (s *Server) Restart(t testing.TB) {
-	t.Helper()
-	if _, err := s.proc.Restart(); err != nil {
-		t.Fatalf("redistest: Restart %s: %s on %s: %v\n%s", s.addr, s.kind, s.addr, err, s.proc.Tail())
-	}
 }
 
 // Info runs INFO section on the server over a fresh connection and returns

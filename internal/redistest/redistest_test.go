@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
 // fastFail makes a client fail after a single attempt with a short timeout,
@@ -342,41 +343,9 @@ func TestInfoWithoutSection(t *testing.T) {
 	}
 }
 
-// fatalTB records Fatalf instead of failing the real test. Everything else
-// (Cleanup, Helper, Logf...) goes to the real test.
-type fatalTB struct {
-	testing.TB
-	mu  sync.Mutex
-	msg string
-}
-
-func (f *fatalTB) Fatalf(format string, args ...any) {
-	f.mu.Lock()
-	f.msg = fmt.Sprintf(format, args...)
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (f *fatalTB) Fatal(args ...any) { f.Fatalf("%s", fmt.Sprint(args...)) }
-
-// fatalMessage runs fn with a fatalTB in its own goroutine (Fatalf ends that
-// goroutine) and returns the Fatalf message, or "" if fn returned normally.
-func fatalMessage(t *testing.T, fn func(tb testing.TB)) string {
-	f := &fatalTB{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn(f)
-	}()
-	<-done
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.msg
-}
-
 func TestStartFailureQuotesServerOutput(t *testing.T) {
 	t.Parallel()
-	msg := fatalMessage(t, func(tb testing.TB) {
+	msg := servertest.FatalMessage(t, func(tb testing.TB) {
 		Start(tb, WithArgs("--no-such-directive", "x"))
 	})
 	if msg == "" {
@@ -391,7 +360,7 @@ func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
 	// Not parallel: t.Setenv.
 	t.Setenv("REDIS_SERVER", "")
 	t.Setenv("PATH", t.TempDir())
-	msg := fatalMessage(t, func(tb testing.TB) { Start(tb) })
+	msg := servertest.FatalMessage(t, func(tb testing.TB) { Start(tb) })
 	want := "redis-server not found on PATH: install it with `apt-get install redis-server` " +
 		"(or run `make test`, which installs it), or set REDIS_SERVER to its path"
 	if !strings.Contains(msg, want) {
@@ -399,7 +368,7 @@ func TestMissingBinaryFailsWithInstallHint(t *testing.T) {
 	}
 
 	t.Setenv("REDIS_SERVER", "/nonexistent/redis-server")
-	msg = fatalMessage(t, func(tb testing.TB) { Start(tb) })
+	msg = servertest.FatalMessage(t, func(tb testing.TB) { Start(tb) })
 	if !strings.Contains(msg, "REDIS_SERVER") || !strings.Contains(msg, "apt-get install redis-server") {
 		t.Fatalf("Start with a bad REDIS_SERVER: Fatalf(%q), want it to name REDIS_SERVER and the install hint", msg)
 	}
@@ -538,7 +507,7 @@ func TestReplicaStartFailsWithoutMaster(t *testing.T) {
 	t.Parallel()
 	m := Start(t)
 	m.Kill(t)
-	msg := fatalMessage(t, func(tb testing.TB) {
+	msg := servertest.FatalMessage(t, func(tb testing.TB) {
 		Start(tb, WithReplicaOf(m), withLinkTimeout(500*time.Millisecond))
 	})
 	if msg == "" {
@@ -550,7 +519,7 @@ func TestReplicaStartFailsWithoutMaster(t *testing.T) {
 		}
 	}
 
-	msg = fatalMessage(t, func(tb testing.TB) { Start(tb, WithReplicaOf(nil)) })
+	msg = servertest.FatalMessage(t, func(tb testing.TB) { Start(tb, WithReplicaOf(nil)) })
 	if !strings.Contains(msg, "WithReplicaOf(nil)") {
 		t.Errorf("Start(WithReplicaOf(nil)): Fatalf(%q), want it to name WithReplicaOf(nil)", msg)
 	}
@@ -683,7 +652,7 @@ func TestSentinelStartFailureQuotesOutput(t *testing.T) {
 	t.Parallel()
 	m := Start(t)
 	// Sentinel itself rejects quorum 0 when it loads its configuration.
-	msg := fatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "mymaster", m, 0) })
+	msg := servertest.FatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "mymaster", m, 0) })
 	if msg == "" {
 		t.Fatal("StartSentinel with quorum 0 did not fail")
 	}
@@ -691,14 +660,14 @@ func TestSentinelStartFailureQuotesOutput(t *testing.T) {
 		t.Errorf("failure message does not quote the sentinel's output:\n%s", msg)
 	}
 
-	msg = fatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "my master", m, 1) })
+	msg = servertest.FatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "my master", m, 1) })
 	if !strings.Contains(msg, `"my master"`) {
 		t.Errorf("StartSentinel with a space in the name: Fatalf(%q), want it to quote the name", msg)
 	}
 
 	dead := Start(t)
 	dead.Kill(t)
-	msg = fatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "mymaster", dead, 1) })
+	msg = servertest.FatalMessage(t, func(tb testing.TB) { StartSentinel(tb, "mymaster", dead, 1) })
 	if !strings.Contains(msg, dead.Addr()) {
 		t.Errorf("StartSentinel on a killed master: Fatalf(%q), want it to name %s", msg, dead.Addr())
 	}

@@ -28,12 +28,15 @@
 //   - Binary finds a server's executable: an environment variable naming
 //     it, else a launcher's own Find, else PATH, with a hint saying how to
 //     install it in every error.
+//   - Controls are what a launcher's Server embeds for its tests: Pause,
+//     Resume, Kill and Restart, failing the test with the server's output;
+//     FatalMessage runs a launcher call and returns its Fatalf message.
 //   - FreePort and FreePorts pick free 127.0.0.1 ports; Poll polls a
 //     condition until a context ends; StartProxy puts a toxiproxy TCP
 //     proxy (latency, cut, reset) in front of any TCP server.
 //
 // Methods of Process report errors; the launchers turn them into t.Fatalf
-// with Tail, and register Stop with t.Cleanup, so that their own API stays
+// with Tail (Controls does so for Pause, Resume, Kill and Restart), and register Stop with t.Cleanup, so that their own API stays
 // in the shape of net/http/httptest.
 //
 // # A launcher
@@ -50,6 +53,7 @@
 //		},
 //		ReadyTimeout: 20 * time.Second,
 //	})
+//	srv.Controls = servertest.NewControls("zktest", srv.proc, nil) // Server embeds Controls
 //	t.Cleanup(func() {
 //		if err := srv.proc.Stop(); err != nil {
 //			t.Errorf("zktest: %v\n%s", err, srv.proc.Tail())
@@ -58,5 +62,5 @@
 //	if _, err := srv.proc.Start(); err != nil {
 //		t.Fatalf("zktest: %v\n%s", err, srv.proc.Tail())
 //	}
-//	// in tests: srv.proc.Pause(), Resume(), Kill(), Restart() ...
+//	// in tests: srv.Pause(t), srv.Resume(t), srv.Kill(t), srv.Restart(t)
 package servertest

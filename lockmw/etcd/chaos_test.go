@@ -66,10 +66,6 @@ const (
 	chaosKeepAliveTimeout = time.Second
 )
 
-// chaosProxied reports whether slot's links go through proxies (one per
-// member): every other slot does, the rest talk to the members directly.
-func chaosProxied(slot int) bool { return slot%2 == 0 }
-
 // startEtcdChaos starts the etcd deployment. Faults:
 //
 //   - latency, cut, reset: on a proxied slot's link to one member, or to
@@ -90,100 +86,47 @@ func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
 		cfg.DialKeepAliveTimeout = chaosKeepAliveTimeout
 	}
 	admin := c.Client(t)
-	type link struct {
-		slot, member int
-		p            *etcdtest.Proxy
-	}
-	var links []link
+	var links []chaos.Link
 	clients := make([]*clientv3.Client, slots)
 	for s := range slots {
-		if !chaosProxied(s) {
+		if !chaos.Proxied(s) {
 			clients[s] = c.Client(t, keepAlive)
 			continue
 		}
 		var eps []string
-		for m, srv := range members {
+		for _, srv := range members {
 			p := etcdtest.StartProxy(t, srv)
-			links = append(links, link{s, m, p})
+			links = append(links, chaos.Link{Slot: s, Server: srv.Name(), Proxy: p})
 			eps = append(eps, p.Addr())
 		}
 		clients[s] = c.Client(t, keepAlive, func(cfg *clientv3.Config) { cfg.Endpoints = eps })
 	}
-	// pickLinks returns one proxied slot's link to one member, or all its
-	// links (the slot is cut off from etcd).
-	pickLinks := func(env *chaos.FaultEnv) []*etcdtest.Proxy {
-		l := links[env.Rand.IntN(len(links))]
-		if env.Rand.IntN(3) == 0 {
-			env.Note("every link of slot %d", l.slot)
-			var ps []*etcdtest.Proxy
-			for _, o := range links {
-				if o.slot == l.slot {
-					ps = append(ps, o.p)
-				}
-			}
-			return ps
-		}
-		env.Note("link of slot %d to %s", l.slot, members[l.member].Name())
-		return []*etcdtest.Proxy{l.p}
+	pickLinks := chaos.PickSlotLinks(links)
+	var names []string
+	for _, m := range members {
+		names = append(names, m.Name())
 	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return etcd.New(clients[slot], opts...)
 		},
-		Describe: func(slot int) string {
-			if chaosProxied(slot) {
-				return "proxied"
-			}
-			return "direct"
-		},
-		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return etcdResidue(ctx, admin) },
-		Events:  startEtcdRecorder(t, c, admin),
+		Describe: chaos.DescribeSlot,
+		Residue:  func(ctx context.Context) ([]chaos.Residue, error) { return etcdResidue(ctx, admin) },
+		Events:   startEtcdRecorder(t, c, admin),
 	}
 	d.Faults = []chaos.Fault{
 		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pickLinks),
 		// Up to longer than the longest TTL: the slot's leases are lost.
 		chaos.LinkFault("cut", 50*time.Millisecond, 6*time.Second, pickLinks),
 		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickLinks),
-		{Name: "pause", Run: func(env *chaos.FaultEnv) {
-			k := 1 + env.Rand.IntN(2)
-			first := env.Rand.IntN(len(members))
-			hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
-			var names []string
-			for i := range k {
-				names = append(names, members[(first+i)%len(members)].Name())
-			}
-			env.Note("SIGSTOP %v for %v", names, hold)
-			for i := range k {
-				members[(first+i)%len(members)].Pause(env.T)
-			}
-			env.Sleep(hold)
-			for i := range k {
-				members[(first+i)%len(members)].Resume(env.T)
-			}
-		}},
-		{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
-			down := env.Rand.Duration(0, 3*time.Second)
-			victims := []*etcdtest.Server{members[env.Rand.IntN(len(members))]}
-			if env.Rand.IntN(4) == 0 {
-				victims = members
-			}
-			var names []string
-			for _, m := range victims {
-				names = append(names, m.Name())
-			}
-			env.Note("SIGKILL %v, down for %v", names, down)
-			for _, m := range victims {
-				m.Kill(env.T)
-			}
-			// Not cut short when the run ends: the members must run again
-			// for the checks after it.
-			time.Sleep(down)
+		chaos.PauseMembers(members, names),
+		chaos.RestartMembers(members, names, func(env *chaos.FaultEnv, victims []*etcdtest.Server) {
 			var wg sync.WaitGroup
 			for _, m := range victims {
 				wg.Go(func() { m.Restart(env.T) })
 			}
 			wg.Wait()
-		}},
+		}),
 		{Name: "leader", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
 			old := c.Leader(env.T)
 			to := members[env.Rand.IntN(len(members))]

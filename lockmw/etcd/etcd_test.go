@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
@@ -194,7 +195,7 @@ func TestFairOrder(t *testing.T) {
 			}
 		})
 		// The next waiter queues only once this one is in the queue.
-		waitFor(t, 10*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool { return len(entries(t, cli, "f")) == i+2 })
+		lockmwtest.Eventually(t, 10*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool { return len(entries(t, cli, "f")) == i+2 })
 	}
 	// A default-mode waiter does not get ahead of the queue.
 	late := newLocker(t, cli)
@@ -252,7 +253,7 @@ func TestGivingUpLeavesNothing(t *testing.T) {
 			done <- err
 		}()
 		// Either mode's waiter queues behind the other Locker's key.
-		waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, cli, "g")) == 2 })
+		lockmwtest.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, cli, "g")) == 2 })
 		cancel()
 		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("fair %v: cancelled Acquire: %v, want context.Canceled", fair, err)
@@ -295,7 +296,7 @@ func TestClose(t *testing.T) {
 	}
 	// Both waiters queue behind the other Locker's key: the default one
 	// too, as default waiters of another Locker's lock do.
-	waitFor(t, 10*time.Second, "both waiters queued", func() bool { return len(entries(t, cli, "c2")) == 3 })
+	lockmwtest.Eventually(t, 10*time.Second, "both waiters queued", func() bool { return len(entries(t, cli, "c2")) == 3 })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}

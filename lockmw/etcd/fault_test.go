@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
@@ -46,7 +47,7 @@ func lostBeforeOthers(t *testing.T, srv *etcdtest.Server, stop, start func()) {
 		}
 	}()
 	stop()
-	waitFor(t, 4*testTTL, "the holder's lease context ends", func() bool { return a.Context().Err() != nil })
+	lockmwtest.Eventually(t, 4*testTTL, "the holder's lease context ends", func() bool { return a.Context().Err() != nil })
 	if cause := context.Cause(a.Context()); !errors.Is(cause, lockmw.ErrLost) {
 		t.Fatalf("lease context cause %v, want ErrLost", cause)
 	}

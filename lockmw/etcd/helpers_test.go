@@ -26,19 +26,6 @@ func newLocker(t testing.TB, cli *clientv3.Client, opts ...lockmw.Option) *lockm
 	return l
 }
 
-// waitFor polls cond every 10 ms until it holds, failing the test after
-// limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // lockDir is the etcd key prefix of lock key with the default prefix (no
 // '%' or '/' in key).
 func lockDir(key string) string { return lockmw.DefaultPrefix + key + "/" }

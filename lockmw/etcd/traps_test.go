@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
@@ -144,11 +145,11 @@ func TestTrapWaiterRequeuesWhenItsLeaseEnds(t *testing.T) {
 		}
 		got <- lease
 	}()
-	waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, cli, "w")) == 2 })
+	lockmwtest.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, cli, "w")) == 2 })
 	old := entries(t, cli, "w")[1]
 	revoke(t, cli, old.lease)
 	// The waiter queues again, under a new lease, while the lock is held.
-	waitFor(t, 10*time.Second, "waiter queued anew", func() bool {
+	lockmwtest.Eventually(t, 10*time.Second, "waiter queued anew", func() bool {
 		es := entries(t, cli, "w")
 		return len(es) == 2 && es[1].token == old.token && es[1].rev != old.rev
 	})
@@ -193,7 +194,7 @@ func TestTrapAcquiredOnlyWithLiveKey(t *testing.T) {
 			}
 			got <- lease
 		}()
-		waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, cli, "k")) == 2 })
+		lockmwtest.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, cli, "k")) == 2 })
 		revoke(t, cli, entries(t, cli, "k")[1].lease)
 		if err := holder.Release(ctx); err != nil {
 			t.Fatal(err)
@@ -269,7 +270,7 @@ func TestOneLockerWaitersDoNotHerd(t *testing.T) {
 	// Every waiter has made its first attempt and queued (nothing in
 	// etcd shows it): the count of requests stops growing.
 	var before int64
-	waitFor(t, 10*time.Second, "waiters settled", func() bool {
+	lockmwtest.Eventually(t, 10*time.Second, "waiters settled", func() bool {
 		a := servedBesidesRenewals(t, srv)
 		time.Sleep(100 * time.Millisecond)
 		before = servedBesidesRenewals(t, srv)
@@ -313,7 +314,7 @@ func TestDefaultWaitersAcrossLockersDoNotHerd(t *testing.T) {
 			_ = lease.Release(ctx)
 		})
 		// One at a time, so that the queue's order is known.
-		waitFor(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, admin, "herd")) == i+2 })
+		lockmwtest.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(entries(t, admin, "herd")) == i+2 })
 	}
 	before := servedBesidesRenewals(t, srv)
 	if err := holder.Release(ctx); err != nil {

@@ -37,9 +37,6 @@ var mariaChaosStore = chaos.Store{
 	Dir: "lockmw/mysql", Package: ".",
 }
 
-// chaosProxied reports whether slot's link goes through a proxy.
-func chaosProxied(slot int) bool { return slot%2 == 0 }
-
 // startMariaChaos starts the MariaDB deployment. Faults: chaos.ServerFaults
 // (latency, cut and reset on a proxied slot's link; pause; restart, after
 // which InnoDB's crash recovery keeps every committed row and the fence
@@ -51,7 +48,7 @@ func startMariaChaos(t *testing.T, slots int) *chaos.Deployment {
 	dbs := make([]*sql.DB, slots)
 	proxies := make([]*mariatest.Proxy, slots)
 	for s := range slots {
-		if chaosProxied(s) {
+		if chaos.Proxied(s) {
 			proxies[s] = srv.StartProxy(t)
 			dbs[s] = srv.DB(t, proxies[s].Addr())
 		} else {
@@ -73,13 +70,8 @@ func startMariaChaos(t *testing.T, slots int) *chaos.Deployment {
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return mysql.New(dbs[slot], opts...)
 		},
-		Describe: func(slot int) string {
-			if chaosProxied(slot) {
-				return "proxied"
-			}
-			return "direct"
-		},
-		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return mariaResidue(ctx, admin) },
+		Describe: chaos.DescribeSlot,
+		Residue:  func(ctx context.Context) ([]chaos.Residue, error) { return mariaResidue(ctx, admin) },
 	}
 	d.Faults = append(chaos.ServerFaults("mariadbd", srv, pick), chaos.Fault{Name: "killconn", Run: func(env *chaos.FaultEnv) {
 		env.Note("KILL CONNECTION: %d connections", srv.KillConnections(env.T))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -114,14 +113,14 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 				hexLit(c.prefix)+", "+hexLit(job)+", "+strconv.FormatInt(ms, 10)+", "+hexLit(instance)+", "+hexLit(token)+
 				", UTC_TIMESTAMP(6) + INTERVAL "+micros(c.keep)+" MICROSECOND)")
 			if err != nil {
-				return fireclaim.Claim{}, claimErr(job, at, classify(err))
+				return fireclaim.Claim{}, fireclaim.ClaimError(job, at, classify(err))
 			}
 			if n, _ := res.RowsAffected(); n == 1 {
 				return fireclaim.Claim{Won: true}, nil
 			}
 			continue
 		case err != nil:
-			return fireclaim.Claim{}, claimErr(job, at, classify(err))
+			return fireclaim.Claim{}, fireclaim.ClaimError(job, at, classify(err))
 		}
 		prev := fireclaim.Claim{By: by}
 		if cur != "" {
@@ -140,18 +139,14 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 			", claimed_by = "+hexLit(instance)+", token = "+hexLit(token)+", keep_until = "+keepUntil(keep)+c.where(job)+
 			" AND fire = "+strconv.FormatInt(fire, 10)+" AND token = "+hexLit(cur))
 		if err != nil {
-			return fireclaim.Claim{}, claimErr(job, at, classify(err))
+			return fireclaim.Claim{}, fireclaim.ClaimError(job, at, classify(err))
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			prev.Won = true
 			return prev, nil
 		}
 	}
-	return fireclaim.Claim{}, claimErr(job, at, errors.New("the record kept changing under the claim"))
-}
-
-func claimErr(job string, at time.Time, err error) error {
-	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
+	return fireclaim.Claim{}, fireclaim.ClaimError(job, at, errors.New("the record kept changing under the claim"))
 }
 
 // Running records the run, keeping the row as a claim does.
@@ -171,13 +166,9 @@ func (c *claims) Runner(ctx context.Context, job string) (time.Time, string, err
 	var fire int64
 	var by string
 	err := c.s.db.QueryRowContext(ctx, "SELECT run_fire, run_by FROM "+c.s.n.claims+c.where(job)).Scan(&fire, &by)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return time.Time{}, "", nil
-	case err != nil:
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, "", classify(err)
-	case by == "":
-		return time.Time{}, "", nil
 	}
-	return time.UnixMilli(fire), by, nil
+	at, by := fireclaim.RunOf(fire, by) // no row: by is ""
+	return at, by, nil
 }

@@ -28,7 +28,7 @@ func newTestStore(t *testing.T) (*sqlStore, *sql.DB) {
 	return s, admin
 }
 
-func tctx(t *testing.T) context.Context {
+func tctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx

@@ -37,10 +37,6 @@ var pgChaosStore = chaos.Store{
 	Dir: "lockmw/postgres", Package: ".",
 }
 
-// chaosProxied reports whether slot's pool goes through a proxy: every
-// other slot does, the rest talk to the server directly.
-func chaosProxied(slot int) bool { return slot%2 == 0 }
-
 // startPgChaos starts the deployment. Faults: chaos.ServerFaults (latency,
 // cut and reset on a proxied slot's link, its pool and its LISTEN
 // connection; pause: SIGSTOP the postmaster and every backend; restart,
@@ -56,7 +52,7 @@ func startPgChaos(t *testing.T, slots int) *chaos.Deployment {
 	proxyOf := make(map[*redistest.Proxy]int)
 	for s := range slots {
 		url := srv.URL()
-		if chaosProxied(s) {
+		if chaos.Proxied(s) {
 			p := pgtest.StartProxy(t, srv)
 			proxies = append(proxies, p)
 			proxyOf[p] = s
@@ -73,13 +69,8 @@ func startPgChaos(t *testing.T, slots int) *chaos.Deployment {
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return postgres.New(pools[slot], opts...)
 		},
-		Describe: func(slot int) string {
-			if chaosProxied(slot) {
-				return "proxied"
-			}
-			return "direct"
-		},
-		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return pgResidue(ctx, admin) },
+		Describe: chaos.DescribeSlot,
+		Residue:  func(ctx context.Context) ([]chaos.Residue, error) { return pgResidue(ctx, admin) },
 	}
 	d.Faults = append(chaos.ServerFaults("postgres", srv, pickLinks), chaos.Fault{Name: "backend", Run: func(env *chaos.FaultEnv) {
 		// It may overlap a pause: then psql cannot connect, and the

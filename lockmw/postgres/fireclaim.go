@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -122,7 +121,7 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 	var prevFire *int64
 	var prevBy *string
 	if err := c.s.pool.QueryRow(ctx, c.claim, c.prefix, job, ms, instance, token, c.keep.Milliseconds()).Scan(&won, &prevFire, &prevBy); err != nil {
-		return fireclaim.Claim{}, claimErr(job, at, classify(err))
+		return fireclaim.Claim{}, fireclaim.ClaimError(job, at, classify(err))
 	}
 	out := fireclaim.Claim{Won: won}
 	if prevFire != nil && *prevFire > 0 {
@@ -137,16 +136,12 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 	var by, tok string
 	err = c.s.pool.QueryRow(ctx, c.current, c.prefix, job).Scan(&fire, &by, &tok)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return fireclaim.Claim{}, claimErr(job, at, classify(err))
+		return fireclaim.Claim{}, fireclaim.ClaimError(job, at, classify(err))
 	}
 	if fire > 0 {
 		out.Fire, out.By = time.UnixMilli(fire), by
 	}
 	return out, nil
-}
-
-func claimErr(job string, at time.Time, err error) error {
-	return fmt.Errorf("claim fire %s of %q: %w", at.Format(time.RFC3339Nano), job, err)
 }
 
 // Running records the run, keeping the row as a claim does.
@@ -164,13 +159,9 @@ func (c *claims) Runner(ctx context.Context, job string) (time.Time, string, err
 	var fire int64
 	var by string
 	err := c.s.pool.QueryRow(ctx, c.runner, c.prefix, job).Scan(&fire, &by)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return time.Time{}, "", nil
-	case err != nil:
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, "", classify(err)
-	case by == "":
-		return time.Time{}, "", nil
 	}
-	return time.UnixMilli(fire), by, nil
+	at, by := fireclaim.RunOf(fire, by) // no row: by is ""
+	return at, by, nil
 }

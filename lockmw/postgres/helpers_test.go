@@ -117,16 +117,3 @@ func bg(t testing.TB) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
-
-// waitFor polls cond every 10 ms until it holds, failing the test after
-// limit.
-func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v", what, limit)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

@@ -40,8 +40,8 @@ func TestMessagesNamePostgres(t *testing.T) {
 	if tryErr == nil {
 		t.Fatal("TryAcquire took the lock while PostgreSQL was paused and the lock held")
 	}
-	waitFor(t, 10*testTTL, "the holder's lease context ends", func() bool { return lease.Context().Err() != nil })
-	waitFor(t, 10*testTTL, "a log of the lock the failed attempt could not give back",
+	lockmwtest.Eventually(t, 10*testTTL, "the holder's lease context ends", func() bool { return lease.Context().Err() != nil })
+	lockmwtest.Eventually(t, 10*testTTL, "a log of the lock the failed attempt could not give back",
 		func() bool { return strings.Contains(logs.String(), "could not give back") })
 	srv.Resume(t)
 	resumed = true

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
@@ -41,7 +42,7 @@ func TestAdvisoryLockVanishesWithBackend(t *testing.T) {
 	if n := srv.TerminateBackends(t, "advisory-holder"); n != 1 {
 		t.Fatalf("terminated %d backends, want 1", n)
 	}
-	waitFor(t, 5*time.Second, "another session takes the advisory lock", func() bool {
+	lockmwtest.Eventually(t, 5*time.Second, "another session takes the advisory lock", func() bool {
 		var got bool
 		err := other.QueryRow(ctx, "SELECT pg_try_advisory_lock(42)").Scan(&got)
 		return err == nil && got

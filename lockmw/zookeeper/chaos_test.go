@@ -2,6 +2,7 @@ package zookeeper_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -59,51 +60,23 @@ func startZkChaos(t *testing.T, slots int) *chaos.Deployment {
 	e := zktest.StartEnsemble(t, 3)
 	servers := e.Servers()
 	adm := admin(t, e.Addrs()...)
-	type link struct {
-		slot, server int
-		p            *zktest.Proxy
-	}
-	var links []link
+	var links []chaos.Link
 	addrs := make([][]string, slots)
 	for s := range slots {
-		if s%2 == 1 {
+		if !chaos.Proxied(s) {
 			addrs[s] = e.Addrs()
 			continue
 		}
 		for i, srv := range servers {
 			p := zktest.StartProxy(t, srv)
-			links = append(links, link{s, i, p})
+			links = append(links, chaos.Link{Slot: s, Server: "server " + strconv.Itoa(i+1), Proxy: p})
 			addrs[s] = append(addrs[s], p.Addr())
 		}
 	}
-	pickLinks := func(env *chaos.FaultEnv) []*zktest.Proxy {
-		l := links[env.Rand.IntN(len(links))]
-		if env.Rand.IntN(3) == 0 {
-			env.Note("every link of slot %d", l.slot)
-			var ps []*zktest.Proxy
-			for _, o := range links {
-				if o.slot == l.slot {
-					ps = append(ps, o.p)
-				}
-			}
-			return ps
-		}
-		env.Note("link of slot %d to server %d", l.slot, l.server+1)
-		return []*zktest.Proxy{l.p}
-	}
-	linkFault := func(name string, min, max time.Duration, inject func(p *zktest.Proxy, env *chaos.FaultEnv)) chaos.Fault {
-		return chaos.Fault{Name: name, Run: func(env *chaos.FaultEnv) {
-			ps := pickLinks(env)
-			hold := env.Rand.Duration(min, max)
-			env.Note("for %v", hold)
-			for _, p := range ps {
-				inject(p, env)
-			}
-			env.Sleep(hold)
-			for _, p := range ps {
-				p.Heal(env.T)
-			}
-		}}
+	pickLinks := chaos.PickSlotLinks(links)
+	var names []string
+	for i := range servers {
+		names = append(names, "server "+strconv.Itoa(i+1))
 	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
@@ -112,52 +85,21 @@ func startZkChaos(t *testing.T, slots int) *chaos.Deployment {
 			cfg.ConnectTimeout = time.Second // a slot may be cut off: no wait
 			return zookeeper.New(cfg, opts...)
 		},
-		Describe: func(slot int) string {
-			if slot%2 == 0 {
-				return "proxied"
-			}
-			return "direct"
-		},
-		Residue: func(ctx context.Context) ([]chaos.Residue, error) { return zkResidue(adm) },
+		Describe: chaos.DescribeSlot,
+		Residue:  func(ctx context.Context) ([]chaos.Residue, error) { return zkResidue(adm) },
 	}
 	d.Faults = []chaos.Fault{
-		linkFault("latency", 200*time.Millisecond, 3*time.Second, func(p *zktest.Proxy, env *chaos.FaultEnv) {
-			lat := env.Rand.Duration(5*time.Millisecond, 400*time.Millisecond)
-			env.Note("+%v", lat)
-			p.AddLatency(env.T, lat)
-		}),
+		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pickLinks),
 		// Up to longer than the session: the slot's session expires.
-		linkFault("cut", 50*time.Millisecond, 6*time.Second, func(p *zktest.Proxy, env *chaos.FaultEnv) { p.Cut(env.T) }),
-		linkFault("reset", 10*time.Millisecond, 500*time.Millisecond, func(p *zktest.Proxy, env *chaos.FaultEnv) { p.ResetConnections(env.T) }),
-		{Name: "pause", Run: func(env *chaos.FaultEnv) {
-			k := 1 + env.Rand.IntN(2)
-			first := env.Rand.IntN(len(servers))
-			hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
-			env.Note("SIGSTOP %d server(s) from %d for %v", k, first+1, hold)
-			for i := range k {
-				servers[(first+i)%len(servers)].Pause(env.T)
-			}
-			env.Sleep(hold)
-			for i := range k {
-				servers[(first+i)%len(servers)].Resume(env.T)
-			}
-		}},
-		{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
-			down := env.Rand.Duration(0, 3*time.Second)
-			victims := []*zktest.Server{servers[env.Rand.IntN(len(servers))]}
-			if env.Rand.IntN(4) == 0 {
-				victims = servers
-			}
-			env.Note("SIGKILL %d server(s), down for %v", len(victims), down)
-			for _, s := range victims {
-				s.Kill(env.T)
-			}
-			time.Sleep(down) // not cut short: the servers must run for the checks after
+		chaos.LinkFault("cut", 50*time.Millisecond, 6*time.Second, pickLinks),
+		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickLinks),
+		chaos.PauseMembers(servers, names),
+		chaos.RestartMembers(servers, names, func(env *chaos.FaultEnv, victims []*zktest.Server) {
 			for _, s := range victims {
 				s.Restart(env.T, false)
 			}
 			e.Leader(env.T)
-		}},
+		}),
 		{Name: "leader", Weight: 2, Exclusive: true, Run: func(env *chaos.FaultEnv) {
 			old := e.Leader(env.T)
 			env.Note("SIGKILL the leader %s", old.Addr())

@@ -1,15 +1,18 @@
-// Package demoredis gives the examples a Redis to talk to: the one at
-// REDIS_ADDR when that is set, otherwise an embedded in-process Redis
+// Package demoredis gives the examples a Redis to talk to (Addr): the one
+// at REDIS_ADDR when that is set, otherwise an embedded in-process Redis
 // (miniredis) whose TTLs run on the real clock, so that every example runs
-// on a machine with no Redis installed.
+// on a machine with no Redis installed; and a client of it with the
+// settings a lock needs (Client).
 package demoredis
 
 import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 )
 
 // Addr returns REDIS_ADDR, or starts an embedded in-process Redis whose TTLs
@@ -26,4 +29,21 @@ func Addr() (string, func()) {
 	m.ClockTTL(true)
 	fmt.Println("REDIS_ADDR not set: using an embedded in-process Redis")
 	return m.Addr(), m.Close
+}
+
+// Client returns a client of the Redis at addr with the settings a lock
+// needs: Redis calls bounded by short timeouts, and no retries inside
+// go-redis, so that an outage is reported (ErrUnavailable, gRPC
+// Unavailable) after one timeout, not after MaxRetries of them.
+func Client(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		DialTimeout:           300 * time.Millisecond,
+		ReadTimeout:           300 * time.Millisecond,
+		WriteTimeout:          300 * time.Millisecond,
+		MaxRetries:            -1,
+		DialerRetries:         1,
+		PipelinePoolSize:      -1,
+		ContextTimeoutEnabled: true,
+	})
 }

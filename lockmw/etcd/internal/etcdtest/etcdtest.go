@@ -75,7 +75,15 @@ type Cluster struct {
 // Server is one etcd member owned by a test. Its ports and data directory
 // stay the same for its whole life, across Kill and Restart. All methods
 // are safe for concurrent use.
+//
+// Pause, Resume, Kill and Restart are servertest's Controls, whose
+// failures quote every member's output. A paused member's peers elect
+// another leader if it led; a killed member's data directory stays, so
+// that Restart rejoins its cluster with the data it had written, and
+// returns once the member answers and, when a quorum of members is running
+// with it, reports a leader (within 20 seconds).
 type Server struct {
+	servertest.Controls
 	c    *Cluster
 	name string
 	dir  string
@@ -133,6 +141,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 				return s.waitRestarted(r)
 			},
 		})
+		s.Controls = servertest.NewControls("etcdtest", s.proc, c.tails)
 		c.members = append(c.members, s)
 	}
 	t.Cleanup(func() { c.cleanup(t) })
@@ -465,50 +474,6 @@ func newClient(endpoints []string) (*clientv3.Client, error) {
 	return clientv3.New(ClientConfig(endpoints...))
 }
 
-// Pause sends SIGSTOP to the member and, on Linux, returns once every
-// thread of its process has stopped: from then on it keeps its sockets, so
-// clients can still connect and write, but nothing is answered until
-// Resume; its peers elect another leader if it led. Pause fails the test if
-// the member is not running, or has not stopped within 20 seconds.
-func (s *Server) Pause(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Pause(); err != nil {
-		t.Fatalf("etcdtest: Pause %s: %v\n%s", s.name, err, s.proc.Tail())
-	}
-}
-
-// Resume sends SIGCONT to the member, undoing Pause. Resume fails the test
-// if the member is not running.
-func (s *Server) Resume(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Resume(); err != nil {
-		t.Fatalf("etcdtest: Resume %s: %v\n%s", s.name, err, s.proc.Tail())
-	}
-}
-
-// Kill sends SIGKILL to the member and waits until the process has exited,
-// so that when Kill returns its ports are closed. Its data directory stays
-// for Restart. Killing a member that is not running does nothing.
-func (s *Server) Kill(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Kill(); err != nil {
-		t.Fatalf("etcdtest: Kill %s: %v\n%s", s.name, err, s.proc.Tail())
-	}
-}
-
-// Restart starts the member again, on the same ports and data directory
-// (killing it first if it runs or is paused), so that it rejoins its
-// cluster with the data it had written. It returns once the member answers;
-// when a quorum of members is running with it, also once it reports a
-// leader. Restart fails the test, with the tail of the member's output, if
-// that does not happen within 20 seconds.
-func (s *Server) Restart(t testing.TB) {
-	t.Helper()
-	if _, err := s.proc.Restart(); err != nil {
-		t.Fatalf("etcdtest: Restart %s: %v\n%s", s.name, err, s.c.tails())
-	}
-}
-
 // waitRestarted waits until the member answers with its own ID and, if a
 // quorum is live, reports a leader.
 func (s *Server) waitRestarted(p *servertest.Run) error {
@@ -598,12 +563,11 @@ func (c *Cluster) cleanup(t testing.TB) {
 
 // tails quotes every member's latest output.
 func (c *Cluster) tails() string {
-	var b strings.Builder
-	for _, s := range c.members {
-		b.WriteString(s.proc.Tail())
-		b.WriteString("\n")
+	procs := make([]*servertest.Process, len(c.members))
+	for i, s := range c.members {
+		procs[i] = s.proc
 	}
-	return b.String()
+	return servertest.Tails(procs...)
 }
 
 func randomHex(n int) string {

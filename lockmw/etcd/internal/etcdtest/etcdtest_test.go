@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lockmw/lockmw/internal/servertest"
 )
 
 // eventually retries call until it succeeds, failing the test after limit
@@ -252,39 +253,9 @@ func TestProxyCutAndHeal(t *testing.T) {
 	wantValue(t, direct, "k", "4")
 }
 
-// fatalTB records Fatalf instead of failing the real test. Everything else
-// (Cleanup, Helper, Logf...) goes to the real test.
-type fatalTB struct {
-	testing.TB
-	mu  sync.Mutex
-	msg string
-}
-
-func (f *fatalTB) Fatalf(format string, args ...any) {
-	f.mu.Lock()
-	f.msg = fmt.Sprintf(format, args...)
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-// fatalMessage runs fn with a fatalTB in its own goroutine (Fatalf ends that
-// goroutine) and returns the Fatalf message, or "" if fn returned normally.
-func fatalMessage(t *testing.T, fn func(tb testing.TB)) string {
-	f := &fatalTB{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn(f)
-	}()
-	<-done
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.msg
-}
-
 func TestStartFailureQuotesOutput(t *testing.T) {
 	t.Parallel()
-	msg := fatalMessage(t, func(tb testing.TB) { Start(tb, WithArgs("--no-such-flag")) })
+	msg := servertest.FatalMessage(t, func(tb testing.TB) { Start(tb, WithArgs("--no-such-flag")) })
 	if !strings.Contains(msg, "no-such-flag") {
 		t.Fatalf("Start with a bad flag: Fatalf(%q), want it to quote etcd's complaint", msg)
 	}
@@ -321,7 +292,7 @@ func TestBinaryIsNeverTakenFromPATH(t *testing.T) {
 func TestBadBinaryEnvNamesIt(t *testing.T) {
 	// Not parallel: t.Setenv.
 	t.Setenv(binaryEnv, "/nonexistent/etcd")
-	msg := fatalMessage(t, func(tb testing.TB) { Start(tb) })
+	msg := servertest.FatalMessage(t, func(tb testing.TB) { Start(tb) })
 	if !strings.Contains(msg, "LOCKMW_ETCD") || !strings.Contains(msg, "make etcd") {
 		t.Fatalf("Start with a bad LOCKMW_ETCD: Fatalf(%q), want it to name LOCKMW_ETCD and `make etcd`", msg)
 	}

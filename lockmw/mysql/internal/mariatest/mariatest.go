@@ -66,8 +66,11 @@ var (
 	}
 )
 
-// Server is one MariaDB server.
+// Server is one MariaDB server. Pause, Resume, Kill (a crash) and Restart
+// are servertest's Controls: Restart starts it again on the same data and
+// port (InnoDB recovers its log) and returns once it serves.
 type Server struct {
+	servertest.Controls
 	proc *servertest.Process
 	dir  string // the data directory
 	sock string // the Unix socket (a short path: sun_path is 108 bytes)
@@ -143,6 +146,7 @@ func Start(t testing.TB) *Server {
 		},
 		ReadyTimeout: 60 * time.Second,
 	})
+	s.Controls = servertest.NewControls("mariatest", s.proc, nil)
 	t.Cleanup(func() {
 		if err := s.proc.Stop(); err != nil {
 			t.Errorf("mariatest: %v\n%s", err, s.proc.Tail())
@@ -335,39 +339,6 @@ func (s *Server) User(t testing.TB, name string, params ...string) string {
 		}
 	}
 	return dsn
-}
-
-// Pause freezes the server (SIGSTOP), returning once every thread stopped.
-func (s *Server) Pause(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Pause(); err != nil {
-		t.Fatalf("mariatest: %v\n%s", err, s.proc.Tail())
-	}
-}
-
-// Resume undoes Pause.
-func (s *Server) Resume(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Resume(); err != nil {
-		t.Fatalf("mariatest: %v\n%s", err, s.proc.Tail())
-	}
-}
-
-// Kill stops the server with SIGKILL (a crash), returning once it exited.
-func (s *Server) Kill(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Kill(); err != nil {
-		t.Fatalf("mariatest: %v\n%s", err, s.proc.Tail())
-	}
-}
-
-// Restart kills the server if it runs and starts it again on the same data
-// and port (InnoDB recovers its log), returning once it serves.
-func (s *Server) Restart(t testing.TB) {
-	t.Helper()
-	if _, err := s.proc.Restart(); err != nil {
-		t.Fatalf("mariatest: %v\n%s", err, s.proc.Tail())
-	}
 }
 
 // Proxy is a TCP proxy in front of a server: servertest's toxiproxy.

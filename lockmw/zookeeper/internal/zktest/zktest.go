@@ -54,7 +54,10 @@ type Ensemble struct {
 }
 
 // Server is one ZooKeeper server process, supervised by servertest.
+// Pause (every thread of its JVM stopped), Resume and Kill are
+// servertest's Controls; a killed server's data stays for Restart.
 type Server struct {
+	servertest.Controls
 	e                           *Ensemble
 	id                          int
 	dir                         string
@@ -109,6 +112,7 @@ func StartWith(t testing.TB, n int, o Options) *Ensemble {
 		// No Ready check: a server of an ensemble serves only once a
 		// quorum runs, so StartEnsemble launches them all, then waits.
 		s.proc = servertest.New(servertest.Config{Name: "zookeeper " + strconv.Itoa(s.id), Command: s.command})
+		s.Controls = servertest.NewControls("zktest", s.proc, nil)
 		e.servers = append(e.servers, s)
 	}
 	t.Cleanup(e.cleanup)
@@ -199,41 +203,12 @@ func (s *Server) FourLetter(word string) (string, error) {
 	return b.String(), sc.Err()
 }
 
-// Pause stops the server (SIGSTOP) and returns once every thread of its
-// JVM has stopped (servertest's Pause): it keeps its sockets but answers
-// nothing until Resume.
-func (s *Server) Pause(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Pause(); err != nil {
-		t.Fatalf("zktest: Pause %d: %v\n%s", s.id, err, s.proc.Tail())
-	}
-}
-
-// Resume undoes Pause (SIGCONT).
-func (s *Server) Resume(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Resume(); err != nil {
-		t.Fatalf("zktest: Resume %d: %v", s.id, err)
-	}
-}
-
-// Kill SIGKILLs the server and waits for its exit; its data stays for
-// Restart. Killing a server that is not running does nothing.
-func (s *Server) Kill(t testing.TB) {
-	t.Helper()
-	if err := s.proc.Kill(); err != nil {
-		t.Fatalf("zktest: Kill %d: %v", s.id, err)
-	}
-}
-
 // Restart starts the server again (killing it first if it runs) on the
 // same ports and data; when serve is true, it returns once the server
 // serves (it has a quorum).
 func (s *Server) Restart(t testing.TB, serve bool) {
 	t.Helper()
-	if _, err := s.proc.Restart(); err != nil {
-		t.Fatalf("zktest: Restart %d: %v\n%s", s.id, err, s.proc.Tail())
-	}
+	s.Controls.Restart(t)
 	if !serve {
 		return
 	}
@@ -317,13 +292,13 @@ func (e *Ensemble) cleanup() {
 	}
 }
 
+// tails quotes every server's latest output.
 func (e *Ensemble) tails() string {
-	var b strings.Builder
-	for _, s := range e.servers {
-		b.WriteString(s.proc.Tail())
-		b.WriteByte('\n')
+	procs := make([]*servertest.Process, len(e.servers))
+	for i, s := range e.servers {
+		procs[i] = s.proc
 	}
-	return b.String()
+	return servertest.Tails(procs...)
 }
 
 // javaBinary is the JVM that runs the servers.

@@ -10,11 +10,9 @@ import (
 	"github.com/lockmw/lockmw/internal/redistest"
 )
 
-// TestRedlockLeaveAfterClose: a Redlock waiter that is still inside an
-// attempt when Close has finished waiting for it (a loaded host, a master
-// slower than the Locker's TTL) leaves the first master's wait queue all
-// the same, on the master's client: the Locker's sender there has stopped.
-func TestRedlockLeaveAfterClose(t *testing.T) {
+// startRedlockOf3 starts three masters and a Redlock Locker on them.
+func startRedlockOf3(t *testing.T) ([]*redistest.Server, []redis.UniversalClient, *Locker) {
+	t.Helper()
 	masters := redistest.StartN(t, 3)
 	clients := make([]redis.UniversalClient, len(masters))
 	for i, m := range masters {
@@ -24,6 +22,15 @@ func TestRedlockLeaveAfterClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return masters, clients, l
+}
+
+// TestRedlockLeaveAfterClose: a Redlock waiter that is still inside an
+// attempt when Close has finished waiting for it (a loaded host, a master
+// slower than the Locker's TTL) leaves the first master's wait queue all
+// the same, on the master's client: the Locker's sender there has stopped.
+func TestRedlockLeaveAfterClose(t *testing.T) {
+	_, clients, l := startRedlockOf3(t)
 	ctx := context.Background()
 	keys := newLockRef(l.cfg.prefix, "redlock:leave-after-close")
 	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
@@ -57,15 +64,7 @@ func TestRedlockLeaveAfterClose(t *testing.T) {
 // its timer (the holder's TTL): the fleet check saw Redlock waiters idle
 // for a TTL with the lock free when TryAcquire calls lost races.
 func TestRedlockRollbackWakesQueuedWaiter(t *testing.T) {
-	masters := redistest.StartN(t, 3)
-	clients := make([]redis.UniversalClient, len(masters))
-	for i, m := range masters {
-		clients[i] = m.Client(t)
-	}
-	l, err := NewRedlock(clients)
-	if err != nil {
-		t.Fatal(err)
-	}
+	masters, clients, l := startRedlockOf3(t)
 	defer l.Close()
 	b := l.st.(*redlockStore)
 	ctx := context.Background()

@@ -320,7 +320,7 @@ func (b *redlockStore) AcquireQueued(ctx context.Context, lock store.Key, token 
 	}
 	// Every reply below carries queued and unsure, a won attempt's too (the
 	// first master may have queued the entry while the others granted the
-	// lock): the waiter takes the entry out when it is done (leaveRedlock).
+	// lock): the waiter takes the entry out when it is done (leaveWakeQueue).
 	if lost {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {

@@ -47,7 +47,7 @@ func TestRedlockLeaveAfterClose(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l.leaveRedlock(r, w, entry, true) // the waiter, done after Close
+	l.leaveWakeQueue(r, w, entry, true) // the waiter, done after Close
 	left, err := clients[0].LRange(ctx, keys.queue, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package lockmw
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -18,6 +19,46 @@ import (
 // Waiting adds no way to become live (doc.go, "Safety: how a lease becomes
 // live"): a default waiter's lease comes from an attempt (attempt.go), or
 // from a release of this Locker that handed it the lock (handover.go).
+
+// waitGranter acquires on a store whose releases hand the lock over
+// (store.Granter): Fair waiters queue for grants (wait_fair.go); a
+// default-mode waiter queues behind this Locker's waiters for the lock
+// rather than race them, or lines up behind other Lockers' (lineup.go),
+// or makes an attempt and, finding the lock held, waits in its room
+// (waitDefault).
+func (l *Locker) waitGranter(a *acquisition, wait bool) (*Lease, error) {
+	ac := a.cfg
+	if ac.fair {
+		return l.acquireFair(a, wait)
+	}
+	holderTTL := time.Duration(0)
+	switch {
+	case wait && l.hasDefaultWaiters(a.lock):
+		// Queue behind this Locker's waiters rather than race them.
+	case wait && l.isHot(a.lock) && l.linesUp(a.lock, ac):
+		// Waiters of other Lockers are queued: line up behind them (see
+		// lineup.go) rather than make an attempt that finds the lock held.
+		return l.lineUp(a)
+	default:
+		lease, reply, err := l.attempt(a)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		ttl := reply.HolderTTL
+		if !wait || (!a.giveUp.IsZero() && !time.Now().Before(a.giveUp)) {
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: ttl}
+		}
+		if l.linesUp(a.lock, ac) {
+			return l.lineUp(a)
+		}
+		holderTTL = ttl
+	}
+	lease, lineUp, err := l.waitDefault(a, holderTTL)
+	if lineUp {
+		return l.lineUp(a)
+	}
+	return lease, err
+}
 
 // defaultHead returns the token and TTL of the first default-mode waiter for
 // keys in this Locker, if any: a release hands the lock straight to it.
@@ -53,90 +94,116 @@ func (r *room) nextDefault() *waiter {
 // instead (see lineup.go), and the room's next waiter is woken to do the
 // same.
 func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
-	w := &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1), arrived: time.Now()}
+	d := &roomWay{l: l, holderTTL: holderTTL, retry: true}
+	d.w = &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1), arrived: time.Now()}
 	l.roomsMu.Lock()
-	r := l.join(a.lock)
-	r.defaults = append(r.defaults, w)
-	r.fair[w.token] = w
+	d.r = l.join(a.lock)
+	d.r.defaults = append(d.r.defaults, d.w)
+	d.r.fair[d.w.token] = d.w
 	l.roomsMu.Unlock()
-	defer l.leaveDefault(r, w)
 
 	// Once subscribed, retry: a release may have come since the attempt.
-	retry := true
 	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, false); err == nil {
-		defer l.caps.waits.Unwatch(a.lock, false)
+		d.watching = true
 	} else if a.opCtx.Err() != nil {
+		d.done(a, nil, nil)
 		return nil, false, ctxErr(a.opCtx, a.key)
 	} else {
-		l.logger.Debug("lockmw: waiting without release notifications", slog.String("key", a.key), slog.Any("error", err))
+		l.logger.Debug("lockmw: waiting without release notifications", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
 	}
+	lease, err = l.waitLoop(a, true, d)
+	if errors.Is(err, errLineUp) {
+		return nil, true, nil
+	}
+	return lease, false, err
+}
 
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if retry && l.leads(r, w) {
-			lease, reply, err := l.attempt(a)
-			if lease != nil || err != nil {
-				return lease, false, err
-			}
-			holderTTL = reply.HolderTTL
-			if l.linesUp(a.lock, a.cfg) && (a.giveUp.IsZero() || time.Now().Before(a.giveUp)) {
-				l.roomsMu.Lock()
-				// Not if a release of this Locker handed w the lock
-				// meanwhile: w takes it below.
-				lineUp := !w.delivered
-				w.passOn = lineUp
-				l.roomsMu.Unlock()
-				if lineUp {
-					return nil, true, nil
-				}
-			}
-			l.checkAheadOfQueue(a, w)
-		}
-		retry = false
-		sleep := holderTTL
-		if sleep <= 0 {
-			sleep = a.cfg.ttl
-		}
-		if !a.giveUp.IsZero() {
-			left := time.Until(a.giveUp)
-			if left <= 0 {
-				return nil, false, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
-			}
-			sleep = min(sleep, left)
-		}
-		timer.Reset(sleep)
-		select {
-		case g := <-w.grant:
-			// A release in this Locker handed the lock over.
-			defer l.flights.done()
-			if g.early != nil {
-				lease, err := l.newEarlyLease(a, w.token, g.early, false)
-				return lease, false, err
-			}
-			lease, err := l.newLease(a, w.token, g.fence, g.validFrom, false)
-			if lease != nil && g.reserved != 0 {
-				// A transfer's grant: validFrom is when it was sent.
-				lease.reservedAt.Store(&g.validFrom)
-				lease.reserved.Store(g.reserved)
-			}
-			return lease, false, err
-		case <-w.wake:
-			retry = true
-		case <-timer.C:
-			retry = true // the holder's TTL ran out, or the wait did
-		case <-a.opCtx.Done():
-			return nil, false, ctxErr(a.opCtx, a.key)
-		case <-l.closing:
-			return nil, false, ErrClosed
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
+// errLineUp ends a roomWay's wait when its waiter lines up in the lock's
+// queue instead.
+var errLineUp = errors.New("lockmw: line up in the lock's queue")
+
+// roomWay is a default-mode waiter in its Locker's room for a key, on a
+// Granter: only the room's first waiter tries, when a release is heard
+// (or the holder's TTL, learnt from its attempt, runs out); a release of
+// this Locker may hand it the lock instead (handover.go).
+type roomWay struct {
+	l         *Locker
+	r         *room
+	w         *waiter
+	holderTTL time.Duration // from the room's last attempt of w
+	retry     bool          // a release was heard, or the TTL ran out: try if w leads
+	watching  bool
+}
+
+func (d *roomWay) try(a *acquisition) (*Lease, store.Reply, error) {
+	l, w := d.l, d.w
+	retry := d.retry
+	d.retry = false
+	if !retry || !l.leads(d.r, w) {
+		return nil, store.Reply{HolderTTL: d.holderTTL}, nil
+	}
+	lease, reply, err := l.attempt(a)
+	if lease != nil || err != nil {
+		return lease, reply, err
+	}
+	d.holderTTL = reply.HolderTTL
+	if l.linesUp(a.lock, a.cfg) && (a.giveUp.IsZero() || time.Now().Before(a.giveUp)) {
+		l.roomsMu.Lock()
+		// Not if a release of this Locker handed w the lock meanwhile: w
+		// takes it in pause.
+		lineUp := !w.delivered
+		w.passOn = lineUp
+		l.roomsMu.Unlock()
+		if lineUp {
+			return nil, reply, errLineUp
 		}
 	}
+	l.checkAheadOfQueue(a, w)
+	return nil, reply, nil
+}
+
+// pause waits for a release (w.wake), the holder's TTL (or w's own), or
+// the lock handed over by a release of this Locker (w.grant).
+func (d *roomWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lease, error) {
+	l, w := d.l, d.w
+	sleep := d.holderTTL
+	if sleep <= 0 {
+		sleep = a.cfg.ttl
+	}
+	if left > 0 {
+		sleep = min(sleep, left)
+	}
+	t := time.NewTimer(sleep)
+	defer t.Stop()
+	select {
+	case g := <-w.grant:
+		// A release in this Locker handed the lock over.
+		defer l.flights.done()
+		if g.early != nil {
+			return l.newEarlyLease(a, w.token, g.early, false)
+		}
+		lease, err := l.newLease(a, w.token, g.fence, g.validFrom, false)
+		if lease != nil && g.reserved != 0 {
+			// A transfer's grant: validFrom is when it was sent.
+			lease.reservedAt.Store(&g.validFrom)
+			lease.reserved.Store(g.reserved)
+		}
+		return lease, err
+	case <-w.wake:
+		d.retry = true
+	case <-t.C:
+		d.retry = true // the holder's TTL ran out, or the wait did
+	case <-a.opCtx.Done():
+	case <-l.closing:
+	}
+	return nil, nil
+}
+
+func (d *roomWay) done(*acquisition, *Lease, error) {
+	if d.watching {
+		d.l.caps.waits.Unwatch(d.r.lock, false)
+	}
+	d.l.leaveDefault(d.r, d.w)
 }
 
 // checkAheadOfQueue asks Redis, once w is in its room and until an answer

@@ -87,84 +87,99 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	r.fairBusy++
 	l.roomsMu.Unlock()
 
-	lease, err := l.waitFair(a, w, entry, known)
-	if lease == nil {
-		l.abandonFair(a.lock, w, entry, err)
-	}
-	return lease, err
-}
-
-func (l *Locker) waitFair(a *acquisition, w *waiter, entry string, known bool) (*Lease, error) {
-	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, true); err != nil {
-		if a.opCtx.Err() != nil {
-			return nil, ctxErr(a.opCtx, a.key)
-		}
+	f := &fairWay{l: l, w: w, entry: entry, known: known}
+	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, true); err == nil {
+		f.watching = true
+	} else if a.opCtx.Err() != nil {
+		err = ctxErr(a.opCtx, a.key)
+		f.done(a, nil, err)
+		return nil, err
+	} else {
 		// Grants to this Locker would find nobody listening and skip its
 		// waiters; polling still gets the lock once the queue drains.
-		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.Any("error", err))
-	} else {
-		defer l.caps.waits.Unwatch(a.lock, true)
+		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
 	}
+	return l.waitLoop(a, true, f)
+}
 
-	// Nothing has been granted to w before its entry is queued, so the
-	// time before the request is a safe start of validity for any grant.
-	sentAt := time.Now()
-	l.setBusy(w, sentAt, 0)
-	queued := false
-	if known {
-		ok, err := l.caps.waits.Enqueue(a.opCtx, a.lock, entry)
-		if err != nil {
-			return nil, storeErr(a.opCtx, a.key, err)
-		}
-		queued = ok
-	}
-	holderTTL := time.Duration(0)
-	if !queued {
-		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, store.FairWait)
-		if err != nil {
-			return nil, storeErr(a.opCtx, a.key, err)
-		}
-		if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
-			return lease, err
-		}
-		holderTTL = reply.Pttl
-	}
+// fairWay is a fair waiter on a Granter: its entry queues, and a release
+// hands it the lock (a grant, heard on its Locker's grant channel or
+// directly from a release of this Locker); it also polls now and then,
+// when the holder's TTL runs out, in case a grant message was lost.
+type fairWay struct {
+	l         *Locker
+	w         *waiter
+	entry     string
+	known     bool // the queue likely exists: enqueue without an attempt
+	started   bool // the entry was queued (or the first attempt made)
+	holderTTL time.Duration
+	watching  bool
+}
 
-	poll := time.NewTimer(pollAfter(holderTTL, a.cfg.ttl))
-	defer poll.Stop()
-	var giveUpC <-chan time.Time
-	if !a.giveUp.IsZero() {
-		t := time.NewTimer(time.Until(a.giveUp))
-		defer t.Stop()
-		giveUpC = t.C
-	}
-	for {
-		select {
-		case g := <-w.grant:
-			lease, again, err := l.fairGrantLease(a, w, g)
-			if again {
-				poll.Reset(0)
-				continue
-			}
-			return lease, err
-		case <-poll.C:
-			sentAt := time.Now()
-			reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, entry, store.FairPoll)
+// try queues the entry (first), or polls: granted? still queued?
+func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
+	l, w := f.l, f.w
+	mode := store.FairPoll
+	if !f.started {
+		f.started = true
+		mode = store.FairWait
+		// Nothing has been granted to w before its entry is queued, so
+		// the time before the request is a safe start of validity for any
+		// grant.
+		l.setBusy(w, time.Now(), 0)
+		if f.known {
+			ok, err := l.caps.waits.Enqueue(a.opCtx, a.lock, f.entry)
 			if err != nil {
-				return nil, storeErr(a.opCtx, a.key, err)
+				return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 			}
-			if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
-				return lease, err
+			if ok {
+				return nil, store.Reply{}, nil
 			}
-			holderTTL = reply.Pttl
-			poll.Reset(pollAfter(holderTTL, a.cfg.ttl))
-		case <-giveUpC:
-			return nil, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
-		case <-a.opCtx.Done():
-			return nil, ctxErr(a.opCtx, a.key)
-		case <-l.closing:
-			return nil, ErrClosed
 		}
+	}
+	sentAt := time.Now()
+	reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, f.entry, mode)
+	if err != nil {
+		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
+	}
+	if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
+		return lease, store.Reply{}, err
+	}
+	f.holderTTL = reply.Pttl
+	return nil, store.Reply{HolderTTL: reply.Pttl}, nil
+}
+
+// pause waits for a grant, or for the holder's TTL to run out: then try
+// polls.
+func (f *fairWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lease, error) {
+	l, w := f.l, f.w
+	d := pollAfter(f.holderTTL, a.cfg.ttl)
+	if left > 0 {
+		d = min(d, left)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case g := <-w.grant:
+		// No lease, no error: the grant had expired before w saw it,
+		// and try polls at once.
+		lease, _, err := l.fairGrantLease(a, w, g)
+		return lease, err
+	case <-t.C:
+	case <-a.opCtx.Done():
+	case <-l.closing:
+	}
+	return nil, nil
+}
+
+// done leaves the queue, and passes on a lock granted meanwhile, unless w
+// holds the lease.
+func (f *fairWay) done(a *acquisition, lease *Lease, err error) {
+	if f.watching {
+		f.l.caps.waits.Unwatch(a.lock, true)
+	}
+	if lease == nil {
+		f.l.abandonFair(a.lock, f.w, f.entry, err)
 	}
 }
 

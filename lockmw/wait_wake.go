@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	mathrand "math/rand/v2"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -36,7 +35,7 @@ import (
 // No entry outlives its Locker's Close (while the first master answers).
 // An entry reaches the queue only through a waiter's attempt sent with it
 // (redlock_acquire.lua queues it when the lock is held there) or its
-// RPUSHX. After each, the waiter records what it learnt (waitRedlock):
+// RPUSHX. After each, the waiter records what it learnt (wakeWay.try):
 // queued when the first master answered that it queued the entry, or has
 // not answered (acquireQueued waits for that answer a bounded time, and
 // counts an answer still missing as queued); unsure when the first master
@@ -45,8 +44,8 @@ import (
 // master may queue the entry while the others grant the lock, or before
 // the fencing round fails. A wake clears queued only (the release that
 // woke the waiter popped its entry); unsure stays. When the waiter is
-// done for any reason (lease, give-up, error, Close: leaveRedlock is
-// deferred), it takes the entry out if either is set: an LREM of every
+// done for any reason (lease, give-up, error, Close: waitLoop calls
+// wakeWay.done), it takes the entry out if either is set: an LREM of every
 // copy (a lost reply's attempt and the next may both have queued it),
 // sent through the first master's queue after every attempt of the
 // waiter, and retried by the cleaner twice after an answer (cleanup.go:
@@ -104,136 +103,135 @@ func (l *Locker) passWakeOn(lock store.Key) {
 	}()
 }
 
-// waitRedlock acquires key on a Redlock store: one attempt when !wait,
-// else attempts woken by releases (see the top of this file) until one
-// succeeds, fails, or the wait ends.
-func (l *Locker) waitRedlock(a *acquisition, wait bool) (*Lease, error) {
-	b := l.caps.wakes
-	if !wait {
-		lease, reply, err := l.attemptQueued(a.opCtx, a, "")
-		if lease != nil || err != nil {
-			return lease, err
-		}
-		retryAfter := reply.HolderTTL
-		if retryAfter == 0 {
-			// Masters asked with a plain SET do not tell the holder's TTL.
-			retryAfter = b.HolderTTL(a.opCtx, a.lock)
-		}
-		return nil, &NotAcquiredError{Key: a.key, RetryAfter: retryAfter}
-	}
+// wakeWay is a waiter on a WakeQueue (Redlock): its attempts queue its
+// entry on the first master when they find the lock held there, and it
+// waits for the wake of a release (see the top of this file). A single
+// attempt (TryAcquire) is a wakeWay without an entry.
+type wakeWay struct {
+	l      *Locker
+	ctx    context.Context // requests: a.opCtx, also ending when Close begins
+	single bool            // one attempt, no entry: no room, no queue
+	w      *waiter
+	r      *room
+	entry  string
+	// queued: w counts itself queued on the first master, and waits for a
+	// wake (a wake pops the entry). unsure: an attempt may have queued the
+	// entry unseen (its reply lost), so the entry may be there whatever
+	// queued says. done takes the entry out if either is set, whether w
+	// gives up, is closed, or got its lease (a won attempt may have queued
+	// it too): see leaveWakeQueue.
+	queued, unsure bool
+	skip           bool // queued without an attempt (EnqueueWake): wait first
+	backoff        time.Duration
+	watching       bool
+	stop           func() // ends ctx
+}
+
+// joinWakeQueue readies a waiting acquisition on a WakeQueue: w joins its
+// room (where wakes find it) and listens for wakes; if this Locker's
+// release just woke a waiter of the lock, its entry queues at once,
+// without an attempt that would find the lock held.
+func (l *Locker) joinWakeQueue(a *acquisition) (*wakeWay, error) {
 	// Close waits for waiting acquisitions (a waiter stops when Close
 	// begins): one that may be queued leaves the queue before the store
 	// closes.
 	l.flights.start()
-	defer l.flights.done()
 	if l.closed.Load() {
+		l.flights.done()
 		return nil, ErrClosed
 	}
-	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
-	entry := l.id + " " + w.token
+	b := l.caps.wakes
+	w := &wakeWay{l: l, w: &waiter{token: newToken(), wake: make(chan struct{}, 1)}, backoff: l.caps.backoffMin}
+	w.entry = l.id + " " + w.w.token
 	l.roomsMu.Lock()
-	r := l.join(a.lock)
-	r.fair[w.token] = w
+	w.r = l.join(a.lock)
+	w.r.fair[w.w.token] = w.w
 	l.roomsMu.Unlock()
-	// queued: w counts itself queued on the first master, and waits for a
-	// wake (a wake pops the entry). unsure: an attempt may have queued the
-	// entry unseen (its reply lost), so the entry may be there whatever
-	// queued says. Leaving takes the entry out if either is set, whether
-	// w gives up, is closed, or got its lease (a won attempt may have
-	// queued it too): see leaveRedlock.
-	queued, unsure := false, false
-	defer func() { l.leaveRedlock(r, w, entry, queued || unsure) }()
 	// Requests end when Close begins: Close waits for w (a bounded time),
 	// and w's leave must be handed to the cleaner before that wait ends.
-	ctx, stop := l.endAtClose(a.opCtx)
-	defer stop()
+	w.ctx, w.stop = l.endAtClose(a.opCtx)
 
-	if err := watchUntil(ctx, b, a.giveUp, a.lock, true); err == nil {
-		defer b.Unwatch(a.lock, true)
+	if err := watchUntil(w.ctx, b, a.giveUp, a.lock, true); err == nil {
+		w.watching = true
 	} else if a.opCtx.Err() != nil {
+		w.done(a, nil, nil)
 		return nil, ctxErr(a.opCtx, a.key)
-	} else if ctx.Err() != nil {
+	} else if w.ctx.Err() != nil {
+		w.done(a, nil, nil)
 		return nil, ErrClosed
 	} else {
-		l.logger.Debug("lockmw: waiting without wakes", slog.String("key", a.key), slog.Any("error", err))
+		l.logger.Debug("lockmw: waiting without wakes", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
 	}
-
-	retry := true
 	if l.isHot(a.lock) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		switch ok, maybe := b.EnqueueWake(ctx, a.lock, entry); {
+		switch ok, maybe := b.EnqueueWake(w.ctx, a.lock, w.entry); {
 		case ok:
-			queued, retry = true, false
+			w.queued, w.skip = true, true
 		case maybe:
-			queued, unsure = true, true // it may be queued: leaving takes it out; an attempt follows
+			w.queued, w.unsure = true, true // it may be queued: leaving takes it out; an attempt follows
 		}
 	}
-	var (
-		holderTTL time.Duration
-		backoff   = minBackoff
-	)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		if retry {
-			e := entry
-			if queued {
-				e = "" // already queued: do not queue twice
-			}
-			lease, reply, err := l.attemptQueued(ctx, a, e)
-			queued = queued || reply.Queued // (also when it failed: leaving takes the entry out)
-			unsure = unsure || reply.Unsure
-			if lease != nil || err != nil {
-				return lease, err
-			}
-			holderTTL = reply.HolderTTL
-		}
-		retry = false
-		var sleep time.Duration
-		if queued {
-			// Woken by the holder's release; the timer is for a lost wake.
-			sleep = holderTTL
-			if sleep <= 0 {
-				sleep = a.cfg.ttl
-			}
-			sleep += mathrand.N(sleep/8 + 1)
-		} else {
-			// The lock is changing hands (or the first master is away):
-			// try again shortly.
-			sleep = backoff/2 + mathrand.N(backoff/2+1)
-			backoff = min(backoff*2, maxBackoff)
-		}
-		if !a.giveUp.IsZero() {
-			left := time.Until(a.giveUp)
-			if left <= 0 {
-				return nil, &NotAcquiredError{Key: a.key, RetryAfter: holderTTL}
-			}
-			sleep = min(sleep, left)
-		}
-		timer.Reset(sleep)
-		select {
-		case <-w.wake:
-			queued, retry, backoff = false, true, minBackoff // popped by the release that woke w
-		case <-timer.C:
-			retry = true
-		case <-a.opCtx.Done():
-			return nil, ctxErr(a.opCtx, a.key)
-		case <-l.closing:
-			return nil, ErrClosed
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-	}
+	return w, nil
 }
 
-// leaveRedlock takes w out of its room and, if it is still queued, out of
+func (w *wakeWay) try(a *acquisition) (*Lease, store.Reply, error) {
+	if w.skip {
+		w.skip = false
+		return nil, store.Reply{}, nil
+	}
+	ctx, e := w.ctx, w.entry
+	if w.single {
+		ctx = a.opCtx
+	}
+	if w.queued {
+		e = "" // already queued: do not queue twice
+	}
+	lease, reply, err := w.l.attemptQueued(ctx, a, e)
+	w.queued = w.queued || reply.Queued // (also when it failed: leaving takes the entry out)
+	w.unsure = w.unsure || reply.Unsure
+	if lease != nil || err != nil {
+		return lease, store.Reply{}, err
+	}
+	if w.single && reply.HolderTTL == 0 {
+		// Masters asked with a plain SET do not tell the holder's TTL.
+		reply.HolderTTL = w.l.caps.wakes.HolderTTL(a.opCtx, a.lock)
+	}
+	return nil, reply.Reply, nil
+}
+
+// pause waits for the wake when queued (the timer is for a lost wake),
+// else, the lock changing hands (or the first master away), a short
+// backoff.
+func (w *wakeWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
+	var d time.Duration
+	if w.queued {
+		d = pollAfter(r.HolderTTL, a.cfg.ttl)
+	} else {
+		d = jitter(&w.backoff, w.l.caps.backoffMax)
+	}
+	if w.l.sleep(a, d, left, w.w.wake) {
+		// Popped by the release that woke w.
+		w.queued, w.backoff = false, w.l.caps.backoffMin
+	}
+	return nil, nil
+}
+
+func (w *wakeWay) done(*acquisition, *Lease, error) {
+	if w.single {
+		return
+	}
+	if w.watching {
+		w.l.caps.wakes.Unwatch(w.r.lock, true)
+	}
+	w.stop()
+	w.l.leaveWakeQueue(w.r, w.w, w.entry, w.queued || w.unsure)
+	w.l.flights.done()
+}
+
+// leaveWakeQueue takes w out of its room and, if it is still queued, out of
 // the wait queue; a wake w got and did not use goes to the next waiter.
-func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
+func (l *Locker) leaveWakeQueue(r *room, w *waiter, entry string, queued bool) {
 	l.roomsMu.Lock()
 	delete(r.fair, w.token)
 	woken := len(w.wake) > 0
@@ -257,8 +255,8 @@ func (l *Locker) leaveRedlock(r *room, w *waiter, entry string, queued bool) {
 	}})
 }
 
-// attemptQueued is attempt for a Redlock waiter, its requests made under
-// ctx (a.opCtx, or one that also ends at Close): entry, if not empty, is
+// attemptQueued is attempt on a WakeQueue, its requests made under ctx
+// (a.opCtx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
 func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, store.QueuedReply, error) {
 	l.flights.start()

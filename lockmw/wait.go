@@ -1,0 +1,444 @@
+package lockmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+// This file is how Acquire waits for a busy lock. wait picks the way from
+// what the store offers (caps.go), and one loop, waitLoop, runs every way:
+// it makes an attempt, returns the lease, the error, or (a single attempt,
+// or a wait that ran out) ErrNotAcquired, and otherwise pauses as the way
+// says before the next attempt, until the caller's context ends or the
+// Locker closes. The ways:
+//
+//   - backoff (no notifications): the next attempt after a capped,
+//     jittered backoff in the store's range (store.Backoff, else
+//     minBackoff to maxBackoff), never past the holder's remaining TTL;
+//   - notifications (store.Notifier): one waiter per key and Locker
+//     waits at the store until the lock may be free (enterGate; the
+//     others wait at the gate, then try once and take its place), so a
+//     release sets off one attempt per Locker, and every waiting Locker
+//     tries (they barge);
+//   - a queue (store.Queue): the waiter's entry waits for the entry just
+//     before it only (no herd), then asks again; the first entry holds the
+//     lock. Fair waiters wait so; default-mode waiters too, one per key and
+//     Locker behind the gate, unless the queue is for Fair waiters only
+//     (store.FairOnly: a polling store, where a turn costs more requests
+//     than an attempt);
+//   - a wake queue (store.WakeQueue: Redlock): the waiter's entry, queued
+//     by the attempt that found the lock held, is woken by a release, one
+//     waiter at a time (wait_wake.go).
+//
+// Every pause that waits for the store's word is bounded by the holder's
+// TTL (or the waiter's own), so a lost notification, turn or wake costs
+// latency, never liveness. A store whose releases hand the lock over
+// (store.Granter: New's Redis store) has its own policy over those
+// hand-overs: wait_default.go, wait_fair.go, lineup.go.
+//
+// Waiting adds no way for a lease to become live (doc.go, "Safety: how a
+// lease becomes live"): every lease here comes from an attempt
+// (attempt.go) or a queue's Enqueue, decided by the store.
+
+// Without release notifications, a waiter retries with a jittered,
+// capped exponential backoff, never sleeping past the holder's remaining
+// TTL. This is the default range, tuned for Redis' round trip (Redlock's
+// retries after a lost race use it too); a store may choose its own
+// (store.Backoff: a database wants longer).
+const (
+	minBackoff = 500 * time.Microsecond
+	maxBackoff = 8 * time.Millisecond
+)
+
+// acquisition is one Acquire or TryAcquire call under way: what each step
+// of its wait needs, made once by wait.
+type acquisition struct {
+	opCtx       context.Context // carries the acquire span; requests are made under it
+	leaseParent context.Context // the caller's context: the lease context derives from it
+	key         string
+	lock        store.Key
+	cfg         *acquireConfig
+	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
+}
+
+// wait runs attempts until one succeeds, fails, or the wait ends. opCtx
+// carries the acquire span; leaseParent is the caller's context the lease
+// context derives from.
+func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
+	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, lock: store.Key{Prefix: l.cfg.prefix, Name: key}, cfg: ac}
+	if ac.hasWait {
+		if ac.wait == 0 {
+			wait = false
+		}
+		a.giveUp = start.Add(ac.wait)
+	}
+	c := &l.caps
+	switch {
+	case c.waits != nil:
+		// Hand-overs: the Granter's policy.
+		return l.waitGranter(a, wait)
+	case ac.fair && c.wakes != nil:
+		return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
+	case ac.fair && c.queue == nil:
+		return nil, fmt.Errorf("%w: Fair needs a store whose locks are queues; this one has none: acquire without Fair", ErrInvalidOption)
+	}
+	if err := l.st.CheckTTL(ac.ttl); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.wakes != nil && wait:
+		w, err := l.joinWakeQueue(a)
+		if err != nil {
+			return nil, err
+		}
+		return l.waitLoop(a, true, w)
+	case c.wakes != nil:
+		return l.waitLoop(a, false, &wakeWay{l: l, ctx: a.opCtx, single: true})
+	case c.queue != nil && wait && (ac.fair || !c.fairOnly):
+		// A Fair waiter queues; so does the one default-mode waiter per
+		// key and Locker (the others wait at the gate), whose place in
+		// the queue takes a free lock at once, as an attempt would, and
+		// otherwise waits for the entry before it only: a release then
+		// wakes one waiter across all Lockers, not every waiting one.
+		q := &queueWay{l: l, token: newToken()}
+		if !ac.fair {
+			leave, _, err := l.enterGate(a.opCtx, a.lock, a.giveUp)
+			if err != nil {
+				return nil, gateErr(a, err, &NotAcquiredError{Key: a.key})
+			}
+			q.leaveGate = leave
+		}
+		return l.waitLoop(a, true, q)
+	case c.notifier != nil:
+		return l.waitLoop(a, wait, &notifyWay{l: l, backoff: c.backoffMin})
+	}
+	// A single Fair attempt takes the lock only when nobody holds it or
+	// queues for it: exactly what a default attempt does on a queue.
+	return l.waitLoop(a, wait, &backoffWay{l: l, backoff: c.backoffMin})
+}
+
+// waitWay is how a waiter waits between its attempts on a store; waitLoop
+// runs it.
+type waitWay interface {
+	// try makes one attempt, or asks for the waiter's turn: the lease,
+	// or the store's busy reply, or an error that ends the wait.
+	try(a *acquisition) (*Lease, store.Reply, error)
+	// pause waits until the next attempt is due, at most until left
+	// runs out (0: no bound); it returns early when the Locker closes or
+	// a.opCtx ends (waitLoop checks both), with the lease when the lock
+	// was handed to the waiter meanwhile, or with an error that ends the
+	// wait.
+	pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error)
+	// done is called once when the wait ends, with its outcome.
+	done(a *acquisition, lease *Lease, err error)
+}
+
+// waitLoop makes w's attempts until one gets the lease or fails, or the
+// wait ends: a single attempt (!wait), WithWait running out, the caller's
+// context, Close.
+func (l *Locker) waitLoop(a *acquisition, wait bool, w waitWay) (lease *Lease, err error) {
+	defer func() { w.done(a, lease, err) }()
+	for {
+		lease, r, err := w.try(a)
+		if lease != nil || err != nil {
+			return lease, err
+		}
+		var left time.Duration
+		if !a.giveUp.IsZero() {
+			if left = time.Until(a.giveUp); left <= 0 {
+				wait = false
+			}
+		}
+		if !wait {
+			return nil, &NotAcquiredError{Key: a.key, RetryAfter: r.HolderTTL}
+		}
+		if lease, err := w.pause(a, r, left); lease != nil || err != nil {
+			return lease, err
+		}
+		switch {
+		case l.closed.Load():
+			return nil, ErrClosed
+		case a.opCtx.Err() != nil:
+			return nil, ctxErr(a.opCtx, a.key)
+		}
+	}
+}
+
+// sleep waits d (cut at left, when not 0), or until c delivers, a.opCtx
+// ends or the Locker closes; woken reports c.
+func (l *Locker) sleep(a *acquisition, d, left time.Duration, c <-chan struct{}) (woken bool) {
+	if left > 0 {
+		d = min(d, left)
+	}
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c:
+		return true
+	case <-t.C:
+	case <-a.opCtx.Done():
+	case <-l.closing:
+	}
+	return false
+}
+
+// jitter returns a pause of about *backoff (half to all of it) and doubles
+// *backoff, up to hi.
+func jitter(backoff *time.Duration, hi time.Duration) time.Duration {
+	d := *backoff/2 + mathrand.N(*backoff/2+1)
+	*backoff = min(*backoff*2, hi)
+	return d
+}
+
+// backoffWay polls the store: attempts after a capped, jittered backoff,
+// never past the holder's remaining TTL.
+type backoffWay struct {
+	l       *Locker
+	backoff time.Duration
+}
+
+func (w *backoffWay) try(a *acquisition) (*Lease, store.Reply, error) { return w.l.attempt(a) }
+
+func (w *backoffWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
+	d := jitter(&w.backoff, w.l.caps.backoffMax)
+	if r.HolderTTL > 0 {
+		d = min(d, r.HolderTTL)
+	}
+	w.l.sleep(a, d, left, nil)
+	return nil, nil
+}
+
+func (w *backoffWay) done(*acquisition, *Lease, error) {}
+
+// notifyWay waits for the store's word that the lock may be free
+// (store.Notifier), one waiter per key and Locker: the first pause enters
+// the key's gate.
+type notifyWay struct {
+	l       *Locker
+	backoff time.Duration // after a failed watch
+	leave   func()        // leaves the gate; nil: not through it yet
+	waited  bool          // the gate made the caller wait: try at once
+}
+
+func (w *notifyWay) try(a *acquisition) (*Lease, store.Reply, error) { return w.l.attempt(a) }
+
+func (w *notifyWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
+	l := w.l
+	if w.leave == nil {
+		leave, waited, err := l.enterGate(a.opCtx, a.lock, a.giveUp)
+		if err != nil {
+			return nil, gateErr(a, err, &NotAcquiredError{Key: a.key, RetryAfter: r.HolderTTL})
+		}
+		w.leave = leave
+		if waited {
+			return nil, nil // the lock may have changed hands meanwhile
+		}
+	}
+	d := pollAfter(r.HolderTTL, a.cfg.ttl)
+	if left > 0 {
+		d = min(d, left)
+	}
+	err := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
+		return l.caps.notifier.WaitFree(ctx, a.lock, r.Seen)
+	})
+	if err != nil && a.opCtx.Err() == nil && !l.closed.Load() && !isTimeout(err) {
+		// The store could not watch: back off before the next attempt,
+		// which reports the store's state.
+		l.sleep(a, jitter(&w.backoff, l.caps.backoffMax), left, nil)
+	}
+	return nil, nil
+}
+
+func (w *notifyWay) done(*acquisition, *Lease, error) {
+	if w.leave != nil {
+		w.leave()
+	}
+}
+
+// queueWay waits in the store's queue (store.Queue): its entry waits for
+// the entry before it to end, then asks again whether it is first.
+type queueWay struct {
+	l         *Locker
+	token     string
+	leaveGate func() // a default-mode waiter's gate; nil for Fair
+	settled   bool   // the token took the lock, or was given back whole
+}
+
+func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
+	l := w.l
+	reply, err := l.enqueue(a.opCtx, a.lock, w.token, a.cfg)
+	if err != nil {
+		// Given back whole: its holding, if the request took the lock,
+		// and its entry.
+		w.settled = true
+		l.takeBack(a.lock, w.token, "", false, a.cfg.ttl)
+		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
+	}
+	if !reply.Acquired {
+		return nil, reply, nil
+	}
+	// The lease, or, when its reply came too late, its give-back, ends
+	// the holding and the entry.
+	w.settled = true
+	lease, err := l.newLease(a, w.token, reply.Fence, reply.ValidFrom, false)
+	return lease, store.Reply{}, err
+}
+
+func (w *queueWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
+	l := w.l
+	d := pollAfter(r.HolderTTL, a.cfg.ttl)
+	if left > 0 {
+		d = min(d, left)
+	}
+	err := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
+		return l.caps.queue.WaitTurn(ctx, a.lock, w.token, a.cfg.ttl, r)
+	})
+	if err != nil && !isTimeout(err) && !l.closed.Load() && a.opCtx.Err() == nil {
+		// The store could not watch the queue: give up the place, as a
+		// store failure ends every other wait.
+		return nil, unavailable("acquire", a.key, err)
+	}
+	return nil, nil
+}
+
+// done takes the entry out of the queue when the wait ended without a
+// lease or a give-back (Close, the caller's context, WithWait, a failed
+// watch).
+func (w *queueWay) done(a *acquisition, _ *Lease, _ error) {
+	if !w.settled {
+		w.l.leaveQueue(a.opCtx, a.lock, w.token, a.cfg.ttl)
+	}
+	if w.leaveGate != nil {
+		w.leaveGate()
+	}
+}
+
+// gateErr is the error for a waiter that could not pass its gate: Close,
+// its context, or (else) the wait ran out: busy.
+func gateErr(a *acquisition, err error, busy error) error {
+	switch {
+	case errors.Is(err, ErrClosed):
+		return ErrClosed
+	case a.opCtx.Err() != nil:
+		return ctxErr(a.opCtx, a.key)
+	}
+	return busy
+}
+
+// untilClosed runs fn with a context that ends after d, when ctx ends, or
+// when the Locker closes.
+func (l *Locker) untilClosed(ctx context.Context, d time.Duration, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-l.closing:
+			cancel()
+		case <-stop:
+		}
+	}()
+	return fn(ctx)
+}
+
+// enqueue is one Queue.Enqueue, counted as a flight so that Close waits
+// for it.
+func (l *Locker) enqueue(opCtx context.Context, sk store.Key, token string, ac *acquireConfig) (store.Reply, error) {
+	l.flights.start()
+	defer l.flights.done()
+	if l.closed.Load() {
+		return store.Reply{}, ErrClosed
+	}
+	return l.caps.queue.Enqueue(opCtx, sk, token, ac.ttl, ac.watchdog)
+}
+
+// leaveQueue takes token's entry out of the queue, even if opCtx has
+// ended; if the store cannot be told, the cleaner retries.
+func (l *Locker) leaveQueue(opCtx context.Context, lock store.Key, token string, ttl time.Duration) {
+	l.flights.start()
+	defer l.flights.done()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
+	defer cancel()
+	if err := l.caps.queue.Leave(ctx, lock, token); err != nil {
+		l.takeBack(lock, token, "", false, ttl)
+	}
+}
+
+// isTimeout reports whether err is a context deadline: the wait's own
+// bound, after which the waiter asks the store again.
+func isTimeout(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// gate lets one default-mode waiter per key and Locker wait for the
+// store's notification and retry; the others wait for the gate, so that a
+// release sets off one attempt per Locker, not one per waiting goroutine.
+type gate struct {
+	turn chan struct{} // holds a token while nobody is through the gate
+	refs int           // waiters through or at the gate; guarded by Locker.gatesMu
+}
+
+// enterGate waits until the caller is the one waiter through key's gate,
+// or opCtx ends, giveUp passes (errGaveUp) or the Locker closes
+// (ErrClosed). waited says whether it had to wait; leave lets the next one
+// through.
+func (l *Locker) enterGate(opCtx context.Context, key store.Key, giveUp time.Time) (leave func(), waited bool, err error) {
+	l.gatesMu.Lock()
+	if l.gates == nil {
+		l.gates = make(map[store.Key]*gate)
+	}
+	g := l.gates[key]
+	if g == nil {
+		g = &gate{turn: make(chan struct{}, 1)}
+		g.turn <- struct{}{}
+		l.gates[key] = g
+	}
+	g.refs++
+	l.gatesMu.Unlock()
+	unref := func() {
+		l.gatesMu.Lock()
+		if g.refs--; g.refs == 0 {
+			delete(l.gates, key)
+		}
+		l.gatesMu.Unlock()
+	}
+	leave = func() {
+		g.turn <- struct{}{}
+		unref()
+	}
+	select {
+	case <-g.turn:
+		return leave, false, nil
+	default:
+	}
+	var deadline <-chan time.Time
+	if !giveUp.IsZero() {
+		t := time.NewTimer(time.Until(giveUp))
+		defer t.Stop()
+		deadline = t.C
+	}
+	select {
+	case <-g.turn:
+		return leave, true, nil
+	case <-opCtx.Done():
+		err = opCtx.Err()
+	case <-l.closing:
+		err = ErrClosed
+	case <-deadline:
+		err = errGaveUp
+	}
+	unref()
+	return nil, false, err
+}
+
+// errGaveUp is enterGate's error when WithWait ran out.
+var errGaveUp = errors.New("lockmw: the wait ran out")

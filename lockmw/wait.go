@@ -169,25 +169,33 @@ func (l *Locker) waitLoop(a *acquisition, wait bool, w waitWay) (lease *Lease, e
 	}
 }
 
-// sleep waits d (cut at left, when not 0), or until c delivers, a.opCtx
-// ends or the Locker closes; woken reports c.
-func (l *Locker) sleep(a *acquisition, d, left time.Duration, c <-chan struct{}) (woken bool) {
+// sleep waits d (cut at left, when not 0), or until wake delivers (woken),
+// a.opCtx ends or the Locker closes.
+func (l *Locker) sleep(a *acquisition, d, left time.Duration, wake <-chan struct{}) (woken bool) {
+	_, _, woken = l.pauseFor(a, d, left, wake, nil)
+	return woken
+}
+
+// pauseFor is sleep that also returns a hand-over delivered on grant.
+func (l *Locker) pauseFor(a *acquisition, d, left time.Duration, wake <-chan struct{}, grant <-chan grantInfo) (g grantInfo, granted, woken bool) {
 	if left > 0 {
 		d = min(d, left)
 	}
 	if d <= 0 {
-		return false
+		return g, false, false
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-c:
-		return true
+	case g = <-grant:
+		return g, true, false
+	case <-wake:
+		return g, false, true
 	case <-t.C:
 	case <-a.opCtx.Done():
 	case <-l.closing:
 	}
-	return false
+	return g, false, false
 }
 
 // jitter returns a pause of about *backoff (half to all of it) and doubles

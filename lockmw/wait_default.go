@@ -170,33 +170,24 @@ func (d *roomWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lea
 	if sleep <= 0 {
 		sleep = a.cfg.ttl
 	}
-	if left > 0 {
-		sleep = min(sleep, left)
+	g, granted, _ := l.pauseFor(a, sleep, left, w.wake, w.grant)
+	// Woken, or the holder's TTL (or the wait) ran out: retry.
+	d.retry = true
+	if !granted {
+		return nil, nil
 	}
-	t := time.NewTimer(sleep)
-	defer t.Stop()
-	select {
-	case g := <-w.grant:
-		// A release in this Locker handed the lock over.
-		defer l.flights.done()
-		if g.early != nil {
-			return l.newEarlyLease(a, w.token, g.early, false)
-		}
-		lease, err := l.newLease(a, w.token, g.fence, g.validFrom, false)
-		if lease != nil && g.reserved != 0 {
-			// A transfer's grant: validFrom is when it was sent.
-			lease.reservedAt.Store(&g.validFrom)
-			lease.reserved.Store(g.reserved)
-		}
-		return lease, err
-	case <-w.wake:
-		d.retry = true
-	case <-t.C:
-		d.retry = true // the holder's TTL ran out, or the wait did
-	case <-a.opCtx.Done():
-	case <-l.closing:
+	// A release in this Locker handed the lock over.
+	defer l.flights.done()
+	if g.early != nil {
+		return l.newEarlyLease(a, w.token, g.early, false)
 	}
-	return nil, nil
+	lease, err := l.newLease(a, w.token, g.fence, g.validFrom, false)
+	if lease != nil && g.reserved != 0 {
+		// A transfer's grant: validFrom is when it was sent.
+		lease.reservedAt.Store(&g.validFrom)
+		lease.reserved.Store(g.reserved)
+	}
+	return lease, err
 }
 
 func (d *roomWay) done(*acquisition, *Lease, error) {

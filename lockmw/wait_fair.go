@@ -152,24 +152,14 @@ func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
 // pause waits for a grant, or for the holder's TTL to run out: then try
 // polls.
 func (f *fairWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lease, error) {
-	l, w := f.l, f.w
-	d := pollAfter(f.holderTTL, a.cfg.ttl)
-	if left > 0 {
-		d = min(d, left)
+	g, granted, _ := f.l.pauseFor(a, pollAfter(f.holderTTL, a.cfg.ttl), left, nil, f.w.grant)
+	if !granted {
+		return nil, nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case g := <-w.grant:
-		// No lease, no error: the grant had expired before w saw it,
-		// and try polls at once.
-		lease, _, err := l.fairGrantLease(a, w, g)
-		return lease, err
-	case <-t.C:
-	case <-a.opCtx.Done():
-	case <-l.closing:
-	}
-	return nil, nil
+	// No lease, no error: the grant had expired before w saw it, and try
+	// polls at once.
+	lease, _, err := f.l.fairGrantLease(a, f.w, g)
+	return lease, err
 }
 
 // done leaves the queue, and passes on a lock granted meanwhile, unless w

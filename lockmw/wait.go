@@ -33,17 +33,23 @@ import (
 //     than an attempt);
 //   - a wake queue (store.WakeQueue: Redlock): the waiter's entry, queued
 //     by the attempt that found the lock held, is woken by a release, one
-//     waiter at a time (wait_wake.go).
+//     waiter at a time (wakeWay, wait_wake.go);
+//   - hand-overs (store.Granter: New's Redis store): a default-mode
+//     waiter waits in its Locker's room, where only the first tries when
+//     a release is heard, and a release of the same Locker may hand it the
+//     lock (roomWay, wait_default.go); or it lines up in the lock's queue
+//     behind other Lockers' waiters (lineup.go) as a Fair waiter does,
+//     whose release grants it the lock (fairWay, wait_fair.go).
 //
 // Every pause that waits for the store's word is bounded by the holder's
-// TTL (or the waiter's own), so a lost notification, turn or wake costs
-// latency, never liveness. A store whose releases hand the lock over
-// (store.Granter: New's Redis store) has its own policy over those
-// hand-overs: wait_default.go, wait_fair.go, lineup.go.
+// TTL (or the waiter's own), so a lost notification, turn, wake or grant
+// costs latency, never liveness.
 //
-// Waiting adds no way for a lease to become live (doc.go, "Safety: how a
-// lease becomes live"): every lease here comes from an attempt
-// (attempt.go) or a queue's Enqueue, decided by the store.
+// Waiting adds no way for a lease to become live but the hand-overs of a
+// Granter, each argued in doc.go ("Safety: how a lease becomes live":
+// Transfer, Fair grant, Early hand-over) and in store.Granter: every other
+// lease here comes from an attempt (attempt.go) or a queue's Enqueue,
+// decided by the store.
 
 // Without release notifications, a waiter retries with a jittered,
 // capped exponential backoff, never sleeping past the holder's remaining

@@ -239,7 +239,6 @@ type notifyWay struct {
 	l       *Locker
 	backoff time.Duration // after a failed watch
 	leave   func()        // leaves the gate; nil: not through it yet
-	waited  bool          // the gate made the caller wait: try at once
 }
 
 func (w *notifyWay) try(a *acquisition) (*Lease, store.Reply, error) { return w.l.attempt(a) }

@@ -116,7 +116,7 @@ func (l *Locker) lineUp(a *acquisition) (*Lease, error) {
 	if err == nil || a.opCtx.Err() != nil || !slotMoving(err) {
 		return lease, err
 	}
-	l.logger.Debug("lockmw: waiting without the queue while the slot moves", slog.String("key", a.key), slog.Any("error", err))
+	l.logger.Debug("lockmw: waiting without the queue while the slot moves", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
 	a.cfg.stayInRoom = true
 	lease, _, err = l.waitDefault(a, 0)
 	return lease, err

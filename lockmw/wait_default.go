@@ -211,7 +211,7 @@ func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
 	}
 	queued, err := l.caps.waits.FairQueued(a.opCtx, a.lock)
 	if err != nil {
-		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.Any("error", err))
+		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
 		return
 	}
 	if !queued {

@@ -183,7 +183,15 @@ func (s *Lease) release(ctx context.Context) error {
 		return ErrClosed
 	}
 	if prev == stateHeld {
-		defer l.keeper.released(s)
+		defer func() {
+			if testHookReleaseEnding != nil {
+				testHookReleaseEnding(s.lock)
+			}
+			l.keeper.released(s)
+			if l.caps.waits != nil {
+				l.holdEnded(s.lock)
+			}
+		}()
 	}
 
 	// Work under the lease stops before anyone else can take the lock.
@@ -318,3 +326,7 @@ func (s *Lease) nestedEndErr() error {
 	}
 	return &LostError{Key: s.key, Reason: LostReleased}
 }
+
+// testHookReleaseEnding, when set by a test, runs at the end of a lease's
+// release, while the lease still counts as holding its lock.
+var testHookReleaseEnding func(store.Key)

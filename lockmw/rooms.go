@@ -33,6 +33,7 @@ type waiter struct {
 	grant     chan grantInfo // fair mode: the lock was handed over
 	delivered bool           // fair mode: a grant was sent on grant (or claimed)
 	passOn    bool           // default mode: leaves its room to line up in the queue
+	heldHere  bool           // default mode: stayed for a hand-over by this Locker's release (holdEnded)
 	// arrived and aheadOfQueue are, in default mode, when w joined its
 	// room, and whether a check of the lock made since found no fair
 	// waiter queued for it: w then arrived before every fair waiter queued

@@ -158,8 +158,39 @@ func (d *roomWay) try(a *acquisition) (*Lease, store.Reply, error) {
 			return nil, reply, errLineUp
 		}
 	}
+	if l.keeper.holds(a.lock) {
+		// The lock is this Locker's, or its release is under way: w stays
+		// for the hand-over in-process. Should that release hand the lock
+		// to another Locker instead, or free it, its end wakes w
+		// (holdEnded): a wake that came while it was under way
+		// (wakeDefaultHead) found the lock still counted as this Locker's.
+		l.roomsMu.Lock()
+		w.heldHere = true
+		l.roomsMu.Unlock()
+		if !l.keeper.holds(a.lock) {
+			signal(w.wake) // it ended meanwhile: try again at once
+		}
+	}
 	l.checkAheadOfQueue(a, w)
 	return nil, reply, nil
+}
+
+// holdEnded runs when the release of a lease of this Locker for lock has
+// ended (the lease no longer counts as holding it, see holds): the room's
+// first default-mode waiter, if its last attempt stayed in the room for
+// that release's hand-over (heldHere) and the release did not hand it the
+// lock, tries again, and lines up if the lock went to another Locker.
+func (l *Locker) holdEnded(lock store.Key) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[lock]
+	if r == nil || len(r.defaults) == 0 {
+		return
+	}
+	if w := r.defaults[0]; w.heldHere && !w.delivered {
+		w.heldHere = false
+		signal(w.wake)
+	}
 }
 
 // pause waits for a release (w.wake), the holder's TTL (or w's own), or

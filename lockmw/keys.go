@@ -1,8 +1,6 @@
 package lockmw
 
 import (
-	"fmt"
-
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -62,14 +60,4 @@ func keyOfBase(prefix, base string) (k store.Key, ok bool) {
 		return store.Key{}, false
 	}
 	return store.Key{Prefix: prefix, Name: base[len(prefix)+1 : len(base)-1]}, true
-}
-
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: the key is empty: name the resource to lock, e.g. \"order:42\"", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: the key is %d bytes, the limit is %d: hash long keys before locking", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
 }

@@ -33,7 +33,7 @@ const (
 )
 
 // A release or hand-over is retried never past the validity deadline of
-// the lease it gives up (withValidity; Locker.releaseLease sets it): once it
+// the lease it gives up (store.WithValidity; Locker.releaseLease sets it): once it
 // has passed, the lease's token may be gone from Redis and the lock taken
 // by another, and a waiter that the release started early, under that
 // validity (handover.go), has stopped at it; trying on would only
@@ -47,24 +47,11 @@ const (
 // so that a later call of the same lock cannot come in between
 // (pipeline.go).
 
-// validityKey carries a deadline set by withValidity.
-type validityKey struct{}
-
-// withValidity returns ctx, under which calls retry while their slot moves
-// no later than deadline (the validity deadline of the lease being given
-// up); a zero deadline (unknown) leaves ctx as it is.
-func withValidity(ctx context.Context, deadline time.Time) context.Context {
-	if deadline.IsZero() {
-		return ctx
-	}
-	return context.WithValue(ctx, validityKey{}, deadline)
-}
-
 // giveUpAt is when a call made under ctx now, with patience, stops retrying
 // while its slot moves.
 func giveUpAt(ctx context.Context, patience time.Duration) time.Time {
 	giveUp := time.Now().Add(min(patience, reshardPatience))
-	if d, ok := ctx.Value(validityKey{}).(time.Time); ok && d.Before(giveUp) {
+	if d, ok := store.ValidUntil(ctx); ok && d.Before(giveUp) {
 		giveUp = d
 	}
 	return giveUp
@@ -145,6 +132,17 @@ func (b *redisStore) runAcquire(ctx context.Context, k lockRef, token string, tt
 		reply, err = acquireReplyOf(vals)
 	}
 	return reply, err
+}
+
+// acquireReplyOf reads the acquire script's reply: {1, fence} or {0, pttl}.
+func acquireReplyOf(vals []int64) (store.Reply, error) {
+	if len(vals) != 2 {
+		return store.Reply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
+	}
+	if vals[0] == acquireTaken {
+		return store.Reply{Acquired: true, Fence: uint64(vals[1])}, nil
+	}
+	return store.Reply{HolderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
 }
 
 // slotMoving reports whether err means a Cluster slot is being migrated

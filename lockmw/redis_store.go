@@ -3,6 +3,7 @@ package lockmw
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -25,6 +26,107 @@ var (
 	_ store.FireClaimer = (*redisStore)(nil)
 	_ store.Granter     = (*redisStore)(nil)
 )
+
+// redisStore keeps locks on one Redis deployment: a standalone server, a
+// Sentinel-managed primary, or a Cluster (every lock's keys share one slot).
+// It notifies releases on pub/sub (sharded pub/sub on Cluster) and keeps
+// the fair queues.
+type redisStore struct {
+	client  redis.UniversalClient
+	self    string // the Locker's id: names its grant channel
+	publish string // PUBLISH, or SPUBLISH on Cluster
+	numsub  string // NUMSUB, or SHARDNUMSUB on Cluster
+	subs    *subscriber
+	batch   *batcher // acquisitions and releases of concurrent callers share round trips
+	// waitReplicas and waitTimeout are WithWaitReplicas' arguments; 0
+	// replicas: no WAIT.
+	waitReplicas int
+	waitTimeout  time.Duration
+	// plainAcquire: acquire with plain commands instead of the script (one
+	// server; on Cluster a slot migration could run them out of order).
+	plainAcquire bool
+	// expiry is the Locker's, for the counter and queue keys.
+	expiry keyExpiry
+	// prefix is the Locker's key prefix; events what the subscriber
+	// hears goes to (route).
+	prefix string
+	events store.Events
+	// claimKeep is how long a fire claim record is kept after a claim:
+	// the Locker's retention (FireClaims).
+	claimKeep time.Duration
+}
+
+// newRedisStore returns the store of client; New binds it to its Locker
+// (bind) before the Locker's first request.
+func newRedisStore(client redis.UniversalClient) *redisStore {
+	b := &redisStore{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
+	}
+	_, b.plainAcquire = client.(*redis.Client)
+	b.subs = newSubscriber(client)
+	b.batch = newBatcher(client)
+	return b
+}
+
+// redisConfig is what a Redis store takes from its Locker, given once by
+// bind, before the Locker's first request: the Locker's options and where
+// the store sends what it hears.
+type redisConfig struct {
+	// Self is the Locker's id: it names the Locker's grant and wake
+	// channels.
+	Self string
+	// Prefix is the Locker's key prefix.
+	Prefix string
+	// Events is where the store sends the releases, grants and wakes it
+	// hears.
+	Events store.Events
+	// Retention is the Locker's retention: how long an idle lock's fence
+	// counter and queue are kept (unless PermanentFences), and a fire
+	// claim record after a claim.
+	Retention       time.Duration
+	PermanentFences bool
+	// TTL is the Locker's lease TTL, which the client's timeouts are
+	// checked against (warnSlowClient).
+	TTL time.Duration
+	// Logger gets the warnings about the clients' settings, and under
+	// Redlock about locks that could not be given back.
+	Logger *slog.Logger
+	// Closing is closed when the Locker's Close begins.
+	Closing <-chan struct{}
+
+	// WaitReplicas and WaitTimeout are WithWaitReplicas' arguments (New's
+	// store only).
+	WaitReplicas int
+	WaitTimeout  time.Duration
+
+	// GiveBack hands the Locker's cleaner a lock that a failed
+	// acquisition may have taken on some Redlock masters (until: when it
+	// has expired; try: one attempt to give it back); it never blocks,
+	// and reports false once the cleaner is closed (NewRedlock's store
+	// only).
+	GiveBack func(key string, until time.Time, try func(context.Context) error) bool
+	// OnWake is told when a release woke a Redlock waiter: the lock is
+	// contended (NewRedlock's store only).
+	OnWake func(store.Key)
+}
+
+// bind binds b to its Locker (c): before the Locker's first request, once.
+// It fails when the client's ReadTimeout would cut WAIT short, and starts
+// the checks of the client's settings, which only warn.
+func (b *redisStore) bind(c redisConfig) error {
+	b.self, b.prefix, b.events = c.Self, c.Prefix, c.Events
+	b.subs.deliver = b.route
+	b.waitReplicas, b.waitTimeout = c.WaitReplicas, c.WaitTimeout
+	b.expiry = newKeyExpiry(c.Retention, c.PermanentFences)
+	b.claimKeep = c.Retention
+	if err := b.checkWaitTimeout(); err != nil {
+		return err
+	}
+	warnEviction(c.Logger, []redis.UniversalClient{b.client}, c.Closing)
+	warnSlowClient(c.Logger, []redis.UniversalClient{b.client}, c.TTL)
+	return nil
+}
 
 // Name names the deployment in messages: "Redis" or "Redis Cluster".
 func (b *redisStore) Name() string { return redisName(b.client) }
@@ -49,6 +151,41 @@ func (b *redisStore) Acquire(ctx context.Context, k store.Key, token string, ttl
 func (b *redisStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	h, err := b.ReleaseHandoff(ctx, k, token, "", 0)
 	return h.Ownership, err
+}
+
+// Renew extends each request's lock if its token still holds it, in one
+// round trip (two when a node lost its scripts).
+func (b *redisStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+	cmds := make([]*redis.Cmd, len(reqs))
+	locks := make([]string, len(reqs))
+	pipe := b.client.Pipeline()
+	for i, r := range reqs {
+		locks[i] = lockKeyOf(r.Key)
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors are read below
+
+	// A node that restarted or failed over has no scripts cached: resend
+	// those in full, again in one round trip.
+	rs := resend{ctx: ctx, client: b.client, retry: true}
+	for i, c := range cmds {
+		if noScript(c.Err()) {
+			r := reqs[i]
+			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, millis(r.TTL))
+		}
+	}
+	rs.send()
+
+	results := make([]store.RenewResult, len(reqs))
+	for i, c := range cmds {
+		v, err := c.Int64()
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		results[i].Ownership = ownershipOf(v)
+	}
+	return results
 }
 
 // LeftNothing reports that a failed request took nothing: Redis answered

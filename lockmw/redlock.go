@@ -38,75 +38,14 @@ import (
 // next, and what it needs of the masters' data, is argued once, in the
 // package documentation (doc.go, section Safety, "Redlock fences").
 
-// NewRedlock returns a Locker that keeps each lock on a majority of N
-// independent Redis masters (the Redlock algorithm), so that the lock
-// survives the loss of up to N/2 of them. N must be odd and at least 3, and
-// every client must reach a different master: not replicas of each other,
-// not Cluster nodes, nothing shared.
-//
-// An acquisition is sent to all masters in parallel and succeeds once
-// N/2+1 grant it; its validity is TTL − elapsed − drift, counted from
-// when the request was sent (see WithDriftFactor). A failed acquisition
-// releases whatever it got at once, on all masters in parallel. Renewals
-// and releases fan out the same way: a lease stays held while a majority
-// confirms each renewal, and its context is cancelled with ErrLost when a
-// majority no longer holds it or when its validity runs out without a
-// majority confirming. A failed attempt reports ErrUnavailable when more
-// than N/2 masters failed (so no majority could answer), else
-// ErrNotAcquired: other owners hold the lock on enough masters.
-//
-// Lease.Fence still strictly increases per key across holders, also when
-// successive holders win different majorities, as long as the masters keep
-// their data (a master restarted without persistence forgets its fence
-// counters); the argument is in the package documentation (section Safety,
-// "Redlock fences"). Redlock's mutual exclusion assumes bounded clock
-// drift, process pauses and network delays; a master restarted without
-// persistence must stay down for at least the longest lease TTL before
-// rejoining, or two holders can overlap (the restart-delay rule, section
-// Redlock of the package documentation). Fence every write to shared state.
-//
-// An attempt asks the first N/2+1 masters, and the others as soon as one
-// of those does not grant it or they have not all answered within a few
-// milliseconds; the lease's first renewal (after TTL/3) takes the other
-// masters that are free, so a lease held past it survives the loss of up
-// to N/2 masters, and one released before it is held on a bare majority
-// (the loss of one of its masters then ends it at its deadline). Waiting
-// (Acquire) is on wakes, not polling: the first master keeps a wait queue
-// of the Lockers' waiters, and a release there wakes the first, which
-// then makes an attempt; a waiter whose wake is lost retries when the
-// holder's TTL runs out. Fair gives ErrInvalidOption. The Locker does not
-// own the clients: close them after the Locker. Each client's ReadTimeout
-// bounds how long a paused master can delay its own queue, not the
-// decisions the other masters make.
-func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
-	b, err := newRedlockStore(clients)
-	if err != nil {
-		return nil, err
-	}
-	l, err := newLocker(b, opts)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	// Bound to l before its first request.
-	b.cleaner, b.logger, b.closing = l.cleaner, l.logger, l.closing
-	b.expiry, b.prefix = l.cfg.expiry(), l.cfg.prefix
-	warnEviction(l.logger, clients, l.closing)
-	b.self, b.events, b.onWake = l.id, l.events(), l.markHot
-	b.subs = newSubscriber(clients[0]) // wakes are heard on the first master
-	b.subs.deliver = b.route
-	warnSlowClient(l.logger, clients, l.cfg.ttl)
-	return l, nil
-}
-
 // redlockStore keeps each lock on a quorum of independent masters.
 type redlockStore struct {
 	masters []*master
 	quorum  int
-	// cleaner gives back, per master, locks that failed acquisitions may
-	// have taken there (see rollback); the Locker's.
-	cleaner *cleaner
-	logger  *slog.Logger
+	// giveBack hands the Locker's cleaner, per master, locks that failed
+	// acquisitions may have taken there (see rollback; redisConfig.GiveBack).
+	giveBack func(key string, until time.Time, try func(context.Context) error) bool
+	logger   *slog.Logger
 	// closing is the Locker's: closed when Close begins.
 	closing <-chan struct{}
 	// subs hears wakes on the first master (see redlock_wait.go); self is
@@ -141,34 +80,33 @@ const firstAnswerWait = time.Second
 // before it asks the others too.
 const hedgeAfter = 5 * time.Millisecond
 
-func newRedlockStore(clients []redis.UniversalClient) (*redlockStore, error) {
+// newRedlockStore returns the store of clients, one per master, checked
+// by NewRedlock; NewRedlock binds it to its Locker (bind) before the
+// Locker's first request.
+func newRedlockStore(clients []redis.UniversalClient) *redlockStore {
 	n := len(clients)
-	if n < 3 || n%2 == 0 {
-		return nil, fmt.Errorf("%w: NewRedlock got %d clients: give an odd number, at least 3, of clients to independent masters (3 tolerates 1 lost master, 5 tolerates 2)", ErrInvalidOption, n)
-	}
-	seen := make(map[redis.UniversalClient]int, n)
-	addrs := make(map[string]int, n)
-	for i, c := range clients {
-		if isNil(c) {
-			return nil, fmt.Errorf("%w: NewRedlock: client %d of %d is nil: pass one connected client per master", ErrNilClient, i, n)
-		}
-		if j, dup := seen[c]; dup {
-			return nil, fmt.Errorf("%w: NewRedlock: clients %d and %d are the same client: each must reach a different master", ErrInvalidOption, j, i)
-		}
-		seen[c] = i
-		if rc, ok := c.(*redis.Client); ok {
-			addr := rc.Options().Addr
-			if j, dup := addrs[addr]; dup {
-				return nil, fmt.Errorf("%w: NewRedlock: clients %d and %d both reach %s: each must reach a different master", ErrInvalidOption, j, i, addr)
-			}
-			addrs[addr] = i
-		}
-	}
 	b := &redlockStore{quorum: n/2 + 1}
 	for _, c := range clients {
 		b.masters = append(b.masters, newMaster(c))
 	}
-	return b, nil
+	return b
+}
+
+// bind binds b to its Locker (c): before the Locker's first request, once.
+// It starts the subscriber that hears wakes on the first master, and the
+// checks of the clients' settings, which only warn.
+func (b *redlockStore) bind(c redisConfig) {
+	b.giveBack, b.logger, b.closing = c.GiveBack, c.Logger, c.Closing
+	b.expiry, b.prefix = newKeyExpiry(c.Retention, c.PermanentFences), c.Prefix
+	clients := make([]redis.UniversalClient, len(b.masters))
+	for i, m := range b.masters {
+		clients[i] = m.client
+	}
+	warnEviction(c.Logger, clients, c.Closing)
+	b.self, b.events, b.onWake = c.Self, c.Events, c.OnWake
+	b.subs = newSubscriber(clients[0]) // wakes are heard on the first master
+	b.subs.deliver = b.route
+	warnSlowClient(c.Logger, clients, c.TTL)
 }
 
 // Close stops the masters' senders once they have sent what is queued;

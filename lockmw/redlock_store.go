@@ -136,10 +136,8 @@ const holderTTLWait = 100 * time.Millisecond
 // masters marked in masters, whose rollback got no answer. It never blocks
 // (a master's sender calls it); after Close it gives up at once.
 func (b *redlockStore) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
-	j := &cleanup{key: k.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
-		return b.releaseOn(ctx, k, token, masters)
-	}}
-	if b.cleaner == nil || !b.cleaner.offer(j) {
+	try := func(ctx context.Context) error { return b.releaseOn(ctx, k, token, masters) }
+	if b.giveBack == nil || !b.giveBack(k.Name, time.Now().Add(ttl), try) {
 		b.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
 			slog.String("key", k.Name), slog.String("store", "Redlock"), slog.String("reason", "locker closed"))
 	}

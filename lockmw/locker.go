@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -71,12 +72,12 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if isNil(client) {
 		return nil, fmt.Errorf("%w: New needs a connected client such as redis.NewClient(&redis.Options{Addr: \"localhost:6379\"})", ErrNilClient)
 	}
-	b := newRedisStore(client)
+	b := redisstore.New(client)
 	l, err := newLocker(b, opts)
 	if err != nil {
 		return nil, err
 	}
-	if err := b.bind(l.redisConfig()); err != nil { // before l's first request
+	if err := b.Bind(l.redisConfig()); err != nil { // before l's first request
 		_ = l.Close()
 		return nil, err
 	}
@@ -127,13 +128,13 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	if err := checkRedlockClients(clients); err != nil {
 		return nil, err
 	}
-	b := newRedlockStore(clients)
+	b := redisstore.NewRedlock(clients)
 	l, err := newLocker(b, opts)
 	if err != nil {
 		_ = b.Close()
 		return nil, err
 	}
-	b.bind(l.redisConfig()) // before l's first request
+	b.Bind(l.redisConfig()) // before l's first request
 	return l, nil
 }
 
@@ -166,9 +167,9 @@ func checkRedlockClients(clients []redis.UniversalClient) error {
 }
 
 // redisConfig is what the Locker's Redis or Redlock store takes from it
-// (bind).
-func (l *Locker) redisConfig() redisConfig {
-	return redisConfig{
+// (Bind).
+func (l *Locker) redisConfig() redisstore.Config {
+	return redisstore.Config{
 		Self:            l.id,
 		Prefix:          l.cfg.prefix,
 		Events:          l.events(),

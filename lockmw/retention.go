@@ -9,12 +9,12 @@ import (
 // after which an idle lock's fence counter and queue expire (the lock key
 // has its lease's TTL), and the one exception (WithPermanentFences). The
 // check that Redis will not evict lock keys, which no expiry can make
-// safe, is the Redis store's (eviction.go).
+// safe, is the Redis store's (lockmw/internal/redisstore, eviction.go).
 //
 // Safety (doc.go, "Safety: how a lease becomes live", Fence counters): a
 // counter that expired, or was lost, is seeded from the server clock in
-// microseconds when it is next drawn from (scripts/fence.lua), so fences
-// still rise.
+// microseconds when it is next drawn from (fence.lua, in
+// lockmw/internal/redisstore/scripts), so fences still rise.
 
 const (
 	// DefaultRetention is how long an idle lock's fence counter and queue

@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -9,7 +9,7 @@ import (
 // touch them all (and sharded pub/sub reaches the node that holds them).
 type lockKeys struct {
 	lock   string // the owner's token, with the lease's expiry
-	fence  string // the fencing counter; expires after the retention (retention.go)
+	fence  string // the fencing counter; expires after the retention (keyExpiry)
 	queue  string // fair waiters in arrival order
 	notify string // channel: the lock was released (default-mode waiters)
 	grants string // channel prefix: + a Locker id, the lock was handed to one of its fair waiters

@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -11,10 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// This file is the Redis store's store.Granter: releases that hand the
+// lock to a waiter in the same step (release.lua, transfer.lua, unlock.lua)
+// and the fair queue (fair.lua, leave.lua). Why a hand-over keeps one
+// lease live at a time is argued beside store.Granter and in package
+// lockmw's documentation (doc.go, "Safety: how a lease becomes live").
+
 // Unlock releases the lock held by token, acquired without Fair, with the
 // short script; fair reports that fair waiters have queued behind it, and
 // the lock was left for releaseHandoff.
-func (b *redisStore) Unlock(ctx context.Context, lock store.Key, token string) (o ownership, fair bool, err error) {
+func (b *Store) Unlock(ctx context.Context, lock store.Key, token string) (o store.Ownership, fair bool, err error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, unlockScript, []string{k.lock, k.notify}, token, b.publish)
 	if err != nil {
@@ -34,7 +40,7 @@ func (b *redisStore) Unlock(ctx context.Context, lock store.Key, token string) (
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none).
-func (b *redisStore) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
@@ -57,7 +63,7 @@ func (b *redisStore) ReleaseHandoff(ctx context.Context, lock store.Key, token, 
 		}
 		f, _ := vals[1].(int64)
 		to, _ := vals[2].(string)
-		h := store.Handoff{Ownership: owned, To: to, Fence: uint64(f), Local: code == releaseHandedLocal}
+		h := store.Handoff{Ownership: store.Owned, To: to, Fence: uint64(f), Local: code == releaseHandedLocal}
 		if h.Local {
 			r, _ := vals[3].(int64)
 			h.Reserved = uint64(r)
@@ -74,14 +80,14 @@ func (b *redisStore) ReleaseHandoff(ctx context.Context, lock store.Key, token, 
 
 // Transfer hands the lock held by token to the waiting token to (of the same
 // Locker) in one round trip; unless force, only when nobody else waits.
-func (b *redisStore) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (store.TransferReply, error) {
+func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (store.TransferReply, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	f := "0"
 	if force {
 		f = "1"
 	}
 	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
-		token, to, millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
+		token, to, Millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
 	if err != nil {
 		return store.TransferReply{}, err
 	}
@@ -94,7 +100,7 @@ func (b *redisStore) Transfer(ctx context.Context, lock store.Key, token, to str
 		if len(vals) != 3 {
 			return store.TransferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
 		}
-		return store.TransferReply{Done: true, Counter: uint64(vals[1]), Others: vals[2] == 1, Ownership: owned}, nil
+		return store.TransferReply{Done: true, Counter: uint64(vals[1]), Others: vals[2] == 1, Ownership: store.Owned}, nil
 	case transferFairQueue:
 		return store.TransferReply{FairQueue: true}, nil
 	}
@@ -102,12 +108,12 @@ func (b *redisStore) Transfer(ctx context.Context, lock store.Key, token, to str
 }
 
 // FairAcquire makes one fair attempt for the waiter with queue entry entry.
-func (b *redisStore) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode store.FairMode) (store.FairReply, error) {
+func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode store.FairMode) (store.FairReply, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
-			token, millis(ttl), entry, string(mode), k.grants, b.publish, b.expiry.counter, b.expiry.queue).Int64Slice()
+			token, Millis(ttl), entry, string(mode), k.grants, b.publish, b.expiry.counter, b.expiry.queue).Int64Slice()
 		return err
 	})
 	if err != nil {
@@ -134,7 +140,7 @@ func (b *redisStore) FairAcquire(ctx context.Context, lock store.Key, token stri
 // Enqueue appends entry to the lock's fair queue if the queue exists (one
 // plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
 // reports false when there is no queue, and the full fair attempt is needed.
-func (b *redisStore) Enqueue(ctx context.Context, lock store.Key, entry string) (bool, error) {
+func (b *Store) Enqueue(ctx context.Context, lock store.Key, entry string) (bool, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
@@ -143,7 +149,7 @@ func (b *redisStore) Enqueue(ctx context.Context, lock store.Key, entry string) 
 // FairQueued reports whether waiters may be queued for the lock in Redis:
 // its holder's value is marked (see grant.lua), or the queue's list exists
 // (its first waiter may be kept in the value instead). One round trip.
-func (b *redisStore) FairQueued(ctx context.Context, lock store.Key) (bool, error) {
+func (b *Store) FairQueued(ctx context.Context, lock store.Key) (bool, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	var get *redis.StringCmd
 	var exists *redis.IntCmd
@@ -164,7 +170,7 @@ func (b *redisStore) FairQueued(ctx context.Context, lock store.Key) (bool, erro
 
 // Leave takes entry out of the fair queue. It reports whether the lock had
 // been granted to token meanwhile (the caller must then release it).
-func (b *redisStore) Leave(ctx context.Context, lock store.Key, entry, token string) (bool, error) {
+func (b *Store) Leave(ctx context.Context, lock store.Key, entry, token string) (bool, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	var v int64
 	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {

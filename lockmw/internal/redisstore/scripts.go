@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,7 +31,7 @@ type keyExpiry struct {
 // newKeyExpiry returns the keyExpiry of a Locker's retention (and of
 // WithPermanentFences: permanent).
 func newKeyExpiry(retention time.Duration, permanent bool) keyExpiry {
-	ms := strconv.FormatInt(millis(retention), 10)
+	ms := strconv.FormatInt(Millis(retention), 10)
 	if permanent {
 		return keyExpiry{queue: ms}
 	}
@@ -312,18 +313,18 @@ func int64s(reply any) ([]int64, error) {
 	return vals, nil
 }
 
-func ownershipOf(v int64) ownership {
+func ownershipOf(v int64) store.Ownership {
 	switch v {
 	case replyOwned:
-		return owned
+		return store.Owned
 	case replyMissing:
-		return missing
+		return store.Missing
 	}
-	return taken
+	return store.Taken
 }
 
-// millis converts d to whole milliseconds for PX/PEXPIRE, rounding up so the
+// Millis converts d to whole milliseconds for PX/PEXPIRE, rounding up so the
 // key never expires before the validity lockmw computed from d.
-func millis(d time.Duration) int64 {
+func Millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

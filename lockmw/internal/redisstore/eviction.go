@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 )
 
 // This file is the check that Redis will not evict lock keys, which no
-// expiry can make safe (see retention.go for the expiries).
+// expiry can make safe (the expiries are keyExpiry's, from the Locker's
+// retention: lockmw's retention.go).
 
 // evictionCheckTimeout bounds the check of the servers' eviction policy,
 // which starts evictionCheckDelay after New: by then a Locker's first

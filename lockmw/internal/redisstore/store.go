@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -17,21 +18,21 @@ import (
 // This file is the Redis store's side of the store boundary
 // (lockmw/internal/store): what every store does, done on one Redis
 // deployment. Its hand-overs and fair queues are its store.Granter
-// (redis.go).
+// (granter.go).
 
 var (
-	_ store.Store       = (*redisStore)(nil)
-	_ store.Named       = (*redisStore)(nil)
-	_ store.LeftNothing = (*redisStore)(nil)
-	_ store.FireClaimer = (*redisStore)(nil)
-	_ store.Granter     = (*redisStore)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Named       = (*Store)(nil)
+	_ store.LeftNothing = (*Store)(nil)
+	_ store.FireClaimer = (*Store)(nil)
+	_ store.Granter     = (*Store)(nil)
 )
 
-// redisStore keeps locks on one Redis deployment: a standalone server, a
+// Store keeps locks on one Redis deployment: a standalone server, a
 // Sentinel-managed primary, or a Cluster (every lock's keys share one slot).
 // It notifies releases on pub/sub (sharded pub/sub on Cluster) and keeps
 // the fair queues.
-type redisStore struct {
+type Store struct {
 	client  redis.UniversalClient
 	self    string // the Locker's id: names its grant channel
 	publish string // PUBLISH, or SPUBLISH on Cluster
@@ -56,10 +57,10 @@ type redisStore struct {
 	claimKeep time.Duration
 }
 
-// newRedisStore returns the store of client; New binds it to its Locker
-// (bind) before the Locker's first request.
-func newRedisStore(client redis.UniversalClient) *redisStore {
-	b := &redisStore{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
+// New returns the store of client; lockmw.New binds it to its Locker
+// (Bind) before the Locker's first request.
+func New(client redis.UniversalClient) *Store {
+	b := &Store{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
 	}
@@ -69,10 +70,10 @@ func newRedisStore(client redis.UniversalClient) *redisStore {
 	return b
 }
 
-// redisConfig is what a Redis store takes from its Locker, given once by
-// bind, before the Locker's first request: the Locker's options and where
+// Config is what a Redis store takes from its Locker, given once by
+// Bind, before the Locker's first request: the Locker's options and where
 // the store sends what it hears.
-type redisConfig struct {
+type Config struct {
 	// Self is the Locker's id: it names the Locker's grant and wake
 	// channels.
 	Self string
@@ -111,10 +112,10 @@ type redisConfig struct {
 	OnWake func(store.Key)
 }
 
-// bind binds b to its Locker (c): before the Locker's first request, once.
+// Bind binds b to its Locker (c): before the Locker's first request, once.
 // It fails when the client's ReadTimeout would cut WAIT short, and starts
 // the checks of the client's settings, which only warn.
-func (b *redisStore) bind(c redisConfig) error {
+func (b *Store) Bind(c Config) error {
 	b.self, b.prefix, b.events = c.Self, c.Prefix, c.Events
 	b.subs.deliver = b.route
 	b.waitReplicas, b.waitTimeout = c.WaitReplicas, c.WaitTimeout
@@ -129,17 +130,17 @@ func (b *redisStore) bind(c redisConfig) error {
 }
 
 // Name names the deployment in messages: "Redis" or "Redis Cluster".
-func (b *redisStore) Name() string { return redisName(b.client) }
+func (b *Store) Name() string { return redisName(b.client) }
 
 // CheckTTL accepts every TTL: Redis keeps a key for whole milliseconds,
 // rounded up (millis), never shorter than asked.
-func (b *redisStore) CheckTTL(time.Duration) error { return nil }
+func (b *Store) CheckTTL(time.Duration) error { return nil }
 
 // Acquire makes one acquisition attempt (runAcquire). The lease's validity
-// counts from the moment before the request leaves (doc.go, "Safety":
+// counts from the moment before the request leaves (lockmw doc.go, "Safety":
 // Acquisition). renewed changes nothing: each Redis lock expires on its
 // own.
-func (b *redisStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
+func (b *Store) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()
 	reply, err := b.runAcquire(ctx, newLockRef(k.Prefix, k.Name), token, ttl)
 	reply.ValidFrom = sentAt
@@ -148,20 +149,20 @@ func (b *redisStore) Acquire(ctx context.Context, k store.Key, token string, ttl
 
 // Release deletes the lock if token holds it, handing it to the first
 // live fair waiter if one is queued, and notifies waiting Lockers.
-func (b *redisStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+func (b *Store) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	h, err := b.ReleaseHandoff(ctx, k, token, "", 0)
 	return h.Ownership, err
 }
 
 // Renew extends each request's lock if its token still holds it, in one
 // round trip (two when a node lost its scripts).
-func (b *redisStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+func (b *Store) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	cmds := make([]*redis.Cmd, len(reqs))
 	locks := make([]string, len(reqs))
 	pipe := b.client.Pipeline()
 	for i, r := range reqs {
 		locks[i] = lockKeyOf(r.Key)
-		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, Millis(r.TTL))
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 
@@ -171,7 +172,7 @@ func (b *redisStore) Renew(ctx context.Context, reqs []store.RenewRequest) []sto
 	for i, c := range cmds {
 		if noScript(c.Err()) {
 			r := reqs[i]
-			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, millis(r.TTL))
+			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, Millis(r.TTL))
 		}
 	}
 	rs.send()
@@ -190,10 +191,10 @@ func (b *redisStore) Renew(ctx context.Context, reqs []store.RenewRequest) []sto
 
 // LeftNothing reports that a failed request took nothing: Redis answered
 // it with an error, or it never had a connection (mayHaveRun).
-func (b *redisStore) LeftNothing(err error) bool { return !mayHaveRun(err) }
+func (b *Store) LeftNothing(err error) bool { return !mayHaveRun(err) }
 
 // Close stops the store's subscriber.
-func (b *redisStore) Close() error {
+func (b *Store) Close() error {
 	b.subs.close()
 	return nil
 }
@@ -201,7 +202,7 @@ func (b *redisStore) Close() error {
 // FireClaims keeps cronlock's fire claims on this deployment: the same
 // record a Scheduler given this client keeps, kept for the Locker's
 // retention after each claim (claimKeep).
-func (b *redisStore) FireClaims(prefix string, _ time.Duration) fireclaim.Claims {
+func (b *Store) FireClaims(prefix string, _ time.Duration) fireclaim.Claims {
 	return fireclaim.NewRedis(b.client, prefix).WithKeep(b.claimKeep)
 }
 
@@ -219,14 +220,14 @@ func redisName(client redis.UniversalClient) string {
 // Watch subscribes to k's release notifications (grants false), or to
 // the grants for this Locker's fair waiters (grants true; the channel
 // lingers, see subscriptionLinger).
-func (b *redisStore) Watch(ctx context.Context, k store.Key, grants bool) error {
+func (b *Store) Watch(ctx context.Context, k store.Key, grants bool) error {
 	return b.subs.watch(ctx, b.channel(k, grants), grants)
 }
 
-func (b *redisStore) Unwatch(k store.Key, grants bool) { b.subs.unwatch(b.channel(k, grants)) }
+func (b *Store) Unwatch(k store.Key, grants bool) { b.subs.unwatch(b.channel(k, grants)) }
 
 // channel names k's release channel, or its grant channel for this Locker.
-func (b *redisStore) channel(k store.Key, grants bool) string {
+func (b *Store) channel(k store.Key, grants bool) string {
 	if grants {
 		return lockKeyOf(k) + ":g:" + b.self
 	}
@@ -236,7 +237,7 @@ func (b *redisStore) channel(k store.Key, grants bool) string {
 // route hands a message of the subscriber to the Locker's events: a
 // release notification, or a grant ("<token> <fence> <reserved> <entry of
 // the waiter next in line>", release.lua and grant.lua).
-func (b *redisStore) route(channel, payload string) {
+func (b *Store) route(channel, payload string) {
 	if base, ok := strings.CutSuffix(channel, ":n"); ok {
 		if k, ok := keyOfBase(b.prefix, base); ok {
 			b.events.Released(k)
@@ -271,14 +272,14 @@ func (b *redisStore) route(channel, payload string) {
 // a connection: a failed dial or no connection free in the pool (lockmw's
 // writes are never re-sent by the client, so the error is that of the only
 // attempt, see noretry.go).
-// ErrNotReplicated means the lock was taken, and the rollback may not have
+// errs.ErrNotReplicated means the lock was taken, and the rollback may not have
 // reached Redis.
 func mayHaveRun(err error) bool {
-	if errors.Is(err, ErrNotReplicated) {
+	if errors.Is(err, errs.ErrNotReplicated) {
 		return true
 	}
 	var reply redis.Error
-	if errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrClosed) {
+	if errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || errors.Is(err, errs.ErrClosed) {
 		return false
 	}
 	return !neverSent(err)

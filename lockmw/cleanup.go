@@ -54,8 +54,8 @@ const (
 	// a cleanup handed over after Close), on top of the client's timeouts,
 	// which bound each store call.
 	cleanCloseWait = time.Second
-	// cleanParallel is how many cleanups run at once; the batcher shares
-	// round trips among them.
+	// cleanParallel is how many cleanups run at once; the Redis store's
+	// batcher shares round trips among them.
 	cleanParallel = 64
 )
 

@@ -33,7 +33,7 @@ type renewRecorder struct {
 
 func newRenewRecorder(t *testing.T) *renewRecorder {
 	t.Helper()
-	src, err := os.ReadFile("scripts/renew.lua")
+	src, err := os.ReadFile("internal/redisstore/scripts/renew.lua")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,12 +21,7 @@ func FireClaimsOf(l *Locker, _ fireclaim.Inside) fireclaim.Home {
 
 // claimKeep is how long a fire claim record is kept after a claim: the
 // Locker's retention.
-func (c *config) claimKeep() time.Duration {
-	if c.retention == 0 {
-		return DefaultRetention
-	}
-	return c.retention
-}
+func (c *config) claimKeep() time.Duration { return c.retained() }
 
 // fireClaims returns the fire claims kept in the Locker's store, or nil
 // when it has no one store to keep them in. (Redlock keeps none: a record

@@ -238,3 +238,14 @@ func checkTTL(opt string, d time.Duration) error {
 func (c *config) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.driftFactor) + driftFloor
 }
+
+// checkKey checks a lock key: 1 to MaxKeyLen bytes.
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: the key is empty: name the resource to lock, e.g. \"order:42\"", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: the key is %d bytes, the limit is %d: hash long keys before locking", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}

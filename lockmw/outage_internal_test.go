@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -123,4 +124,12 @@ func TestReleaseRightAfterRefusedOutage(t *testing.T) {
 	if err := lease.Release(context.Background()); err != nil {
 		t.Fatalf("Release right after the restart: %v", err)
 	}
+}
+
+// neverSent reports whether err says that the request found no connection
+// to send it on: a failed dial, or no connection free in the pool (as the
+// Redis store reads it: package redisstore, neverSent).
+func neverSent(err error) bool {
+	var op *net.OpError
+	return (errors.As(err, &op) && op.Op == "dial") || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }

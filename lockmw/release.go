@@ -103,7 +103,7 @@ func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, earl
 // waiter), that waiter gets the lock at once and the hand-over on the wire
 // confirms it afterwards.
 func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
-	ctx = withValidity(ctx, deadline) // retries while a slot moves end by s's deadline
+	ctx = store.WithValidity(ctx, deadline) // retries while a slot moves end by s's deadline
 	reserved := s.reserved.Load()
 	if l.caps.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
 		return l.releaseTokenOf(ctx, s.lock, s.token, s.fair)

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -61,7 +62,7 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	token := newToken()
-	entry := l.id + " " + token + " " + strconv.FormatInt(millis(a.cfg.ttl), 10)
+	entry := l.id + " " + token + " " + strconv.FormatInt(redisstore.Millis(a.cfg.ttl), 10)
 	if !wait {
 		sentAt := time.Now()
 		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)

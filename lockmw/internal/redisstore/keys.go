@@ -1,8 +1,6 @@
-package lockmw
+package redisstore
 
 import (
-	"fmt"
-
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -11,7 +9,7 @@ import (
 // touch them all (and sharded pub/sub reaches the node that holds them).
 type lockKeys struct {
 	lock   string // the owner's token, with the lease's expiry
-	fence  string // the fencing counter; expires after the retention (retention.go)
+	fence  string // the fencing counter; expires after the retention (keyExpiry)
 	queue  string // fair waiters in arrival order
 	notify string // channel: the lock was released (default-mode waiters)
 	grants string // channel prefix: + a Locker id, the lock was handed to one of its fair waiters
@@ -62,14 +60,4 @@ func keyOfBase(prefix, base string) (k store.Key, ok bool) {
 		return store.Key{}, false
 	}
 	return store.Key{Prefix: prefix, Name: base[len(prefix)+1 : len(base)-1]}, true
-}
-
-func checkKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: the key is empty: name the resource to lock, e.g. \"order:42\"", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: the key is %d bytes, the limit is %d: hash long keys before locking", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
 }

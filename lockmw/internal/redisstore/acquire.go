@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -33,38 +34,26 @@ const (
 )
 
 // A release or hand-over is retried never past the validity deadline of
-// the lease it gives up (withValidity; Locker.releaseLease sets it): once it
-// has passed, the lease's token may be gone from Redis and the lock taken
-// by another, and a waiter that the release started early, under that
-// validity (handover.go), has stopped at it; trying on would only
-// install the waiter's token where nobody uses it (the lock then stays held
-// for the waiter's TTL) or answer for a lock that is no longer ours. A
-// transfer, which grants the waiter a lease whose validity counts from the
-// first send, retries for at most a quarter of that lease's TTL as well.
+// the lease it gives up (store.WithValidity; lockmw's Locker.releaseLease
+// sets it): once it has passed, the lease's token may be gone from Redis
+// and the lock taken by another, and a waiter that the release started
+// early, under that validity (lockmw's handover.go), has stopped at it;
+// trying on would only install the waiter's token where nobody uses it
+// (the lock then stays held for the waiter's TTL) or answer for a lock
+// that is no longer ours. A transfer, which grants the waiter a lease
+// whose validity counts from the first send, retries for at most a
+// quarter of that lease's TTL as well.
 //
 // whileSlotMoves serves the calls sent beside the batcher (fair, leave,
 // WAIT); those sent through it are retried there, in their round trip,
 // so that a later call of the same lock cannot come in between
-// (pipeline.go).
-
-// validityKey carries a deadline set by withValidity.
-type validityKey struct{}
-
-// withValidity returns ctx, under which calls retry while their slot moves
-// no later than deadline (the validity deadline of the lease being given
-// up); a zero deadline (unknown) leaves ctx as it is.
-func withValidity(ctx context.Context, deadline time.Time) context.Context {
-	if deadline.IsZero() {
-		return ctx
-	}
-	return context.WithValue(ctx, validityKey{}, deadline)
-}
+// (batch.go).
 
 // giveUpAt is when a call made under ctx now, with patience, stops retrying
 // while its slot moves.
 func giveUpAt(ctx context.Context, patience time.Duration) time.Time {
 	giveUp := time.Now().Add(min(patience, reshardPatience))
-	if d, ok := ctx.Value(validityKey{}).(time.Time); ok && d.Before(giveUp) {
+	if d, ok := store.ValidUntil(ctx); ok && d.Before(giveUp) {
 		giveUp = d
 	}
 	return giveUp
@@ -72,12 +61,12 @@ func giveUpAt(ctx context.Context, patience time.Duration) time.Time {
 
 // whileSlotMoves runs call, and runs it again while it fails because the
 // Cluster slot of its keys is being moved, for up to patience.
-func (b *redisStore) whileSlotMoves(ctx context.Context, patience time.Duration, call func() error) error {
+func (b *Store) whileSlotMoves(ctx context.Context, patience time.Duration, call func() error) error {
 	backoff := time.Millisecond
 	giveUp := giveUpAt(ctx, patience)
 	for {
 		err := call()
-		if err == nil || !slotMoving(err) || time.Now().Add(backoff).After(giveUp) {
+		if err == nil || !SlotMoving(err) || time.Now().Add(backoff).After(giveUp) {
 			return err
 		}
 		if cc, ok := b.client.(*redis.ClusterClient); ok {
@@ -96,26 +85,26 @@ func (b *redisStore) whileSlotMoves(ctx context.Context, patience time.Duration,
 
 // runScript runs script through the batcher, retrying while the keys' slot
 // is being moved.
-func (b *redisStore) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (any, error) {
+func (b *Store) runScript(ctx context.Context, patience time.Duration, script *redis.Script, keys []string, args ...any) (any, error) {
 	return b.batch.run(ctx, giveUpAt(ctx, patience), script, keys, args...)
 }
 
 // runAcquire makes one acquisition attempt for k: with the acquire script,
 // or on one server (plainAcquire) with plain commands, which Redis runs for
 // less than the script.
-func (b *redisStore) runAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (reply store.Reply, err error) {
+func (b *Store) runAcquire(ctx context.Context, k lockRef, token string, ttl time.Duration) (reply store.Reply, err error) {
 	var vals []int64
 	switch {
 	case b.waitReplicas > 0:
 		moving := false // after TRYAGAIN, as in the default case below
 		err = b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 			vals, err = b.acquireReplicated(ctx, k, token, ttl, moving)
-			moving = moving || slotMoving(err)
+			moving = moving || SlotMoving(err)
 			return err
 		})
 	case b.plainAcquire:
 		var fence int64
-		reply.Acquired, fence, reply.HolderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
+		reply.Acquired, fence, reply.HolderTTL, err = b.setNX(ctx, k, token, time.Duration(Millis(ttl))*time.Millisecond)
 		if err != nil && reply.Acquired {
 			// Taken, but no fence drawn: give it back.
 			_, _, _ = b.Unlock(context.WithoutCancel(ctx), k.Key, token)
@@ -130,12 +119,12 @@ func (b *redisStore) runAcquire(ctx context.Context, k lockRef, token string, tt
 		// usually is, so the attempt then goes without the queue check
 		// (acquire_moving.lua, two keys: refused only while the lock and
 		// its counter are split), retried as the slot moves. Safety is the
-		// same (doc.go, Acquisition); only Fair order after a holder's
-		// expiry is not kept during that slot's migration (doc.go, Fair
+		// same (lockmw doc.go, Acquisition); only Fair order after a holder's
+		// expiry is not kept during that slot's migration (lockmw doc.go, Fair
 		// order).
-		r, err = b.runScript(ctx, 0, acquireScript, []string{k.lock, k.fence, k.queue}, token, millis(ttl), b.expiry.counter, k.grants, b.publish)
-		if err != nil && slotMoving(err) {
-			r, err = b.runScript(ctx, ttl/4, acquireMovingScript, []string{k.lock, k.fence}, token, millis(ttl), b.expiry.counter)
+		r, err = b.runScript(ctx, 0, acquireScript, []string{k.lock, k.fence, k.queue}, token, Millis(ttl), b.expiry.counter, k.grants, b.publish)
+		if err != nil && SlotMoving(err) {
+			r, err = b.runScript(ctx, ttl/4, acquireMovingScript, []string{k.lock, k.fence}, token, Millis(ttl), b.expiry.counter)
 		}
 		if err == nil {
 			vals, err = int64s(r)
@@ -147,9 +136,20 @@ func (b *redisStore) runAcquire(ctx context.Context, k lockRef, token string, tt
 	return reply, err
 }
 
-// slotMoving reports whether err means a Cluster slot is being migrated
+// acquireReplyOf reads the acquire script's reply: {1, fence} or {0, pttl}.
+func acquireReplyOf(vals []int64) (store.Reply, error) {
+	if len(vals) != 2 {
+		return store.Reply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
+	}
+	if vals[0] == acquireTaken {
+		return store.Reply{Acquired: true, Fence: uint64(vals[1])}, nil
+	}
+	return store.Reply{HolderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
+}
+
+// SlotMoving reports whether err means a Cluster slot is being migrated
 // and the command was not run.
-func slotMoving(err error) bool {
+func SlotMoving(err error) bool {
 	if redis.IsTryAgainError(err) {
 		return true
 	}
@@ -164,11 +164,11 @@ func slotMoving(err error) bool {
 // connection to the lock's master (WAIT counts the replicas that have the
 // writes of its own connection). If the lock was taken but fewer than
 // b.waitReplicas replicas acknowledged it within b.waitTimeout, the lock is
-// released again and the error matches ErrNotReplicated.
+// released again and the error matches errs.ErrNotReplicated.
 //
 // moving says that the lock's Cluster slot is being migrated: the attempt
 // goes without the queue check (acquire_moving.lua; see runAcquire).
-func (b *redisStore) acquireReplicated(ctx context.Context, k lockRef, token string, ttl time.Duration, moving bool) ([]int64, error) {
+func (b *Store) acquireReplicated(ctx context.Context, k lockRef, token string, ttl time.Duration, moving bool) ([]int64, error) {
 	var node redis.Cmdable = b.client
 	if cc, ok := b.client.(*redis.ClusterClient); ok {
 		n, err := cc.MasterForKey(ctx, k.lock)
@@ -177,9 +177,9 @@ func (b *redisStore) acquireReplicated(ctx context.Context, k lockRef, token str
 		}
 		node = n
 	}
-	keys, args, script := []string{k.lock, k.fence, k.queue}, []any{token, millis(ttl), b.expiry.counter, k.grants, b.publish}, acquireScript
+	keys, args, script := []string{k.lock, k.fence, k.queue}, []any{token, Millis(ttl), b.expiry.counter, k.grants, b.publish}, acquireScript
 	if moving {
-		keys, args, script = []string{k.lock, k.fence}, []any{token, millis(ttl), b.expiry.counter}, acquireMovingScript
+		keys, args, script = []string{k.lock, k.fence}, []any{token, Millis(ttl), b.expiry.counter}, acquireMovingScript
 	}
 	var acq *redis.Cmd
 	var wait *redis.IntCmd
@@ -204,9 +204,9 @@ func (b *redisStore) acquireReplicated(ctx context.Context, k lockRef, token str
 		return vals, nil
 	}
 	if err == nil {
-		err = fmt.Errorf("%w: %d of %d replicas acknowledged the lock within %v", ErrNotReplicated, acked, b.waitReplicas, b.waitTimeout)
+		err = fmt.Errorf("%w: %d of %d replicas acknowledged the lock within %v", errs.ErrNotReplicated, acked, b.waitReplicas, b.waitTimeout)
 	} else {
-		err = fmt.Errorf("%w: WAIT %d %v: %w", ErrNotReplicated, b.waitReplicas, b.waitTimeout, err)
+		err = fmt.Errorf("%w: WAIT %d %v: %w", errs.ErrNotReplicated, b.waitReplicas, b.waitTimeout, err)
 	}
 	// Roll back: the lock must not stay with a holder who was told no.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
@@ -220,7 +220,7 @@ func (b *redisStore) acquireReplicated(ctx context.Context, k lockRef, token str
 // checkWaitTimeout rejects a WAIT timeout that the client's ReadTimeout
 // would cut short: WAIT's reply comes in the same pipelined read as the
 // acquire script's.
-func (b *redisStore) checkWaitTimeout() error {
+func (b *Store) checkWaitTimeout() error {
 	if b.waitReplicas == 0 {
 		return nil
 	}
@@ -233,7 +233,7 @@ func (b *redisStore) checkWaitTimeout() error {
 	}
 	if rt > 0 && b.waitTimeout >= rt {
 		return fmt.Errorf("%w: WithWaitReplicas(%d, %v): the timeout must be shorter than the client's ReadTimeout (%v), which bounds WAIT's reply: lower it or raise ReadTimeout",
-			ErrInvalidOption, b.waitReplicas, b.waitTimeout, rt)
+			errs.ErrInvalidOption, b.waitReplicas, b.waitTimeout, rt)
 	}
 	return nil
 }
@@ -275,9 +275,9 @@ func (c *setNXCall) queue(ctx context.Context, pipe redis.Pipeliner) {
 // is never used. And when the SET took a free lock while waiters were
 // queued (the holder's key expired, or a grant went unclaimed), it hands
 // the lock to the first live one (yield.lua), after the seed: a later
-// comer does not overtake the queue (doc.go, Fair order). Both go in the
+// comer does not overtake the queue (lockmw doc.go, Fair order). Both go in the
 // follow-up round trip of the same batch, so the lock's next call leaves
-// after them (pipeline.go).
+// after them (batch.go).
 func (c *setNXCall) followUp(rs *resend) {
 	if c.keep != "" && c.incr.Err() == nil && c.incr.Val() < seededFloor {
 		c.seed = rs.eval(seedScript, []string{c.fence}, c.keep)
@@ -298,7 +298,7 @@ var setNXCalls = sync.Pool{New: func() any { return new(setNXCall) }}
 // unknown). The counter moves on either way: a fence drawn by a failed
 // attempt is never used, and the next holder draws after this one's SET
 // failed, so fences still increase from holder to holder.
-func (b *redisStore) setNX(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
+func (b *Store) setNX(ctx context.Context, k lockRef, token string, ttl time.Duration) (acquired bool, n int64, holderTTL time.Duration, err error) {
 	c := setNXCalls.Get().(*setNXCall)
 	defer func() {
 		*c = setNXCall{}

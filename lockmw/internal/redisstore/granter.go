@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -11,63 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisStore keeps locks on one Redis deployment: a standalone server, a
-// Sentinel-managed primary, or a Cluster (every lock's keys share one slot).
-// It notifies releases on pub/sub (sharded pub/sub on Cluster) and keeps
-// the fair queues.
-type redisStore struct {
-	client  redis.UniversalClient
-	self    string // the Locker's id: names its grant channel
-	publish string // PUBLISH, or SPUBLISH on Cluster
-	numsub  string // NUMSUB, or SHARDNUMSUB on Cluster
-	subs    *subscriber
-	batch   *batcher // acquisitions and releases of concurrent callers share round trips
-	// waitReplicas and waitTimeout are WithWaitReplicas' arguments; 0
-	// replicas: no WAIT.
-	waitReplicas int
-	waitTimeout  time.Duration
-	// plainAcquire: acquire with plain commands instead of the script (one
-	// server; on Cluster a slot migration could run them out of order).
-	plainAcquire bool
-	// expiry is the Locker's, for the counter and queue keys.
-	expiry keyExpiry
-	// prefix is the Locker's key prefix; events what the subscriber
-	// hears goes to (route).
-	prefix string
-	events store.Events
-	// claimKeep is how long a fire claim record is kept after a claim:
-	// the Locker's retention (FireClaims).
-	claimKeep time.Duration
-}
-
-// newRedisStore returns the store of client; New binds it to its Locker
-// before the Locker's first request.
-func newRedisStore(client redis.UniversalClient) *redisStore {
-	b := &redisStore{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
-	if _, ok := client.(*redis.ClusterClient); ok {
-		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
-	}
-	_, b.plainAcquire = client.(*redis.Client)
-	b.subs = newSubscriber(client)
-	b.batch = newBatcher(client)
-	return b
-}
-
-// acquireReplyOf reads the acquire script's reply: {1, fence} or {0, pttl}.
-func acquireReplyOf(vals []int64) (store.Reply, error) {
-	if len(vals) != 2 {
-		return store.Reply{}, fmt.Errorf("acquire script returned %d values, want 2", len(vals))
-	}
-	if vals[0] == acquireTaken {
-		return store.Reply{Acquired: true, Fence: uint64(vals[1])}, nil
-	}
-	return store.Reply{HolderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
-}
+// This file is the Redis store's store.Granter: releases that hand the
+// lock to a waiter in the same step (release.lua, transfer.lua, unlock.lua)
+// and the fair queue (fair.lua, leave.lua). Why a hand-over keeps one
+// lease live at a time is argued beside store.Granter and in package
+// lockmw's documentation (doc.go, "Safety: how a lease becomes live").
 
 // Unlock releases the lock held by token, acquired without Fair, with the
 // short script; fair reports that fair waiters have queued behind it, and
 // the lock was left for releaseHandoff.
-func (b *redisStore) Unlock(ctx context.Context, lock store.Key, token string) (o ownership, fair bool, err error) {
+func (b *Store) Unlock(ctx context.Context, lock store.Key, token string) (o store.Ownership, fair bool, err error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, unlockScript, []string{k.lock, k.notify}, token, b.publish)
 	if err != nil {
@@ -87,7 +40,7 @@ func (b *redisStore) Unlock(ctx context.Context, lock store.Key, token string) (
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none).
-func (b *redisStore) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
@@ -110,7 +63,7 @@ func (b *redisStore) ReleaseHandoff(ctx context.Context, lock store.Key, token, 
 		}
 		f, _ := vals[1].(int64)
 		to, _ := vals[2].(string)
-		h := store.Handoff{Ownership: owned, To: to, Fence: uint64(f), Local: code == releaseHandedLocal}
+		h := store.Handoff{Ownership: store.Owned, To: to, Fence: uint64(f), Local: code == releaseHandedLocal}
 		if h.Local {
 			r, _ := vals[3].(int64)
 			h.Reserved = uint64(r)
@@ -127,14 +80,14 @@ func (b *redisStore) ReleaseHandoff(ctx context.Context, lock store.Key, token, 
 
 // Transfer hands the lock held by token to the waiting token to (of the same
 // Locker) in one round trip; unless force, only when nobody else waits.
-func (b *redisStore) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (store.TransferReply, error) {
+func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (store.TransferReply, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	f := "0"
 	if force {
 		f = "1"
 	}
 	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
-		token, to, millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
+		token, to, Millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
 	if err != nil {
 		return store.TransferReply{}, err
 	}
@@ -147,7 +100,7 @@ func (b *redisStore) Transfer(ctx context.Context, lock store.Key, token, to str
 		if len(vals) != 3 {
 			return store.TransferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
 		}
-		return store.TransferReply{Done: true, Counter: uint64(vals[1]), Others: vals[2] == 1, Ownership: owned}, nil
+		return store.TransferReply{Done: true, Counter: uint64(vals[1]), Others: vals[2] == 1, Ownership: store.Owned}, nil
 	case transferFairQueue:
 		return store.TransferReply{FairQueue: true}, nil
 	}
@@ -155,12 +108,12 @@ func (b *redisStore) Transfer(ctx context.Context, lock store.Key, token, to str
 }
 
 // FairAcquire makes one fair attempt for the waiter with queue entry entry.
-func (b *redisStore) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode store.FairMode) (store.FairReply, error) {
+func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode store.FairMode) (store.FairReply, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
-			token, millis(ttl), entry, string(mode), k.grants, b.publish, b.expiry.counter, b.expiry.queue).Int64Slice()
+			token, Millis(ttl), entry, string(mode), k.grants, b.publish, b.expiry.counter, b.expiry.queue).Int64Slice()
 		return err
 	})
 	if err != nil {
@@ -187,7 +140,7 @@ func (b *redisStore) FairAcquire(ctx context.Context, lock store.Key, token stri
 // Enqueue appends entry to the lock's fair queue if the queue exists (one
 // plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
 // reports false when there is no queue, and the full fair attempt is needed.
-func (b *redisStore) Enqueue(ctx context.Context, lock store.Key, entry string) (bool, error) {
+func (b *Store) Enqueue(ctx context.Context, lock store.Key, entry string) (bool, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
@@ -196,7 +149,7 @@ func (b *redisStore) Enqueue(ctx context.Context, lock store.Key, entry string) 
 // FairQueued reports whether waiters may be queued for the lock in Redis:
 // its holder's value is marked (see grant.lua), or the queue's list exists
 // (its first waiter may be kept in the value instead). One round trip.
-func (b *redisStore) FairQueued(ctx context.Context, lock store.Key) (bool, error) {
+func (b *Store) FairQueued(ctx context.Context, lock store.Key) (bool, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	var get *redis.StringCmd
 	var exists *redis.IntCmd
@@ -217,7 +170,7 @@ func (b *redisStore) FairQueued(ctx context.Context, lock store.Key) (bool, erro
 
 // Leave takes entry out of the fair queue. It reports whether the lock had
 // been granted to token meanwhile (the caller must then release it).
-func (b *redisStore) Leave(ctx context.Context, lock store.Key, entry, token string) (bool, error) {
+func (b *Store) Leave(ctx context.Context, lock store.Key, entry, token string) (bool, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	var v int64
 	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {
@@ -225,72 +178,4 @@ func (b *redisStore) Leave(ctx context.Context, lock store.Key, entry, token str
 		return err
 	})
 	return v == leaveGranted, err
-}
-
-// Renew extends each request's lock if its token still holds it, in one
-// round trip (two when a node lost its scripts).
-func (b *redisStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
-	cmds := make([]*redis.Cmd, len(reqs))
-	locks := make([]string, len(reqs))
-	pipe := b.client.Pipeline()
-	for i, r := range reqs {
-		locks[i] = lockKeyOf(r.Key)
-		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
-	}
-	_, _ = pipe.Exec(ctx) // per-command errors are read below
-
-	// A node that restarted or failed over has no scripts cached: resend
-	// those in full, again in one round trip.
-	rs := resend{ctx: ctx, client: b.client, retry: true}
-	for i, c := range cmds {
-		if noScript(c.Err()) {
-			r := reqs[i]
-			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, millis(r.TTL))
-		}
-	}
-	rs.send()
-
-	results := make([]store.RenewResult, len(reqs))
-	for i, c := range cmds {
-		v, err := c.Int64()
-		if err != nil {
-			results[i].Err = err
-			continue
-		}
-		results[i].Ownership = ownershipOf(v)
-	}
-	return results
-}
-
-// int64s reads a script's list of integers.
-func int64s(reply any) ([]int64, error) {
-	list, ok := reply.([]any)
-	if !ok {
-		return nil, fmt.Errorf("script returned %T, want a list", reply)
-	}
-	vals := make([]int64, len(list))
-	for i, v := range list {
-		n, ok := v.(int64)
-		if !ok {
-			return nil, fmt.Errorf("script returned %T at %d, want an integer", v, i)
-		}
-		vals[i] = n
-	}
-	return vals, nil
-}
-
-func ownershipOf(v int64) ownership {
-	switch v {
-	case replyOwned:
-		return owned
-	case replyMissing:
-		return missing
-	}
-	return taken
-}
-
-// millis converts d to whole milliseconds for PX/PEXPIRE, rounding up so the
-// key never expires before the validity lockmw computed from d.
-func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

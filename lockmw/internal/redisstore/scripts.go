@@ -1,11 +1,15 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
 	_ "embed"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
+	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -15,6 +19,24 @@ import (
 // scripts are sent: by SHA, resent in full (EVAL) when a node answers
 // NOSCRIPT (a restarted or new node, SCRIPT FLUSH), within the same call's
 // round trips (see evalOnce and resend).
+
+// keyExpiry is what the scripts are told about expiry: counter is the
+// fence counter's expiry in milliseconds ("" when counters never expire:
+// fence.lua's fence_keep), queue the fair queue's.
+type keyExpiry struct {
+	counter string
+	queue   string
+}
+
+// newKeyExpiry returns the keyExpiry of a Locker's retention (and of
+// WithPermanentFences: permanent).
+func newKeyExpiry(retention time.Duration, permanent bool) keyExpiry {
+	ms := strconv.FormatInt(Millis(retention), 10)
+	if permanent {
+		return keyExpiry{queue: ms}
+	}
+	return keyExpiry{counter: ms, queue: ms}
+}
 
 // The codes of the compare-and-act scripts (renew, unlock, release,
 // transfer, redlock_release, redlock_renew) for what they found under the
@@ -272,4 +294,37 @@ func (r *resend) send() {
 	if r.pipe != nil {
 		_, _ = r.pipe.Exec(r.ctx)
 	}
+}
+
+// int64s reads a script's list of integers.
+func int64s(reply any) ([]int64, error) {
+	list, ok := reply.([]any)
+	if !ok {
+		return nil, fmt.Errorf("script returned %T, want a list", reply)
+	}
+	vals := make([]int64, len(list))
+	for i, v := range list {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("script returned %T at %d, want an integer", v, i)
+		}
+		vals[i] = n
+	}
+	return vals, nil
+}
+
+func ownershipOf(v int64) store.Ownership {
+	switch v {
+	case replyOwned:
+		return store.Owned
+	case replyMissing:
+		return store.Missing
+	}
+	return store.Taken
+}
+
+// Millis converts d to whole milliseconds for PX/PEXPIRE, rounding up so the
+// key never expires before the validity lockmw computed from d.
+func Millis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -7,31 +7,32 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // This file is the Redlock store's side of the store boundary
 // (lockmw/internal/store), and its wake queue (store.WakeQueue; how
-// waiters use it is redlock_wait.go).
+// waiters use it is lockmw's redlock_wait.go).
 
 var (
-	_ store.Store       = (*redlockStore)(nil)
-	_ store.Named       = (*redlockStore)(nil)
-	_ store.LeftNothing = (*redlockStore)(nil)
-	_ store.WakeQueue   = (*redlockStore)(nil)
+	_ store.Store       = (*Redlock)(nil)
+	_ store.Named       = (*Redlock)(nil)
+	_ store.LeftNothing = (*Redlock)(nil)
+	_ store.WakeQueue   = (*Redlock)(nil)
 )
 
 // Name names the store in messages.
-func (b *redlockStore) Name() string { return "Redlock" }
+func (b *Redlock) Name() string { return "Redlock" }
 
 // CheckTTL accepts every TTL, as one Redis does.
-func (b *redlockStore) CheckTTL(time.Duration) error { return nil }
+func (b *Redlock) CheckTTL(time.Duration) error { return nil }
 
 // Acquire makes one attempt on the masters (acquireQueued without a wait
 // entry). The lease's validity counts from the moment before the first
 // round leaves (see the top of redlock.go).
-func (b *redlockStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
+func (b *Redlock) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()
 	r, err := b.AcquireQueued(ctx, k, token, ttl, "")
 	r.ValidFrom = sentAt
@@ -39,22 +40,22 @@ func (b *redlockStore) Acquire(ctx context.Context, k store.Key, token string, t
 }
 
 // Release releases token's lock on the masters where it may be.
-func (b *redlockStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+func (b *Redlock) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	return b.release(ctx, newLockRef(k.Prefix, k.Name), token)
 }
 
 // LeftNothing is true for every failed attempt: an attempt rolls back what
 // it took on each master itself, and hands the cleaner the masters whose
 // rollback got no answer (rollback).
-func (b *redlockStore) LeftNothing(error) bool { return true }
+func (b *Redlock) LeftNothing(error) bool { return true }
 
-func (b *redlockStore) EnqueueWake(ctx context.Context, lock store.Key, entry string) (queued, maybe bool) {
+func (b *Redlock) EnqueueWake(ctx context.Context, lock store.Key, entry string) (queued, maybe bool) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	n, err := sendOnce(ctx, b.masters[0].client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return err == nil && n > 0, err != nil && mayHaveRun(err)
 }
 
-func (b *redlockStore) PassWake(ctx context.Context, lock store.Key) error {
+func (b *Redlock) PassWake(ctx context.Context, lock store.Key) error {
 	k := newLockRef(lock.Prefix, lock.Name)
 	return redlockWakeScript.Run(ctx, once{b.masters[0].client}, []string{k.queue}, k.grants).Err()
 }
@@ -62,7 +63,7 @@ func (b *redlockStore) PassWake(ctx context.Context, lock store.Key) error {
 // LeaveWake takes entry out of the wait queue of keys, through the first
 // master's queue, keyed by the lock, so that it runs after an attempt of
 // the waiter's that may still be on its way there (and queue the entry).
-func (b *redlockStore) LeaveWake(ctx context.Context, lock store.Key, entry string) error {
+func (b *Redlock) LeaveWake(ctx context.Context, lock store.Key, entry string) error {
 	keys := newLockRef(lock.Prefix, lock.Name)
 	replies := make(chan masterReply, 1)
 	b.masters[0].submit(&masterCall{master: 0, reply: replies, calls: []masterScript{
@@ -70,7 +71,7 @@ func (b *redlockStore) LeaveWake(ctx context.Context, lock store.Key, entry stri
 	}})
 	select {
 	case r := <-replies:
-		if err := r.cmds[0].Err(); errors.Is(err, ErrClosed) {
+		if err := r.cmds[0].Err(); errors.Is(err, errs.ErrClosed) {
 			// The store has closed (the waiter outlasted Close's wait for
 			// it): the first master's sender sent every call queued
 			// before it stopped, the waiter's attempts among them, so the
@@ -89,9 +90,9 @@ func (b *redlockStore) LeaveWake(ctx context.Context, lock store.Key, entry stri
 // master's client itself, once the master's sender (closed) has sent what
 // was queued, twice:
 // the second is sent after the first is answered, so it runs after an
-// attempt of the waiter still stalled in that master (see cleanup.go,
+// attempt of the waiter still stalled in that master (see lockmw's cleanup.go,
 // "Why twice").
-func (b *redlockStore) leaveOnClient(ctx context.Context, keys lockRef, entry string) error {
+func (b *Redlock) leaveOnClient(ctx context.Context, keys lockRef, entry string) error {
 	select {
 	case <-b.masters[0].stopped: // every call queued before has been sent
 	case <-ctx.Done():
@@ -108,7 +109,7 @@ func (b *redlockStore) leaveOnClient(ctx context.Context, keys lockRef, entry st
 // HolderTTL asks every master for the lock's remaining TTL and returns
 // when enough of them free up for a quorum (see freeIn); 0 when unknown. A
 // master that does not answer within holderTTLWait counts as free.
-func (b *redlockStore) HolderTTL(ctx context.Context, lock store.Key) time.Duration {
+func (b *Redlock) HolderTTL(ctx context.Context, lock store.Key) time.Duration {
 	keys := newLockRef(lock.Prefix, lock.Name)
 	replies := b.fanOut([]masterScript{{script: pttlScript, keys: []string{keys.lock}}})
 	timer := time.NewTimer(holderTTLWait)
@@ -135,11 +136,9 @@ const holderTTLWait = 100 * time.Millisecond
 // takeBackOn hands the cleaner the lock that token may hold on the Redlock
 // masters marked in masters, whose rollback got no answer. It never blocks
 // (a master's sender calls it); after Close it gives up at once.
-func (b *redlockStore) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
-	j := &cleanup{key: k.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
-		return b.releaseOn(ctx, k, token, masters)
-	}}
-	if b.cleaner == nil || !b.cleaner.offer(j) {
+func (b *Redlock) takeBackOn(k lockRef, token string, ttl time.Duration, masters []bool) {
+	try := func(ctx context.Context) error { return b.releaseOn(ctx, k, token, masters) }
+	if b.giveBack == nil || !b.giveBack(k.Name, time.Now().Add(ttl), try) {
 		b.logger.Warn("lockmw: could not give back a lock that a failed acquisition may have taken; it expires after its TTL",
 			slog.String("key", k.Name), slog.String("store", "Redlock"), slog.String("reason", "locker closed"))
 	}
@@ -147,18 +146,18 @@ func (b *redlockStore) takeBackOn(k lockRef, token string, ttl time.Duration, ma
 
 // Watch subscribes to the wakes of this Locker's waiters for k on the
 // first master (grants must be true: a Redlock announces no releases).
-func (b *redlockStore) Watch(ctx context.Context, k store.Key, _ bool) error {
+func (b *Redlock) Watch(ctx context.Context, k store.Key, _ bool) error {
 	return b.subs.watch(ctx, b.wakeChannel(k), true)
 }
 
-func (b *redlockStore) Unwatch(k store.Key, _ bool) { b.subs.unwatch(b.wakeChannel(k)) }
+func (b *Redlock) Unwatch(k store.Key, _ bool) { b.subs.unwatch(b.wakeChannel(k)) }
 
 // wakeChannel names k's wake channel for this Locker.
-func (b *redlockStore) wakeChannel(k store.Key) string { return lockKeyOf(k) + ":g:" + b.self }
+func (b *Redlock) wakeChannel(k store.Key) string { return lockKeyOf(k) + ":g:" + b.self }
 
 // route hands a wake of the subscriber ("<locker id> <waiter id>"'s
 // waiter id) to the Locker's events.
-func (b *redlockStore) route(channel, payload string) {
+func (b *Redlock) route(channel, payload string) {
 	base, ok := strings.CutSuffix(channel, ":g:"+b.self)
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"testing"

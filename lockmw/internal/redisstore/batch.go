@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -35,7 +35,7 @@ import (
 // together go in successive round trips instead of one.
 //
 // For the same reason a script refused while its Cluster slot is being
-// moved (TRYAGAIN; see redis_acquire.go) is retried here, within its round
+// moved (TRYAGAIN; see acquire.go) is retried here, within its round
 // trip, until its giveUp: retried from outside, a later call of the same
 // lock (the waiter that a release handed the lock to early, releasing it
 // in turn) could run between two of its attempts.
@@ -102,7 +102,7 @@ func (b *batcher) run(ctx context.Context, giveUp time.Time, script *redis.Scrip
 
 // A plainCall is a call of plain commands (no script) for one lock key,
 // which the store writes and reads; the batcher only chooses the round
-// trip that carries it (see redisBackend.setNX).
+// trip that carries it (see Store.setNX).
 type plainCall interface {
 	// queue adds the call's commands to pipe; their replies are read
 	// once the round trip is answered.
@@ -214,7 +214,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 		var again []*scriptCall
 		next := time.Now().Add(backoff)
 		for _, c := range batch {
-			if c.script != nil && c.cmd.Err() != nil && slotMoving(c.cmd.Err()) &&
+			if c.script != nil && c.cmd.Err() != nil && SlotMoving(c.cmd.Err()) &&
 				!next.After(c.giveUp) && c.ctx.Err() == nil {
 				again = append(again, c)
 			}

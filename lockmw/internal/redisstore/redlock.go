@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -36,80 +37,20 @@ import (
 // script, skipped when a quorum of the winning masters already returned M
 // itself). Why that makes fences strictly increase from one holder to the
 // next, and what it needs of the masters' data, is argued once, in the
-// package documentation (doc.go, section Safety, "Redlock fences").
+// documentation of package lockmw (doc.go, section Safety, "Redlock
+// fences").
 
-// NewRedlock returns a Locker that keeps each lock on a majority of N
-// independent Redis masters (the Redlock algorithm), so that the lock
-// survives the loss of up to N/2 of them. N must be odd and at least 3, and
-// every client must reach a different master: not replicas of each other,
-// not Cluster nodes, nothing shared.
-//
-// An acquisition is sent to all masters in parallel and succeeds once
-// N/2+1 grant it; its validity is TTL − elapsed − drift, counted from
-// when the request was sent (see WithDriftFactor). A failed acquisition
-// releases whatever it got at once, on all masters in parallel. Renewals
-// and releases fan out the same way: a lease stays held while a majority
-// confirms each renewal, and its context is cancelled with ErrLost when a
-// majority no longer holds it or when its validity runs out without a
-// majority confirming. A failed attempt reports ErrUnavailable when more
-// than N/2 masters failed (so no majority could answer), else
-// ErrNotAcquired: other owners hold the lock on enough masters.
-//
-// Lease.Fence still strictly increases per key across holders, also when
-// successive holders win different majorities, as long as the masters keep
-// their data (a master restarted without persistence forgets its fence
-// counters); the argument is in the package documentation (section Safety,
-// "Redlock fences"). Redlock's mutual exclusion assumes bounded clock
-// drift, process pauses and network delays; a master restarted without
-// persistence must stay down for at least the longest lease TTL before
-// rejoining, or two holders can overlap (the restart-delay rule, section
-// Redlock of the package documentation). Fence every write to shared state.
-//
-// An attempt asks the first N/2+1 masters, and the others as soon as one
-// of those does not grant it or they have not all answered within a few
-// milliseconds; the lease's first renewal (after TTL/3) takes the other
-// masters that are free, so a lease held past it survives the loss of up
-// to N/2 masters, and one released before it is held on a bare majority
-// (the loss of one of its masters then ends it at its deadline). Waiting
-// (Acquire) is on wakes, not polling: the first master keeps a wait queue
-// of the Lockers' waiters, and a release there wakes the first, which
-// then makes an attempt; a waiter whose wake is lost retries when the
-// holder's TTL runs out. Fair gives ErrInvalidOption. The Locker does not
-// own the clients: close them after the Locker. Each client's ReadTimeout
-// bounds how long a paused master can delay its own queue, not the
-// decisions the other masters make.
-func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error) {
-	b, err := newRedlockStore(clients)
-	if err != nil {
-		return nil, err
-	}
-	l, err := newLocker(b, opts)
-	if err != nil {
-		_ = b.Close()
-		return nil, err
-	}
-	// Bound to l before its first request.
-	b.cleaner, b.logger, b.closing = l.cleaner, l.logger, l.closing
-	b.expiry, b.prefix = l.cfg.expiry(), l.cfg.prefix
-	warnEviction(l.logger, clients, l.closing)
-	b.self, b.events, b.onWake = l.id, l.events(), l.markHot
-	b.subs = newSubscriber(clients[0]) // wakes are heard on the first master
-	b.subs.deliver = b.route
-	warnSlowClient(l.logger, clients, l.cfg.ttl)
-	return l, nil
-}
-
-// redlockStore keeps each lock on a quorum of independent masters.
-type redlockStore struct {
+// Redlock keeps each lock on a quorum of independent masters.
+type Redlock struct {
 	masters []*master
 	quorum  int
-	// cleaner gives back, per master, locks that failed acquisitions may
-	// have taken there (see rollback); the Locker's.
-	cleaner *cleaner
-	logger  *slog.Logger
+	// giveBack hands the Locker's cleaner, per master, locks that failed
+	// acquisitions may have taken there (see rollback; Config.GiveBack).
+	giveBack func(key string, until time.Time, try func(context.Context) error) bool
+	logger   *slog.Logger
 	// closing is the Locker's: closed when Close begins.
 	closing <-chan struct{}
-	// subs hears wakes on the first master (see redlock_wait.go); self is
+	// subs hears wakes on the first master (see lockmw's redlock_wait.go); self is
 	// the Locker's id, which names its wake channel; onWake is told when a
 	// release woke a waiter (the lock is contended).
 	subs   *subscriber
@@ -141,39 +82,38 @@ const firstAnswerWait = time.Second
 // before it asks the others too.
 const hedgeAfter = 5 * time.Millisecond
 
-func newRedlockStore(clients []redis.UniversalClient) (*redlockStore, error) {
+// NewRedlock returns the store of clients, one per master, checked
+// by lockmw.NewRedlock, which binds it to its Locker (Bind) before the
+// Locker's first request.
+func NewRedlock(clients []redis.UniversalClient) *Redlock {
 	n := len(clients)
-	if n < 3 || n%2 == 0 {
-		return nil, fmt.Errorf("%w: NewRedlock got %d clients: give an odd number, at least 3, of clients to independent masters (3 tolerates 1 lost master, 5 tolerates 2)", ErrInvalidOption, n)
-	}
-	seen := make(map[redis.UniversalClient]int, n)
-	addrs := make(map[string]int, n)
-	for i, c := range clients {
-		if isNil(c) {
-			return nil, fmt.Errorf("%w: NewRedlock: client %d of %d is nil: pass one connected client per master", ErrNilClient, i, n)
-		}
-		if j, dup := seen[c]; dup {
-			return nil, fmt.Errorf("%w: NewRedlock: clients %d and %d are the same client: each must reach a different master", ErrInvalidOption, j, i)
-		}
-		seen[c] = i
-		if rc, ok := c.(*redis.Client); ok {
-			addr := rc.Options().Addr
-			if j, dup := addrs[addr]; dup {
-				return nil, fmt.Errorf("%w: NewRedlock: clients %d and %d both reach %s: each must reach a different master", ErrInvalidOption, j, i, addr)
-			}
-			addrs[addr] = i
-		}
-	}
-	b := &redlockStore{quorum: n/2 + 1}
+	b := &Redlock{quorum: n/2 + 1}
 	for _, c := range clients {
 		b.masters = append(b.masters, newMaster(c))
 	}
-	return b, nil
+	return b
+}
+
+// Bind binds b to its Locker (c): before the Locker's first request, once.
+// It starts the subscriber that hears wakes on the first master, and the
+// checks of the clients' settings, which only warn.
+func (b *Redlock) Bind(c Config) {
+	b.giveBack, b.logger, b.closing = c.GiveBack, c.Logger, c.Closing
+	b.expiry, b.prefix = newKeyExpiry(c.Retention, c.PermanentFences), c.Prefix
+	clients := make([]redis.UniversalClient, len(b.masters))
+	for i, m := range b.masters {
+		clients[i] = m.client
+	}
+	warnEviction(c.Logger, clients, c.Closing)
+	b.self, b.events, b.onWake = c.Self, c.Events, c.OnWake
+	b.subs = newSubscriber(clients[0]) // wakes are heard on the first master
+	b.subs.deliver = b.route
+	warnSlowClient(c.Logger, clients, c.TTL)
 }
 
 // Close stops the masters' senders once they have sent what is queued;
-// later requests fail with ErrClosed.
-func (b *redlockStore) Close() error {
+// later requests fail with errs.ErrClosed.
+func (b *Redlock) Close() error {
 	for _, m := range b.masters {
 		m.close()
 	}
@@ -191,16 +131,16 @@ func (b *redlockStore) Close() error {
 // saves each acquisition and release the calls to the rest. entry, if not
 // empty, is the caller's wait-queue entry: queued in the reply says that
 // the first master found the lock held and queued it there.
-func (b *redlockStore) AcquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (store.QueuedReply, error) {
+func (b *Redlock) AcquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (store.QueuedReply, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	n, q := len(b.masters), b.quorum
 	replies := make(chan masterReply, n)
 	sent := make([]bool, n)
 	unsent := n
 	send := func(i int) {
-		call := masterScript{plain: true, keys: []string{k.lock, k.fence}, args: []any{token, millis(ttl), b.expiry.counter}}
+		call := masterScript{plain: true, keys: []string{k.lock, k.fence}, args: []any{token, Millis(ttl), b.expiry.counter}}
 		if i == 0 {
-			call = masterScript{script: redlockAcquireScript, keys: []string{k.lock, k.fence, k.queue}, args: []any{token, millis(ttl), entry, b.expiry.counter, b.expiry.queue}}
+			call = masterScript{script: redlockAcquireScript, keys: []string{k.lock, k.fence, k.queue}, args: []any{token, Millis(ttl), entry, b.expiry.counter, b.expiry.queue}}
 		}
 		sent[i] = true
 		unsent--
@@ -344,7 +284,7 @@ func (b *redlockStore) AcquireQueued(ctx context.Context, lock store.Key, token 
 	return store.QueuedReply{Reply: store.Reply{Acquired: true, Fence: uint64(fence)}, Queued: queued, Unsure: unsure}, nil
 }
 
-// heldKey names a lease in redlockBackend.held.
+// heldKey names a lease in Redlock.held.
 func heldKey(k lockRef, token string) string { return heldKeyOf(k.lock, token) }
 
 // heldKeyOf is heldKey of the lock with Redis key lock.
@@ -354,7 +294,7 @@ func heldKeyOf(lock, token string) string { return lock + "\x00" + token }
 // winning masters returned, once a quorum of masters has counter >= M
 // recorded while the holder owned the lock there (see the top of this file
 // for why that makes fences increase).
-func (b *redlockStore) settleFence(ctx context.Context, k lockRef, token string, fences []int64) (int64, error) {
+func (b *Redlock) settleFence(ctx context.Context, k lockRef, token string, fences []int64) (int64, error) {
 	m := slices.Max(fences)
 	atMax := 0
 	for _, f := range fences {
@@ -415,7 +355,7 @@ func freeIn(busy []time.Duration, need int) time.Duration {
 // answer it. A release
 // that gets no answer either (the master is paused, say, and will run the
 // acquisition when it resumes) is handed to the cleaner.
-func (b *redlockStore) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
+func (b *Redlock) rollback(k lockRef, token string, ttl time.Duration, granted, settled []bool) {
 	replies := make(chan masterReply, len(b.masters))
 	for i, m := range b.masters {
 		if settled[i] {
@@ -423,7 +363,7 @@ func (b *redlockStore) rollback(k lockRef, token string, ttl time.Duration, gran
 		}
 		c := &masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies}
 		c.after = func(r masterReply) {
-			if err := r.cmds[0].Err(); err != nil && !errors.Is(err, ErrClosed) {
+			if err := r.cmds[0].Err(); err != nil && !errors.Is(err, errs.ErrClosed) {
 				only := make([]bool, len(b.masters))
 				only[i] = true
 				b.takeBackOn(k, token, ttl, only)
@@ -462,8 +402,8 @@ func (b *redlockStore) rollback(k lockRef, token string, ttl time.Duration, gran
 // rollback and the cleaner's give-back too: a waiter queued behind a lock
 // that an attempt took there and then gave back is woken by that
 // give-back, not by its timer a holder's TTL later. A wake grants nothing
-// (redlock_wait.go).
-func (b *redlockStore) releaseCall(i int, k lockRef, token string) masterScript {
+// (lockmw's redlock_wait.go).
+func (b *Redlock) releaseCall(i int, k lockRef, token string) masterScript {
 	if i == 0 && b.subs != nil {
 		return masterScript{script: redlockReleaseScript, keys: []string{k.lock, k.queue}, args: []any{token, k.grants}}
 	}
@@ -472,7 +412,7 @@ func (b *redlockStore) releaseCall(i int, k lockRef, token string) masterScript 
 
 // releaseOn releases token's lock on the masters marked in masters, in
 // parallel, and unmarks those that answered; nil once none is left.
-func (b *redlockStore) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
+func (b *Redlock) releaseOn(ctx context.Context, k lockRef, token string, masters []bool) error {
 	replies := make(chan masterReply, len(b.masters))
 	sent := 0
 	for i, m := range b.masters {
@@ -501,7 +441,7 @@ func (b *redlockStore) releaseOn(ctx context.Context, k lockRef, token string, m
 // them for a token this store did not acquire), the first master waking
 // the first waiter of the lock's queue. A master not asked counts as one
 // where the lock is not token's.
-func (b *redlockStore) release(ctx context.Context, k lockRef, token string) (ownership, error) {
+func (b *Redlock) release(ctx context.Context, k lockRef, token string) (store.Ownership, error) {
 	n, q := len(b.masters), b.quorum
 	var where []bool // nil: every master
 	if v, ok := b.held.LoadAndDelete(heldKey(k, token)); ok {
@@ -519,7 +459,7 @@ func (b *redlockStore) release(ctx context.Context, k lockRef, token string) (ow
 	var t tally
 	for i, m := range b.masters {
 		if where != nil && !where[i] {
-			t.add(missing, nil)
+			t.add(store.Missing, nil)
 			continue
 		}
 		m.submit(&masterCall{master: i, calls: []masterScript{b.releaseCall(i, k, token)}, reply: replies})
@@ -545,7 +485,7 @@ func (b *redlockStore) release(ctx context.Context, k lockRef, token string) (ow
 // renew renews each lease on every master (redlock_renew.lua): where it
 // is held it is extended, and a free master where it never was is taken,
 // which spreads a lease acquired on a bare quorum over the others.
-func (b *redlockStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+func (b *Redlock) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
 	n, q := len(b.masters), b.quorum
 	held := make([]*heldOn, len(reqs))
 	locks := make([]string, len(reqs))
@@ -601,7 +541,7 @@ func (b *redlockStore) Renew(ctx context.Context, reqs []store.RenewRequest) []s
 				}
 				h.mu.Unlock()
 			}
-			calls[i] = masterScript{script: redlockRenewScript, keys: []string{locks[i]}, args: []any{r.Token, millis(r.TTL), retake}}
+			calls[i] = masterScript{script: redlockRenewScript, keys: []string{locks[i]}, args: []any{r.Token, Millis(r.TTL), retake}}
 		}
 		b.masters[m].submit(&masterCall{master: m, calls: calls, reply: replies, after: record})
 	}
@@ -643,13 +583,13 @@ type tally struct {
 	errs                  []error
 }
 
-func (t *tally) add(o ownership, err error) {
+func (t *tally) add(o store.Ownership, err error) {
 	switch {
 	case err != nil:
 		t.errs = append(t.errs, err)
-	case o == owned:
+	case o == store.Owned:
 		t.owned++
-	case o == taken:
+	case o == store.Taken:
 		t.taken++
 	default:
 		t.missing++
@@ -668,14 +608,14 @@ func (t *tally) decided(n, q int) bool {
 // another owner's token, else expired). Anything else (masters failing or
 // not answering) is an error: the caller retries until the validity
 // deadline, as with one Redis that does not answer.
-func (t *tally) result(n, q int) (ownership, error) {
+func (t *tally) result(n, q int) (store.Ownership, error) {
 	switch {
 	case t.owned >= q:
-		return owned, nil
+		return store.Owned, nil
 	case t.missing+t.taken > n-q && t.taken > 0:
-		return taken, nil
+		return store.Taken, nil
 	case t.missing+t.taken > n-q:
-		return missing, nil
+		return store.Missing, nil
 	}
 	answered := t.owned + t.missing + t.taken
 	err := fmt.Errorf("owned on %d of %d masters, %d needed; %d answered", t.owned, n, q, answered)
@@ -685,7 +625,7 @@ func (t *tally) result(n, q int) (ownership, error) {
 	return 0, err
 }
 
-func (b *redlockStore) masterErr(i int, err error) error {
+func (b *Redlock) masterErr(i int, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -695,7 +635,7 @@ func (b *redlockStore) masterErr(i int, err error) error {
 // fanOut queues calls on every master and returns the channel their
 // answers arrive on, one masterReply per master, in answer order. The
 // channel is buffered, so answers nobody waits for are dropped with it.
-func (b *redlockStore) fanOut(calls []masterScript) <-chan masterReply {
+func (b *Redlock) fanOut(calls []masterScript) <-chan masterReply {
 	replies := make(chan masterReply, len(b.masters))
 	for i, m := range b.masters {
 		m.submit(&masterCall{master: i, calls: calls, reply: replies})
@@ -725,7 +665,7 @@ type masterCall struct {
 	cmds   []*redis.Cmd
 	// after, if set, is called with the reply once it is sent, by the
 	// master's sender (it must not block), or by submit when the master is
-	// closed (the reply's errors then match ErrClosed).
+	// closed (the reply's errors then match errs.ErrClosed).
 	after func(masterReply)
 }
 
@@ -760,7 +700,7 @@ func (m *master) submit(c *masterCall) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		m.fail(c, ErrClosed)
+		m.fail(c, errs.ErrClosed)
 		return
 	}
 	m.pending = append(m.pending, c)
@@ -772,7 +712,7 @@ func (m *master) submit(c *masterCall) {
 }
 
 // close stops the sender once it has sent what is already queued (the
-// last releases of a closing Locker); later calls fail with ErrClosed.
+// last releases of a closing Locker); later calls fail with errs.ErrClosed.
 func (m *master) close() {
 	m.mu.Lock()
 	if m.closed {

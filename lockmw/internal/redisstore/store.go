@@ -1,0 +1,304 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockmw/lockmw/internal/fireclaim"
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+	"github.com/redis/go-redis/v9"
+)
+
+// This file is the Redis store's side of the store boundary
+// (lockmw/internal/store): what every store does, done on one Redis
+// deployment. Its hand-overs and fair queues are its store.Granter
+// (granter.go).
+
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.Named       = (*Store)(nil)
+	_ store.LeftNothing = (*Store)(nil)
+	_ store.FireClaimer = (*Store)(nil)
+	_ store.Granter     = (*Store)(nil)
+)
+
+// Store keeps locks on one Redis deployment: a standalone server, a
+// Sentinel-managed primary, or a Cluster (every lock's keys share one slot).
+// It notifies releases on pub/sub (sharded pub/sub on Cluster) and keeps
+// the fair queues.
+type Store struct {
+	client  redis.UniversalClient
+	self    string // the Locker's id: names its grant channel
+	publish string // PUBLISH, or SPUBLISH on Cluster
+	numsub  string // NUMSUB, or SHARDNUMSUB on Cluster
+	subs    *subscriber
+	batch   *batcher // acquisitions and releases of concurrent callers share round trips
+	// waitReplicas and waitTimeout are WithWaitReplicas' arguments; 0
+	// replicas: no WAIT.
+	waitReplicas int
+	waitTimeout  time.Duration
+	// plainAcquire: acquire with plain commands instead of the script (one
+	// server; on Cluster a slot migration could run them out of order).
+	plainAcquire bool
+	// expiry is the Locker's, for the counter and queue keys.
+	expiry keyExpiry
+	// prefix is the Locker's key prefix; events what the subscriber
+	// hears goes to (route).
+	prefix string
+	events store.Events
+	// claimKeep is how long a fire claim record is kept after a claim:
+	// the Locker's retention (FireClaims).
+	claimKeep time.Duration
+}
+
+// New returns the store of client; lockmw.New binds it to its Locker
+// (Bind) before the Locker's first request.
+func New(client redis.UniversalClient) *Store {
+	b := &Store{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
+	if _, ok := client.(*redis.ClusterClient); ok {
+		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
+	}
+	_, b.plainAcquire = client.(*redis.Client)
+	b.subs = newSubscriber(client)
+	b.batch = newBatcher(client)
+	return b
+}
+
+// Config is what a Redis store takes from its Locker, given once by
+// Bind, before the Locker's first request: the Locker's options and where
+// the store sends what it hears.
+type Config struct {
+	// Self is the Locker's id: it names the Locker's grant and wake
+	// channels.
+	Self string
+	// Prefix is the Locker's key prefix.
+	Prefix string
+	// Events is where the store sends the releases, grants and wakes it
+	// hears.
+	Events store.Events
+	// Retention is the Locker's retention: how long an idle lock's fence
+	// counter and queue are kept (unless PermanentFences), and a fire
+	// claim record after a claim.
+	Retention       time.Duration
+	PermanentFences bool
+	// TTL is the Locker's lease TTL, which the client's timeouts are
+	// checked against (warnSlowClient).
+	TTL time.Duration
+	// Logger gets the warnings about the clients' settings, and under
+	// Redlock about locks that could not be given back.
+	Logger *slog.Logger
+	// Closing is closed when the Locker's Close begins.
+	Closing <-chan struct{}
+
+	// WaitReplicas and WaitTimeout are WithWaitReplicas' arguments (New's
+	// store only).
+	WaitReplicas int
+	WaitTimeout  time.Duration
+
+	// GiveBack hands the Locker's cleaner a lock that a failed
+	// acquisition may have taken on some Redlock masters (until: when it
+	// has expired; try: one attempt to give it back); it never blocks,
+	// and reports false once the cleaner is closed (NewRedlock's store
+	// only).
+	GiveBack func(key string, until time.Time, try func(context.Context) error) bool
+	// OnWake is told when a release woke a Redlock waiter: the lock is
+	// contended (NewRedlock's store only).
+	OnWake func(store.Key)
+}
+
+// Bind binds b to its Locker (c): before the Locker's first request, once.
+// It fails when the client's ReadTimeout would cut WAIT short, and starts
+// the checks of the client's settings, which only warn.
+func (b *Store) Bind(c Config) error {
+	b.self, b.prefix, b.events = c.Self, c.Prefix, c.Events
+	b.subs.deliver = b.route
+	b.waitReplicas, b.waitTimeout = c.WaitReplicas, c.WaitTimeout
+	b.expiry = newKeyExpiry(c.Retention, c.PermanentFences)
+	b.claimKeep = c.Retention
+	if err := b.checkWaitTimeout(); err != nil {
+		return err
+	}
+	warnEviction(c.Logger, []redis.UniversalClient{b.client}, c.Closing)
+	warnSlowClient(c.Logger, []redis.UniversalClient{b.client}, c.TTL)
+	return nil
+}
+
+// Name names the deployment in messages: "Redis" or "Redis Cluster".
+func (b *Store) Name() string { return redisName(b.client) }
+
+// CheckTTL accepts every TTL: Redis keeps a key for whole milliseconds,
+// rounded up (millis), never shorter than asked.
+func (b *Store) CheckTTL(time.Duration) error { return nil }
+
+// Acquire makes one acquisition attempt (runAcquire). The lease's validity
+// counts from the moment before the request leaves (lockmw doc.go, "Safety":
+// Acquisition). renewed changes nothing: each Redis lock expires on its
+// own.
+func (b *Store) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
+	sentAt := time.Now()
+	reply, err := b.runAcquire(ctx, newLockRef(k.Prefix, k.Name), token, ttl)
+	reply.ValidFrom = sentAt
+	return reply, err
+}
+
+// Release deletes the lock if token holds it, handing it to the first
+// live fair waiter if one is queued, and notifies waiting Lockers.
+func (b *Store) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
+	h, err := b.ReleaseHandoff(ctx, k, token, "", 0)
+	return h.Ownership, err
+}
+
+// Renew extends each request's lock if its token still holds it, in one
+// round trip (two when a node lost its scripts).
+func (b *Store) Renew(ctx context.Context, reqs []store.RenewRequest) []store.RenewResult {
+	cmds := make([]*redis.Cmd, len(reqs))
+	locks := make([]string, len(reqs))
+	pipe := b.client.Pipeline()
+	for i, r := range reqs {
+		locks[i] = lockKeyOf(r.Key)
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, Millis(r.TTL))
+	}
+	_, _ = pipe.Exec(ctx) // per-command errors are read below
+
+	// A node that restarted or failed over has no scripts cached: resend
+	// those in full, again in one round trip.
+	rs := resend{ctx: ctx, client: b.client, retry: true}
+	for i, c := range cmds {
+		if noScript(c.Err()) {
+			r := reqs[i]
+			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, Millis(r.TTL))
+		}
+	}
+	rs.send()
+
+	results := make([]store.RenewResult, len(reqs))
+	for i, c := range cmds {
+		v, err := c.Int64()
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		results[i].Ownership = ownershipOf(v)
+	}
+	return results
+}
+
+// LeftNothing reports that a failed request took nothing: Redis answered
+// it with an error, or it never had a connection (mayHaveRun).
+func (b *Store) LeftNothing(err error) bool { return !mayHaveRun(err) }
+
+// Close stops the store's subscriber.
+func (b *Store) Close() error {
+	b.subs.close()
+	return nil
+}
+
+// FireClaims keeps cronlock's fire claims on this deployment: the same
+// record a Scheduler given this client keeps, kept for the Locker's
+// retention after each claim (claimKeep).
+func (b *Store) FireClaims(prefix string, _ time.Duration) fireclaim.Claims {
+	return fireclaim.NewRedis(b.client, prefix).WithKeep(b.claimKeep)
+}
+
+// lockKeyOf is the Redis key of k's lock (newLockKeys' first name).
+func lockKeyOf(k store.Key) string { return k.Prefix + "{" + k.Name + "}" }
+
+// redisName names a Redis deployment in messages.
+func redisName(client redis.UniversalClient) string {
+	if _, ok := client.(*redis.ClusterClient); ok {
+		return "Redis Cluster"
+	}
+	return "Redis"
+}
+
+// Watch subscribes to k's release notifications (grants false), or to
+// the grants for this Locker's fair waiters (grants true; the channel
+// lingers, see subscriptionLinger).
+func (b *Store) Watch(ctx context.Context, k store.Key, grants bool) error {
+	return b.subs.watch(ctx, b.channel(k, grants), grants)
+}
+
+func (b *Store) Unwatch(k store.Key, grants bool) { b.subs.unwatch(b.channel(k, grants)) }
+
+// channel names k's release channel, or its grant channel for this Locker.
+func (b *Store) channel(k store.Key, grants bool) string {
+	if grants {
+		return lockKeyOf(k) + ":g:" + b.self
+	}
+	return lockKeyOf(k) + ":n"
+}
+
+// route hands a message of the subscriber to the Locker's events: a
+// release notification, or a grant ("<token> <fence> <reserved> <entry of
+// the waiter next in line>", release.lua and grant.lua).
+func (b *Store) route(channel, payload string) {
+	if base, ok := strings.CutSuffix(channel, ":n"); ok {
+		if k, ok := keyOfBase(b.prefix, base); ok {
+			b.events.Released(k)
+		}
+		return
+	}
+	base, ok := strings.CutSuffix(channel, ":g:"+b.self)
+	if !ok {
+		return
+	}
+	k, ok := keyOfBase(b.prefix, base)
+	if !ok {
+		return
+	}
+	parts := strings.SplitN(payload, " ", 4)
+	var g store.Grant
+	var err error
+	if len(parts) == 4 {
+		g.Token, g.Next = parts[0], parts[3]
+		g.Fence, err = strconv.ParseUint(parts[1], 10, 64)
+		if err == nil {
+			g.Reserved, err = strconv.ParseUint(parts[2], 10, 64)
+		}
+	}
+	b.events.Granted(k, g, len(parts) == 4 && err == nil)
+}
+
+// mayHaveRun reports whether a lock-taking request that failed with err
+// may run in Redis all the same: it failed without Redis' answer. An error
+// reply from Redis (MOVED, TRYAGAIN, READONLY, OOM, ...) means it did not
+// run, and a closed client sent nothing. Nor did a request that never had
+// a connection: a failed dial or no connection free in the pool (lockmw's
+// writes are never re-sent by the client, so the error is that of the only
+// attempt, see noretry.go).
+// errs.ErrNotReplicated means the lock was taken, and the rollback may not have
+// reached Redis.
+func mayHaveRun(err error) bool {
+	if errors.Is(err, errs.ErrNotReplicated) {
+		return true
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) || errors.Is(err, redis.ErrClosed) || errors.Is(err, errs.ErrClosed) {
+		return false
+	}
+	return !neverSent(err)
+}
+
+// neverSent reports whether err says that the request found no connection
+// to send it on: no connection free in the pool, or a failed dial (Redis
+// down: the connection was refused or could not be made). go-redis (v9)
+// also fails every command of a pool at once with the pool's last dial
+// error, without dialing, once as many dials as the pool has connections
+// have failed, until a probe of its own (once a second) gets through: that
+// is a failed dial too, and nothing was sent either.
+func neverSent(err error) bool {
+	return dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+}
+
+// dialFailed reports whether err is a failed dial, or go-redis replaying
+// one (see neverSent).
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

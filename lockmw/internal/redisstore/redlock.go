@@ -50,7 +50,7 @@ type Redlock struct {
 	logger   *slog.Logger
 	// closing is the Locker's: closed when Close begins.
 	closing <-chan struct{}
-	// subs hears wakes on the first master (see lockmw's redlock_wait.go); self is
+	// subs hears wakes on the first master (see lockmw's wait_wake.go); self is
 	// the Locker's id, which names its wake channel; onWake is told when a
 	// release woke a waiter (the lock is contended).
 	subs   *subscriber
@@ -402,7 +402,7 @@ func (b *Redlock) rollback(k lockRef, token string, ttl time.Duration, granted, 
 // rollback and the cleaner's give-back too: a waiter queued behind a lock
 // that an attempt took there and then gave back is woken by that
 // give-back, not by its timer a holder's TTL later. A wake grants nothing
-// (lockmw's redlock_wait.go).
+// (lockmw's wait_wake.go).
 func (b *Redlock) releaseCall(i int, k lockRef, token string) masterScript {
 	if i == 0 && b.subs != nil {
 		return masterScript{script: redlockReleaseScript, keys: []string{k.lock, k.queue}, args: []any{token, k.grants}}

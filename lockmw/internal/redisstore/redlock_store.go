@@ -14,7 +14,7 @@ import (
 
 // This file is the Redlock store's side of the store boundary
 // (lockmw/internal/store), and its wake queue (store.WakeQueue; how
-// waiters use it is lockmw's redlock_wait.go).
+// waiters use it is lockmw's wait_wake.go).
 
 var (
 	_ store.Store       = (*Redlock)(nil)

@@ -1,11 +1,12 @@
 // Package lockmw provides distributed locks that stay safe when processes
 // stall, networks drop and locks expire behind your back. Stores: Redis
 // (New: standalone, Sentinel or Cluster), Redlock over N independent Redis
-// masters (NewRedlock), and, through the store packages beside this one,
-// etcd, ZooKeeper, PostgreSQL and MariaDB. The sections up to Telemetry
-// hold for every store; what is particular to the Redis stores is in the
-// sections named after them at the end, the other stores' in their own
-// packages' documentation.
+// masters (NewRedlock, the quorum store), and, through the store packages
+// beside this one, etcd, ZooKeeper, PostgreSQL and MariaDB.
+//
+// The sections up to Telemetry hold for every store. What is particular to
+// a store is in the sections named after it at the end, or in its own
+// package's documentation.
 //
 // A Locker hands out a Lease per holding. A lease is owned by a random
 // 128-bit token (never a goroutine); every release and renewal is one
@@ -150,19 +151,21 @@
 //     token, so above every earlier holder's (each drew its own before its
 //     lock was released, or its reply came too late for it to become
 //     live). Each store argues why its lock is held by one token at a time
-//     and why its fence is above every earlier holder's: the Redis store
-//     under Acquisition and Fence counters in its section, Redlock (a
-//     majority of masters) in its section, the other stores in their
-//     packages (etcd: the key of the lock's directory with the lowest
-//     create revision holds it, and that revision is the fence).
+//     and why its fence is above every earlier holder's: New's store in
+//     its section on how a lease becomes live (Acquisition, Fence
+//     counters), the quorum store (a majority of masters) in its, the
+//     other stores in their packages (etcd: the key of the lock's
+//     directory with the lowest create revision holds it, and that
+//     revision is the fence).
 //   - Renewal (a compare-and-act extension, if the token is there): D =
 //     max(D, s + TTL − drift). A failed or unanswered renewal never moves
 //     D, nor does one answered at or after D: the lease ended at D, and is
 //     lost.
 //   - Transfer, Fair grant, Early hand-over: a store whose release can hand
-//     the lock straight to a waiter (store.Granter; today only the Redis
-//     store of New) makes leases live three more ways, each argued in that
-//     store's section, "Redis: how a lease becomes live".
+//     the lock straight to a waiter (store.Granter; today only New's
+//     store) makes leases live three more ways, each argued in that
+//     store's section on how a lease becomes live (Transfer, Fair grant,
+//     Early hand-over).
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's
 //     token and fence, is made only while that lease is live and before
 //     its D, and ends when it ends (before the outermost lease's context
@@ -177,7 +180,7 @@
 // a lock back with the same compare-and-act release, and Close waits for
 // releases and give-backs under way; when exactly the store has answered
 // enough to know, and which requests took nothing, is the store's (see the
-// Redis section below and the store packages).
+// sections of New's store below, and the store packages).
 //
 // # Guarantees and their limits
 //
@@ -191,8 +194,8 @@
 //     write already in flight can still land. That is what Lease.Fence is
 //     for: make the store reject tokens lower than the last one it saw.
 //   - A store that replicates asynchronously can lose a lock or a fence in
-//     a failover (the Redis stores' limits and WithWaitReplicas are in
-//     their sections).
+//     a failover (the limits of New's store with Sentinel or Cluster, and
+//     WithWaitReplicas, are in its sections).
 //   - A network partition between a holder and the store is a lost lease:
 //     the context ends before the lock can expire on the store's clock, and
 //     another holder gets the lock after that.
@@ -221,12 +224,12 @@
 //   - After the link heals, the Locker acquires and renews again with no
 //     action from you.
 //
-// How each store's tests check this is in its section (Redis: through
-// toxiproxy, under "Redis: network faults").
+// How each store's tests check this is in its sections (New's store:
+// through toxiproxy, with its failover and restarts).
 //
 // # Stores
 //
-// Every store, the Redis stores of New and NewRedlock included, sits behind
+// Every store, New's and the quorum store included, sits behind
 // one contract, package lockmw/internal/store. The Locker (leases, waiting,
 // the watchdog's schedule, validity deadlines, nesting, telemetry) asks a
 // store for one step on its objects per call: an acquire, release or renew
@@ -251,7 +254,7 @@
 //   - Granter: a release that hands the lock to a waiter in the same step
 //     (transfers, fair grants, early hand-overs), and WakeQueue: waiters
 //     woken one at a time from a queue kept on one member of a quorum
-//     (the Redis stores, see their sections).
+//     (New's store and the quorum store, see their sections).
 //
 // etcd.New (package github.com/lockmw/lockmw/lockmw/etcd, a module of its
 // own so that importing lockmw never builds the etcd client) keeps locks in
@@ -312,15 +315,15 @@
 // 0.60-0.90s each; with -1, 0.30-0.36s each). Right after a killed Redis is
 // back, each pool of go-redis can still fail its commands at once with its
 // last dial error for up to a second; lockmw sends a script refused that
-// way once more through the pipeline pool. New and NewRedlock log a
-// warning when one failed command can take longer than a third of the TTL
-// (ReadTimeout or WriteTimeout times one plus MaxRetries). Turning the client's
-// retries off loses nothing: lockmw never lets go-redis re-send its writes
-// (see Redis: failover, restarts and network faults) and does its own safe retrying (a failed renewal is
-// retried every TTL/10 until the lease's deadline). Keep the timeouts well
-// below the TTL: a reply that arrives after the lease's validity deadline
-// is rolled back. WithWaitReplicas' timeout must be shorter than
-// ReadTimeout.
+// way once more through the pipeline pool. New and NewRedlock log a warning
+// when one failed command can take longer than a third of the TTL
+// (ReadTimeout or WriteTimeout times one plus MaxRetries). Turning the
+// client's retries off loses nothing: lockmw never lets go-redis re-send
+// its writes (see Redis: failover, restarts and network faults) and does
+// its own safe retrying (a failed renewal is retried every TTL/10 until the
+// lease's deadline). Keep the timeouts well below the TTL: a reply that
+// arrives after the lease's validity deadline is rolled back.
+// WithWaitReplicas' timeout must be shorter than ReadTimeout.
 //
 // # Redis: waiting and hand-overs
 //
@@ -356,11 +359,11 @@
 //     carries a fence reserved for its successor, so its release lets the
 //     next local waiter start at once, while the transfer is on the wire
 //     (an early hand-over; its validity is bounded as described under
-//     Redis: how a lease becomes live, it is not renewed until Redis confirms the transfer, and its
-//     release waits for that answer), provided that waiter is known to
-//     have arrived before every waiter queued in Redis (see Fair order).
-//     If Redis answers that the lock was gone, the lease ends at once with
-//     ErrLost.
+//     Redis: how a lease becomes live, it is not renewed until Redis
+//     confirms the transfer, and its release waits for that answer),
+//     provided that waiter is known to have arrived before every waiter
+//     queued in Redis (see Fair order). If Redis answers that the lock was
+//     gone, the lease ends at once with ErrLost.
 //   - Fair: waiters join the queue in Redis whatever their Locker. A release
 //     hands the lock to the first entry whose Locker still listens (PUBLISH
 //     reports how many listeners got the message, so an entry of a process
@@ -455,25 +458,25 @@
 //     A grant whose fence is not above it was made before that attempt,
 //     which saw another token in the key: it had ended, and is ignored. A
 //     grant dated more than TTL/3 back is confirmed by a renewal first.
-//   - Early hand-over (default mode after a transfer, or Fair to the
-//     waiter first in line): the releasing lease, still valid until D_r,
-//     hands the lock to a waiter of its own Locker before the transfer is
-//     sent. Until the transfer lands the key holds the releaser's token
-//     (until D_r at least), then the waiter's for the waiter's TTL from the
-//     send time s. So the waiter's D = min(D_r, s + TTL − drift), with s
-//     read before the transfer leaves, and it is not renewed until the
-//     transfer's answer confirms it (D = s + TTL − drift) or ends it as
-//     lost (also an answer that comes after D; and a waiter that gets to
-//     the hand-over after D gives the lock back instead of returning a
-//     lease). The waiter's own release waits for that answer, so it cannot
-//     reach Redis first. Its fence was reserved (drawn, INCRBY 2, by the
-//     transfer or grant that gave the releaser the lock), so it is above
-//     the releaser's and below every later holder's. Which waiter may be
-//     handed the lock early is a matter of order, not of safety (see Fair
-//     order, under Redis: waiting and hand-overs): waiters of other Lockers that queued after
-//     the early waiter arrived keep their places, as the transfer replaces
-//     the releaser's token by the waiter's, keeping the queue's mark, and
-//     the waiter's release hands the lock to them.
+//   - Early hand-over (default mode after a transfer, or Fair to the waiter
+//     first in line): the releasing lease, still valid until D_r, hands the
+//     lock to a waiter of its own Locker before the transfer is sent. Until
+//     the transfer lands the key holds the releaser's token (until D_r at
+//     least), then the waiter's for the waiter's TTL from the send time s.
+//     So the waiter's D = min(D_r, s + TTL − drift), with s read before the
+//     transfer leaves, and it is not renewed until the transfer's answer
+//     confirms it (D = s + TTL − drift) or ends it as lost (also an answer
+//     that comes after D; and a waiter that gets to the hand-over after D
+//     gives the lock back instead of returning a lease). The waiter's own
+//     release waits for that answer, so it cannot reach Redis first. Its
+//     fence was reserved (drawn, INCRBY 2, by the transfer or grant that
+//     gave the releaser the lock), so it is above the releaser's and below
+//     every later holder's. Which waiter may be handed the lock early is a
+//     matter of order, not of safety (see Fair order, under Redis: waiting
+//     and hand-overs): waiters of other Lockers that queued after the early
+//     waiter arrived keep their places, as the transfer replaces the
+//     releaser's token by the waiter's, keeping the queue's mark, and the
+//     waiter's release hands the lock to them.
 //
 // Waiting adds no way to become live here either. A waiter of another
 // Locker lines up in the lock's queue and is handed the lock by a Fair
@@ -618,9 +621,10 @@
 //     acquisitions of its locks fail with ErrUnavailable until an operator
 //     finishes it (redis-cli --cluster fix).
 //   - What Cluster does not add: a master's failover to its replica has the
-//     same asynchronous-replication window as Sentinel (see Redis: failover,
-//     restarts and network faults). cluster-require-full-coverage no keeps the locks of
-//     healthy masters working while another master is down.
+//     same asynchronous-replication window as Sentinel (see Redis:
+//     failover, restarts and network faults). cluster-require-full-coverage
+//     no keeps the locks of healthy masters working while another master is
+//     down.
 //
 // # Redis: waiting for replicas
 //
@@ -760,18 +764,19 @@
 // incrementing the same counter: B's value on m is above M_A, and B's
 // fence, the maximum over its masters, is at least that value.
 //
-// The argument needs m to have kept its counter, or to seed it again
-// above M_A (Fence counters, under Redis: how a lease becomes live: a counter that expired after the
-// retention, or was lost on a master whose clock is not behind the one M_A
-// was drawn from, by more than the time since). A counter a plain master
-// found missing is seeded there by seed.lua before the master answers, so
-// a new lock's first acquisition gets differing seeds from the masters'
-// clocks, and the second round makes them agree; after it they advance
-// together. The second round raises every master that answers, so in
-// normal operation all N counters hold the last fence and up to N/2
-// masters can lose their data without breaking the order even with clocks
-// apart. Where fences must survive data loss whatever the clocks, run the
-// masters with AOF (appendonly yes, appendfsync always) and noeviction.
+// The argument needs m to have kept its counter, or to seed it again above
+// M_A (Fence counters, under Redis: how a lease becomes live: a counter
+// that expired after the retention, or was lost on a master whose clock is
+// not behind the one M_A was drawn from, by more than the time since). A
+// counter a plain master found missing is seeded there by seed.lua before
+// the master answers, so a new lock's first acquisition gets differing
+// seeds from the masters' clocks, and the second round makes them agree;
+// after it they advance together. The second round raises every master that
+// answers, so in normal operation all N counters hold the last fence and up
+// to N/2 masters can lose their data without breaking the order even with
+// clocks apart. Where fences must survive data loss whatever the clocks,
+// run the masters with AOF (appendonly yes, appendfsync always) and
+// noeviction.
 //
 // How it is tested (tests named Fault…, real redis-server masters paused
 // with SIGSTOP, killed and restarted empty): with N=5 and 0–5 masters

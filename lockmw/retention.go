@@ -19,7 +19,7 @@ import (
 // check that Redis will not evict lock keys, which no expiry can make
 // safe.
 //
-// Safety (doc.go, "Safety: how a lease becomes live", Fence counters): a
+// Safety (doc.go, "Redis: how a lease becomes live", Fence counters): a
 // counter that expired, or was lost, is seeded from the server clock in
 // microseconds when it is next drawn from (scripts/fence.lua), so fences
 // still rise.

@@ -161,6 +161,12 @@
 //     max(D, s + TTL − drift). A failed or unanswered renewal never moves
 //     D, nor does one answered at or after D: the lease ended at D, and is
 //     lost.
+//   - Quorum acquisition (the quorum store): the token is set on a
+//     majority of N independent servers, D = s + TTL − elapsed − drift;
+//     any two majorities share a server, which refuses a second token
+//     until the first is gone there, and the fence is raised on a majority
+//     before the lease is returned (argued, with why its fences rise, in
+//     the store's section).
 //   - Transfer, Fair grant, Early hand-over: a store whose release can hand
 //     the lock straight to a waiter (store.Granter; today only New's
 //     store) makes leases live three more ways, each argued in that
@@ -414,8 +420,9 @@
 //
 // The Redis store of New keeps the invariant of Safety with its lock key:
 // while a lease with token t is live, the lock key (prefix+"{K}") holds t.
-// Only lockmw's compare-and-act scripts (lockmw/scripts/*.lua) write the
-// key, and each acts for the token that is there (renew, release,
+// Two live leases would need the key to hold two tokens at once, which it
+// cannot. Only lockmw's compare-and-act scripts (lockmw/scripts/*.lua)
+// write the key, and each acts for the token that is there (renew, release,
 // transfer, grant); an acquisition writes only a missing key. So a token,
 // once set with PX p by a request sent at time s (our monotonic clock),
 // stays until its owner's script replaces it, or at least until s + p on

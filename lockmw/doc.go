@@ -31,7 +31,7 @@
 // increases per key across holders (failed attempts may skip numbers), for
 // stores to reject late writers (UPDATE ... WHERE fence < $token). Fences
 // are uint64 values that fit a signed 64-bit column (BIGINT); how each
-// store draws them is in its section.
+// store draws them is in its section or package.
 //
 // A lock leaves nothing behind: once released and idle (for the retention,
 // WithRetention, a day by default, where the store keeps a counter or a
@@ -56,7 +56,8 @@
 // # Leases, validity and the watchdog
 //
 //   - TTL: 10s by default (WithTTL; per lease WithLeaseTTL), at least
-//     MinTTL (10ms); a store may need more (its CheckTTL says what to use).
+//     MinTTL (10ms); a store may need more (its ErrInvalidOption says
+//     what to use).
 //   - Validity: a lease is valid until the monotonic time its acquisition
 //     or last confirmed renewal was sent, + TTL − drift, with drift = TTL ×
 //     WithDriftFactor (default 0.01) + 2ms. An acquisition whose answer
@@ -110,7 +111,8 @@
 //
 //   - Fair: waiters are served in the order they arrived, whatever their
 //     Locker; a Fair waiter is never overtaken by a waiter that arrived
-//     after it. TryAcquire with Fair takes a free lock only when nobody is
+//     after it, but for the exceptions its store's section or package
+//     names. TryAcquire with Fair takes a free lock only when nobody is
 //     queued. A store whose waiters are woken from a queue on one member
 //     of a quorum refuses Fair with ErrInvalidOption.
 //   - A lost message costs latency, never liveness: queued waiters also

@@ -159,16 +159,16 @@
 //     other stores in their packages (etcd: the key of the lock's
 //     directory with the lowest create revision holds it, and that
 //     revision is the fence).
-//   - Renewal (a compare-and-act extension, if the token is there): D =
-//     max(D, s + TTL − drift). A failed or unanswered renewal never moves
-//     D, nor does one answered at or after D: the lease ended at D, and is
-//     lost.
 //   - Quorum acquisition (the quorum store): the token is set on a
 //     majority of N independent servers, D = s + TTL − elapsed − drift;
 //     any two majorities share a server, which refuses a second token
 //     until the first is gone there, and the fence is raised on a majority
 //     before the lease is returned (argued, with why its fences rise, in
 //     the store's section).
+//   - Renewal (a compare-and-act extension, if the token is there): D =
+//     max(D, s + TTL − drift). A failed or unanswered renewal never moves
+//     D, nor does one answered at or after D: the lease ended at D, and is
+//     lost.
 //   - Transfer, Fair grant, Early hand-over: a store whose release can hand
 //     the lock straight to a waiter (store.Granter; today only New's
 //     store) makes leases live three more ways, each argued in that
@@ -270,10 +270,10 @@
 // waiting and telemetry; its package documentation describes its keys,
 // leases, safety and waiting. So do lockmw/zookeeper, lockmw/postgres and
 // lockmw/mysql (MariaDB). The store packages are part of this repository,
-// released in lockstep with this module: the contract between a store and
-// the Locker is internal to the repository, so a store of your own cannot
-// plug in. Every store runs one conformance suite and the randomized
-// safety checker.
+// released in lockstep with this module (the root module): the contract
+// between a store and the Locker is internal to the repository, so a store
+// of your own cannot plug in. Every store runs one conformance suite and
+// the randomized safety checker.
 //
 // # Telemetry
 //

@@ -1,37 +1,42 @@
-// Package lockmw provides distributed locks on Redis (and, through the
-// store packages beside it, on etcd, ZooKeeper, PostgreSQL and MariaDB)
-// that stay safe when processes stall, networks drop and keys expire
-// behind your back. This documentation describes the Redis stores (New,
-// NewRedlock) where it names Redis; see Other stores.
+// Package lockmw provides distributed locks that stay safe when processes
+// stall, networks drop and locks expire behind your back. Stores: Redis
+// (New: standalone, Sentinel or Cluster), Redlock over N independent Redis
+// masters (NewRedlock, the quorum store), and, through the store packages
+// beside this one, etcd, ZooKeeper, PostgreSQL and MariaDB.
+//
+// The sections up to Telemetry hold for every store. What is particular to
+// a store is in the sections named after it at the end, or in its own
+// package's documentation.
 //
 // A Locker hands out a Lease per holding. A lease is owned by a random
-// 128-bit token (never a goroutine); every release and renewal is a
-// compare-and-act Lua script (lockmw/scripts/*.lua), so nobody ever deletes
-// or extends another owner's lock, and releasing a lost lease leaves the
-// new owner alone. One watchdog per Locker renews all of its leases at a
-// third of their TTL, pipelined into one round trip per tick: 10,000 held
-// leases cost one goroutine and one timer.
+// 128-bit token (never a goroutine); every release and renewal is one
+// compare-and-act step in the store, so nobody ever deletes or extends
+// another owner's lock, and releasing a lost lease leaves the new owner
+// alone. One watchdog per Locker renews all of its leases at a third of
+// their TTL, batched into as few round trips per tick as the store allows
+// (one per server where it pipelines): 10,000 held leases cost one
+// goroutine and one timer.
 //
 // Lost means cancelled: a lease's Context ends with cause ErrLost (a
-// *LostError saying why) when its key expired or was taken, or when its
+// *LostError saying why) when its lock expired or was taken, or when its
 // validity deadline (the send time of the last confirmed renewal + TTL −
 // drift, on the monotonic clock) passes without a confirmed renewal, also
-// while Redis is unreachable, so work stops before another holder can start.
-// Lease.Deadline returns that deadline and Lease.Valid checks it, without
-// waiting for the timer that ends the context (timers fire late on a loaded
-// host); lockmw checks it the same way wherever it acts on a lease.
+// while the store is unreachable, so work stops before another holder can
+// start. Lease.Deadline returns that deadline and Lease.Valid checks it,
+// without waiting for the timer that ends the context (timers fire late on
+// a loaded host); lockmw checks it the same way wherever it acts on a
+// lease.
 //
 // Every acquisition gets a fencing token, Lease.Fence, that strictly
 // increases per key across holders (failed attempts may skip numbers), for
 // stores to reject late writers (UPDATE ... WHERE fence < $token). Fences
-// are uint64 values that fit a signed 64-bit column (BIGINT): a counter
-// per lock, started from the Redis server's clock in microseconds.
+// are uint64 values that fit a signed 64-bit column (BIGINT); how each
+// store draws them is in its section or package.
 //
-// A lock leaves nothing behind: once released and idle for the retention
-// (WithRetention, a day by default), none of its keys remain in Redis; a
-// fence counter that expired or was lost otherwise starts again from the
-// server clock, above every fence before it (see Redis keys, and Safety:
-// Fence counters). Give locks a Redis that never evicts keys.
+// A lock leaves nothing behind: once released and idle (for the retention,
+// WithRetention, a day by default, where the store keeps a counter or a
+// queue beyond the lock), nothing of it remains in the store, and its
+// fences still rise when it is used again.
 //
 // Acquire on a context derived from a held lease's Context, for the same
 // key and Locker, returns a nested lease instead of deadlocking; the lock is
@@ -46,59 +51,13 @@
 // (ErrInvalidKey, ErrInvalidOption, ErrNilClient, ErrClosed) is rejected
 // before anything is sent to the store.
 //
-// Lockers exclude each other when they share a store and a key prefix:
-// New takes a standalone, Sentinel or Cluster client, NewRedlock N
-// independent masters, and the store packages (see Other stores) an etcd
-// cluster, a ZooKeeper ensemble or a database.
-//
-// # Redis client settings
-//
-// The Locker does not own its client: close the client after the Locker.
-// Every Redis call is bounded by the client's ReadTimeout and WriteTimeout,
-// and by context deadlines when the client sets ContextTimeoutEnabled.
-// Configure the client for a lock:
-//
-//	client := redis.NewClient(&redis.Options{
-//		Addr:                  "localhost:6379",
-//		DialTimeout:           300 * time.Millisecond,
-//		ReadTimeout:           300 * time.Millisecond,
-//		WriteTimeout:          300 * time.Millisecond,
-//		MaxRetries:            -1,
-//		DialerRetries:         1,
-//		PipelinePoolSize:      -1,
-//		ContextTimeoutEnabled: true,
-//	})
-//
-// go-redis repeats a read whose reply timed out up to MaxRetries times (3
-// by default) and redials a refused connection up to DialerRetries times
-// (5, 100ms apart), so with its defaults an outage is reported only after
-// several timeouts (2.3–3.4s with 300ms timeouts). With the settings above
-// it is reported after at most about one timeout: measured through ginlock
-// with 300ms timeouts, a killed Redis was answered in under 1ms (0.9s with
-// only the timeouts set), a paused one in 0.3s (an acquisition of a key
-// whose failed attempt is being given back also waits for that give-back).
-// PipelinePoolSize -1 makes go-redis (9.23) run pipelines on its main pool:
-// with a pool of their own (its default), a pipeline (one server's
-// acquisitions are one) whose new connection of that pool cannot be set up
-// is run a second time on the main pool, so every acquisition after the
-// first on a paused Redis took two timeouts (measured: 0.30s, then
-// 0.60-0.90s each; with -1, 0.30-0.36s each). Right after a killed Redis is
-// back, each pool of go-redis can still fail its commands at once with its
-// last dial error for up to a second; lockmw sends a script refused that
-// way once more through the pipeline pool. New and NewRedlock log a
-// warning when one failed command can take longer than a third of the TTL
-// (ReadTimeout or WriteTimeout times one plus MaxRetries). Turning the client's
-// retries off loses nothing: lockmw never lets go-redis re-send its writes
-// (see Network faults) and does its own safe retrying (a failed renewal is
-// retried every TTL/10 until the lease's deadline). Keep the timeouts well
-// below the TTL: a reply that arrives after the lease's validity deadline
-// is rolled back. WithWaitReplicas' timeout must be shorter than
-// ReadTimeout.
+// Lockers exclude each other when they share a store and a key prefix.
 //
 // # Leases, validity and the watchdog
 //
 //   - TTL: 10s by default (WithTTL; per lease WithLeaseTTL), at least
-//     MinTTL (10ms).
+//     MinTTL (10ms); a store may need more (its ErrInvalidOption says
+//     what to use).
 //   - Validity: a lease is valid until the monotonic time its acquisition
 //     or last confirmed renewal was sent, + TTL − drift, with drift = TTL ×
 //     WithDriftFactor (default 0.01) + 2ms. An acquisition whose answer
@@ -132,16 +91,252 @@
 //     or when the lock is lost. Use WithWait, not a short-lived context, to
 //     bound waiting for a lease you keep beyond the call.
 //   - Release is idempotent. It returns an error matching ErrLost for a
-//     lost lease, ErrClosed after Close, ErrUnavailable if Redis could not
-//     be told (the lock then expires after its TTL).
+//     lost lease, ErrClosed after Close, ErrUnavailable if the store could
+//     not be told (the lock then expires after its TTL).
 //   - Close returns once the Locker's leases are released, releases already
-//     under way have reached Redis, and locks handed to its waiters as it
-//     closed have been given back: it leaves no lock of its own behind
-//     while Redis answers.
+//     under way have reached the store, and locks handed to its waiters as
+//     it closed have been given back: it leaves no lock of its own behind
+//     while the store answers.
 //
 // # Waiting
 //
-// Acquire waits for a busy lock without polling, and without a herd.
+// Acquire waits for a busy lock without polling where the store can tell
+// it when to try, and without a herd. How depends on what the store offers
+// (see Stores): a store that keeps a queue (etcd, ZooKeeper, and the
+// queues of the stores at the end) serves its waiters in turn and wakes
+// only the next one; a store that notifies releases wakes its default-mode
+// waiters, which retry; otherwise waiters back off (within a range tuned
+// to the store's round trip). Waiters of one key in one Locker queue
+// in arrival order and only the first retries.
+//
+//   - Fair: waiters are served in the order they arrived, whatever their
+//     Locker; a Fair waiter is never overtaken by a waiter that arrived
+//     after it, but for the exceptions its store's section or package
+//     names. TryAcquire with Fair takes a free lock only when nobody is
+//     queued. A store whose waiters are woken from a queue on one member
+//     of a quorum refuses Fair with ErrInvalidOption.
+//   - A lost message costs latency, never liveness: queued waiters also
+//     check the lock when the holder's TTL would run out.
+//   - Giving up: WithWait(d) returns ErrNotAcquired, and a context that
+//     ends returns its error, each within a few milliseconds, leaving no
+//     queue entry and no subscription behind.
+//
+// # Safety: how a lease becomes live
+//
+// The promise is that at most one lease of a key is live at a time, and
+// that each holder's fence is above every earlier holder's. A lease is live
+// from the moment Acquire returns it until its context ends or its validity
+// deadline D passes, whichever comes first: the watchdog's timer ends the
+// context at D, and, as a timer can fire late, lockmw checks D itself
+// before it acts on a lease (Lease.Valid). The whole argument rests on one
+// invariant:
+//
+//	while a lease with token t is live, the store holds the lock for t.
+//
+// Two live leases would need the store to hold the lock for two tokens at
+// once, which its contract excludes (package lockmw/internal/store): only
+// compare-and-act steps write the lock, each acting for the token that
+// holds it (renew, release, and where the store has them, hand-overs), and
+// an acquisition takes only a free lock. So a token, once the store reports
+// it acquired with a time v (no later than the moment from which the store
+// keeps the lock for the TTL: the send time s of the request, on our
+// monotonic clock, for a store that sets the lock with an expiry), holds
+// the lock until its owner's step replaces it, or at least until v + TTL
+// on the store's clock, which is no earlier than v + TTL − drift on ours
+// (WithDriftFactor, plus a floor for timer slack). Each way a lease
+// becomes live sets D no later than that, and no later than any bound it
+// inherits:
+//
+//   - Acquisition: D = v + TTL − drift. A reply that comes after D is given
+//     back, never returned. The store draws the fence in the step that
+//     takes the lock, or after it while the lock is still held for the
+//     token, so above every earlier holder's (each drew its own before its
+//     lock was released, or its reply came too late for it to become
+//     live). Each store argues why its lock is held by one token at a time
+//     and why its fence is above every earlier holder's: New's store in
+//     its section on how a lease becomes live (Acquisition, Fence
+//     counters), the quorum store (a majority of masters) in its, the
+//     other stores in their packages (etcd: the key of the lock's
+//     directory with the lowest create revision holds it, and that
+//     revision is the fence).
+//   - Quorum acquisition (the quorum store): the token is set on a
+//     majority of N independent servers, D = s + TTL − elapsed − drift;
+//     any two majorities share a server, which refuses a second token
+//     until the first is gone there, and the fence is raised on a majority
+//     before the lease is returned (argued, with why its fences rise, in
+//     the store's section).
+//   - Renewal (a compare-and-act extension, if the token is there): D =
+//     max(D, s + TTL − drift). A failed or unanswered renewal never moves
+//     D, nor does one answered at or after D: the lease ended at D, and is
+//     lost.
+//   - Transfer, Fair grant, Early hand-over: a store whose release can hand
+//     the lock straight to a waiter (store.Granter; today only New's
+//     store) makes leases live three more ways, each argued in that
+//     store's section on how a lease becomes live (Transfer, Fair grant,
+//     Early hand-over).
+//   - Nested lease (reentrant Acquire): it shares the outermost lease's
+//     token and fence, is made only while that lease is live and before
+//     its D, and ends when it ends (before the outermost lease's context
+//     does, so whoever sees that context ended sees the nested ones ended).
+//
+// Waiting adds no way to become live. A waiter is handed the lock by one
+// of the ways above (its turn in a store's queue is an acquisition, or a
+// Fair grant), or makes an ordinary attempt when woken.
+//
+// A request that fails without an answer may still run when the store gets
+// to it, and take the lock for a token no lease has. The Locker gives such
+// a lock back with the same compare-and-act release, and Close waits for
+// releases and give-backs under way; when exactly the store has answered
+// enough to know, and which requests took nothing, is the store's (see the
+// sections of New's store below, and the store packages).
+//
+// # Guarantees and their limits
+//
+//   - On a store that holds each lock in one place (one server, or a
+//     consensus of servers such as etcd and ZooKeeper), a lease is exclusive
+//     for as long as its context is live: the context ends at the validity
+//     deadline, before the lock can expire on the store's clock (assuming
+//     the clocks' rates differ by less than the drift factor).
+//   - A paused holder (GC, SIGSTOP) cannot see its own context end while it
+//     is paused; when it resumes its context is already cancelled, but a
+//     write already in flight can still land. That is what Lease.Fence is
+//     for: make the store reject tokens lower than the last one it saw.
+//   - A store that replicates asynchronously can lose a lock or a fence in
+//     a failover (the limits of New's store with Sentinel or Cluster, and
+//     WithWaitReplicas, are in its sections).
+//   - A network partition between a holder and the store is a lost lease:
+//     the context ends before the lock can expire on the store's clock, and
+//     another holder gets the lock after that.
+//   - Timers: every deadline above is enforced by a timer of the holder's
+//     own process. A process that is paused or starved of CPU fires it
+//     late; the drift (TTL × drift factor + 2ms) is the only slack. lockmw
+//     checks the deadline itself wherever it acts on a lease, but your
+//     code sees a late timer as a context still live: check Lease.Valid
+//     before each step that matters. On a loaded machine raise
+//     WithDriftFactor, and fence every write that matters.
+//
+// # Network faults
+//
+//   - Acquisitions under latency or a broken link fail with ErrUnavailable
+//     (or the context's error when the context ends first), never
+//     ErrNotAcquired and never by hanging: each call to the store is
+//     bounded by its client's timeouts (set them). A reply that arrives
+//     after the lease's validity is rolled back and reported as
+//     ErrUnavailable.
+//   - A request that timed out may still run when a stalled store resumes,
+//     and take the lock for a token no lease has: the Locker gives it back
+//     (see Safety), so the lock is not blocked for a TTL.
+//   - A partition while a lease is held ends the lease context with ErrLost
+//     (reason deadline, wrapping the last renewal error) at the validity
+//     deadline, before the lock expires in the store.
+//   - After the link heals, the Locker acquires and renews again with no
+//     action from you.
+//
+// How each store's tests check this is in its sections (New's store:
+// through toxiproxy, with its failover and restarts).
+//
+// # Stores
+//
+// Every store, New's and the quorum store included, sits behind
+// one contract, package lockmw/internal/store. The Locker (leases, waiting,
+// the watchdog's schedule, validity deadlines, nesting, telemetry) asks a
+// store for one step on its objects per call: an acquire, release or renew
+// step, each compare-and-act for a token, with the safety contract the
+// Safety section rests on (a lock reported acquired at v is held for that
+// token until it is released or v + TTL on the store's clock; its fence is
+// above every earlier holding's). Beyond that a store offers what it has,
+// and the Locker finds it by type assertion:
+//
+//   - Notifier: a way to wait until a lock may have become free, for
+//     default-mode waiters (they retry then); without it, they back off,
+//     within the range Backoff gives.
+//   - Queue: an acquisition that queues (the lock is a queue, as in etcd or
+//     ZooKeeper), needed for Fair; FairOnly: a queue for Fair waiters only,
+//     default-mode waiters polling instead.
+//   - LossNotifier: leases end as soon as the store knows their holding
+//     ended (a ZooKeeper session expiry).
+//   - LeftNothing: a way to tell that a failed acquisition took nothing the
+//     Locker must give back.
+//   - Named: the store's name, for the Locker's messages about it.
+//   - FireClaimer: a place for the fire claims of cronlock's Scheduler.
+//   - Granter: a release that hands the lock to a waiter in the same step
+//     (transfers, fair grants, early hand-overs), and WakeQueue: waiters
+//     woken one at a time from a queue kept on one member of a quorum
+//     (New's store and the quorum store, see their sections).
+//
+// etcd.New (package github.com/lockmw/lockmw/lockmw/etcd, a module of its
+// own so that importing lockmw never builds the etcd client) keeps locks in
+// etcd, with the same leases, watchdog, validity deadlines, nesting,
+// waiting and telemetry; its package documentation describes its keys,
+// leases, safety and waiting. So do lockmw/zookeeper, lockmw/postgres and
+// lockmw/mysql (MariaDB). The store packages are part of this repository,
+// released in lockstep with this module (the root module): the contract
+// between a store and the Locker is internal to the repository, so a store
+// of your own cannot plug in. Every store runs one conformance suite and
+// the randomized safety checker.
+//
+// # Telemetry
+//
+// Spans (tracer scope ScopeName): lockmw.acquire, lockmw.release, and
+// lockmw.renew for failed renewals and lost leases, with attributes
+// lock.name (WithName, default the key), lock.outcome
+// (acquired|busy|timeout|error|lost|ok), lock.wait_ms and lock.fence.
+// Metrics: lockmw.acquire.duration (s, by lock.name and lock.outcome),
+// lockmw.hold.duration (s), lockmw.held (up-down), lockmw.renewals (by
+// lock.outcome ok|error) and lockmw.lost (by lock.name and
+// lock.lost_reason). Give keys that embed ids a template name such as
+// "order:{id}" to keep metric cardinality low. Without
+// WithTracerProvider/WithMeterProvider the global providers are used; while
+// none is set, telemetry allocates nothing.
+//
+// # Redis: client settings
+//
+// The Locker does not own its client: close the client after the Locker.
+// Every Redis call is bounded by the client's ReadTimeout and WriteTimeout,
+// and by context deadlines when the client sets ContextTimeoutEnabled.
+// Configure the client for a lock:
+//
+//	client := redis.NewClient(&redis.Options{
+//		Addr:                  "localhost:6379",
+//		DialTimeout:           300 * time.Millisecond,
+//		ReadTimeout:           300 * time.Millisecond,
+//		WriteTimeout:          300 * time.Millisecond,
+//		MaxRetries:            -1,
+//		DialerRetries:         1,
+//		PipelinePoolSize:      -1,
+//		ContextTimeoutEnabled: true,
+//	})
+//
+// go-redis repeats a read whose reply timed out up to MaxRetries times (3
+// by default) and redials a refused connection up to DialerRetries times
+// (5, 100ms apart), so with its defaults an outage is reported only after
+// several timeouts (2.3–3.4s with 300ms timeouts). With the settings above
+// it is reported after at most about one timeout: measured through ginlock
+// with 300ms timeouts, a killed Redis was answered in under 1ms (0.9s with
+// only the timeouts set), a paused one in 0.3s (an acquisition of a key
+// whose failed attempt is being given back also waits for that give-back).
+// PipelinePoolSize -1 makes go-redis (9.23) run pipelines on its main pool:
+// with a pool of their own (its default), a pipeline (one server's
+// acquisitions are one) whose new connection of that pool cannot be set up
+// is run a second time on the main pool, so every acquisition after the
+// first on a paused Redis took two timeouts (measured: 0.30s, then
+// 0.60-0.90s each; with -1, 0.30-0.36s each). Right after a killed Redis is
+// back, each pool of go-redis can still fail its commands at once with its
+// last dial error for up to a second; lockmw sends a script refused that
+// way once more through the pipeline pool. New and NewRedlock log a warning
+// when one failed command can take longer than a third of the TTL
+// (ReadTimeout or WriteTimeout times one plus MaxRetries). Turning the
+// client's retries off loses nothing: lockmw never lets go-redis re-send
+// its writes (see Redis: failover, restarts and network faults) and does
+// its own safe retrying (a failed renewal is retried every TTL/10 until the
+// lease's deadline). Keep the timeouts well below the TTL: a reply that
+// arrives after the lease's validity deadline is rolled back.
+// WithWaitReplicas' timeout must be shorter than ReadTimeout.
+//
+// # Redis: waiting and hand-overs
+//
+// On the Redis store of New, waiting goes as follows (Redlock's waiters
+// are described under Redlock).
 //
 //   - Across processes (both modes): a waiter whose lock is held by another
 //     Locker lines up in the lock's queue in Redis (prefix+"{K}:q", in the
@@ -172,11 +367,11 @@
 //     carries a fence reserved for its successor, so its release lets the
 //     next local waiter start at once, while the transfer is on the wire
 //     (an early hand-over; its validity is bounded as described under
-//     Safety, it is not renewed until Redis confirms the transfer, and its
-//     release waits for that answer), provided that waiter is known to
-//     have arrived before every waiter queued in Redis (see Fair order).
-//     If Redis answers that the lock was gone, the lease ends at once with
-//     ErrLost.
+//     Redis: how a lease becomes live, it is not renewed until Redis
+//     confirms the transfer, and its release waits for that answer),
+//     provided that waiter is known to have arrived before every waiter
+//     queued in Redis (see Fair order). If Redis answers that the lock was
+//     gone, the lease ends at once with ErrLost.
 //   - Fair: waiters join the queue in Redis whatever their Locker. A release
 //     hands the lock to the first entry whose Locker still listens (PUBLISH
 //     reports how many listeners got the message, so an entry of a process
@@ -222,31 +417,20 @@
 //     expired ahead of the queued waiters until the migration ends.
 //   - A lost message costs latency, never liveness: queued waiters also
 //     check the lock when the holder's TTL would run out.
-//   - Giving up: WithWait(d) returns ErrNotAcquired, and a context that
-//     ends returns its error, each within a few milliseconds, leaving no
-//     queue entry and no subscription behind.
 //
-// # Safety: how a lease becomes live
+// # Redis: how a lease becomes live
 //
-// The promise is that at most one lease of a key is live at a time, and
-// that each holder's fence is above every earlier holder's. A lease is live
-// from the moment Acquire returns it until its context ends or its validity
-// deadline D passes, whichever comes first: the watchdog's timer ends the
-// context at D, and, as a timer can fire late, lockmw checks D itself
-// before it acts on a lease (Lease.Valid). The whole argument rests on one
-// invariant:
-//
-//	while a lease with token t is live, the lock key holds t.
-//
+// The Redis store of New keeps the invariant of Safety with its lock key:
+// while a lease with token t is live, the lock key (prefix+"{K}") holds t.
 // Two live leases would need the key to hold two tokens at once, which it
-// cannot. Only lockmw's compare-and-act scripts write the key, and each acts
-// for the token that is there (renew, release, transfer, grant); an
-// acquisition writes only a missing key. So a token, once set with PX p by a
-// request sent at time s (our monotonic clock), stays until its owner's
-// script replaces it, or at least until s + p on Redis' clock, which is no
-// earlier than s + p − drift on ours (WithDriftFactor, plus a floor for
-// timer slack). Each way a lease becomes live sets D no later than that,
-// and no later than any bound it inherits:
+// cannot. Only lockmw's compare-and-act scripts (lockmw/scripts/*.lua)
+// write the key, and each acts for the token that is there (renew, release,
+// transfer, grant); an acquisition writes only a missing key. So a token,
+// once set with PX p by a request sent at time s (our monotonic clock),
+// stays until its owner's script replaces it, or at least until s + p on
+// Redis' clock, which is no earlier than s + p − drift on ours. The ways a
+// lease becomes live there, each setting D no later than that and no later
+// than any bound it inherits:
 //
 //   - Acquisition (SET NX PX, acquire.lua, fair.lua on a free lock): D =
 //     s + TTL − drift, s being when the request left. A reply that comes
@@ -283,52 +467,31 @@
 //     A grant whose fence is not above it was made before that attempt,
 //     which saw another token in the key: it had ended, and is ignored. A
 //     grant dated more than TTL/3 back is confirmed by a renewal first.
-//   - Early hand-over (default mode after a transfer, or Fair to the
-//     waiter first in line): the releasing lease, still valid until D_r,
-//     hands the lock to a waiter of its own Locker before the transfer is
-//     sent. Until the transfer lands the key holds the releaser's token
-//     (until D_r at least), then the waiter's for the waiter's TTL from the
-//     send time s. So the waiter's D = min(D_r, s + TTL − drift), with s
-//     read before the transfer leaves, and it is not renewed until the
-//     transfer's answer confirms it (D = s + TTL − drift) or ends it as
-//     lost (also an answer that comes after D; and a waiter that gets to
-//     the hand-over after D gives the lock back instead of returning a
-//     lease). The waiter's own release waits for that answer, so it cannot
-//     reach Redis first. Its fence was reserved (drawn, INCRBY 2, by the
-//     transfer or grant that gave the releaser the lock), so it is above
-//     the releaser's and below every later holder's. Which waiter may be
-//     handed the lock early is a matter of order, not of safety (see Fair
-//     order, under Waiting): waiters of other Lockers that queued after
-//     the early waiter arrived keep their places, as the transfer replaces
-//     the releaser's token by the waiter's, keeping the queue's mark, and
-//     the waiter's release hands the lock to them.
-//   - Nested lease (reentrant Acquire): it shares the outermost lease's
-//     token and fence, is made only while that lease is live and before
-//     its D, and ends when it ends (before the outermost lease's context
-//     does, so whoever sees that context ended sees the nested ones ended).
-//   - Another store (etcd.New, package lockmw/etcd, a module of its
-//     own): the store reports the lock acquired with a time v no later
-//     than the moment from which it keeps the lock for TTL, and D = v +
-//     TTL − drift; renewals as above. The store's package argues why its
-//     lock is held by one token at a time and why its fence is above every
-//     earlier holder's (etcd: the key of the lock's directory with the
-//     lowest create revision holds it, and that revision is the fence).
-//   - Redlock: the token is set on a majority of N masters, D = s + TTL −
-//     elapsed − drift. Any two majorities share a master, and that master
-//     refuses a second token until the first is gone there. Fences are the
-//     maximum over the winning majority, raised on a majority before the
-//     lease is returned (see Redlock fences, below). Which masters an attempt asks
-//     (the first majority, the others when one of those does not grant
-//     it) does not matter to this: any majority that granted it shares a
-//     master with any other. A renewal may also take a free master where
-//     the lease was never held (redlock_renew.lua): that is what an
-//     acquisition does there, and D still moves only when a majority
-//     confirmed the renewal, dated from its send time.
+//   - Early hand-over (default mode after a transfer, or Fair to the waiter
+//     first in line): the releasing lease, still valid until D_r, hands the
+//     lock to a waiter of its own Locker before the transfer is sent. Until
+//     the transfer lands the key holds the releaser's token (until D_r at
+//     least), then the waiter's for the waiter's TTL from the send time s.
+//     So the waiter's D = min(D_r, s + TTL − drift), with s read before the
+//     transfer leaves, and it is not renewed until the transfer's answer
+//     confirms it (D = s + TTL − drift) or ends it as lost (also an answer
+//     that comes after D; and a waiter that gets to the hand-over after D
+//     gives the lock back instead of returning a lease). The waiter's own
+//     release waits for that answer, so it cannot reach Redis first. Its
+//     fence was reserved (drawn, INCRBY 2, by the transfer or grant that
+//     gave the releaser the lock), so it is above the releaser's and below
+//     every later holder's. Which waiter may be handed the lock early is a
+//     matter of order, not of safety (see Fair order, under Redis: waiting
+//     and hand-overs): waiters of other Lockers that queued after the early
+//     waiter arrived keep their places, as the transfer replaces the
+//     releaser's token by the waiter's, keeping the queue's mark, and the
+//     waiter's release hands the lock to them.
 //
-// Waiting adds no way to become live. A waiter of another Locker lines up
-// in the lock's queue and is handed the lock by a Fair grant (above),
-// whatever its mode; a Redlock waiter is woken by the release on the first
-// master and then makes an ordinary attempt.
+// Waiting adds no way to become live here either. A waiter of another
+// Locker lines up in the lock's queue and is handed the lock by a Fair
+// grant (above), whatever its mode; a Redlock waiter is woken by the
+// release on the first master and then makes an ordinary attempt (see
+// Redlock).
 //
 // Two properties of the wire keep these steps in the order the argument
 // assumes. Calls for one lock leave in the order they were made: a
@@ -380,46 +543,12 @@
 // connection was free in the pool) took nothing: it is not given back,
 // and nothing is logged about it.
 //
-// Redlock fences. This is the one place the argument is made; NewRedlock
-// and the Redlock backend's source refer to it. Each master keeps its own
-// counter per lock, incremented by the acquire script only when that master
-// grants the lock. A new holder's fence is M, the largest value its winning
-// masters returned. Before the lease is handed out, a second round raises
-// the counter of every master that answers to at least M (it never lowers
-// one), and a majority of masters on which the holder still owns the lock
-// must confirm it; the round is skipped when a majority of the winning
-// masters already returned M itself. Its time counts against the lease's
-// validity. Why fences strictly increase from one holder A to the next
-// holder B: the majority that recorded M_A while A held the lock and the
-// majority that granted the lock to B are majorities of the same N masters,
-// so they share a master m. On m, M_A was recorded before A's key there was
-// gone (released or expired), and B was granted m only after that,
-// incrementing the same counter: B's value on m is above M_A, and B's
-// fence, the maximum over its masters, is at least that value.
-//
-// The argument needs m to have kept its counter, or to seed it again
-// above M_A (Fence counters, above: a counter that expired after the
-// retention, or was lost on a master whose clock is not behind the one M_A
-// was drawn from, by more than the time since). A counter a plain master
-// found missing is seeded there by seed.lua before the master answers, so
-// a new lock's first acquisition gets differing seeds from the masters'
-// clocks, and the second round makes them agree; after it they advance
-// together. The second round raises every master that answers, so in
-// normal operation all N counters hold the last fence and up to N/2
-// masters can lose their data without breaking the order even with clocks
-// apart. Where fences must survive data loss whatever the clocks, run the
-// masters with AOF (appendonly yes, appendfsync always) and noeviction.
-//
-// # Guarantees and their limits
+// # Redis: failover, restarts and network faults
 //
 //   - On one Redis server, a lease is exclusive for as long as its context
 //     is live: the context ends at the validity deadline, before the key can
 //     expire on Redis' clock (assuming the clocks' rates differ by less than
 //     the drift factor).
-//   - A paused holder (GC, SIGSTOP) cannot see its own context end while it
-//     is paused; when it resumes its context is already cancelled, but a
-//     write already in flight can still land. That is what Lease.Fence is
-//     for: make the store reject tokens lower than the last one it saw.
 //   - With Sentinel or Cluster, each lock lives on one master and
 //     replication is asynchronous: a lock or fence increment written just
 //     before the master dies can be missing on the promoted replica, so a
@@ -427,24 +556,12 @@
 //     the missing key at the next renewal and cancels the lease with
 //     ErrLost, but not before. WithWaitReplicas narrows that window; it does
 //     not close it. Redlock over independent masters does.
-//   - A network partition between a holder and Redis is a lost lease: the
-//     context ends before the key can expire on Redis' clock, and another
-//     holder gets the lock after that.
-//   - Timers: every deadline above is enforced by a timer of the holder's
-//     own process. A process that is paused or starved of CPU fires it
-//     late; the drift (TTL × drift factor + 2ms) is the only slack. lockmw
-//     checks the deadline itself wherever it acts on a lease, but your
-//     code sees a late timer as a context still live: check Lease.Valid
-//     before each step that matters. On a loaded machine raise
-//     WithDriftFactor, and fence every write that matters.
 //   - A Redis restarted without persistence forgets every lock; leases held
 //     there end with ErrLost (reason expired) at their next renewal.
 //
-// # Network faults
-//
-// Tested with toxiproxy between the client and Redis (latency, reset
-// connections, a cut link that drops all data while the connections stay
-// open):
+// Network faults, tested with toxiproxy between the client and Redis
+// (latency, reset connections, a cut link that drops all data while the
+// connections stay open):
 //
 //   - Acquisitions under latency or a broken link fail with ErrUnavailable
 //     (or the context's error when the context ends first), never
@@ -513,11 +630,12 @@
 //     acquisitions of its locks fail with ErrUnavailable until an operator
 //     finishes it (redis-cli --cluster fix).
 //   - What Cluster does not add: a master's failover to its replica has the
-//     same asynchronous-replication window as Sentinel (see Guarantees and
-//     their limits). cluster-require-full-coverage no keeps the locks of
-//     healthy masters working while another master is down.
+//     same asynchronous-replication window as Sentinel (see Redis:
+//     failover, restarts and network faults). cluster-require-full-coverage
+//     no keeps the locks of healthy masters working while another master is
+//     down.
 //
-// # Waiting for replicas
+// # Redis: waiting for replicas
 //
 // With WithWaitReplicas(n, timeout), every acquisition sends the acquire
 // script and WAIT n timeout in one pipeline on one connection to the lock's
@@ -612,7 +730,7 @@
 // that, with the fence: the suite pauses a holder process past its TTL,
 // another process takes the lock and writes, and the resumed holder's
 // write, fenced with the older token, is refused. Fences rise across
-// different majorities (see Redlock fences, under Safety).
+// different majorities (see Redlock fences, below).
 //
 // The restart-delay rule: a master that restarts without its data must not
 // rejoin until the longest lease TTL in use has passed since it went down.
@@ -622,6 +740,52 @@
 // that counted on it either still holds a majority without it, or has
 // reached its deadline and its keys have expired. Renewals do not lengthen
 // the rule: each resets a key to one TTL.
+//
+// Safety (the Redlock way a lease becomes live, beside those of Safety
+// and Redis: how a lease becomes live):
+//
+//   - Redlock: the token is set on a majority of N masters, D = s + TTL −
+//     elapsed − drift. Any two majorities share a master, and that master
+//     refuses a second token until the first is gone there. Fences are the
+//     maximum over the winning majority, raised on a majority before the
+//     lease is returned (see Redlock fences, below). Which masters an attempt asks
+//     (the first majority, the others when one of those does not grant
+//     it) does not matter to this: any majority that granted it shares a
+//     master with any other. A renewal may also take a free master where
+//     the lease was never held (redlock_renew.lua): that is what an
+//     acquisition does there, and D still moves only when a majority
+//     confirmed the renewal, dated from its send time.
+//
+// Redlock fences. This is the one place the argument is made; NewRedlock
+// and the Redlock backend's source refer to it. Each master keeps its own
+// counter per lock, incremented by the acquire script only when that master
+// grants the lock. A new holder's fence is M, the largest value its winning
+// masters returned. Before the lease is handed out, a second round raises
+// the counter of every master that answers to at least M (it never lowers
+// one), and a majority of masters on which the holder still owns the lock
+// must confirm it; the round is skipped when a majority of the winning
+// masters already returned M itself. Its time counts against the lease's
+// validity. Why fences strictly increase from one holder A to the next
+// holder B: the majority that recorded M_A while A held the lock and the
+// majority that granted the lock to B are majorities of the same N masters,
+// so they share a master m. On m, M_A was recorded before A's key there was
+// gone (released or expired), and B was granted m only after that,
+// incrementing the same counter: B's value on m is above M_A, and B's
+// fence, the maximum over its masters, is at least that value.
+//
+// The argument needs m to have kept its counter, or to seed it again above
+// M_A (Fence counters, under Redis: how a lease becomes live: a counter
+// that expired after the retention, or was lost on a master whose clock is
+// not behind the one M_A was drawn from, by more than the time since). A
+// counter a plain master found missing is seeded there by seed.lua before
+// the master answers, so a new lock's first acquisition gets differing
+// seeds from the masters' clocks, and the second round makes them agree;
+// after it they advance together. The second round raises every master that
+// answers, so in normal operation all N counters hold the last fence and up
+// to N/2 masters can lose their data without breaking the order even with
+// clocks apart. Where fences must survive data loss whatever the clocks,
+// run the masters with AOF (appendonly yes, appendfsync always) and
+// noeviction.
 //
 // How it is tested (tests named Fault…, real redis-server masters paused
 // with SIGSTOP, killed and restarted empty): with N=5 and 0–5 masters
@@ -635,24 +799,13 @@
 // produce a history that github.com/anishathalye/porcupine checks against a
 // mutex model (with a drift factor of 0.2).
 //
-// # Other stores
-//
-// etcd.New (package github.com/lockmw/lockmw/lockmw/etcd, a module of its
-// own so that importing lockmw never builds the etcd client) keeps locks in
-// etcd, with the same leases, watchdog, validity deadlines, nesting,
-// waiting and telemetry; its package documentation describes its keys,
-// leases, safety and waiting. So do lockmw/zookeeper, lockmw/postgres and
-// lockmw/mysql (MariaDB). The store packages are part of this repository,
-// released in lockstep with this module: the contract between a store and
-// the Locker is internal to the repository, so a store of your own cannot
-// plug in. Every store, Redis and Redlock included, sits behind that one
-// contract (package lockmw/internal/store: one acquire, release and renew
-// step per call, and optional capabilities the Locker finds by type
-// assertion, such as a queue, release notifications, or Redis' hand-overs
-// in the release's own step), and runs one conformance suite and the
-// randomized safety checker.
-//
 // # Redis keys
+//
+// Fences are a counter per lock, started from the Redis server's clock in
+// microseconds: a counter that expired or was lost otherwise starts again
+// from the server clock, above every fence before it. Give locks a Redis
+// that never evicts keys. The watchdog's renewals are pipelined into one
+// round trip per tick (per master on a Cluster).
 //
 // A lock on key K (1 to MaxKeyLen bytes) uses prefix+"{K}" (the owner
 // token, with the lease's expiry), prefix+"{K}:fence" (the fencing
@@ -665,8 +818,9 @@
 // and queued waiter refreshes it), so a lock that nobody uses leaves no key
 // behind, also when its holder or a waiter died. A counter that expired is
 // seeded from the server clock when it is next drawn from, so fences keep
-// rising (Safety: Fence counters). WithPermanentFences keeps the counters
-// forever instead (one small key per distinct lock name), counting from 1.
+// rising (Redis: how a lease becomes live, Fence counters).
+// WithPermanentFences keeps the counters forever instead (one small key per
+// distinct lock name), counting from 1.
 //
 // Eviction: a Redis whose maxmemory-policy is not noeviction can evict a
 // held lock's key (allkeys-*, and volatile-* too: lock keys always have
@@ -686,21 +840,7 @@
 // upgrade, a retention longer than the rollout). Lockers sharing a prefix
 // must agree on WithPermanentFences.
 //
-// # Telemetry
-//
-// Spans (tracer scope ScopeName): lockmw.acquire, lockmw.release, and
-// lockmw.renew for failed renewals and lost leases, with attributes
-// lock.name (WithName, default the key), lock.outcome
-// (acquired|busy|timeout|error|lost|ok), lock.wait_ms and lock.fence.
-// Metrics: lockmw.acquire.duration (s, by lock.name and lock.outcome),
-// lockmw.hold.duration (s), lockmw.held (up-down), lockmw.renewals (by
-// lock.outcome ok|error) and lockmw.lost (by lock.name and
-// lock.lost_reason). Give keys that embed ids a template name such as
-// "order:{id}" to keep metric cardinality low. Without
-// WithTracerProvider/WithMeterProvider the global providers are used; while
-// none is set, telemetry allocates nothing.
-//
-// # Performance
+// # Redis: performance
 //
 // make bench runs the Go benchmarks against a redis-server it starts; the
 // README holds the figures. Definitions:

@@ -13,7 +13,7 @@ import (
 // Redis (handTo), or one handed over early, before Redis confirms it
 // (handEarly, handEarlyFair; see handover).
 //
-// Safety (doc.go, "Safety: how a lease becomes live": Fair grant, Early
+// Safety (doc.go, "Redis: how a lease becomes live": Fair grant, Early
 // hand-over). A grant is dated from a time known to precede it, and a grant
 // whose fence is not above the fence counter the waiter's last busy attempt
 // saw is stale and ignored (handTo). An early hand-over's lease is valid

@@ -16,7 +16,7 @@ import (
 // token that no lease will hold is given back.
 //
 // Safety: each hand-over made here is one of the ways a lease becomes live
-// that doc.go's "Safety: how a lease becomes live" argues (Transfer, Fair
+// that doc.go's "Redis: how a lease becomes live" argues (Transfer, Fair
 // grant, Early hand-over). A lock handed over early is given back only once
 // the hand-over has reached the store (see handover.wait), so that no
 // request for it reaches the store before the transfer does.

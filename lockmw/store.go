@@ -35,7 +35,7 @@ import (
 //     that lease is live (nest.go).
 //   - Hand-overs, on a store that is a store.Granter (New's Redis store):
 //     a transfer, a fair grant, an early hand-over, each argued in doc.go
-//     ("Safety: how a lease becomes live") and beside store.Granter. On
+//     ("Redis: how a lease becomes live") and beside store.Granter. On
 //     every other store a waiter's lease comes from its own acquisition or
 //     queue entry, confirmed by the store; a store.WakeQueue (Redlock)
 //     only wakes a waiter, whose lease then comes from its own attempt.

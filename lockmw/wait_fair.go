@@ -19,7 +19,7 @@ import (
 // lost grant message or a dropped queue entry costs latency, never
 // liveness.
 //
-// Safety (doc.go, "Safety: how a lease becomes live": Acquisition, Fair
+// Safety (doc.go, "Redis: how a lease becomes live": Acquisition, Fair
 // grant, Early hand-over): a fair lease comes from fair.lua taking a free
 // lock, dated from the request's send time; from a grant, dated from a time
 // known to precede it, and confirmed by a renewal first when dated more

@@ -9,7 +9,7 @@
 // rather than get 409; the program prints units sold against units
 // available and exits with status 1 if it ever oversold with the lock. Each
 // instance's Redis client uses the settings a lock needs (see lockmw's
-// package documentation, section Redis client settings). -h lists the
+// package documentation, section "Redis: client settings"). -h lists the
 // flags (-buyers, -stock, -instances, -charge, -nolock).
 //
 // With REDIS_ADDR set it uses that Redis; otherwise it starts an embedded

@@ -8,7 +8,7 @@
 // gets Aborted and retries after the RetryInfo delay. The service needs no
 // generated code: it is a hand-written grpc.ServiceDesc with a JSON codec.
 // Each instance's Redis client uses the settings a lock needs (see lockmw's
-// package documentation, section Redis client settings). -h lists the
+// package documentation, section "Redis: client settings"). -h lists the
 // flags.
 //
 // With REDIS_ADDR set it uses that Redis; otherwise it starts an embedded

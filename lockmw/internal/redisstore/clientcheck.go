@@ -69,7 +69,7 @@ func warnSlowClient(logger *slog.Logger, clients []redis.UniversalClient, ttl ti
 		return
 	}
 	attrs = append(attrs, slog.Duration("ttl", ttl),
-		slog.String("see", "README, Quickstart (the client settings and why); lockmw package documentation, section Redis client settings"))
+		slog.String("see", "README, Quickstart (the client settings and why); lockmw package documentation, section \"Redis: client settings\""))
 	if len(clients) > 1 {
 		attrs = append(attrs, slog.Any("masters", slow))
 	}

@@ -423,14 +423,15 @@
 // The Redis store of New keeps the invariant of Safety with its lock key:
 // while a lease with token t is live, the lock key (prefix+"{K}") holds t.
 // Two live leases would need the key to hold two tokens at once, which it
-// cannot. Only lockmw's compare-and-act scripts (lockmw/scripts/*.lua)
-// write the key, and each acts for the token that is there (renew, release,
-// transfer, grant); an acquisition writes only a missing key. So a token,
-// once set with PX p by a request sent at time s (our monotonic clock),
-// stays until its owner's script replaces it, or at least until s + p on
-// Redis' clock, which is no earlier than s + p − drift on ours. The ways a
-// lease becomes live there, each setting D no later than that and no later
-// than any bound it inherits:
+// cannot. Only lockmw's compare-and-act scripts
+// (lockmw/internal/redisstore/scripts/*.lua) write the key, and each acts
+// for the token that is there (renew, release, transfer, grant); an
+// acquisition writes only a missing key. So a token, once set with PX p by
+// a request sent at time s (our monotonic clock), stays until its owner's
+// script replaces it, or at least until s + p on Redis' clock, which is no
+// earlier than s + p − drift on ours. The ways a lease becomes live there,
+// each setting D no later than that and no later than any bound it
+// inherits:
 //
 //   - Acquisition (SET NX PX, acquire.lua, fair.lua on a free lock): D =
 //     s + TTL − drift, s being when the request left. A reply that comes
@@ -717,7 +718,7 @@
 //     ends its waiters' attempts, and a waiter that still outlasts Close's
 //     wait leaves on the first master's client itself. One that cannot be
 //     taken out then is skipped by the next release there, or goes when
-//     the queue expires (see redlock_wait.go). Fair gives ErrInvalidOption.
+//     the queue expires (see wait_wake.go). Fair gives ErrInvalidOption.
 //
 // Redlock promises that at most one lease is valid (its context live) at a
 // time, provided that the clocks of the clients and the masters advance at

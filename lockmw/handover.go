@@ -180,16 +180,16 @@ func (l *Locker) handEarlyFair(lock store.Key, token string, fence uint64, deadl
 // reservedAt is when the transfer that gave the releasing lease the lock
 // (and reserved fence) was sent.
 //
-// Fair order (doc.go, Waiting): a fair waiter is never overtaken by one
-// that arrived after it. The releaser does not know who queued in Redis
-// since it got the lock, so the waiter goes first only when it is known to
-// have arrived before every fair waiter queued now: a check of the lock
-// made after it arrived found no fair waiter queued (aheadOfQueue), or it
-// was waiting before reservedAt, when the releaser's own transfer found
-// none. Any fair waiter queued now queued after that check, so after the
-// waiter; the transfer keeps its place, and the waiter's release serves
-// it. Otherwise the release goes through Redis (releaseTokenOf), which
-// hands the lock to the queue first.
+// Fair order (doc.go, "Redis: waiting and hand-overs"): a fair waiter is
+// never overtaken by one that arrived after it. The releaser does not know
+// who queued in Redis since it got the lock, so the waiter goes first only
+// when it is known to have arrived before every fair waiter queued now: a
+// check of the lock made after it arrived found no fair waiter queued
+// (aheadOfQueue), or it was waiting before reservedAt, when the releaser's
+// own transfer found none. Any fair waiter queued now queued after that
+// check, so after the waiter; the transfer keeps its place, and the
+// waiter's release serves it. Otherwise the release goes through Redis
+// (releaseTokenOf), which hands the lock to the queue first.
 func (l *Locker) handEarly(lock store.Key, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()

@@ -104,7 +104,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // Lease.Fence still strictly increases per key across holders, also when
 // successive holders win different majorities, as long as the masters keep
 // their data (a master restarted without persistence forgets its fence
-// counters); the argument is in the package documentation (section Safety,
+// counters); the argument is in the package documentation (section Redlock,
 // "Redlock fences"). Redlock's mutual exclusion assumes bounded clock
 // drift, process pauses and network delays; a master restarted without
 // persistence must stay down for at least the longest lease TTL before

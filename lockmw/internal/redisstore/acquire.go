@@ -269,15 +269,15 @@ func (c *setNXCall) queue(ctx context.Context, pipe redis.Pipeliner) {
 	c.queued = pipe.Exists(ctx, c.queueKey)
 }
 
-// followUp draws the fence again, with the seed script, when the INCR
-// found the counter missing (or counted from 1 by an older version): that
-// INCR's value is below every fence drawn before the counter was lost, and
-// is never used. And when the SET took a free lock while waiters were
-// queued (the holder's key expired, or a grant went unclaimed), it hands
-// the lock to the first live one (yield.lua), after the seed: a later
-// comer does not overtake the queue (lockmw doc.go, Fair order). Both go in the
-// follow-up round trip of the same batch, so the lock's next call leaves
-// after them (batch.go).
+// followUp draws the fence again, with the seed script, when the INCR found
+// the counter missing (or counted from 1 by an older version): that INCR's
+// value is below every fence drawn before the counter was lost, and is
+// never used. And when the SET took a free lock while waiters were queued
+// (the holder's key expired, or a grant went unclaimed), it hands the lock
+// to the first live one (yield.lua), after the seed: a later comer does not
+// overtake the queue (lockmw doc.go, "Redis: waiting and hand-overs", Fair
+// order). Both go in the follow-up round trip of the same batch, so the
+// lock's next call leaves after them (batch.go).
 func (c *setNXCall) followUp(rs *resend) {
 	if c.keep != "" && c.incr.Err() == nil && c.incr.Val() < seededFloor {
 		c.seed = rs.eval(seedScript, []string{c.fence}, c.keep)

@@ -37,7 +37,7 @@ import (
 // script, skipped when a quorum of the winning masters already returned M
 // itself). Why that makes fences strictly increase from one holder to the
 // next, and what it needs of the masters' data, is argued once, in the
-// documentation of package lockmw (doc.go, section Safety, "Redlock
+// documentation of package lockmw (doc.go, section Redlock, "Redlock
 // fences").
 
 // Redlock keeps each lock on a quorum of independent masters.

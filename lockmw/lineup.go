@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -114,7 +113,7 @@ func (l *Locker) linesUp(lock store.Key, ac *acquireConfig) bool {
 // its counter.
 func (l *Locker) lineUp(a *acquisition) (*Lease, error) {
 	lease, err := l.acquireFair(a, true)
-	if err == nil || a.opCtx.Err() != nil || !redisstore.SlotMoving(err) {
+	if err == nil || a.opCtx.Err() != nil || !l.caps.waits.Moving(err) {
 		return lease, err
 	}
 	l.logger.Debug("lockmw: waiting without the queue while the slot moves", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))

@@ -3,7 +3,6 @@ package lockmw
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -153,8 +152,7 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 	if next == nil || *next == "" {
 		return l.releaseToken(ctx, s.lock, s.token)
 	}
-	id, rest, _ := strings.Cut(*next, " ")
-	token, _, _ := strings.Cut(rest, " ")
+	id, token := l.caps.waits.EntryOwner(*next)
 	if id != l.id {
 		return l.releaseToken(ctx, s.lock, s.token)
 	}

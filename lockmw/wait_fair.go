@@ -4,10 +4,8 @@ import (
 	"context"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"strconv"
 	"time"
 
-	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -62,7 +60,7 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	token := newToken()
-	entry := l.id + " " + token + " " + strconv.FormatInt(redisstore.Millis(a.cfg.ttl), 10)
+	entry := l.caps.waits.FairEntry(l.id, token, a.cfg.ttl)
 	if !wait {
 		sentAt := time.Now()
 		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)

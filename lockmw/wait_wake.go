@@ -142,7 +142,7 @@ func (l *Locker) joinWakeQueue(a *acquisition) (*wakeWay, error) {
 	}
 	b := l.caps.wakes
 	w := &wakeWay{l: l, w: &waiter{token: newToken(), wake: make(chan struct{}, 1)}, backoff: l.caps.backoffMin}
-	w.entry = l.id + " " + w.w.token
+	w.entry = b.WakeEntry(l.id, w.w.token)
 	l.roomsMu.Lock()
 	w.r = l.join(a.lock)
 	w.r.fair[w.w.token] = w.w

@@ -66,7 +66,7 @@ func (b *Store) whileSlotMoves(ctx context.Context, patience time.Duration, call
 	giveUp := giveUpAt(ctx, patience)
 	for {
 		err := call()
-		if err == nil || !SlotMoving(err) || time.Now().Add(backoff).After(giveUp) {
+		if err == nil || !slotMoving(err) || time.Now().Add(backoff).After(giveUp) {
 			return err
 		}
 		if cc, ok := b.client.(*redis.ClusterClient); ok {
@@ -99,12 +99,12 @@ func (b *Store) runAcquire(ctx context.Context, k lockRef, token string, ttl tim
 		moving := false // after TRYAGAIN, as in the default case below
 		err = b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 			vals, err = b.acquireReplicated(ctx, k, token, ttl, moving)
-			moving = moving || SlotMoving(err)
+			moving = moving || slotMoving(err)
 			return err
 		})
 	case b.plainAcquire:
 		var fence int64
-		reply.Acquired, fence, reply.HolderTTL, err = b.setNX(ctx, k, token, time.Duration(Millis(ttl))*time.Millisecond)
+		reply.Acquired, fence, reply.HolderTTL, err = b.setNX(ctx, k, token, time.Duration(millis(ttl))*time.Millisecond)
 		if err != nil && reply.Acquired {
 			// Taken, but no fence drawn: give it back.
 			_, _, _ = b.Unlock(context.WithoutCancel(ctx), k.Key, token)
@@ -122,9 +122,9 @@ func (b *Store) runAcquire(ctx context.Context, k lockRef, token string, ttl tim
 		// same (lockmw doc.go, Acquisition); only Fair order after a holder's
 		// expiry is not kept during that slot's migration (lockmw doc.go, Fair
 		// order).
-		r, err = b.runScript(ctx, 0, acquireScript, []string{k.lock, k.fence, k.queue}, token, Millis(ttl), b.expiry.counter, k.grants, b.publish)
-		if err != nil && SlotMoving(err) {
-			r, err = b.runScript(ctx, ttl/4, acquireMovingScript, []string{k.lock, k.fence}, token, Millis(ttl), b.expiry.counter)
+		r, err = b.runScript(ctx, 0, acquireScript, []string{k.lock, k.fence, k.queue}, token, millis(ttl), b.expiry.counter, k.grants, b.publish)
+		if err != nil && slotMoving(err) {
+			r, err = b.runScript(ctx, ttl/4, acquireMovingScript, []string{k.lock, k.fence}, token, millis(ttl), b.expiry.counter)
 		}
 		if err == nil {
 			vals, err = int64s(r)
@@ -147,9 +147,9 @@ func acquireReplyOf(vals []int64) (store.Reply, error) {
 	return store.Reply{HolderTTL: time.Duration(max(vals[1], 0)) * time.Millisecond}, nil
 }
 
-// SlotMoving reports whether err means a Cluster slot is being migrated
+// slotMoving reports whether err means a Cluster slot is being migrated
 // and the command was not run.
-func SlotMoving(err error) bool {
+func slotMoving(err error) bool {
 	if redis.IsTryAgainError(err) {
 		return true
 	}
@@ -177,9 +177,9 @@ func (b *Store) acquireReplicated(ctx context.Context, k lockRef, token string, 
 		}
 		node = n
 	}
-	keys, args, script := []string{k.lock, k.fence, k.queue}, []any{token, Millis(ttl), b.expiry.counter, k.grants, b.publish}, acquireScript
+	keys, args, script := []string{k.lock, k.fence, k.queue}, []any{token, millis(ttl), b.expiry.counter, k.grants, b.publish}, acquireScript
 	if moving {
-		keys, args, script = []string{k.lock, k.fence}, []any{token, Millis(ttl), b.expiry.counter}, acquireMovingScript
+		keys, args, script = []string{k.lock, k.fence}, []any{token, millis(ttl), b.expiry.counter}, acquireMovingScript
 	}
 	var acq *redis.Cmd
 	var wait *redis.IntCmd

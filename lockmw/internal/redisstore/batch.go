@@ -214,7 +214,7 @@ func (b *batcher) exec(batch []*scriptCall) {
 		var again []*scriptCall
 		next := time.Now().Add(backoff)
 		for _, c := range batch {
-			if c.script != nil && c.cmd.Err() != nil && SlotMoving(c.cmd.Err()) &&
+			if c.script != nil && c.cmd.Err() != nil && slotMoving(c.cmd.Err()) &&
 				!next.After(c.giveUp) && c.ctx.Err() == nil {
 				again = append(again, c)
 			}

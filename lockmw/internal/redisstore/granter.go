@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -87,7 +88,7 @@ func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, 
 		f = "1"
 	}
 	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
-		token, to, Millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
+		token, to, millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
 	if err != nil {
 		return store.TransferReply{}, err
 	}
@@ -113,7 +114,7 @@ func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, t
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
-			token, Millis(ttl), entry, string(mode), k.grants, b.publish, b.expiry.counter, b.expiry.queue).Int64Slice()
+			token, millis(ttl), entry, string(mode), k.grants, b.publish, b.expiry.counter, b.expiry.queue).Int64Slice()
 		return err
 	})
 	if err != nil {
@@ -179,3 +180,19 @@ func (b *Store) Leave(ctx context.Context, lock store.Key, entry, token string) 
 	})
 	return v == leaveGranted, err
 }
+
+// FairEntry is "<locker> <token> <ttl in ms>", as fair.lua and grant.lua
+// read it.
+func (b *Store) FairEntry(locker, token string, ttl time.Duration) string {
+	return locker + " " + token + " " + strconv.FormatInt(millis(ttl), 10)
+}
+
+// EntryOwner reads a fair queue entry (FairEntry).
+func (b *Store) EntryOwner(entry string) (locker, token string) {
+	locker, rest, _ := strings.Cut(entry, " ")
+	token, _, _ = strings.Cut(rest, " ")
+	return locker, token
+}
+
+// Moving reports a Cluster slot migration (slotMoving).
+func (b *Store) Moving(err error) bool { return slotMoving(err) }

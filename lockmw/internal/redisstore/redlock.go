@@ -138,9 +138,9 @@ func (b *Redlock) AcquireQueued(ctx context.Context, lock store.Key, token strin
 	sent := make([]bool, n)
 	unsent := n
 	send := func(i int) {
-		call := masterScript{plain: true, keys: []string{k.lock, k.fence}, args: []any{token, Millis(ttl), b.expiry.counter}}
+		call := masterScript{plain: true, keys: []string{k.lock, k.fence}, args: []any{token, millis(ttl), b.expiry.counter}}
 		if i == 0 {
-			call = masterScript{script: redlockAcquireScript, keys: []string{k.lock, k.fence, k.queue}, args: []any{token, Millis(ttl), entry, b.expiry.counter, b.expiry.queue}}
+			call = masterScript{script: redlockAcquireScript, keys: []string{k.lock, k.fence, k.queue}, args: []any{token, millis(ttl), entry, b.expiry.counter, b.expiry.queue}}
 		}
 		sent[i] = true
 		unsent--
@@ -541,7 +541,7 @@ func (b *Redlock) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 				}
 				h.mu.Unlock()
 			}
-			calls[i] = masterScript{script: redlockRenewScript, keys: []string{locks[i]}, args: []any{r.Token, Millis(r.TTL), retake}}
+			calls[i] = masterScript{script: redlockRenewScript, keys: []string{locks[i]}, args: []any{r.Token, millis(r.TTL), retake}}
 		}
 		b.masters[m].submit(&masterCall{master: m, calls: calls, reply: replies, after: record})
 	}

@@ -166,3 +166,7 @@ func (b *Redlock) route(channel, payload string) {
 		b.events.Woken(k, payload)
 	}
 }
+
+// WakeEntry is "<locker> <token>", as redlock_acquire.lua queues it and
+// redlock_release.lua wakes it.
+func (b *Redlock) WakeEntry(locker, token string) string { return locker + " " + token }

@@ -31,7 +31,7 @@ type keyExpiry struct {
 // newKeyExpiry returns the keyExpiry of a Locker's retention (and of
 // WithPermanentFences: permanent).
 func newKeyExpiry(retention time.Duration, permanent bool) keyExpiry {
-	ms := strconv.FormatInt(Millis(retention), 10)
+	ms := strconv.FormatInt(millis(retention), 10)
 	if permanent {
 		return keyExpiry{queue: ms}
 	}
@@ -323,8 +323,8 @@ func ownershipOf(v int64) store.Ownership {
 	return store.Taken
 }
 
-// Millis converts d to whole milliseconds for PX/PEXPIRE, rounding up so the
+// millis converts d to whole milliseconds for PX/PEXPIRE, rounding up so the
 // key never expires before the validity lockmw computed from d.
-func Millis(d time.Duration) int64 {
+func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -162,7 +162,7 @@ func (b *Store) Renew(ctx context.Context, reqs []store.RenewRequest) []store.Re
 	pipe := b.client.Pipeline()
 	for i, r := range reqs {
 		locks[i] = lockKeyOf(r.Key)
-		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, Millis(r.TTL))
+		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 
@@ -172,7 +172,7 @@ func (b *Store) Renew(ctx context.Context, reqs []store.RenewRequest) []store.Re
 	for i, c := range cmds {
 		if noScript(c.Err()) {
 			r := reqs[i]
-			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, Millis(r.TTL))
+			cmds[i] = rs.eval(renewScript, []string{locks[i]}, r.Token, millis(r.TTL))
 		}
 	}
 	rs.send()

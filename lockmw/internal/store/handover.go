@@ -53,6 +53,18 @@ type Granter interface {
 	Leave(ctx context.Context, k Key, entry, token string) (granted bool, err error)
 	// FairQueued reports whether fair waiters may be queued for the lock.
 	FairQueued(ctx context.Context, k Key) (bool, error)
+	// FairEntry is the fair queue entry of the waiter token of the Locker
+	// locker, to hold the lock for ttl once granted. Grant.Next and
+	// Handoff.Next are such entries; EntryOwner reads one.
+	FairEntry(locker, token string, ttl time.Duration) string
+	// EntryOwner returns the Locker and the waiter token of a fair queue
+	// entry.
+	EntryOwner(entry string) (locker, token string)
+	// Moving reports that err refused a request while the lock's objects
+	// move between the store's members (a Redis Cluster slot migrating):
+	// the request did not run, and the fair queue cannot be used until the
+	// move ends.
+	Moving(err error) bool
 }
 
 // Watcher is a store that tells its Locker about a lock: its releases
@@ -160,6 +172,9 @@ type WakeQueue interface {
 	LeaveWake(ctx context.Context, k Key, entry string) error
 	// HolderTTL is the holder's remaining TTL, 0 when unknown.
 	HolderTTL(ctx context.Context, k Key) time.Duration
+	// WakeEntry is the wait queue entry of the waiter token of the Locker
+	// locker.
+	WakeEntry(locker, token string) string
 }
 
 // QueuedReply is an AcquireQueued reply, and what the attempt did with

@@ -5,6 +5,7 @@ package servertest
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -91,6 +92,7 @@ func (p *Proxy) add(t testing.TB, kind, stream, attributes string) {
 	t.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.waitStaleLinks(t)
 	p.serial++
 	name := fmt.Sprintf("%s-%s-%d", kind, stream, p.serial)
 	spec := fmt.Sprintf(`{"name": %q, "type": %q, "stream": %q, "toxicity": 1, "attributes": %s}`, name, kind, stream, attributes)
@@ -98,4 +100,48 @@ func (p *Proxy) add(t testing.TB, kind, stream, attributes string) {
 		t.Fatalf("servertest: proxy %s: adding %s: %v", p.p.Listen, spec, err)
 	}
 	p.toxics = append(p.toxics, name)
+}
+
+// waitStaleLinks waits until no connection through the proxy holds more
+// toxic stages than the proxy has toxics. toxiproxy v2.5.0 leaves such a
+// connection behind when Heal removes a toxic while the connection closes
+// (ToxicLink.RemoveToxic returns early, its stage still in place), until
+// the connection is gone; a toxic added to it meanwhile panics (index out
+// of range in ToxicLink.AddToxic), which crashed the randomized checkers.
+// Only removals (Heal, under p.mu like add) make such connections, so none
+// appears between this check and the add. Caller holds p.mu.
+func (p *Proxy) waitStaleLinks(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n := p.staleLinks()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("servertest: proxy %s: %d closing connection(s) still hold a removed toxic's stage after 30s; adding a toxic now would crash toxiproxy", p.p.Listen, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// staleLinks counts the connections (one link per direction) whose stages
+// outnumber the toxics of their direction. It reads toxiproxy's unexported
+// state by reflection, under the collection's lock, which every change of
+// links, stages and toxics holds.
+func (p *Proxy) staleLinks() int {
+	c := p.p.Toxics
+	c.Lock()
+	defer c.Unlock()
+	v := reflect.ValueOf(c).Elem()
+	chain, links := v.FieldByName("chain"), v.FieldByName("links")
+	n := 0
+	for it := links.MapRange(); it.Next(); {
+		link := it.Value().Elem()
+		dir := int(link.FieldByName("direction").Uint())
+		if dir < chain.Len() && link.FieldByName("stubs").Len() > chain.Index(dir).Len() {
+			n++
+		}
+	}
+	return n
 }

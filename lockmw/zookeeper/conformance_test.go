@@ -68,6 +68,7 @@ func runConformance(t *testing.T, name string, e *zktest.Ensemble) {
 			e.Leader(t)
 		},
 		Leftovers:            func(t testing.TB, key string) []string { return leftovers(t, adm, key) },
+		LeftoversWithin:      30 * time.Second, // empty lock parents go at the servers' container check
 		Fair:                 true,
 		QueuesDefaultWaiters: true,
 		Queued:               func(t testing.TB, key string) int { return max(len(nodes(t, adm, key))-1, 0) },

@@ -3,6 +3,7 @@ package zookeeper_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lockmw/lockmw/internal/conformance"
 	"github.com/lockmw/lockmw/lockmw"

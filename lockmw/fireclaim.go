@@ -29,7 +29,7 @@ func (c *config) claimKeep() time.Duration { return c.retained() }
 // does, and one on every master would need a quorum protocol of its own.)
 func (l *Locker) fireClaims() fireclaim.Claims {
 	if c, ok := l.st.(store.FireClaimer); ok {
-		return c.FireClaims(l.cfg.prefix, l.cfg.ttl)
+		return c.FireClaims(l.cfg.prefix, l.cfg.ttl, max(l.cfg.claimKeep(), fireclaim.MinKeep))
 	}
 	return nil
 }

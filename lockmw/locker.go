@@ -131,7 +131,6 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Locker, error
 	b := redisstore.NewRedlock(clients)
 	l, err := newLocker(b, opts)
 	if err != nil {
-		_ = b.Close()
 		return nil, err
 	}
 	b.Bind(l.redisConfig()) // before l's first request
@@ -188,8 +187,13 @@ func (l *Locker) redisConfig() redisstore.Config {
 }
 
 // newLocker returns a Locker on s, and finds what s offers beyond
-// store.Store. It does not close s when it fails.
-func newLocker(s store.Store, opts []Option) (*Locker, error) {
+// store.Store. It closes s when it fails.
+func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
+	defer func() {
+		if err != nil {
+			_ = s.Close()
+		}
+	}()
 	cfg := config{ttl: DefaultTTL, prefix: DefaultPrefix, driftFactor: DefaultDriftFactor, logger: slog.Default()}
 	for _, o := range opts {
 		if o != nil {
@@ -221,7 +225,7 @@ func newLocker(s store.Store, opts []Option) (*Locker, error) {
 		}
 		c.backoffMin, c.backoffMax = lo, hi
 	}
-	l := &Locker{
+	l = &Locker{
 		cfg:     cfg,
 		id:      newToken()[:16],
 		st:      s,

@@ -44,14 +44,14 @@ import (
 // by opts. It is how this repository's store packages (lockmw/etcd,
 // lockmw/zookeeper, lockmw/postgres, lockmw/mysql) make their Lockers:
 // code outside this repository cannot call it, as it cannot name a
-// store.Inside; use a store package's constructor instead. It does not
-// close the store when it fails.
+// store.Inside; use a store package's constructor instead. It closes the
+// store when it fails.
 func NewWithStore(in store.Inside, opts ...Option) (*Locker, error) {
 	return newStoreLocker(in.Store, opts)
 }
 
-// newStoreLocker returns a Locker keeping its locks in s. It does not
-// close s when it fails, unless the Locker was made.
+// newStoreLocker returns a Locker keeping its locks in s. It closes s when
+// it fails.
 func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 	if isNil(s) {
 		return nil, fmt.Errorf("%w: no store given", ErrNilClient)

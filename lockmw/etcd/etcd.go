@@ -190,12 +190,7 @@ func New(client *clientv3.Client, opts ...lockmw.Option) (*lockmw.Locker, error)
 		return nil, fmt.Errorf("%w: etcd.New needs a connected client, e.g. clientv3.New(clientv3.Config{Endpoints: []string{\"localhost:2379\"}})", lockmw.ErrNilClient)
 	}
 	s := newStore(client)
-	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
-	if err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	return l, nil
+	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
 }
 
 // etcdStore keeps locks as keys under etcd leases.

@@ -27,7 +27,7 @@ import (
 var _ store.FireClaimer = (*etcdStore)(nil)
 
 // FireClaims returns the claims of a Locker with prefix.
-func (s *etcdStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims {
+func (s *etcdStore) FireClaims(prefix string, ttl, _ time.Duration) fireclaim.Claims {
 	return &claims{c: s.c, prefix: escape(prefix), ttl: ttl}
 }
 

@@ -32,8 +32,7 @@ func claimKeepLeft(admin *sql.DB) sqlsuite.KeepLeft {
 func TestClaimRowKeep(t *testing.T) {
 	t.Parallel()
 	s, admin := newTestStore(t)
-	s.claimKeep = sqlsuite.RowKeep
-	sqlsuite.ClaimRowKeep(t, tctx(t), s.FireClaims(sqlsuite.Prefix, 10*time.Second), claimKeepLeft(admin))
+	sqlsuite.ClaimRowKeep(t, tctx(t), s.FireClaims(sqlsuite.Prefix, 10*time.Second, sqlsuite.RowKeep), claimKeepLeft(admin))
 }
 
 // The cleanup loop deletes the claim row of a job idle for longer than
@@ -43,8 +42,8 @@ func TestCleanupDeletesIdleClaimRows(t *testing.T) {
 	t.Parallel()
 	s0, admin := newTestStore(t)
 	// A store on the same database whose cleanup runs every 100ms.
-	s := &sqlStore{db: s0.db, n: s0.n, retention: Retention, claimKeep: sqlsuite.IdleKeep, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &sqlStore{db: s0.db, n: s0.n, retention: Retention, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.cleanLoop(100 * time.Millisecond)
 	t.Cleanup(func() { _ = s.Close() })
-	sqlsuite.IdleClaimRowsDeleted(t, tctx(t), s.FireClaims(sqlsuite.Prefix, 10*time.Second), claimKeepLeft(admin), nil)
+	sqlsuite.IdleClaimRowsDeleted(t, tctx(t), s.FireClaims(sqlsuite.Prefix, 10*time.Second, sqlsuite.IdleKeep), claimKeepLeft(admin), nil)
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
-	"github.com/lockmw/lockmw/lockmw"
 )
 
 // The fire claims of cronlock's Scheduler (package internal/fireclaim),
@@ -53,19 +52,10 @@ import (
 // (no gap is counted across an idle spell longer than the keep) and the
 // last run (Runner).
 
-// FireClaims returns the claims of a Locker with prefix.
-func (s *sqlStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims {
-	keep := s.claimKeep
-	if keep == 0 {
-		keep = fireclaim.DefaultKeep
-	}
+// FireClaims returns the claims of a Locker with prefix; their rows stay
+// keep after a write.
+func (s *sqlStore) FireClaims(prefix string, ttl, keep time.Duration) fireclaim.Claims {
 	return &claims{s: s, prefix: prefix, ttl: ttl, keep: keep}
-}
-
-// keepClaimsAsLocker sets how long the store's claim rows stay after a
-// write from the Locker's retention: at least fireclaim.MinKeep.
-func (s *sqlStore) keepClaimsAsLocker(l *lockmw.Locker) {
-	s.claimKeep = max(lockmw.FireClaimsOf(l, fireclaim.Inside{}).Keep, fireclaim.MinKeep)
 }
 
 // cleanupClaims deletes claim rows kept long enough, in up to ten batches;

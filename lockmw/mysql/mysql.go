@@ -77,13 +77,7 @@ func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Lock
 		return nil, err
 	}
 	s := newStore(db, n)
-	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
-	if err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	s.keepClaimsAsLocker(l)
-	return l, nil
+	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
 }
 
 // check asks the server what it is and whether the tables exist; it
@@ -128,7 +122,6 @@ type sqlStore struct {
 	db        *sql.DB
 	n         names
 	retention time.Duration
-	claimKeep time.Duration // how long a claim row stays after a write (fireclaim.go)
 
 	stop      chan struct{}
 	done      chan struct{}

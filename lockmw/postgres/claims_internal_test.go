@@ -34,8 +34,7 @@ func claimKeepLeft(ctx context.Context, pool *pgxpool.Pool) sqlsuite.KeepLeft {
 // fire claimed before it when that is longer (sqlsuite.ClaimRowKeep).
 func TestClaimRowKeep(t *testing.T) {
 	ctx, pool, s := startStore(t)
-	s.claimKeep = sqlsuite.RowKeep
-	sqlsuite.ClaimRowKeep(t, ctx, s.FireClaims(sqlsuite.Prefix, 10*time.Second), claimKeepLeft(ctx, pool))
+	sqlsuite.ClaimRowKeep(t, ctx, s.FireClaims(sqlsuite.Prefix, 10*time.Second, sqlsuite.RowKeep), claimKeepLeft(ctx, pool))
 }
 
 // The sweeper deletes the claim row of a job idle for longer than the
@@ -43,8 +42,7 @@ func TestClaimRowKeep(t *testing.T) {
 // refused to a second claimant as before (sqlsuite.IdleClaimRowsDeleted).
 func TestSweepDeletesIdleClaimRows(t *testing.T) {
 	ctx, pool, s := startStore(t)
-	s.claimKeep = sqlsuite.IdleKeep
-	sqlsuite.IdleClaimRowsDeleted(t, ctx, s.FireClaims(sqlsuite.Prefix, 10*time.Second), claimKeepLeft(ctx, pool), func() { s.sweepOnce(ctx) })
+	sqlsuite.IdleClaimRowsDeleted(t, ctx, s.FireClaims(sqlsuite.Prefix, 10*time.Second, sqlsuite.IdleKeep), claimKeepLeft(ctx, pool), func() { s.sweepOnce(ctx) })
 }
 
 // Rows of locks whose prefix and key join to the same text are two rows:

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
-	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -48,12 +47,6 @@ import (
 
 var _ store.FireClaimer = (*pgStore)(nil)
 
-// keepClaimsAsLocker sets how long the store's claim rows stay after a
-// write from the Locker's retention: at least fireclaim.MinKeep.
-func (s *pgStore) keepClaimsAsLocker(l *lockmw.Locker) {
-	s.claimKeep = max(lockmw.FireClaimsOf(l, fireclaim.Inside{}).Keep, fireclaim.MinKeep)
-}
-
 // sweepClaims deletes claim rows kept long enough, at most 1000 at once.
 // The outer condition is checked again on the row as it is when the
 // DELETE locks it: a claim that raised keep_until meanwhile keeps its row.
@@ -63,13 +56,10 @@ func sweepClaims(n names) string {
 	AND keep_until < clock_timestamp()`
 }
 
-// FireClaims returns the claims of a Locker with prefix.
-func (s *pgStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims {
+// FireClaims returns the claims of a Locker with prefix; their rows stay
+// keep after a write.
+func (s *pgStore) FireClaims(prefix string, ttl, keep time.Duration) fireclaim.Claims {
 	n := s.n
-	keep := s.claimKeep
-	if keep == 0 {
-		keep = fireclaim.DefaultKeep
-	}
 	// $n::bigint milliseconds from now, by the database's clock.
 	after := func(n string) string { return `clock_timestamp() + ` + n + `::bigint * interval '1 millisecond'` }
 	return &claims{s: s, prefix: prefix, ttl: ttl, keep: keep,

@@ -41,13 +41,7 @@ func (sc Schema) New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker,
 		return nil, err
 	}
 	s := newStore(pool, n)
-	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
-	if err != nil {
-		_ = s.Close()
-		return nil, err
-	}
-	s.keepClaimsAsLocker(l)
-	return l, nil
+	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
 }
 
 // pgStore keeps locks in rows.
@@ -57,8 +51,6 @@ type pgStore struct {
 	sql  statements
 
 	lis *listener
-
-	claimKeep time.Duration // how long a claim row stays after a write (fireclaim.go)
 
 	stop     context.CancelFunc
 	stopped  context.Context

@@ -19,7 +19,7 @@ func claimsOn(t *testing.T, servers []string, retention time.Duration) (*zkStore
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
-	return s, s.FireClaims(lockmw.DefaultPrefix, time.Second).(*claims)
+	return s, s.FireClaims(lockmw.DefaultPrefix, time.Second, lockmw.DefaultRetention).(*claims)
 }
 
 // On servers with TTL nodes, a job's claim and run records are TTL nodes:

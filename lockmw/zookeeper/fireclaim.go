@@ -28,7 +28,7 @@ import (
 var _ store.FireClaimer = (*zkStore)(nil)
 
 // FireClaims returns the claims of a Locker with prefix.
-func (s *zkStore) FireClaims(prefix string, ttl time.Duration) fireclaim.Claims {
+func (s *zkStore) FireClaims(prefix string, ttl, _ time.Duration) fireclaim.Claims {
 	retention := s.cfg.ClaimRetention
 	if retention == 0 {
 		retention = lockmw.DefaultRetention

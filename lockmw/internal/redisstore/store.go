@@ -52,9 +52,6 @@ type Store struct {
 	// hears goes to (route).
 	prefix string
 	events store.Events
-	// claimKeep is how long a fire claim record is kept after a claim:
-	// the Locker's retention (FireClaims).
-	claimKeep time.Duration
 }
 
 // New returns the store of client; lockmw.New binds it to its Locker
@@ -120,7 +117,6 @@ func (b *Store) Bind(c Config) error {
 	b.subs.deliver = b.route
 	b.waitReplicas, b.waitTimeout = c.WaitReplicas, c.WaitTimeout
 	b.expiry = newKeyExpiry(c.Retention, c.PermanentFences)
-	b.claimKeep = c.Retention
 	if err := b.checkWaitTimeout(); err != nil {
 		return err
 	}
@@ -201,9 +197,9 @@ func (b *Store) Close() error {
 
 // FireClaims keeps cronlock's fire claims on this deployment: the same
 // record a Scheduler given this client keeps, kept for the Locker's
-// retention after each claim (claimKeep).
-func (b *Store) FireClaims(prefix string, _ time.Duration) fireclaim.Claims {
-	return fireclaim.NewRedis(b.client, prefix).WithKeep(b.claimKeep)
+// retention after each claim (keep).
+func (b *Store) FireClaims(prefix string, _, keep time.Duration) fireclaim.Claims {
+	return fireclaim.NewRedis(b.client, prefix).WithKeep(keep)
 }
 
 // lockKeyOf is the Redis key of k's lock (newLockKeys' first name).

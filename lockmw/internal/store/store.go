@@ -193,8 +193,10 @@ type FairOnly interface {
 type FireClaimer interface {
 	// FireClaims returns the claims of the jobs of a Locker with prefix,
 	// whose requests are bounded by ttl (the Locker's lease TTL: a claim
-	// answered later than that may find its fire over).
-	FireClaims(prefix string, ttl time.Duration) fireclaim.Claims
+	// answered later than that may find its fire over). keep is how long
+	// a claim record stays after a claim where the store expires records:
+	// the Locker's retention, at least fireclaim.MinKeep.
+	FireClaims(prefix string, ttl, keep time.Duration) fireclaim.Claims
 }
 
 // LossNotifier is a store that learns on its own that holdings ended

@@ -88,13 +88,16 @@ func startPgChaos(t *testing.T, slots int) *chaos.Deployment {
 
 // pgResidue lists the unexpired lease rows and queue entries. Expired rows
 // hold nothing (an acquisition reuses them, the Lockers' sweep deletes
-// them: see the package documentation).
+// them: see the package documentation). One instant, the statement's,
+// both selects the rows and measures what is left of them: with
+// clock_timestamp(), read anew at each call, a row about to expire could
+// pass the filter and then be measured as expired.
 func pgResidue(ctx context.Context, admin *pgxpool.Pool) ([]chaos.Residue, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	q, err := admin.Query(ctx, `SELECT 'lease row ' || name || ' of ' || token, false,
-		(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint FROM lockmw_locks WHERE expires_at > clock_timestamp()
-		UNION ALL SELECT 'queue entry ' || name || ' of ' || token, true, 0 FROM lockmw_locks_queue WHERE expires_at > clock_timestamp()`)
+		(extract(epoch FROM expires_at - statement_timestamp()) * 1e6)::bigint FROM lockmw_locks WHERE expires_at > statement_timestamp()
+		UNION ALL SELECT 'queue entry ' || name || ' of ' || token, true, 0 FROM lockmw_locks_queue WHERE expires_at > statement_timestamp()`)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,11 @@ func TestConformanceZooKeeperEnsemble(t *testing.T) {
 }
 
 func runConformance(t *testing.T, name string, e *zktest.Ensemble) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the servers' latest output:\n%s", e.Tails())
+		}
+	})
 	adm := admin(t, e.Addrs()...)
 	each := func(do func(*zktest.Server, testing.TB)) func(testing.TB) {
 		return func(t testing.TB) {

@@ -50,6 +50,7 @@ const installHint = "install Debian's zookeeper package (apt-get install zookeep
 type Ensemble struct {
 	servers []*Server
 	jar     string
+	logger  string // class path of a logger binding, or ""
 	opts    Options
 }
 
@@ -89,6 +90,10 @@ type Options struct {
 	// ExtendedTypes turns on TTL nodes (zookeeper.extendedTypesEnabled),
 	// which ZooKeeper leaves off by default.
 	ExtendedTypes bool
+
+	// pickPorts picks n free ports (servertest.FreePorts when nil): a
+	// test's hook.
+	pickPorts func(n int) ([]int, error)
 }
 
 // StartWith is StartEnsemble with options.
@@ -100,15 +105,10 @@ func StartWith(t testing.TB, n int, o Options) *Ensemble {
 	if err != nil {
 		t.Fatalf("zktest: %v", err)
 	}
-	e := &Ensemble{jar: jar, opts: o}
-	ports, err := servertest.FreePorts(3 * n)
-	if err != nil {
-		t.Fatalf("zktest: free ports: %v", err)
-	}
+	e := &Ensemble{jar: jar, opts: o, logger: simpleLogger(jar)}
 	base := t.TempDir()
 	for i := range n {
-		s := &Server{e: e, id: i + 1, dir: filepath.Join(base, "zk"+strconv.Itoa(i+1)),
-			clientPort: ports[3*i], quorumPort: ports[3*i+1], elP: ports[3*i+2]}
+		s := &Server{e: e, id: i + 1, dir: filepath.Join(base, "zk"+strconv.Itoa(i+1))}
 		// No Ready check: a server of an ensemble serves only once a
 		// quorum runs, so StartEnsemble launches them all, then waits.
 		s.proc = servertest.New(servertest.Config{Name: "zookeeper " + strconv.Itoa(s.id), Command: s.command})
@@ -116,20 +116,86 @@ func StartWith(t testing.TB, n int, o Options) *Ensemble {
 		e.servers = append(e.servers, s)
 	}
 	t.Cleanup(e.cleanup)
-	for _, s := range e.servers {
-		if err := s.writeConfig(); err != nil {
-			t.Fatalf("zktest: %v", err)
+	for attempt := 1; ; attempt++ {
+		portTaken, err := e.firstStart()
+		if err == nil {
+			return e
 		}
-		if _, err := s.proc.Start(); err != nil {
-			t.Fatalf("zktest: %v\n%s", err, s.proc.Tail())
+		if !portTaken || attempt == startAttempts {
+			t.Fatalf("zktest: starting %d server(s) (attempt %d): %v", n, attempt, err)
+		}
+	}
+}
+
+// startAttempts bounds the first starts of an ensemble: each picks new
+// ports, as another process may take a free port between its pick and the
+// server's bind.
+const startAttempts = 5
+
+// firstStart picks ports, starts every server with an empty data
+// directory and waits until each serves. On failure it kills them all
+// again and reports whether a port was taken.
+func (e *Ensemble) firstStart() (portTaken bool, err error) {
+	pick := servertest.FreePorts
+	if e.opts.pickPorts != nil {
+		pick = e.opts.pickPorts
+	}
+	ports, err := pick(3 * len(e.servers))
+	if err != nil {
+		return false, fmt.Errorf("free ports: %v", err)
+	}
+	for i, s := range e.servers {
+		s.clientPort, s.quorumPort, s.elP = ports[3*i], ports[3*i+1], ports[3*i+2]
+		if err := os.RemoveAll(s.dir); err != nil {
+			return false, err
+		}
+	}
+	runs := make([]*servertest.Run, len(e.servers))
+	for i, s := range e.servers {
+		if err = s.writeConfig(); err == nil {
+			runs[i], err = s.proc.Start()
+		}
+		if err != nil {
+			e.killAll()
+			return false, fmt.Errorf("server %d: %v\n%s", s.id, err, s.proc.Tail())
 		}
 	}
 	for _, s := range e.servers {
-		if err := s.waitServing(); err != nil {
-			t.Fatalf("zktest: server %d: %v\n%s", s.id, err, e.tails())
+		if err = s.waitServing(); err != nil {
+			err = fmt.Errorf("server %d: %v\n%s", s.id, err, e.tails())
+			break
 		}
 	}
-	return e
+	if err == nil {
+		return false, nil
+	}
+	e.killAll()
+	for i, s := range e.servers {
+		if strings.Contains(runs[i].Output(), "Address already in use") {
+			portTaken = true
+			s.proc.Logf("--- zktest: a port of the ensemble was taken, retrying on new ports ---")
+		}
+	}
+	return portTaken, err
+}
+
+func (e *Ensemble) killAll() {
+	for _, s := range e.servers {
+		_ = s.proc.Kill()
+	}
+}
+
+// simpleLogger returns the class path entry of SLF4J's simple logger
+// beside jar (Debian's libslf4j-java, which zookeeper depends on), or ""
+// when there is none. Without a logger binding a server writes nothing,
+// and a failure could not quote why it failed (a port taken, a session
+// refused).
+func simpleLogger(jar string) string {
+	p := filepath.Join(filepath.Dir(jar), "slf4j-simple.jar")
+	if _, err := os.Stat(p); err != nil {
+		return ""
+	}
+	return p
 }
 
 // Servers returns the ensemble's servers.
@@ -282,7 +348,13 @@ func (s *Server) command() (servertest.Command, error) {
 	if s.e.opts.ExtendedTypes {
 		args = append(args, "-Dzookeeper.extendedTypesEnabled=true")
 	}
-	args = append(args, "-cp", s.e.jar, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg"))
+	cp := s.e.jar
+	if s.e.logger != "" {
+		// Info and up, to stderr, timed to the millisecond.
+		cp += string(os.PathListSeparator) + s.e.logger
+		args = append(args, "-Dorg.slf4j.simpleLogger.showDateTime=true", "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS")
+	}
+	args = append(args, "-cp", cp, "org.apache.zookeeper.server.quorum.QuorumPeerMain", filepath.Join(s.dir, "zoo.cfg"))
 	return servertest.Command{Path: java, Args: args}, nil
 }
 
@@ -291,6 +363,10 @@ func (e *Ensemble) cleanup() {
 		_ = s.proc.Stop()
 	}
 }
+
+// Tails quotes every server's latest output, for a failure about the
+// ensemble.
+func (e *Ensemble) Tails() string { return e.tails() }
 
 // tails quotes every server's latest output.
 func (e *Ensemble) tails() string {

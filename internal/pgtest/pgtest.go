@@ -97,7 +97,8 @@ func Start(t testing.TB) *Server {
 	}
 	s := &Server{bin: bin, base: base, cred: cred}
 	s.proc = servertest.New(servertest.Config{
-		Name: "postgres",
+		Name:  "postgres",
+		Ports: func() []int { return []int{s.port} },
 		Command: func() (servertest.Command, error) {
 			args := []string{filepath.Join(bin, "postgres"), "-D", filepath.Join(base, "data"),
 				"-k", base, "-h", "127.0.0.1", "-p", strconv.Itoa(s.port),

@@ -242,7 +242,8 @@ func newServer(t testing.TB, bin string) *Server {
 // newProcess gives s the servertest.Process that runs it, and returns s.
 func newProcess(s *Server) *Server {
 	s.proc = servertest.New(servertest.Config{
-		Name: "redis-server",
+		Name:  "redis-server",
+		Ports: s.ports,
 		Command: func() (servertest.Command, error) {
 			args, err := s.commandLine(s.port)
 			return servertest.Command{Path: s.bin, Args: args, Dir: s.dir}, err
@@ -349,6 +350,20 @@ func (s *Server) firstStart(pickPort func() (int, error)) error {
 		s.proc.Logf("--- redistest: port %d taken, retrying on a new port ---", port)
 	}
 	return fmt.Errorf("giving up after %d ports: %w", bindAttempts, err)
+}
+
+// ports are the ports s listens on: its port, and a Cluster node's bus
+// port.
+func (s *Server) ports() []int {
+	ports := []int{s.port}
+	for i, a := range s.extra {
+		if a == "--cluster-port" && i+1 < len(s.extra) {
+			if p, err := strconv.Atoi(s.extra[i+1]); err == nil {
+				ports = append(ports, p)
+			}
+		}
+	}
+	return ports
 }
 
 // portTaken reports whether redis-server's output says it could not bind

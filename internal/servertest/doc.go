@@ -13,15 +13,18 @@
 //     once every thread of every process of the server has stopped, as
 //     /proc shows on Linux: a paused server answers nothing), Resume
 //     (SIGCONT), Kill (SIGKILL, returning once the process is reaped, so
-//     its ports are closed), Restart (Kill, then Start with the same
+//     its ports are closed; the Config's Ports stay bound, not listening,
+//     until the Restart, so that no other process takes one while the
+//     server is down), Restart (Kill, then Start with the same
 //     Config) and Stop (Kill for good, at the test's cleanup). Each run is
 //     a process group of its own, started with Pdeathsig SIGKILL on Linux,
 //     so that a crashed test binary leaves no server behind.
 //   - Config is what a launcher gives: a Name for messages, a Command
 //     (program, arguments, working directory, environment), asked again at
 //     every start so that it can write configuration files or move to new
-//     ports, and a Ready check that gets the Run (pid, exit, output) and a
-//     context that ends when the process exits or ReadyTimeout passes.
+//     ports, a Ready check that gets the Run (pid, exit, output) and a
+//     context that ends when the process exits or ReadyTimeout passes, and
+//     the Ports the server listens on.
 //   - The output of every run goes to an in-memory log (the last 256 KiB):
 //     Run.Output for one run (to see why it failed: "address already in
 //     use"), Process.Tail for failure messages.

@@ -65,6 +65,14 @@ type Config struct {
 	// ReadyTimeout, when positive, bounds Ready through its ctx; zero
 	// leaves the bound to Ready.
 	ReadyTimeout time.Duration
+	// Ports, when set, returns the 127.0.0.1 TCP ports the server
+	// listens on. From Kill until the next Start or Restart the Process
+	// keeps each of them bound, not listening (a connection is refused,
+	// as by a dead server), so that no other process, of this test binary
+	// or another, takes one while the server is down: a server restarted
+	// on a port taken meanwhile would fail to bind, or clients would
+	// reach the other process's server instead.
+	Ports func() []int
 }
 
 // Process supervises one server across its runs: every Start or Restart
@@ -81,6 +89,7 @@ type Process struct {
 
 	mu      sync.Mutex // serializes Start, Restart, Pause, Resume, Kill, Stop
 	stopped bool
+	held    []int // sockets holding Config.Ports while killed (holdPorts)
 }
 
 // New returns a Process for cfg, not yet started.
@@ -191,6 +200,7 @@ func (p *Process) Restart() (*Run, error) {
 }
 
 func (p *Process) startLocked() (*Run, error) {
+	p.releasePortsLocked()
 	c, err := p.cfg.Command()
 	if err != nil {
 		return nil, err
@@ -288,14 +298,73 @@ func (p *Process) Resume() error {
 
 // Kill sends SIGKILL to the run's process group (which also ends a paused
 // one) and returns once the process has been reaped, so that its ports
-// are closed. Killing a server that is not running does nothing.
+// are closed; with Config.Ports, they stay reserved for its Restart.
+// Killing a server that is not running does nothing.
 func (p *Process) Kill() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped {
 		return ErrStopped
 	}
-	return p.killLocked()
+	if err := p.killLocked(); err != nil {
+		return err
+	}
+	p.holdPortsLocked()
+	return nil
+}
+
+// holdPortsLocked binds, without listening, each of Config.Ports not held
+// yet. A port it cannot bind (another socket has it) is noted in the
+// output log and left alone.
+func (p *Process) holdPortsLocked() {
+	if p.cfg.Ports == nil || len(p.held) > 0 {
+		return
+	}
+	for _, port := range p.cfg.Ports() {
+		if port == 0 {
+			continue // not picked yet
+		}
+		fd, err := holdPort(port)
+		if err != nil {
+			p.Logf("--- servertest: cannot hold port %d while %s is down: %v ---", port, p.cfg.Name, err)
+			continue
+		}
+		p.held = append(p.held, fd)
+	}
+}
+
+// releasePortsLocked lets the held ports go, for the next run to bind.
+func (p *Process) releasePortsLocked() {
+	for _, fd := range p.held {
+		_ = syscall.Close(fd)
+	}
+	p.held = nil
+}
+
+// holdPort returns a socket bound to 127.0.0.1:port that does not listen.
+// SO_REUSEADDR lets it bind beside the dead server's connections still in
+// TIME_WAIT; the kernel still never hands the port to another socket that
+// asks for any free port (as FreePorts does), nor to an outgoing
+// connection.
+func holdPort(port int) (int, error) {
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd)
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return -1, err
+	}
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		_ = syscall.Close(fd)
+		return -1, err
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		_ = syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Stop kills the server for good, as Kill does; later calls of Start,
@@ -308,7 +377,9 @@ func (p *Process) Stop() error {
 		return nil
 	}
 	p.stopped = true
-	return p.killLocked()
+	err := p.killLocked()
+	p.releasePortsLocked()
+	return err
 }
 
 // signalLocked sends sig to the running run's process group.

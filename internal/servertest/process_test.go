@@ -5,11 +5,13 @@ package servertest
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -329,5 +331,76 @@ func TestFreePortsDiffer(t *testing.T) {
 			t.Fatalf("FreePorts(8) = %v", ports)
 		}
 		seen[p] = true
+	}
+}
+
+// bindAlone binds a socket without SO_REUSEADDR to 127.0.0.1:port and
+// closes it: it fails while any other socket has the port.
+func bindAlone(port int) error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	return syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+}
+
+// A killed server's Config.Ports stay bound, not listening, until its
+// Restart (a connection is refused, as by a dead server, and no other
+// socket gets the port); Restart and Stop let them go.
+func TestKilledServerKeepsItsPorts(t *testing.T) {
+	t.Parallel()
+	ports, err := FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := Binary{Name: "sh", Hint: "a POSIX shell"}.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := New(Config{
+		Name:    "sleeper",
+		Command: func() (Command, error) { return Command{Path: sh, Args: []string{"-c", "exec sleep 600"}}, nil },
+		Ports:   func() []int { return ports },
+	})
+	t.Cleanup(func() { _ = p.Stop() })
+	if _, err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range ports {
+		if err := bindAlone(port); err != nil {
+			t.Fatalf("port %d is not free while the server (which does not listen) runs: %v", port, err)
+		}
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range ports {
+		if err := bindAlone(port); !errors.Is(err, syscall.EADDRINUSE) {
+			t.Errorf("port %d after Kill: bind gave %v, want EADDRINUSE (held for the Restart)", port, err)
+		}
+		if c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			c.Close()
+			t.Errorf("port %d after Kill accepted a connection, want it refused", port)
+		}
+	}
+	if _, err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range ports {
+		if err := bindAlone(port); err != nil {
+			t.Errorf("port %d after Restart: %v, want it let go for the new run", port, err)
+		}
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range ports {
+		if err := bindAlone(port); err != nil {
+			t.Errorf("port %d after Stop: %v, want it let go", port, err)
+		}
 	}
 }

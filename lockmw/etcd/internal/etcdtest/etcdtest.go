@@ -134,6 +134,7 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		s.proc = servertest.New(servertest.Config{
 			Name:    "etcd " + name,
 			Command: s.command,
+			Ports:   func() []int { return []int{s.clientPort, s.peerPort} },
 			Ready: func(_ context.Context, r *servertest.Run) error {
 				if !s.joined.Load() {
 					return nil // StartCluster waits for every member

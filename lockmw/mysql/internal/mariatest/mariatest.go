@@ -109,7 +109,8 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("mariatest: %v", err)
 	}
 	s.proc = servertest.New(servertest.Config{
-		Name: "mariadbd",
+		Name:  "mariadbd",
+		Ports: func() []int { return []int{s.port} },
 		Command: func() (servertest.Command, error) {
 			if s.port == 0 {
 				p, err := servertest.FreePort()

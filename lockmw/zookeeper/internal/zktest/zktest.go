@@ -111,7 +111,8 @@ func StartWith(t testing.TB, n int, o Options) *Ensemble {
 		s := &Server{e: e, id: i + 1, dir: filepath.Join(base, "zk"+strconv.Itoa(i+1))}
 		// No Ready check: a server of an ensemble serves only once a
 		// quorum runs, so StartEnsemble launches them all, then waits.
-		s.proc = servertest.New(servertest.Config{Name: "zookeeper " + strconv.Itoa(s.id), Command: s.command})
+		s.proc = servertest.New(servertest.Config{Name: "zookeeper " + strconv.Itoa(s.id), Command: s.command,
+			Ports: func() []int { return []int{s.clientPort, s.quorumPort, s.elP} }})
 		s.Controls = servertest.NewControls("zktest", s.proc, nil)
 		e.servers = append(e.servers, s)
 	}

@@ -12,7 +12,11 @@
 // through LOCKMW_ZOOKEEPER_JAR. Servers run with TickTime ticks, the admin
 // server off, four-letter words on (srvr tells readiness and the leader),
 // sessions allowed up to MaxSessionTimeout, and container nodes checked
-// every ContainerCheck so that an empty lock parent goes quickly.
+// every ContainerCheck so that an empty lock parent goes quickly. They log
+// at info level through SLF4J's simple logger (slf4j-simple.jar beside the
+// ZooKeeper jar), so failures quote why a server failed. A first start
+// retries on new ports when one was taken; a killed server's ports stay
+// reserved until its Restart (servertest.Config.Ports).
 package zktest
 
 import (

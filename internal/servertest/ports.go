@@ -1,6 +1,9 @@
 package servertest
 
-import "net"
+import (
+	"fmt"
+	"net"
+)
 
 // FreePort asks the kernel for a free 127.0.0.1 port. Someone else may take
 // it before the server binds it: a launcher that sees its server fail so
@@ -28,4 +31,24 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// StartAttempts is how many sets of ports RetryTakenPorts tries.
+const StartAttempts = 5
+
+// RetryTakenPorts runs start, a launcher's first start on newly picked
+// ports, until it succeeds; it runs it again only when start reports that
+// a port was taken (another process bound it between the pick and the
+// server's bind), at most StartAttempts times in all. The error names the
+// attempt that failed.
+func RetryTakenPorts(start func() (portTaken bool, err error)) error {
+	for attempt := 1; ; attempt++ {
+		portTaken, err := start()
+		if err == nil {
+			return nil
+		}
+		if !portTaken || attempt == StartAttempts {
+			return fmt.Errorf("attempt %d: %w", attempt, err)
+		}
+	}
 }

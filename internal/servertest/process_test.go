@@ -404,3 +404,41 @@ func TestKilledServerKeepsItsPorts(t *testing.T) {
 		}
 	}
 }
+
+// RetryTakenPorts starts again only after a taken port, and at most
+// StartAttempts times.
+func TestRetryTakenPorts(t *testing.T) {
+	other := errors.New("bad config")
+	for _, c := range []struct {
+		name      string
+		fails     int  // starts that fail before one succeeds
+		taken     bool // whether they fail on a taken port
+		wantCalls int
+		wantErr   bool
+	}{
+		{"first start", 0, true, 1, false},
+		{"two ports taken", 2, true, 3, false},
+		{"other failure", 2, false, 1, true},
+		{"always taken", 100, true, StartAttempts, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			calls := 0
+			err := RetryTakenPorts(func() (bool, error) {
+				calls++
+				if calls <= c.fails {
+					if c.taken {
+						return true, errors.New("address already in use")
+					}
+					return false, other
+				}
+				return false, nil
+			})
+			if calls != c.wantCalls || (err != nil) != c.wantErr {
+				t.Fatalf("%d starts, error %v; want %d starts, error %v", calls, err, c.wantCalls, c.wantErr)
+			}
+			if !c.taken && !errors.Is(err, other) {
+				t.Fatalf("error %v does not wrap start's", err)
+			}
+		})
+	}
+}

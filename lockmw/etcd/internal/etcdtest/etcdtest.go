@@ -39,9 +39,6 @@ const (
 	// readyTimeout bounds how long Start, Restart, Leader and MoveLeader
 	// wait for the state they promise (Pause waits as long, in servertest).
 	readyTimeout = 20 * time.Second
-	// startAttempts is how many sets of ports StartCluster tries when a
-	// member cannot bind the port it was given.
-	startAttempts = 5
 	// probeTimeout bounds each status request of the waits.
 	probeTimeout = 500 * time.Millisecond
 	// pollEvery is how often the waits ask again.
@@ -146,15 +143,10 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 		c.members = append(c.members, s)
 	}
 	t.Cleanup(func() { c.cleanup(t) })
-	for attempt := 1; ; attempt++ {
-		portTaken, err := c.firstStart()
-		if err == nil {
-			return c
-		}
-		if !portTaken || attempt == startAttempts {
-			t.Fatalf("etcdtest: starting %d member(s) (attempt %d): %v", n, attempt, err)
-		}
+	if err := servertest.RetryTakenPorts(c.firstStart); err != nil {
+		t.Fatalf("etcdtest: starting %d member(s): %v", n, err)
 	}
+	return c
 }
 
 // firstStart picks ports, starts every member and waits for a leader. On

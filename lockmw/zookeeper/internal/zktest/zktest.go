@@ -121,21 +121,11 @@ func StartWith(t testing.TB, n int, o Options) *Ensemble {
 		e.servers = append(e.servers, s)
 	}
 	t.Cleanup(e.cleanup)
-	for attempt := 1; ; attempt++ {
-		portTaken, err := e.firstStart()
-		if err == nil {
-			return e
-		}
-		if !portTaken || attempt == startAttempts {
-			t.Fatalf("zktest: starting %d server(s) (attempt %d): %v", n, attempt, err)
-		}
+	if err := servertest.RetryTakenPorts(e.firstStart); err != nil {
+		t.Fatalf("zktest: starting %d server(s): %v", n, err)
 	}
+	return e
 }
-
-// startAttempts bounds the first starts of an ensemble: each picks new
-// ports, as another process may take a free port between its pick and the
-// server's bind.
-const startAttempts = 5
 
 // firstStart picks ports, starts every server with an empty data
 // directory and waits until each serves. On failure it kills them all

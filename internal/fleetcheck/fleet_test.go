@@ -37,6 +37,10 @@ var (
 	fleetOldArgs  = flag.String("fleet.oldargs", "", "more arguments for the old build's processes, e.g. -prefix=other: (a fleet that must fail)")
 	fleetNewArgs  = flag.String("fleet.newargs", "", "more arguments for the new build's processes")
 	fleetCases    = flag.String("fleet.cases", "", "comma-separated subset of the cases (default all): "+strings.Join(cases, ", "))
+	fleetLive     = flag.Bool("fleet.liveness", true, "also run each case with the new build alone (and, if the mix falls short of it, the old build alone) and judge the mix's liveness against it")
+	fleetWaitX    = flag.Float64("fleet.waitratio", 2, "liveness: the mix's longest acquire call may be at most this times the reference run's (and at least -fleet.waitslack more)")
+	fleetWaitAdd  = flag.Duration("fleet.waitslack", 250*time.Millisecond, "liveness: a longest acquire call within this of the reference run's always passes (scheduling noise on a loaded machine)")
+	fleetRateX    = flag.Float64("fleet.rateratio", 0.5, "liveness: the mix's acquisitions per second must be at least this times the reference run's")
 )
 
 // roles are the two builds, in the order they are reported.
@@ -58,7 +62,19 @@ var cases = []string{"redis/default", "redis/fair", "redis/mixed", "redlock/defa
 // cleanly with no violation, each version acquired at least -fleet.min
 // times, the lock passed between the versions at least -fleet.handovers
 // times each way, and every key left in the servers expires (and, with
-// -fleet.maxwait, unless no acquire call took longer). A self-check first
+// -fleet.maxwait, unless no acquire call took longer).
+//
+// Exclusion is not enough: a fleet whose versions do not wake each other
+// stays exclusive while its waiters sleep out a TTL. So each case is also
+// judged on liveness (-fleet.liveness, on by default): the same fleet runs
+// again with the new build alone (both halves of it), in the same
+// invocation, and the mix must keep its longest acquire call within
+// -fleet.waitratio times that run's (or -fleet.waitslack of it) and its
+// acquisitions per second at least -fleet.rateratio times that run's. A
+// mix that falls short of the new build alone is judged once more, against
+// the weaker of the new build alone and the old build alone: it passes if
+// the old release is as slow on its own (its own defect, which the
+// upgrade ends), and the log says so. A self-check first
 // runs the same fleet with the old side under another prefix
 // (lockmw.WithPrefix), a fleet that does not exclude itself, and fails
 // unless the check sees violations.
@@ -76,6 +92,7 @@ func TestFleet(t *testing.T) {
 			srv := redistest.Start(t)
 			res := runFleet(t, bins, []string{srv.Addr()}, "default", *fleetMismatch,
 				map[string][]string{"old": {"-prefix", "fleetcheck-wrong:"}})
+			res.what = "old (another prefix) and new"
 			res.log(t)
 			if res.stats["violations"] == 0 || res.role["old"].Violations+res.role["new"].Violations == 0 || res.failedExits == 0 {
 				t.Errorf("two versions that do not share keys ran side by side and the check saw no violation (stats %v, %d processes exited with an error)",
@@ -98,23 +115,124 @@ func TestFleet(t *testing.T) {
 		}
 		store, mode, _ := strings.Cut(name, "/")
 		t.Run(name, func(t *testing.T) {
-			n := 1
-			if store == "redlock" {
-				n = *fleetMasters
-			}
-			var addrs []string
-			for _, s := range redistest.StartN(t, n) {
-				addrs = append(addrs, s.Addr())
-			}
-			res := runFleet(t, bins, addrs, mode, *fleetDuration, map[string][]string{
+			extra := map[string][]string{
 				"old": strings.Fields(*fleetOldArgs),
 				"new": strings.Fields(*fleetNewArgs),
-			})
-			res.log(t)
-			res.check(t)
-			checkExpiring(t, addrs)
+			}
+			mixed := runCase(t, "old and new", bins, store, mode, extra)
+			if !*fleetLive {
+				return
+			}
+			// The references: the same fleet of one build alone, in
+			// the same invocation (a machine's speed drifts over minutes).
+			alone := func(role string) *fleetResult {
+				return runCase(t, role+" alone", map[string]string{"old": bins[role], "new": bins[role]}, store, mode,
+					map[string][]string{"old": extra[role], "new": extra[role]})
+			}
+			newAlone := alone("new")
+			problems := judgeLiveness(mixed.liveness(), newAlone.liveness())
+			t.Logf("liveness: %s", livenessTable(map[string]*fleetResult{"old and new": mixed, "new alone": newAlone}))
+			if len(problems) == 0 {
+				return
+			}
+			// The mix falls short of the new release alone: it passes only
+			// if the old release alone falls as short, i.e. mixing the
+			// versions costs nothing that running the old one does not.
+			oldAlone := alone("old")
+			t.Logf("liveness: %s", livenessTable(map[string]*fleetResult{"old and new": mixed, "new alone": newAlone, "old alone": oldAlone}))
+			weaker := weakerOf(newAlone.liveness(), oldAlone.liveness())
+			if again := judgeLiveness(mixed.liveness(), weaker); len(again) > 0 {
+				for _, p := range problems {
+					t.Errorf("liveness against the new release alone: %s", p)
+				}
+				for _, p := range again {
+					t.Errorf("liveness against the weaker of the two releases alone: %s", p)
+				}
+				return
+			}
+			t.Logf("liveness: the mix falls short of the new release alone (%s), but not of the old release alone: "+
+				"the old release's own limit, which the mix does not make worse", strings.Join(problems, "; "))
 		})
 	}
+}
+
+// runCase runs one fleet of case store/mode on servers of its own
+// (what, e.g. "new alone", names it in the log), checks it (exclusion,
+// fences, both roles acquiring and taking turns, nothing left behind) and
+// returns its figures.
+func runCase(t *testing.T, what string, bins map[string]string, store, mode string, extra map[string][]string) *fleetResult {
+	t.Helper()
+	n := 1
+	if store == "redlock" {
+		n = *fleetMasters
+	}
+	var addrs []string
+	for _, s := range redistest.StartN(t, n) {
+		addrs = append(addrs, s.Addr())
+	}
+	res := runFleet(t, bins, addrs, mode, *fleetDuration, extra)
+	res.what = what
+	res.log(t)
+	res.check(t)
+	checkExpiring(t, addrs)
+	return res
+}
+
+// liveness is what a fleet run shows of waiting: its acquisitions per
+// second (both roles) and its longest acquire call.
+type liveness struct {
+	rate    float64
+	maxWait time.Duration
+}
+
+// liveness returns r's liveness figures.
+func (r *fleetResult) liveness() liveness {
+	var l liveness
+	var acquired int64
+	for _, role := range roles {
+		acquired += r.role[role].Acquired
+		l.maxWait = max(l.maxWait, time.Duration(r.role[role].MaxWait)*time.Millisecond)
+	}
+	l.rate = float64(acquired) / r.duration.Seconds()
+	return l
+}
+
+// weakerOf is the lower rate and the longer wait of a and b.
+func weakerOf(a, b liveness) liveness {
+	return liveness{rate: min(a.rate, b.rate), maxWait: max(a.maxWait, b.maxWait)}
+}
+
+// judgeLiveness returns what keeps the mixed run from being as live as
+// ref, the reference run: its longest acquire call may be at most
+// -fleet.waitratio times ref's (or within -fleet.waitslack of it), and its
+// rate at least -fleet.rateratio times ref's.
+func judgeLiveness(mixed, ref liveness) []string {
+	var problems []string
+	allowed := max(time.Duration(float64(ref.maxWait)**fleetWaitX), ref.maxWait+*fleetWaitAdd)
+	if mixed.maxWait > allowed {
+		problems = append(problems, fmt.Sprintf("longest acquire call %v, more than %v (%.3gx the reference's %v, or %v more)",
+			mixed.maxWait, allowed, *fleetWaitX, ref.maxWait, *fleetWaitAdd))
+	}
+	if want := ref.rate * *fleetRateX; mixed.rate < want {
+		problems = append(problems, fmt.Sprintf("%.1f acquisitions/s, fewer than %.1f (%.3gx the reference's %.1f)",
+			mixed.rate, want, *fleetRateX, ref.rate))
+	}
+	return problems
+}
+
+// livenessTable formats runs' liveness figures for the log, in a fixed
+// order.
+func livenessTable(runs map[string]*fleetResult) string {
+	var b strings.Builder
+	for _, what := range []string{"old and new", "new alone", "old alone"} {
+		r, ok := runs[what]
+		if !ok {
+			continue
+		}
+		l := r.liveness()
+		fmt.Fprintf(&b, "\n  %-12s %8.1f acquisitions/s, longest acquire call %v", what, l.rate, l.maxWait)
+	}
+	return b.String()
 }
 
 // build builds main.go's program for role from commit rev, or from the
@@ -201,6 +319,7 @@ func runCmd(t *testing.T, dir, name string, args ...string) string {
 
 // fleetResult is what one case's processes and check server reported.
 type fleetResult struct {
+	what        string // which builds ran, e.g. "old and new"
 	mode        string
 	masters     int
 	duration    time.Duration
@@ -333,8 +452,8 @@ func statsOf(t *testing.T, addr string) map[string]int64 {
 func (r *fleetResult) log(t *testing.T) {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v, %s mode, %d master(s), %d+%d processes of %d workers:\n",
-		r.duration, r.mode, r.masters, *fleetProcs, *fleetProcs, *fleetWorkers)
+	fmt.Fprintf(&b, "%s: %v, %s mode, %d master(s), %d+%d processes of %d workers:\n",
+		r.what, r.duration, r.mode, r.masters, *fleetProcs, *fleetProcs, *fleetWorkers)
 	for _, role := range roles {
 		s := r.role[role]
 		fmt.Fprintf(&b, "  %s: %d acquisitions (%d by TryAcquire; check server: %d), %d busy, longest acquire call %dms, longest Release %dms, highest fence %d, %d violations, %d lost, %d errors\n",

@@ -2,7 +2,8 @@
 // lock over and over for a while, through lockmw's public API only, and
 // proves on Redis itself that no one else held the lock at the same time.
 // Built once from an old commit and once from a new one (the same source
-// builds against both, as long as the public API it uses stays), processes
+// builds against both: it uses only the API that main has had since
+// 6aaaf71, where Redlock was merged, so keep it so), processes
 // of the two builds contend for the same keys and show whether the two
 // versions still exclude each other: that the Redis key bytes, scripts and
 // fences of the new version are what the old one expects. TestFleet (this
@@ -374,7 +375,9 @@ func (m *member) hold(key string, lease *lockmw.Lease, rng *rand.Rand) {
 	if m.cfg.hold > 0 {
 		time.Sleep(time.Duration(rng.Int64N(int64(m.cfg.hold) + 1)))
 	}
-	valid := lease.Valid()
+	// Lease.Context, not Lease.Valid: this program builds against every
+	// release a fleet may still run, and Valid came later (fbd48ab).
+	valid := lease.Context().Err() == nil
 	g, err = exitScript.Run(cctx, m.check, []string{guard, stats}).Int64()
 	switch {
 	case err != nil:

@@ -22,7 +22,8 @@ const (
 	// DefaultDriftFactor is the share of the TTL assumed lost to clock drift
 	// between this process and the store; 2ms more are always subtracted.
 	DefaultDriftFactor = 0.01
-	// MaxKeyLen is the longest lock key accepted, in bytes.
+	// MaxKeyLen is the longest lock key accepted, in bytes. A key may hold
+	// any bytes; every store locks every key of 1 to MaxKeyLen bytes.
 	MaxKeyLen = 512
 	// MaxPrefixLen is the longest key prefix accepted, in bytes.
 	MaxPrefixLen = 128

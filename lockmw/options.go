@@ -73,6 +73,9 @@ func WithTTL(d time.Duration) Option {
 
 // WithPrefix sets the prefix of the name of everything lockmw writes in
 // its store (default "lockmw:"). Lockers that must exclude each other need the same prefix.
+// On a Redis Cluster a prefix with braces sets the hash tag of every lock
+// (all locks then live in one slot), and New refuses one whose first
+// braces are empty ("{}"), since no lock's keys would share a slot.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
 		if len(p) > MaxPrefixLen {

@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"fmt"
 	"hash/crc32"
 	"strings"
 
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -106,6 +108,18 @@ type naming struct{ cluster bool }
 func clusterNaming(client redis.UniversalClient) naming {
 	cc, ok := client.(*redis.ClusterClient)
 	return naming{cluster: ok && cc.Options().ClusterSlots == nil}
+}
+
+// checkPrefix refuses, on a Cluster, a prefix whose first '{' is followed
+// by '}': that empty hash tag comes first in every name, so Redis would
+// hash each name whole and refuse every script (CROSSSLOT), whatever the
+// key.
+func (n naming) checkPrefix(prefix string) error {
+	i := strings.IndexByte(prefix, '{')
+	if !n.cluster || i < 0 || !strings.HasPrefix(prefix[i:], "{}") {
+		return nil
+	}
+	return fmt.Errorf("%w: WithPrefix(%q): on a Redis Cluster its \"{}\" is an empty hash tag, so the keys of a lock would land in different slots and Redis refuse every request (CROSSSLOT): put text between the braces, or leave them out", errs.ErrInvalidOption, prefix)
 }
 
 // ownTag reports whether the plain names of key under prefix have an empty

@@ -112,13 +112,17 @@ type Config struct {
 }
 
 // Bind binds b to its Locker (c): before the Locker's first request, once.
-// It fails when the client's ReadTimeout would cut WAIT short, and starts
+// It fails when the client's ReadTimeout would cut WAIT short, or on a
+// Cluster when the prefix's hash tag is empty (checkPrefix), and starts
 // the checks of the client's settings, which only warn.
 func (b *Store) Bind(c Config) error {
 	b.self, b.prefix, b.events = c.Self, c.Prefix, c.Events
 	b.subs.deliver = b.route
 	b.waitReplicas, b.waitTimeout = c.WaitReplicas, c.WaitTimeout
 	b.expiry = newKeyExpiry(c.Retention, c.PermanentFences)
+	if err := b.names.checkPrefix(c.Prefix); err != nil {
+		return err
+	}
 	if err := b.checkWaitTimeout(); err != nil {
 		return err
 	}

@@ -78,7 +78,9 @@ func keyOfBase(prefix, base string) (k store.Key, ok bool) {
 // '}' ("}", "}x", "}{a}"), under a prefix without '{', have the empty tag
 // "{}", so they land in different slots and every script naming two of
 // them is refused (CROSSSLOT): no version of lockmw could lock such a key
-// on a Cluster, and none wrote its plain names there. (A prefix with a '{'
+// on a Cluster, and none wrote its plain names there (every write to a
+// lock's names is a script naming the lock key and another, but RPUSHX,
+// which appends only to a queue such a script made). (A prefix with a '{'
 // sets the tag of every name by itself: the plain names of every key then
 // share a slot, or, for a prefix whose first '{' is followed by '}', none
 // does; either way nothing after the prefix changes it.) On a Cluster such

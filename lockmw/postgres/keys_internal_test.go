@@ -2,9 +2,11 @@ package postgres
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -40,6 +42,25 @@ func TestRowNamesOfKeysTextCannotHold(t *testing.T) {
 	}
 	if o, err := s.Release(ctx, k, "t1"); err != nil || o != store.Owned {
 		t.Fatalf("release %q: %v, %v", k.Name, o, err)
+	}
+	// The longest hex name (the longest prefix and key, neither text)
+	// fits the primary key's index.
+	long := store.Key{Prefix: strings.Repeat("\xff", lockmw.MaxPrefixLen), Name: strings.Repeat("\x00", lockmw.MaxKeyLen)}
+	if r, err := s.Acquire(ctx, long, "t2", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("acquire the longest key under the longest prefix: %+v, %v", r, err)
+	}
+	if r, err := s.Enqueue(ctx, long, "t3", time.Minute, false); err != nil || r.Acquired {
+		t.Fatalf("queue for the longest key: %+v, %v; want queued", r, err)
+	}
+	if err := s.Leave(ctx, long, "t3"); err != nil {
+		t.Fatalf("leave the queue of the longest key: %v", err)
+	}
+	if o, err := s.Release(ctx, long, "t2"); err != nil || o != store.Owned {
+		t.Fatalf("release the longest key: %v, %v", o, err)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM lockmw_locks) + (SELECT count(*) FROM lockmw_locks_queue)").Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d rows left, %v; want none", rows, err)
 	}
 }
 

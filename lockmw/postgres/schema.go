@@ -150,16 +150,16 @@ func hexName(s string) string { return `\x` + hex.EncodeToString([]byte(s)) }
 // claimRow is the claims table's (prefix, job) of job's claims for a
 // Locker with prefix: both as they are when text holds them, as releases
 // before this encoding stored them. Otherwise prefix holds the hex name of
-// the pair (name's, of prefix and job) and job is empty: no job is named
-// "" (cronlock and gocronlock refuse an empty job name), so no pair stored
-// as it is equals such a row, and hex names are distinct. Older releases
-// could not claim for such a pair (their statements failed, writing
-// nothing).
+// the pair joined as name joins a prefix and key, and job is empty: no job
+// is named "" (cronlock and gocronlock refuse an empty job name), so no
+// pair stored as it is equals such a row, and hex names of distinct pairs
+// are distinct. Older releases could not claim for such a pair (their
+// statements failed, writing nothing).
 func claimRow(prefix, job string) (string, string) {
 	if textHolds(prefix) && textHolds(job) {
 		return prefix, job
 	}
-	return name(store.Key{Prefix: prefix, Name: job}), ""
+	return hexName(strconv.Itoa(len(prefix)) + ":" + prefix + job), ""
 }
 
 // indexName is an index's unqualified quoted name (an index lives in its

@@ -73,6 +73,7 @@ func TestClaimsOfNamesTextCannotHold(t *testing.T) {
 	at := time.UnixMilli(1_700_000_000_000)
 	pairs := []struct{ prefix, job string }{
 		{"p:", "job"}, {"p:", "nul\x00job"}, {"p:", "\xff\xfe"}, {"p\x00:", "job"}, {"p:", "\x00"},
+		{"p:\xc3", "\xa9"}, {"p:", "é"}, // halves that are not UTF-8, joined as the text of the other pair
 	}
 	for _, c := range pairs {
 		claims := s.FireClaims(c.prefix, 10*time.Second, time.Hour)

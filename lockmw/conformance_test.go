@@ -110,8 +110,14 @@ func TestConformanceRedisCluster(t *testing.T) {
 		Leftovers: func(t testing.TB, key string) []string {
 			return redisLeftovers(t, admin, masters, key, true)
 		},
-		Fair:                 true,
-		Queued:               func(t testing.TB, key string) int { return queued(t, admin, key) },
+		Fair: true,
+		Queued: func(t testing.TB, key string) int {
+			n, err := admin.LLen(context.Background(), clusterLockKey(key)+":q").Result()
+			if err != nil {
+				t.Fatalf("LLEN of the queue of %q: %v", key, err)
+			}
+			return int(n)
+		},
 		QueuesDefaultWaiters: true,
 		Notifies:             true,
 		Requests: func(t testing.TB) int64 {
@@ -226,13 +232,17 @@ func fastFailingCluster(o *redis.ClusterOptions) {
 
 // redisLeftovers lists what c (through which key's commands are routed)
 // keeps for lock key under the default prefix: the lock, the fair queue,
-// and subscriptions to the key's channels on subs (sharded ones when
-// sharded). The fence counter is not a leftover.
+// and subscriptions to the key's channels on subs (sharded ones, and a
+// Cluster's names, when sharded). The fence counter is not a leftover.
 func redisLeftovers(t testing.TB, c redis.Cmdable, subs []*redis.Client, key string, sharded bool) []string {
 	t.Helper()
 	ctx := context.Background()
+	lk := lockKey(key)
+	if sharded {
+		lk = clusterLockKey(key)
+	}
 	var out []string
-	for _, k := range []string{lockKey(key), lockKey(key) + ":q"} {
+	for _, k := range []string{lk, lk + ":q"} {
 		n, err := c.Exists(ctx, k).Result()
 		if err != nil {
 			t.Fatalf("EXISTS %s: %v", k, err)
@@ -241,7 +251,7 @@ func redisLeftovers(t testing.TB, c redis.Cmdable, subs []*redis.Client, key str
 			out = append(out, "key "+k)
 		}
 	}
-	pattern := globEscape(lockKey(key)) + ":*"
+	pattern := globEscape(lk) + ":*"
 	for _, s := range subs {
 		var chans []string
 		var err error

@@ -53,6 +53,20 @@
 //
 // Lockers exclude each other when they share a store and a key prefix.
 //
+// A key is 1 to MaxKeyLen bytes, any bytes: paths ("a/b", "../x"), text in
+// any script, spaces, control characters and NUL, bytes that are not
+// UTF-8, braces, lockmw's own name suffixes ("x:q" beside "x"). Every
+// store locks every such key; keys are compared as bytes, with no case
+// folding, trimming or Unicode normalisation ("é" composed and decomposed
+// are two locks). A store that cannot keep a key's bytes as they are
+// encodes them where needed, each encoding leaving the stored form of
+// every key older releases could lock unchanged (so a rolling upgrade
+// keeps Lockers excluding each other): PostgreSQL keys with NUL or bytes
+// that are not UTF-8 (its package documentation), Redis Cluster keys that
+// start with '}' (section Redis keys), etcd and ZooKeeper escape what
+// their paths cannot hold. The conformance suite locks such keys on every
+// store (internal/conformance, Keys).
+//
 // # Leases, validity and the watchdog
 //
 //   - TTL: 10s by default (WithTTL; per lease WithLeaseTTL), at least
@@ -599,9 +613,10 @@
 //
 // Pass a *redis.ClusterClient to New; nothing else changes.
 //
-//   - One slot per lock: the keys of a lock share the hash tag {K}, so they
-//     live on one master and one script acts on them atomically. Different
-//     locks spread over all masters.
+//   - One slot per lock: the keys of a lock share the hash tag {K} (a key
+//     K that starts with '}' has a tag of its own, section Redis keys), so
+//     they live on one master and one script acts on them atomically.
+//     Different locks spread over all masters.
 //   - Renewals are batched per master: the watchdog's pipeline is split by
 //     go-redis per master, so N leases over 3 masters cost 3 round trips
 //     per tick (tested: 30 leases, 10 per master, renewed in batches of
@@ -828,7 +843,20 @@
 // counter), prefix+"{K}:q" (the wait queue, only while waiters queue), and
 // the channels prefix+"{K}:n" (releases) and prefix+"{K}:g:ID" (hand-overs
 // to the waiters of the Locker with id ID). All share the hash tag {K}, so
-// they live in one Cluster slot. The lock key expires with its lease's TTL;
+// they live in one Cluster slot. On a Cluster, a key K that starts with '}'
+// ("}", "}x", "}{a}") would give the empty tag "{}", with which Redis
+// hashes each whole name to a slot of its own and refuses the scripts
+// (CROSSSLOT; releases before this naming could not lock such a key on a
+// Cluster): its names are prefix+"#{H}{K}" and the same suffixes, H being
+// the CRC-32 (IEEE) of K in 8 hex digits, the hash tag. No other lock's
+// name starts with prefix+"#", so old and new Lockers agree on every name
+// either can use. A prefix that holds a '{' sets the tag of every name by
+// itself and keeps the plain names. One Redis and Redlock keep the plain
+// names for every key (they have no slots), and they never share a
+// keyspace with a Cluster; every Locker of a Cluster must reach it through
+// a *redis.ClusterClient (a ClusterClient given ClusterSlots of its own,
+// which may route to servers that are not a Cluster, keeps the plain
+// names). The lock key expires with its lease's TTL;
 // the counter and the queue expire once the lock has been idle for the
 // retention (WithRetention, default a day; every acquisition, hand-over
 // and queued waiter refreshes it), so a lock that nobody uses leaves no key

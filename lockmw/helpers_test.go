@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"os/exec"
 	"runtime"
@@ -140,6 +141,17 @@ var mustBusy = lockmwtest.MustBusy
 
 // lockKey is where lockmw stores the owner token of key with the default prefix.
 func lockKey(key string) string { return lockmw.DefaultPrefix + "{" + key + "}" }
+
+// clusterLockKey is lockKey on a Redis Cluster: a key starting with '}',
+// whose plain names would have an empty hash tag, is named
+// prefix+"#{H}{key}", H being the key's CRC-32 (IEEE) in 8 hex digits
+// (lockmw/internal/redisstore, naming); every other key as lockKey.
+func clusterLockKey(key string) string {
+	if strings.HasPrefix(key, "}") {
+		return fmt.Sprintf("%s#{%08x}{%s}", lockmw.DefaultPrefix, crc32.ChecksumIEEE([]byte(key)), key)
+	}
+	return lockKey(key)
+}
 
 // assertMutualExclusion has workers goroutines, each with its own Locker
 // from newLocker, increment a counter rounds times with a non-atomic

@@ -22,7 +22,8 @@ const (
 	// DefaultDriftFactor is the share of the TTL assumed lost to clock drift
 	// between this process and the store; 2ms more are always subtracted.
 	DefaultDriftFactor = 0.01
-	// MaxKeyLen is the longest lock key accepted, in bytes.
+	// MaxKeyLen is the longest lock key accepted, in bytes. A key may hold
+	// any bytes; every store locks every key of 1 to MaxKeyLen bytes.
 	MaxKeyLen = 512
 	// MaxPrefixLen is the longest key prefix accepted, in bytes.
 	MaxPrefixLen = 128
@@ -72,6 +73,9 @@ func WithTTL(d time.Duration) Option {
 
 // WithPrefix sets the prefix of the name of everything lockmw writes in
 // its store (default "lockmw:"). Lockers that must exclude each other need the same prefix.
+// On a Redis Cluster a prefix with braces sets the hash tag of every lock
+// (all locks then live in one slot), and New refuses one whose first
+// braces are empty ("{}"), since no lock's keys would share a slot.
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
 		if len(p) > MaxPrefixLen {

@@ -107,6 +107,7 @@ func Run(t *testing.T, s Store) {
 		{"GiveUpLeavesNothing", r.giveUp},
 		{"CancelLeavesNothing", r.cancel},
 		{"BadInput", r.badInput},
+		{"Keys", r.keys},
 		{"Close", r.close},
 	} {
 		t.Run(st.name, st.run)
@@ -732,6 +733,125 @@ func (r *runner) cancel(t *testing.T) {
 			}, context.Canceled)
 		})
 	}
+}
+
+// oddKeys are keys users pass when they lock per resource id: paths,
+// escapes, non-ASCII text, whitespace and control bytes, bytes that are not
+// UTF-8, Redis hash tag braces, lockmw's own name suffixes, the longest key
+// accepted; and, beside some of them, keys that differ only by case,
+// padding or Unicode normalisation, which must be other locks.
+func oddKeys() []string {
+	return []string{
+		"a/b", "a//b", "/leading", "trailing/", "/", ".", "..", "../x", "a%2Fb",
+		"ロック/注文-1", "🔒🍣", "with space", " x", "x ", "tab\there", "new\nline",
+		"nul\x00byte", "\x00", "\xff\xfe", "ok\xc3", // invalid UTF-8: a lone 0xff, a truncated sequence
+		"{tag}", "}", "}}", "}x", "}{a}", "a}x", "{}x", "{", "x{",
+		"x", "X", "x:q", "x:fence", "x:claims", "x:n", "x:g:1",
+		"\u00e9", "e\u0301", // "é" composed (NFC) and decomposed (NFD)
+		strings.Repeat("k", lockmw.MaxKeyLen),
+		"}" + strings.Repeat("\xff", lockmw.MaxKeyLen-1),
+	}
+}
+
+// keys: every key of oddKeys can be locked, is then busy for another
+// Locker and for the same Locker from a fresh context, wakes a waiter when
+// released, and is a lock of its own: all of them are held at once. A
+// store that cannot keep a key's bytes as they are encodes them; it never
+// reports such a key as ErrUnavailable.
+func (r *runner) keys(t *testing.T) {
+	ctx := context.Background()
+	a, b := r.locker(t), r.locker(t)
+	keys := oddKeys()
+	usable := keys[:0:0]
+	for i, k := range keys {
+		lease, err := a.TryAcquire(ctx, k)
+		if err != nil {
+			t.Errorf("TryAcquire(%q): %v", show(k), err)
+			continue
+		}
+		usable = append(usable, k)
+		if lease.Key() != k {
+			t.Errorf("lease.Key() = %q, want %q", show(lease.Key()), show(k))
+		}
+		for _, c := range []struct {
+			l   *lockmw.Locker
+			who string
+		}{{b, "another Locker"}, {a, "the holder's Locker from a fresh context"}} {
+			second, err := c.l.TryAcquire(ctx, k)
+			if !errors.Is(err, lockmw.ErrNotAcquired) {
+				t.Errorf("TryAcquire(%q) by %s while held: %v, want ErrNotAcquired", show(k), c.who, err)
+			}
+			if second != nil {
+				releaseOK(t, second)
+			}
+		}
+		// A waiter of the other Locker (Fair every other key, where the
+		// store has it) queues and gives up; released, the lock goes to
+		// the next waiter: the key's queue and notifications work too.
+		var opts []lockmw.AcquireOption
+		if r.Fair && i%2 == 1 {
+			opts = append(opts, lockmw.Fair())
+		}
+		second, err := b.Acquire(ctx, k, append(opts, lockmw.WithWait(20*time.Millisecond))...)
+		if !errors.Is(err, lockmw.ErrNotAcquired) {
+			t.Errorf("Acquire(%q) by another Locker, waiting 20ms while held: %v, want ErrNotAcquired", show(k), err)
+		}
+		if second != nil {
+			releaseOK(t, second)
+		}
+		opts = append(opts, lockmw.WithWait(30*time.Second))
+		type result struct {
+			lease *lockmw.Lease
+			err   error
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := b.Acquire(ctx, k, opts...)
+			got <- result{l, err}
+		}()
+		releaseOK(t, lease)
+		res := <-got
+		if res.err != nil {
+			t.Errorf("Acquire(%q) by a waiter after the release: %v", show(k), res.err)
+			continue
+		}
+		if res.lease.Fence() <= lease.Fence() {
+			t.Errorf("%q: fence %d after fence %d: not rising", show(k), res.lease.Fence(), lease.Fence())
+		}
+		releaseOK(t, res.lease)
+	}
+	// No two keys share a lock: one Locker holds every one at once.
+	var held []*lockmw.Lease
+	for _, k := range usable {
+		lease, err := a.TryAcquire(ctx, k)
+		if err != nil {
+			t.Errorf("TryAcquire(%q) while holding the other keys: %v", show(k), err)
+			continue
+		}
+		held = append(held, lease)
+	}
+	for _, lease := range held {
+		second, err := b.TryAcquire(ctx, lease.Key())
+		if !errors.Is(err, lockmw.ErrNotAcquired) {
+			t.Errorf("TryAcquire(%q) by another Locker while every key is held: %v, want ErrNotAcquired", show(lease.Key()), err)
+		}
+		if second != nil {
+			releaseOK(t, second)
+		}
+	}
+	for _, lease := range held {
+		releaseOK(t, lease)
+	}
+	r.waitNoLeftovers(t, usable...)
+}
+
+// show is key as failure messages quote it: its first 24 bytes and its
+// length when longer.
+func show(key string) string {
+	if len(key) <= 24 {
+		return key
+	}
+	return fmt.Sprintf("%s… (%d bytes)", key[:24], len(key))
 }
 
 // badInput: keys and options lockmw cannot use give the documented

@@ -34,7 +34,7 @@ func TestSuiteFailsABrokenStore(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the suite passed a store without mutual exclusion:\n%s", out)
 	}
-	for _, sub := range []string{"Exclusion", "Fences", "LostWhenLinkCut"} {
+	for _, sub := range []string{"Exclusion", "Fences", "LostWhenLinkCut", "Keys"} {
 		if want := "--- FAIL: TestSuiteFailsABrokenStore/" + sub + " "; !strings.Contains(string(out), want) {
 			t.Errorf("subtest %s did not fail against the broken store", sub)
 		}

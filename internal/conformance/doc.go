@@ -24,6 +24,13 @@
 //     ErrNotAcquired, a cancelled context its error, and neither leaves a
 //     queue entry, subscription or lock behind.
 //   - BadInput: bad keys and options give the documented sentinel errors.
+//   - Keys: keys users pass (slashes, escapes, Japanese and emoji, spaces,
+//     tab, newline, NUL, bytes that are not UTF-8, Redis hash tag braces,
+//     lockmw's own name suffixes, a key of MaxKeyLen bytes) can each be
+//     locked, are busy for another Locker and for the holder's Locker from
+//     a fresh context, wake a waiter when released, and are all held at
+//     once, beside keys that differ only by case, padding or Unicode
+//     normalisation: no two keys share a lock.
 //   - Close: releases held locks (another Locker gets them at once), ends
 //     waiting calls and later calls with ErrClosed, leaves nothing.
 //

@@ -26,9 +26,8 @@ func newLocker(t testing.TB, cli *clientv3.Client, opts ...lockmw.Option) *lockm
 	return l
 }
 
-// lockDir is the etcd key prefix of lock key with the default prefix (no
-// '%' or '/' in key).
-func lockDir(key string) string { return lockmw.DefaultPrefix + key + "/" }
+// lockDir is the etcd key prefix of lock key with the default prefix.
+func lockDir(key string) string { return etcd.LockDir(lockmw.DefaultPrefix, key) }
 
 // entries returns the keys of lock key in etcd, oldest first.
 func entries(t testing.TB, cli *clientv3.Client, key string) []*kv {

@@ -20,7 +20,23 @@
 // sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
 // position is drawn. A lock's row name is the length of the Locker's
 // prefix, a colon, the prefix and the key ("7:lockmw:order-1"), so that
-// no two (prefix, key) pairs share a row. A release deletes its row; a
+// no two (prefix, key) pairs share a row.
+//
+// Every key lockmw accepts (1 to lockmw.MaxKeyLen bytes, any bytes) can be
+// locked. A text column cannot hold NUL or bytes that are not UTF-8, so a
+// row name with them is stored as `\x` and the hex digits of its bytes
+// (`\x373a6c6f636b6d773a6e756c00` for the key "nul\x00"; SELECT
+// name::bytea shows the bytes), and a fire claim of such a prefix or job
+// under that hex name with an empty job. Every other name is stored as
+// it is, as releases before this encoding stored it; they could not lock
+// the keys that now get hex names, so old and new Lockers share every row
+// either can take, and no hex name equals another name (it starts with a
+// backslash, a plain one with a digit). The database should use the UTF8
+// encoding (PostgreSQL's default): one of another encoding refuses keys
+// with characters it lacks, and the acquisition fails with
+// lockmw.ErrUnavailable.
+//
+// A release deletes its row; a
 // crashed holder's row expires and is reused by the next acquisition of
 // its lock, and every Locker deletes expired rows (at most 1000 per table)
 // about once a minute, so that locks no one takes again leave nothing

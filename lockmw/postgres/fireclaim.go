@@ -16,7 +16,8 @@ import (
 // in the claims table (Schema: Table+"_claims"), holding the highest fire
 // claimed (unix ms), its instance and token, the run last started, and
 // keep_until, the time (on the database's clock) until which the row is
-// kept.
+// kept. A prefix or job name that text cannot hold (NUL, bytes that are
+// not UTF-8) has its row under the hex name of the pair (claimRow).
 //
 // Expiry, as for claim records in Redis (internal/fireclaim, Redis,
 // "Expiry"). Every write of a row, a won claim or a run recorded, sets
@@ -107,10 +108,11 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 		return fireclaim.Claim{}, err
 	}
 	ms := at.UnixMilli()
+	prefix, row := claimRow(c.prefix, job)
 	var won bool
 	var prevFire *int64
 	var prevBy *string
-	if err := c.s.pool.QueryRow(ctx, c.claim, c.prefix, job, ms, instance, token, c.keep.Milliseconds()).Scan(&won, &prevFire, &prevBy); err != nil {
+	if err := c.s.pool.QueryRow(ctx, c.claim, prefix, row, ms, instance, token, c.keep.Milliseconds()).Scan(&won, &prevFire, &prevBy); err != nil {
 		return fireclaim.Claim{}, fireclaim.ClaimError(job, at, classify(err))
 	}
 	out := fireclaim.Claim{Won: won}
@@ -124,7 +126,7 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 	// which.
 	var fire int64
 	var by, tok string
-	err = c.s.pool.QueryRow(ctx, c.current, c.prefix, job).Scan(&fire, &by, &tok)
+	err = c.s.pool.QueryRow(ctx, c.current, prefix, row).Scan(&fire, &by, &tok)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fireclaim.Claim{}, fireclaim.ClaimError(job, at, classify(err))
 	}
@@ -138,7 +140,8 @@ func (c *claims) Claim(ctx context.Context, job string, at time.Time, instance s
 func (c *claims) Running(ctx context.Context, job string, at time.Time, instance string) error {
 	ctx, cancel := context.WithTimeout(ctx, c.ttl)
 	defer cancel()
-	_, err := c.s.pool.Exec(ctx, c.running, c.prefix, job, at.UnixMilli(), instance, c.keep.Milliseconds())
+	prefix, row := claimRow(c.prefix, job)
+	_, err := c.s.pool.Exec(ctx, c.running, prefix, row, at.UnixMilli(), instance, c.keep.Milliseconds())
 	return classify(err)
 }
 
@@ -148,7 +151,8 @@ func (c *claims) Runner(ctx context.Context, job string) (time.Time, string, err
 	defer cancel()
 	var fire int64
 	var by string
-	err := c.s.pool.QueryRow(ctx, c.runner, c.prefix, job).Scan(&fire, &by)
+	prefix, row := claimRow(c.prefix, job)
+	err := c.s.pool.QueryRow(ctx, c.runner, prefix, row).Scan(&fire, &by)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, "", classify(err)
 	}

@@ -2,10 +2,12 @@ package postgres
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,8 +118,48 @@ CREATE INDEX IF NOT EXISTS %[8]s ON %[3]s (keep_until);
 // ("7:lockmw:order-1"). The length says where the prefix ends, so no two
 // (prefix, key) pairs share a row, as they would joined as they are
 // (prefix "a" with key "bc", and "ab" with "c").
+//
+// A text column cannot hold every byte string a key may be: PostgreSQL
+// refuses NUL and bytes that are not UTF-8 in text (the client encoding,
+// which pgx sets to UTF8, is checked whatever the database's encoding).
+// Such a name is stored as `\x` and the hex digits of its bytes
+// (hexName); every other name as it is, as releases before this encoding
+// stored it. No two locks share a row: the plain names are distinct as
+// said, the hex ones are distinct because hex is, and no plain name equals
+// a hex one, since a plain name starts with a digit and a hex one with a
+// backslash. Versions before this encoding could not lock the keys that
+// now get hex names (every statement naming them failed, writing nothing),
+// so old and new Lockers agree on the row of every key that either can
+// lock, and a rolling upgrade keeps them excluding each other.
 func name(k store.Key) string {
-	return strconv.Itoa(len(k.Prefix)) + ":" + k.Prefix + k.Name
+	n := strconv.Itoa(len(k.Prefix)) + ":" + k.Prefix + k.Name
+	if textHolds(n) {
+		return n
+	}
+	return hexName(n)
+}
+
+// textHolds reports whether a text value holds s as it is: s is UTF-8 and
+// has no NUL.
+func textHolds(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
+// hexName is s in hex after `\x`, which PostgreSQL's bytea input reads:
+// SELECT name::bytea shows the bytes of such a row's name.
+func hexName(s string) string { return `\x` + hex.EncodeToString([]byte(s)) }
+
+// claimRow is the claims table's (prefix, job) of job's claims for a
+// Locker with prefix: both as they are when text holds them, as releases
+// before this encoding stored them. Otherwise prefix holds the hex name of
+// the pair joined as name joins a prefix and key, and job is empty: no job
+// is named "" (cronlock and gocronlock refuse an empty job name), so no
+// pair stored as it is equals such a row, and hex names of distinct pairs
+// are distinct. Older releases could not claim for such a pair (their
+// statements failed, writing nothing).
+func claimRow(prefix, job string) (string, string) {
+	if textHolds(prefix) && textHolds(job) {
+		return prefix, job
+	}
+	return hexName(strconv.Itoa(len(prefix)) + ":" + prefix + job), ""
 }
 
 // indexName is an index's unqualified quoted name (an index lives in its

@@ -53,9 +53,8 @@ func admin(t testing.TB, addrs ...string) *zk.Conn {
 	return c
 }
 
-// lockParent is the node of lock key with the default prefix (no '%', '/'
-// or non-ASCII in key).
-func lockParent(key string) string { return "/" + lockmw.DefaultPrefix + key }
+// lockParent is the node of lock key with the default prefix.
+func lockParent(key string) string { return zookeeper.LockParent(lockmw.DefaultPrefix, key) }
 
 // nodes returns the children of lock key's parent; nil when it does not
 // exist.

@@ -22,7 +22,7 @@ import (
 // short script; fair reports that fair waiters have queued behind it, and
 // the lock was left for releaseHandoff.
 func (b *Store) Unlock(ctx context.Context, lock store.Key, token string) (o store.Ownership, fair bool, err error) {
-	k := newLockRef(lock.Prefix, lock.Name)
+	k := b.names.ref(lock)
 	reply, err := b.runScript(ctx, reshardPatience, unlockScript, []string{k.lock, k.notify}, token, b.publish)
 	if err != nil {
 		return 0, false, err
@@ -42,7 +42,7 @@ func (b *Store) Unlock(ctx context.Context, lock store.Key, token string) (o sto
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none).
 func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
-	k := newLockRef(lock.Prefix, lock.Name)
+	k := b.names.ref(lock)
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
 	if err != nil {
@@ -82,7 +82,7 @@ func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early
 // Transfer hands the lock held by token to the waiting token to (of the same
 // Locker) in one round trip; unless force, only when nobody else waits.
 func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (store.TransferReply, error) {
-	k := newLockRef(lock.Prefix, lock.Name)
+	k := b.names.ref(lock)
 	f := "0"
 	if force {
 		f = "1"
@@ -110,7 +110,7 @@ func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, 
 
 // FairAcquire makes one fair attempt for the waiter with queue entry entry.
 func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode store.FairMode) (store.FairReply, error) {
-	k := newLockRef(lock.Prefix, lock.Name)
+	k := b.names.ref(lock)
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
 		vals, err = fairScript.Run(ctx, once{b.client}, []string{k.lock, k.fence, k.queue},
@@ -142,7 +142,7 @@ func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, t
 // plain RPUSHX): the cheap way to queue behind a lock known to be busy. It
 // reports false when there is no queue, and the full fair attempt is needed.
 func (b *Store) Enqueue(ctx context.Context, lock store.Key, entry string) (bool, error) {
-	k := newLockRef(lock.Prefix, lock.Name)
+	k := b.names.ref(lock)
 	n, err := sendOnce(ctx, b.client, redis.NewIntCmd(ctx, "rpushx", k.queue, entry)).Result()
 	return n > 0, err
 }
@@ -151,7 +151,7 @@ func (b *Store) Enqueue(ctx context.Context, lock store.Key, entry string) (bool
 // its holder's value is marked (see grant.lua), or the queue's list exists
 // (its first waiter may be kept in the value instead). One round trip.
 func (b *Store) FairQueued(ctx context.Context, lock store.Key) (bool, error) {
-	k := newLockRef(lock.Prefix, lock.Name)
+	k := b.names.ref(lock)
 	var get *redis.StringCmd
 	var exists *redis.IntCmd
 	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -172,7 +172,7 @@ func (b *Store) FairQueued(ctx context.Context, lock store.Key) (bool, error) {
 // Leave takes entry out of the fair queue. It reports whether the lock had
 // been granted to token meanwhile (the caller must then release it).
 func (b *Store) Leave(ctx context.Context, lock store.Key, entry, token string) (bool, error) {
-	k := newLockRef(lock.Prefix, lock.Name)
+	k := b.names.ref(lock)
 	var v int64
 	err := b.whileSlotMoves(ctx, reshardPatience, func() (err error) {
 		v, err = leaveScript.Run(ctx, once{b.client}, []string{k.lock, k.queue}, entry, token).Int64()

@@ -51,13 +51,15 @@ type Store struct {
 	// prefix is the Locker's key prefix; events what the subscriber
 	// hears goes to (route).
 	prefix string
+	// names names the locks: Cluster names on a Cluster (naming).
+	names  naming
 	events store.Events
 }
 
 // New returns the store of client; lockmw.New binds it to its Locker
 // (Bind) before the Locker's first request.
 func New(client redis.UniversalClient) *Store {
-	b := &Store{client: client, publish: "PUBLISH", numsub: "NUMSUB"}
+	b := &Store{client: client, publish: "PUBLISH", numsub: "NUMSUB", names: clusterNaming(client)}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		b.publish, b.numsub = "SPUBLISH", "SHARDNUMSUB"
 	}
@@ -110,13 +112,17 @@ type Config struct {
 }
 
 // Bind binds b to its Locker (c): before the Locker's first request, once.
-// It fails when the client's ReadTimeout would cut WAIT short, and starts
+// It fails when the client's ReadTimeout would cut WAIT short, or on a
+// Cluster when the prefix's hash tag is empty (checkPrefix), and starts
 // the checks of the client's settings, which only warn.
 func (b *Store) Bind(c Config) error {
 	b.self, b.prefix, b.events = c.Self, c.Prefix, c.Events
 	b.subs.deliver = b.route
 	b.waitReplicas, b.waitTimeout = c.WaitReplicas, c.WaitTimeout
 	b.expiry = newKeyExpiry(c.Retention, c.PermanentFences)
+	if err := b.names.checkPrefix(c.Prefix); err != nil {
+		return err
+	}
 	if err := b.checkWaitTimeout(); err != nil {
 		return err
 	}
@@ -138,7 +144,7 @@ func (b *Store) CheckTTL(time.Duration) error { return nil }
 // own.
 func (b *Store) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()
-	reply, err := b.runAcquire(ctx, newLockRef(k.Prefix, k.Name), token, ttl)
+	reply, err := b.runAcquire(ctx, b.names.ref(k), token, ttl)
 	reply.ValidFrom = sentAt
 	return reply, err
 }
@@ -157,7 +163,7 @@ func (b *Store) Renew(ctx context.Context, reqs []store.RenewRequest) []store.Re
 	locks := make([]string, len(reqs))
 	pipe := b.client.Pipeline()
 	for i, r := range reqs {
-		locks[i] = lockKeyOf(r.Key)
+		locks[i] = b.names.lockKey(r.Key)
 		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
@@ -225,9 +231,9 @@ func (b *Store) Unwatch(k store.Key, grants bool) { b.subs.unwatch(b.channel(k, 
 // channel names k's release channel, or its grant channel for this Locker.
 func (b *Store) channel(k store.Key, grants bool) string {
 	if grants {
-		return lockKeyOf(k) + ":g:" + b.self
+		return b.names.lockKey(k) + ":g:" + b.self
 	}
-	return lockKeyOf(k) + ":n"
+	return b.names.lockKey(k) + ":n"
 }
 
 // route hands a message of the subscriber to the Locker's events: a
@@ -235,7 +241,7 @@ func (b *Store) channel(k store.Key, grants bool) string {
 // the waiter next in line>", release.lua and grant.lua).
 func (b *Store) route(channel, payload string) {
 	if base, ok := strings.CutSuffix(channel, ":n"); ok {
-		if k, ok := keyOfBase(b.prefix, base); ok {
+		if k, ok := b.names.keyOf(b.prefix, base); ok {
 			b.events.Released(k)
 		}
 		return
@@ -244,7 +250,7 @@ func (b *Store) route(channel, payload string) {
 	if !ok {
 		return
 	}
-	k, ok := keyOfBase(b.prefix, base)
+	k, ok := b.names.keyOf(b.prefix, base)
 	if !ok {
 		return
 	}

@@ -2,10 +2,14 @@ package lockmw_test
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,5 +168,246 @@ func TestPausedRedisTakesOneTimeoutPerAcquisition(t *testing.T) {
 	}
 	if got := timeouts.count(); got != n {
 		t.Errorf("%d acquisitions on a paused Redis waited out %d timeouts, want one each", n, got)
+	}
+}
+
+// trip is one round trip of acquisitions seen by a tripRecorder.
+type trip struct {
+	start, end time.Time
+	timedOut   bool
+}
+
+// tripRecorder records the round trips that carry an acquisition (a SET,
+// or the acquire script, of a lock key that lock accepts): when each
+// started and ended, and whether it timed out.
+type tripRecorder struct {
+	lock       func(key string) bool
+	acquireSHA string
+	started    atomic.Int64 // round trips started
+	mu         sync.Mutex
+	trips      []trip
+}
+
+func newTripRecorder(t *testing.T, lock func(key string) bool) *tripRecorder {
+	t.Helper()
+	var src []byte
+	for _, f := range []string{"fence.lua", "grant.lua", "acquire.lua"} { // acquireScript's parts
+		b, err := os.ReadFile("internal/redisstore/scripts/" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
+	}
+	sum := sha1.Sum(src)
+	return &tripRecorder{lock: lock, acquireSHA: hex.EncodeToString(sum[:])}
+}
+
+func (r *tripRecorder) acquires(cmds []redis.Cmder) bool {
+	for _, c := range cmds {
+		a := c.Args()
+		switch {
+		case len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "set") && r.lock(fmt.Sprint(a[1])):
+			return true
+		case len(a) > 3 && strings.EqualFold(fmt.Sprint(a[0]), "evalsha") && a[1] == r.acquireSHA && r.lock(fmt.Sprint(a[3])):
+			return true
+		}
+	}
+	return false
+}
+
+func (r *tripRecorder) record(cmds []redis.Cmder, send func() error) error {
+	if !r.acquires(cmds) {
+		return send()
+	}
+	start := time.Now()
+	r.started.Add(1)
+	err := send()
+	out := timedOut(err)
+	for _, c := range cmds {
+		out = out || timedOut(c.Err())
+	}
+	r.mu.Lock()
+	r.trips = append(r.trips, trip{start, time.Now(), out})
+	r.mu.Unlock()
+	return err
+}
+
+func (r *tripRecorder) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (r *tripRecorder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return r.record([]redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+func (r *tripRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return r.record(cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+// timeoutsInARow is the longest chain of timed-out trips each of which
+// started after the one before it had timed out: how many timeouts one
+// after the other the acquisitions waited out.
+func (r *tripRecorder) timeoutsInARow() (longest, timedOut int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []trip
+	for _, t := range r.trips {
+		if t.timedOut {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b trip) int { return a.start.Compare(b.start) })
+	chain := make([]int, len(out))
+	for i, t := range out {
+		chain[i] = 1
+		for j := range i {
+			if !out[j].end.After(t.start) {
+				chain[i] = max(chain[i], chain[j]+1)
+			}
+		}
+		longest = max(longest, chain[i])
+	}
+	return longest, len(out)
+}
+
+// Concurrent acquisitions on a paused Redis each fail after one timeout:
+// those queued behind a round trip that timed out are failed with it, not
+// sent after it to wait out a timeout of their own.
+func TestPausedRedisConcurrentAcquisitionsTakeOneTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, n := range []int{20, 100} {
+		t.Run(fmt.Sprint(n, " at once"), func(t *testing.T) {
+			c := srv.Client(t, readmeClient)
+			trips := newTripRecorder(t, func(k string) bool { return strings.HasPrefix(k, lockmw.DefaultPrefix+"{paused") })
+			c.AddHook(trips)
+			l, err := lockmw.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			lease, err := l.TryAcquire(context.Background(), "warm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			releaseOK(t, lease)
+			srv.Pause(t)
+			defer srv.Resume(t)
+			start := make(chan struct{})
+			errs := make([]error, n)
+			took := make([]time.Duration, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					t0 := time.Now()
+					_, errs[i] = l.TryAcquire(context.Background(), fmt.Sprint("paused", i))
+					took[i] = time.Since(t0)
+				})
+			}
+			close(start)
+			wg.Wait()
+			for i, err := range errs {
+				if !errors.Is(err, lockmw.ErrUnavailable) {
+					t.Errorf("TryAcquire %d on a paused Redis = %v, want ErrUnavailable", i, err)
+				}
+			}
+			slices.Sort(took)
+			inARow, all := trips.timeoutsInARow()
+			t.Logf("%d acquisitions: %d round trips timed out, at most %d in a row; took median %v, max %v", n, all, inARow, took[n/2], took[n-1])
+			if inARow != 1 {
+				t.Errorf("%d acquisitions at once on a paused Redis waited out %d timeouts in a row, want 1", n, inARow)
+			}
+		})
+	}
+}
+
+// sentHook closes sent when a round trip carrying a command for key
+// starts.
+type sentHook struct {
+	key  string
+	once sync.Once
+	sent chan struct{}
+}
+
+func (h *sentHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if a := c.Args(); len(a) > 1 && fmt.Sprint(a[1]) == h.key {
+				h.once.Do(func() { close(h.sent) })
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Only a timeout of the client's own fails the calls queued behind it: on
+// a Redis that is slow but answers within the client's timeout (paused for
+// half of it), an acquisition whose own context deadline cut its round
+// trip short, and twenty acquisitions at once, leave the calls queued
+// behind them to be sent and answered.
+func TestSlowRedisFailsNoQueuedAcquisition(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t, readmeClient)
+	sent := &sentHook{key: "lockmw:{slow}", sent: make(chan struct{})}
+	c.AddHook(sent)
+	l, err := lockmw.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lease, err := l.TryAcquire(context.Background(), "warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	releaseOK(t, lease)
+
+	srv.Pause(t)
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume(t)
+		}
+	}()
+	// The first call for "slow" goes alone, under a deadline of its
+	// caller's far shorter than the client's timeout; the next five, for
+	// the same lock, queue behind it; twenty others go at once.
+	short, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := l.TryAcquire(short, "slow")
+		first <- err
+	}()
+	<-sent.sent
+	const queued, others = 5, 20
+	errs := make([]error, queued+others)
+	leases := make([]*lockmw.Lease, queued+others)
+	var wg sync.WaitGroup
+	for i := range queued + others {
+		key := "slow"
+		if i >= queued {
+			key = fmt.Sprint("slow", i)
+		}
+		wg.Go(func() { leases[i], errs[i] = l.TryAcquire(context.Background(), key) })
+	}
+	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("TryAcquire under a 30ms deadline on a paused Redis = %v, want context.DeadlineExceeded", err)
+	}
+	time.Sleep(150 * time.Millisecond) // half the client's 300ms timeout
+	srv.Resume(t)
+	resumed = true
+	wg.Wait()
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			releaseOK(t, leases[i])
+		case errors.Is(err, lockmw.ErrNotAcquired) && i < queued:
+			// "slow" is held by the first call's late request, or by one
+			// of the queued ones.
+		default:
+			t.Errorf("acquisition %d on a Redis slow by half the client's timeout = %v, want a lease", i, err)
+		}
 	}
 }

@@ -283,13 +283,16 @@ func mayHaveRun(err error) bool {
 
 // neverSent reports whether err says that the request found no connection
 // to send it on: no connection free in the pool, or a failed dial (Redis
-// down: the connection was refused or could not be made). go-redis (v9)
+// down: the connection was refused or could not be made); or that the
+// batcher failed it unsent, behind an earlier request that timed out
+// (notSentError). go-redis (v9)
 // also fails every command of a pool at once with the pool's last dial
 // error, without dialing, once as many dials as the pool has connections
 // have failed, until a probe of its own (once a second) gets through: that
 // is a failed dial too, and nothing was sent either.
 func neverSent(err error) bool {
-	return dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+	var notSent *notSentError
+	return errors.As(err, &notSent) || dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
 
 // dialFailed reports whether err is a failed dial, or go-redis replaying

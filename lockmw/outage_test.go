@@ -31,31 +31,64 @@ func readmeClient(o *redis.Options) {
 	o.PipelinePoolSize = -1
 }
 
-// A client whose failed command can outlast a third of the TTL (go-redis'
-// defaults) gets one warning from New and NewRedlock, naming its settings
-// and where to read about them; the README's client gets none.
+// A client that reports a stalled Redis late gets one warning from New and
+// NewRedlock, naming its settings, what is wrong with them, what to set
+// (every setting the check reads: following the advice gives a client that
+// passes) and where to read about it: one whose failed command can outlast
+// a third of the TTL (go-redis' defaults), one with no read timeout, and
+// one whose pipelines have a pool of their own (go-redis' default
+// PipelinePoolSize: the previous release's README client, and the client
+// the previous warning's advice gave), on which each acquisition on a
+// paused Redis waits out two timeouts. The README's client gets none.
 func TestNewWarnsAboutASlowClient(t *testing.T) {
 	srvs := redistest.StartN(t, 3)
+	// The previous release's README client: no PipelinePoolSize.
+	previousReadme := func(o *redis.Options) {
+		readmeClient(o)
+		o.PipelinePoolSize = 0
+	}
+	// What the warning advises, and nothing else.
+	advised := func(o *redis.Options) {
+		o.ReadTimeout, o.WriteTimeout, o.MaxRetries, o.PipelinePoolSize = 300*time.Millisecond, 300*time.Millisecond, -1, -1
+	}
+	noReadTimeout := func(o *redis.Options) {
+		readmeClient(o)
+		o.ReadTimeout = -1
+	}
 	plain, readme := srvs[0].Client(t), srvs[0].Client(t, readmeClient)
 	plains := []redis.UniversalClient{plain, srvs[1].Client(t), srvs[2].Client(t)}
 	readmes := []redis.UniversalClient{readme, srvs[1].Client(t, readmeClient), srvs[2].Client(t, readmeClient)}
 	const warning = "Redis client"
+	// Every warning names the settings it checks, and what to set them to.
+	always := []string{"ReadTimeout=", "WriteTimeout=", "retries=", "PipelinePoolSize=", "ttl=", "README, Quickstart",
+		"give it ReadTimeout and WriteTimeout", "MaxRetries: -1", "PipelinePoolSize: -1"}
 	for _, tc := range []struct {
-		name  string
-		new   func(logger *slog.Logger) (*lockmw.Locker, error)
-		warns bool
+		name    string
+		new     func(logger *slog.Logger) (*lockmw.Locker, error)
+		want    []string // in the one warning; none if nil
+		wantNot []string
 	}{
-		{"New, plain client", func(lg *slog.Logger) (*lockmw.Locker, error) { return lockmw.New(plain, lockmw.WithLogger(lg)) }, true},
-		{"New, README client", func(lg *slog.Logger) (*lockmw.Locker, error) { return lockmw.New(readme, lockmw.WithLogger(lg)) }, false},
+		{"New, go-redis defaults", func(lg *slog.Logger) (*lockmw.Locker, error) { return lockmw.New(plain, lockmw.WithLogger(lg)) },
+			[]string{"ReadTimeout=5s", "retries=3", "PipelinePoolSize=0", "one failed command can take 20s", "two timeouts", "at most 3.333s for this TTL"}, nil},
+		{"New, README client", func(lg *slog.Logger) (*lockmw.Locker, error) { return lockmw.New(readme, lockmw.WithLogger(lg)) }, nil, nil},
+		{"New, the advised client", func(lg *slog.Logger) (*lockmw.Locker, error) {
+			return lockmw.New(srvs[0].Client(t, advised), lockmw.WithLogger(lg))
+		}, nil, nil},
+		{"New, the previous README client", func(lg *slog.Logger) (*lockmw.Locker, error) {
+			return lockmw.New(srvs[0].Client(t, previousReadme), lockmw.WithLogger(lg))
+		}, []string{"PipelinePoolSize=0", "PipelinePoolSize is not -1", "two timeouts", "ReadTimeout=300ms", "retries=0"}, []string{"longer than a third"}},
+		{"New, no read timeout", func(lg *slog.Logger) (*lockmw.Locker, error) {
+			return lockmw.New(srvs[0].Client(t, noReadTimeout), lockmw.WithLogger(lg))
+		}, []string{"ReadTimeout=none (no timeout)", "WriteTimeout=300ms", "it has no read timeout"}, []string{"ReadTimeout=0s", "two timeouts"}},
 		{"New, README client, 600ms TTL", func(lg *slog.Logger) (*lockmw.Locker, error) {
 			return lockmw.New(readme, lockmw.WithLogger(lg), lockmw.WithTTL(600*time.Millisecond))
-		}, true},
+		}, []string{"longer than a third of the lease TTL", "at most 200ms for this TTL", "ttl=600ms"}, []string{"two timeouts"}},
 		{"NewRedlock, plain clients", func(lg *slog.Logger) (*lockmw.Locker, error) {
 			return lockmw.NewRedlock([]redis.UniversalClient{readmes[0], plains[1], plains[2]}, lockmw.WithLogger(lg))
-		}, true},
+		}, []string{"masters=[1 2]", "ReadTimeout=5s"}, nil},
 		{"NewRedlock, README clients", func(lg *slog.Logger) (*lockmw.Locker, error) {
 			return lockmw.NewRedlock(readmes, lockmw.WithLogger(lg))
-		}, false},
+		}, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			logs := &lockmwtest.Logs{}
@@ -66,14 +99,19 @@ func TestNewWarnsAboutASlowClient(t *testing.T) {
 			defer l.Close()
 			got := lockmwtest.Texts(logs.Find(slog.LevelWarn, warning))
 			switch {
-			case !tc.warns && len(got) != 0:
-				t.Errorf("warned about a client with short timeouts: %q", got)
-			case tc.warns && len(got) != 1:
+			case tc.want == nil && len(got) != 0:
+				t.Errorf("warned about a client that reports a stalled Redis after one short timeout: %q", got)
+			case tc.want != nil && len(got) != 1:
 				t.Errorf("%d warnings, want 1: %q", len(got), got)
-			case tc.warns:
-				for _, want := range []string{"ReadTimeout=", "WriteTimeout=", "retries=", "ttl=", "README, Quickstart", "MaxRetries: -1"} {
+			case tc.want != nil:
+				for _, want := range append(always, tc.want...) {
 					if !strings.Contains(got[0], want) {
-						t.Errorf("warning %q does not name %q", got[0], want)
+						t.Errorf("warning %q does not say %q", got[0], want)
+					}
+				}
+				for _, not := range tc.wantNot {
+					if strings.Contains(got[0], not) {
+						t.Errorf("warning %q says %q", got[0], not)
 					}
 				}
 			}

@@ -539,6 +539,11 @@
 //     been idle for R, so clocks that differ by less than R (a day by
 //     default) are enough there.
 //
+// The same bound makes fences store-wide on request: an acquisition made
+// with StoreWideFence first raises its counter to the server's clock
+// (clock_fence.lua; under Redlock on a quorum of masters), so its fence is
+// above every fence drawn before, for any key, under the same assumptions.
+//
 // WithPermanentFences drops the assumption and the expiry: counters count
 // from 1 and never expire, and a lost counter then makes fences fall.
 // Fences are uint64 and fit a signed 64-bit column: seeds stay below 2^53

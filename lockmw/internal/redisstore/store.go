@@ -26,6 +26,7 @@ var (
 	_ store.LeftNothing = (*Store)(nil)
 	_ store.FireClaimer = (*Store)(nil)
 	_ store.Granter     = (*Store)(nil)
+	_ store.FenceRaiser = (*Store)(nil)
 )
 
 // Store keeps locks on one Redis deployment: a standalone server, a
@@ -300,4 +301,15 @@ func neverSent(err error) bool {
 func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// RaiseFence raises k's fence counter to the server's clock in
+// microseconds (clock_fence.lua), above every fence drawn before on this
+// deployment (store.FenceRaiser). A raise that runs twice raises no more,
+// so the client may retry it.
+func (b *Store) RaiseFence(ctx context.Context, k store.Key) error {
+	r := newLockRef(k.Prefix, k.Name)
+	return b.whileSlotMoves(ctx, reshardPatience, func() error {
+		return clockFenceScript.Run(ctx, b.client, []string{r.lock, r.fence}, b.expiry.counter).Err()
+	})
 }

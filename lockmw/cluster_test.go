@@ -689,7 +689,7 @@ func TestClusterPausedMasterFailsOnlyItsQueuedAcquisitions(t *testing.T) {
 	}
 	trips := newTripRecorder(t, func(k string) bool { return paused[k] })
 	client := c.Client(t, func(o *redis.ClusterOptions) {
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond, 300*time.Millisecond
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 300*time.Millisecond, time.Second, time.Second
 		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
 	})
 	client.AddHook(trips)

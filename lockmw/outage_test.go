@@ -209,6 +209,9 @@ func TestPausedRedisTakesOneTimeoutPerAcquisition(t *testing.T) {
 	}
 }
 
+// longTimeouts gives a client 1s read and write timeouts.
+func longTimeouts(o *redis.Options) { o.ReadTimeout, o.WriteTimeout = time.Second, time.Second }
+
 // trip is one round trip of acquisitions seen by a tripRecorder.
 type trip struct {
 	start, end time.Time
@@ -315,7 +318,10 @@ func TestPausedRedisConcurrentAcquisitionsTakeOneTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, n := range []int{20, 100} {
 		t.Run(fmt.Sprint(n, " at once"), func(t *testing.T) {
-			c := srv.Client(t, readmeClient)
+			// The README's client, with a longer timeout: the count does not
+			// depend on it, and callers that a loaded machine starts late
+			// still start within the first one.
+			c := srv.Client(t, readmeClient, longTimeouts)
 			trips := newTripRecorder(t, func(k string) bool { return strings.HasPrefix(k, lockmw.DefaultPrefix+"{paused") })
 			c.AddHook(trips)
 			l, err := lockmw.New(c)
@@ -382,12 +388,12 @@ func (h *sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // Only a timeout of the client's own fails the calls queued behind it: on
 // a Redis that is slow but answers within the client's timeout (paused for
-// half of it), an acquisition whose own context deadline cut its round
+// 150ms, under its 1s), an acquisition whose own context deadline cut its round
 // trip short, and twenty acquisitions at once, leave the calls queued
 // behind them to be sent and answered.
 func TestSlowRedisFailsNoQueuedAcquisition(t *testing.T) {
 	srv := redistest.Start(t)
-	c := srv.Client(t, readmeClient)
+	c := srv.Client(t, readmeClient, longTimeouts)
 	sent := &sentHook{key: "lockmw:{slow}", sent: make(chan struct{})}
 	c.AddHook(sent)
 	l, err := lockmw.New(c)
@@ -433,7 +439,7 @@ func TestSlowRedisFailsNoQueuedAcquisition(t *testing.T) {
 	if err := <-first; !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("TryAcquire under a 30ms deadline on a paused Redis = %v, want context.DeadlineExceeded", err)
 	}
-	time.Sleep(150 * time.Millisecond) // half the client's 300ms timeout
+	time.Sleep(150 * time.Millisecond) // well under the client's 1s timeout
 	srv.Resume(t)
 	resumed = true
 	wg.Wait()
@@ -445,7 +451,7 @@ func TestSlowRedisFailsNoQueuedAcquisition(t *testing.T) {
 			// "slow" is held by the first call's late request, or by one
 			// of the queued ones.
 		default:
-			t.Errorf("acquisition %d on a Redis slow by half the client's timeout = %v, want a lease", i, err)
+			t.Errorf("acquisition %d on a Redis slow by 150ms, under the client's timeout = %v, want a lease", i, err)
 		}
 	}
 }

@@ -48,7 +48,7 @@ import (
 // the timeout tells), the calls queued for the same node (every queued
 // call on a client of one node; on Cluster, those whose lock key's master
 // is that node, as the client's slot map said when they were made) are
-// failed at once with errNotSent, without being sent: otherwise each
+// failed at once with a notSentError, without being sent: otherwise each
 // would wait out a timeout of its own after the one it queued behind (two
 // timeouts, three under a larger load, where the package promises about
 // one). Such a call never reached Redis, so it took nothing

@@ -59,7 +59,9 @@ func New(rdb redis.UniversalClient, locker *lockmw.Locker, opts ...Option) (*Cac
 	if err != nil {
 		return nil, err
 	}
-	cfg.lockOpts = append([]lockmw.AcquireOption{lockmw.WithName("cachelock.update")}, cfg.lockOpts...)
+	// Store-wide fences: an Update's write wins over every write fenced
+	// before it, under any resource (see Update).
+	cfg.lockOpts = append([]lockmw.AcquireOption{lockmw.WithName("cachelock.update"), lockmw.StoreWideFence()}, cfg.lockOpts...)
 	tel, err := newTelemetry(cfg.tp, cfg.mp)
 	if err != nil {
 		return nil, fmt.Errorf("cachelock.New: creating metrics: %w", err)
@@ -351,20 +353,27 @@ func (c *Cache) Invalidate(ctx context.Context, keys ...string) error {
 // serialized across processes), runs write with the lease's context and
 // fencing token, invalidates the cache keys, and releases the lock.
 //
-// resource names what write changes and what its fence protects, typically
-// the row ("products/42"); fences rise per resource, so every Update of a
-// row must name the same resource, whichever cache keys it touches. The
-// cache keys to invalidate are given with Invalidating: one row is often
-// cached under several keys (by id, by SKU, in a list page). Without
-// Invalidating, Update invalidates the cache key named resource, as when
-// the row is cached under one key only; the resource is then that cache key,
-// so Updates of one row through two of its cache keys (each without
-// Invalidating) take two locks and two fence sequences, which neither
-// serializes them nor orders their fences: the row's fence column, raised
-// by one key's writes, makes the other key's writes fail with ErrFenced.
-// Update's error then says so. Name the row and list its keys:
+// resource names what write changes and what its lock serializes,
+// typically the row ("products/42"), so every Update of a row must name
+// the same resource, whichever cache keys it touches. The cache keys to
+// invalidate are given with Invalidating: one row is often cached under
+// several keys (by id, by SKU, in a list page). Without Invalidating,
+// Update invalidates the cache key named resource, as when the row is
+// cached under one key only; the resource is then that cache key, so
+// Updates of one row through two of its cache keys (each without
+// Invalidating) take two locks, which do not serialize them. Name the row
+// and list its keys:
 //
 //	c.Update(ctx, "products/42", write, cachelock.Invalidating("product:42", "product-sku:ABC"))
+//
+// Fences are store-wide (lockmw.StoreWideFence): an Update's fence is
+// above every fence drawn before its lock was asked for, under any
+// resource, so each write wins over every write fenced before it. An
+// Update under a wrong resource (the row updated once under another name)
+// therefore wins once: its write lands, and the row's next Update under its
+// own resource lands after it, as do all later ones; the row's correct
+// Updates are never locked out. Only writes whose Updates overlap in time
+// under two resources can fence each other out (the later fence wins).
 //
 // write should run the database transaction, and make the store reject it
 // if a newer writer got there first, by checking fence (see FencedExec).
@@ -425,10 +434,8 @@ func (c *Cache) Update(ctx context.Context, resource string, write func(ctx cont
 	}
 	var errs []error
 	if werr := write(lease.Context(), lease.Fence()); werr != nil {
-		if keyAsResource && errors.Is(werr, ErrFenced) {
-			werr = fmt.Errorf("%w (Update was given no Invalidating, so its resource is the cache key %q, locked and fenced "+
-				"on its own: if the row is also updated through another cache key, the fences are not the row's and one key's "+
-				"writes fence out the other's; name the row as the resource and its cache keys with Invalidating)", werr, resource)
+		if errors.Is(werr, ErrFenced) && context.Cause(lease.Context()) == nil && lease.Valid() {
+			werr = fencedWhileHeld(werr, resource, lease.Fence(), keyAsResource)
 		}
 		errs = append(errs, fmt.Errorf("cachelock: Update %q: write: %w", resource, werr))
 	}
@@ -464,6 +471,28 @@ func (c *Cache) Update(ctx context.Context, resource string, write func(ctx cont
 		end(span, outcomeError, err)
 	}
 	return err
+}
+
+// fencedWhileHeld explains werr, a write refused with ErrFenced (no row
+// changed) while Update's lock was held: a FencedExec run with another
+// fence than fence, Update's; otherwise, as fence is store-wide, above
+// every fence drawn before the lock was asked for, and no writer of the
+// same resource came after it: so the row does not exist, unless a writer
+// under another resource (or another Locker's store) took a fence meanwhile
+// and wrote the row first.
+func fencedWhileHeld(werr error, resource string, fence uint64, keyAsResource bool) error {
+	if fe := (*fencedError)(nil); errors.As(werr, &fe) && fe.fence != fence {
+		return fmt.Errorf("%w: write ran FencedExec with fence %d, not this Update's fence %d: pass write's fence argument", werr, fe.fence, fence)
+	}
+	other := "a writer under another resource"
+	if keyAsResource {
+		other = fmt.Sprintf("a writer under another resource (Update was given no Invalidating, so its resource is the cache key %q: "+
+			"if the row is also updated through another cache key, name the row as the resource and its cache keys with Invalidating, "+
+			"so that its writers are serialized)", resource)
+	}
+	return fmt.Errorf("%w: the row does not exist (fence %d, held, is above every fence drawn before this Update under any resource, "+
+		"so no earlier write can have fenced it out); or, only if it does exist, %s took a higher fence while this Update ran and wrote it first",
+		werr, fence, other)
 }
 
 // invalidateAfterWrite invalidates key after a write, calling the retry hook

@@ -51,6 +51,24 @@
 // If the invalidation fails, Update returns ErrStale, and the keys may
 // serve the old value until their fill TTL passes.
 //
+// # Fences and resources
+//
+// Update's fences are store-wide (lockmw.StoreWideFence): each is above
+// every fence the Locker's store drew before the Update asked for its lock,
+// under any resource, so a fenced write (FencedExec) wins over every write
+// fenced before it. The resource should be the row, so that its writers
+// are serialized; an Update under a wrong resource (the row updated once
+// under another name, such as one of its cache keys) wins once: its write
+// lands, the row's next Update under its own resource lands after it, and
+// so do all later ones, with fences that keep rising. Only writes whose
+// Updates overlap in time under two resources can fence each other out;
+// the later fence wins. When a write is fenced out while its lock is held,
+// Update's error says which case it is: the row does not exist (no earlier
+// write can have fenced it out), or, if it does, a writer under another
+// resource overtook it (with, for an Update without Invalidating, the
+// advice to name the row as the resource), or write ran FencedExec with
+// another fence than the one Update gave it.
+//
 // # Guarantees and their limits
 //
 // After Invalidate (or Update) returns nil, no value loaded before it is

@@ -42,7 +42,9 @@ var (
 	ErrStale = errors.New("cachelock: cache may be stale: invalidation after the write failed")
 
 	// ErrFenced means FencedExec changed no row: the row holds a fence at
-	// least as new as the caller's (a newer writer got there first, so the
-	// caller's lock was lost) or the row does not exist.
+	// least as new as the caller's (a newer writer got there first: the
+	// caller's lock was lost, or a writer under another resource overtook
+	// it) or the row does not exist. Update's error says which (see the
+	// package documentation, Fences and resources).
 	ErrFenced = errors.New("cachelock: write fenced out: no row changed")
 )

@@ -83,10 +83,20 @@ func FencedExec(ctx context.Context, db Execer, ph Placeholders, query string, f
 		return res, fmt.Errorf("cachelock: FencedExec: the driver cannot count changed rows: %w", err)
 	}
 	if n == 0 {
-		return res, fmt.Errorf("%w: fence %d is not newer than the row's, or the row is missing", ErrFenced, fence)
+		return res, &fencedError{fence: fence}
 	}
 	return res, nil
 }
+
+// fencedError is FencedExec's ErrFenced: it keeps the fence the statement
+// was run with, which Update compares with its own.
+type fencedError struct{ fence uint64 }
+
+func (e *fencedError) Error() string {
+	return fmt.Sprintf("%v: fence %d is not newer than the row's, or the row is missing", ErrFenced, e.fence)
+}
+
+func (e *fencedError) Is(target error) bool { return target == ErrFenced }
 
 // bindFence rewrites query for FencedExec: each {fence} becomes a
 // placeholder of style ph, and the returned arguments bind the fence there

@@ -63,45 +63,139 @@ func TestUpdateFencesTheRowAcrossCacheKeys(t *testing.T) {
 	}
 }
 
-// Update without Invalidating fences per cache key: updating one row
-// through two of its keys that way makes writes fail with ErrFenced, and
-// the error says why and what to write instead.
+// Update without Invalidating locks per cache key: updating one row through
+// two of its keys that way does not serialize the writers. One after the
+// other, every write lands (fences are store-wide); a write overtaken by
+// the other key's while its Update ran is fenced out, and the error says
+// why and what to write instead.
 func TestUpdateWithoutInvalidatingExplainsFencedWrites(t *testing.T) {
 	srv := redistest.Start(t)
 	db := openDB(t)
 	c := newCache(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var fenced []error
 	for i, key := range []string{"product:1", "product:1", "product:1", "product-sku:ABC", "product:1"} {
 		err := c.Update(ctx, key, func(ctx context.Context, fence uint64) error {
 			return setPrice(ctx, db, 1, 100+i, fence)
 		})
-		switch {
-		case errors.Is(err, cachelock.ErrFenced):
-			fenced = append(fenced, err)
-		case err != nil:
-			t.Fatalf("update %d through %s: %v", i+1, key, err)
+		if err != nil {
+			t.Fatalf("update %d through %s, one after the other: %v", i+1, key, err)
 		}
 	}
-	if len(fenced) == 0 {
-		t.Fatal("no update was fenced out, though each key has its own fences")
+	// "product:1" takes its fence, then "product-sku:ABC" takes a higher
+	// one and writes first.
+	holding, overtaken := make(chan struct{}), make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.Update(ctx, "product:1", func(ctx context.Context, fence uint64) error {
+			close(holding)
+			<-overtaken
+			return setPrice(ctx, db, 1, 500, fence)
+		})
+	}()
+	<-holding
+	if err := c.Update(ctx, "product-sku:ABC", func(ctx context.Context, fence uint64) error {
+		return setPrice(ctx, db, 1, 600, fence)
+	}); err != nil {
+		t.Fatalf("update through product-sku:ABC: %v", err)
 	}
-	for _, err := range fenced {
-		for _, want := range []string{"no Invalidating", "cache key", "Invalidating"} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("fenced Update: %q does not say %q", err, want)
-			}
+	close(overtaken)
+	err := <-errc
+	if !errors.Is(err, cachelock.ErrFenced) {
+		t.Fatalf("update through product:1 overtaken by one through product-sku:ABC = %v, want ErrFenced", err)
+	}
+	for _, want := range []string{"another resource", "no Invalidating", "cache key \"product:1\"", "Invalidating"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("fenced Update: %q does not say %q", err, want)
 		}
 	}
 	// With Invalidating the row is the resource: the fence error carries
-	// no such advice.
-	err := c.Update(ctx, "products/1", func(ctx context.Context, fence uint64) error {
+	// no such advice; a write that ran FencedExec with another fence than
+	// Update's is told so.
+	err = c.Update(ctx, "products/1", func(ctx context.Context, fence uint64) error {
 		_, err := cachelock.FencedExec(ctx, db, cachelock.DollarNumbers, setPriceQuery, 0, 1, 1) // fence 0: never newer
 		return err
 	}, cachelock.Invalidating("product:1"))
-	if !errors.Is(err, cachelock.ErrFenced) || strings.Contains(err.Error(), "no Invalidating") {
-		t.Errorf("Update with Invalidating, fenced write: %v; want ErrFenced without the advice", err)
+	if !errors.Is(err, cachelock.ErrFenced) || strings.Contains(err.Error(), "no Invalidating") || !strings.Contains(err.Error(), "with fence 0, not this Update's fence") {
+		t.Errorf("Update with Invalidating, write fenced with fence 0: %v; want ErrFenced naming both fences, without the advice", err)
+	}
+}
+
+// An Update under a wrong resource (the row updated once under another
+// name) wins once: its write lands, and the row's correct Updates land
+// after it, with fences that keep rising (the issue: they were all fenced
+// out, for as long as the wrong resource's counter, seeded from the
+// Redis clock, stayed ahead of the right one's).
+func TestUpdateUnderAWrongResourceWinsOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	db := openDB(t)
+	c := newCache(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var fences []uint64
+	update := func(resource string, price int, opts ...cachelock.UpdateOption) error {
+		return c.Update(ctx, resource, func(ctx context.Context, fence uint64) error {
+			if resource == "products/1" {
+				fences = append(fences, fence)
+			}
+			return setPrice(ctx, db, 1, price, fence)
+		}, opts...)
+	}
+	for i := range 3 {
+		if err := update("products/1", 200+i, cachelock.Invalidating("product:1")); err != nil {
+			t.Fatalf("update %d of products/1: %v", i+1, err)
+		}
+	}
+	if err := update("product-sku:ABC", 300); err != nil {
+		t.Fatalf("update of the same row under product-sku:ABC: %v, want it to land (once)", err)
+	}
+	if v := dbPrice(t, db, 1); v != "300" {
+		t.Fatalf("price %s after the update under product-sku:ABC, want 300", v)
+	}
+	for i := range 3 {
+		if err := update("products/1", 400+i, cachelock.Invalidating("product:1")); err != nil {
+			t.Errorf("update %d of products/1 after one under product-sku:ABC: %v, want it to land", i+1, err)
+		}
+	}
+	if v := dbPrice(t, db, 1); v != "402" {
+		t.Errorf("price %s, want 402, the last update's", v)
+	}
+	if v, _ := cachedPrice(t, c, db, "product:1", 1); v != "402" {
+		t.Errorf("product:1 serves %s, want 402", v)
+	}
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Errorf("fences of products/1 %v: not strictly rising", fences)
+			break
+		}
+	}
+}
+
+// A fenced-out write of a row that does not exist says so, and gives the
+// advice about two cache keys only as what it would take if the row did
+// exist: "product:3" is the only key ever used.
+func TestUpdateOfAMissingRowSaysSo(t *testing.T) {
+	srv := redistest.Start(t)
+	db := openDB(t)
+	c := newCache(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, opts := range [][]cachelock.UpdateOption{nil, {cachelock.Invalidating("product:3")}} {
+		resource := "product:3"
+		if opts != nil {
+			resource = "products/3"
+		}
+		err := c.Update(ctx, resource, func(ctx context.Context, fence uint64) error {
+			return setPrice(ctx, db, 3, 300, fence)
+		}, opts...)
+		if !errors.Is(err, cachelock.ErrFenced) {
+			t.Fatalf("Update(%q) of a missing row = %v, want ErrFenced", resource, err)
+		}
+		for _, want := range []string{"the row does not exist", "only if it does exist"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Update(%q) of a missing row: %q does not say %q", resource, err, want)
+			}
+		}
 	}
 }
 

@@ -674,3 +674,73 @@ func TestClusterFairHandOver(t *testing.T) {
 		}
 	}
 }
+
+// On a cluster with one master paused, concurrent acquisitions of its locks
+// each fail after one timeout (those queued behind a round trip that timed
+// out are failed with it), and those of the other masters' locks, queued
+// behind the same round trips, are sent and succeed.
+func TestClusterPausedMasterFailsOnlyItsQueuedAcquisitions(t *testing.T) {
+	c := redistest.StartCluster(t)
+	const perMaster = 20
+	keys := clusterKeys(t, c, perMaster)
+	paused := map[string]bool{}
+	for _, k := range keys[0] {
+		paused[lockKey(k)] = true
+	}
+	trips := newTripRecorder(t, func(k string) bool { return paused[k] })
+	client := c.Client(t, func(o *redis.ClusterOptions) {
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = 300*time.Millisecond, time.Second, time.Second
+		o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
+	})
+	client.AddHook(trips)
+	l := newLockerOn(t, client)
+	ctx := context.Background()
+	for _, onMaster := range keys { // warm: a connection to each master, the scripts loaded
+		lease, err := l.TryAcquire(ctx, onMaster[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		releaseOK(t, lease)
+	}
+	c.Masters()[0].Pause(t)
+	defer c.Masters()[0].Resume(t)
+
+	// The paused master's acquisitions first: the first round trips carry
+	// them, and the others queue; then the other masters', which queue
+	// behind the same round trips.
+	errs := make([][]error, len(keys))
+	leases := make([][]*lockmw.Lease, len(keys))
+	var wg sync.WaitGroup
+	for m, onMaster := range keys {
+		errs[m], leases[m] = make([]error, len(onMaster)), make([]*lockmw.Lease, len(onMaster))
+		for i, k := range onMaster {
+			wg.Go(func() { leases[m][i], errs[m][i] = l.TryAcquire(ctx, k) })
+		}
+		if m == 0 {
+			eventually(t, 10*time.Second, func() error {
+				if n := trips.started.Load(); n < 4 {
+					return fmt.Errorf("%d round trips with the paused master's acquisitions started, want 4", n)
+				}
+				return nil
+			})
+		}
+	}
+	wg.Wait()
+	for m := range keys {
+		for i, err := range errs[m] {
+			switch {
+			case m == 0 && !errors.Is(err, lockmw.ErrUnavailable):
+				t.Errorf("TryAcquire(%s) on the paused master = %v, want ErrUnavailable", keys[m][i], err)
+			case m != 0 && err != nil:
+				t.Errorf("TryAcquire(%s) on master %d, not paused = %v, want a lease", keys[m][i], m, err)
+			case m != 0:
+				releaseOK(t, leases[m][i])
+			}
+		}
+	}
+	inARow, all := trips.timeoutsInARow()
+	t.Logf("%d round trips with acquisitions on the paused master timed out, at most %d in a row", all, inARow)
+	if inARow != 1 {
+		t.Errorf("%d acquisitions at once on a paused master waited out %d timeouts in a row, want 1", perMaster, inARow)
+	}
+}

@@ -334,13 +334,22 @@
 // acquisitions are one) whose new connection of that pool cannot be set up
 // is run a second time on the main pool, so every acquisition after the
 // first on a paused Redis took two timeouts (measured: 0.30s, then
-// 0.60-0.90s each; with -1, 0.30-0.36s each). Right after a killed Redis is
-// back, each pool of go-redis can still fail its commands at once with its
-// last dial error for up to a second; lockmw sends a script refused that
-// way once more through the pipeline pool. New and NewRedlock log a warning
+// 0.60-0.90s each; with -1, 0.30-0.36s each). Concurrent calls share that
+// one timeout: calls for a node queued behind a round trip that got no
+// answer within the client's timeout fail with it, with ErrUnavailable,
+// without being sent (so they took nothing), rather than each waiting out
+// a timeout of its own after it; a timeout that the caller's own context
+// deadline cut short, or a slow reply within the timeout, fails nobody
+// else. Right after a killed Redis is back, each pool of go-redis can
+// still fail its commands at once with its last dial error for up to a
+// second; lockmw sends a script refused that way once more through the
+// pipeline pool. New and NewRedlock log one warning, naming the settings
+// at fault and what to set, when the client has no read or write timeout,
 // when one failed command can take longer than a third of the TTL
-// (ReadTimeout or WriteTimeout times one plus MaxRetries). Turning the
-// client's retries off loses nothing: lockmw never lets go-redis re-send
+// (ReadTimeout or WriteTimeout times one plus MaxRetries, plus
+// MaxRedirects on Cluster), or when its pipelines have a pool of their own
+// (PipelinePoolSize not -1). Turning the client's retries off loses
+// nothing: lockmw never lets go-redis re-send
 // its writes (see Redis: failover, restarts and network faults) and does
 // its own safe retrying (a failed renewal is retried every TTL/10 until the
 // lease's deadline). Keep the timeouts well below the TTL: a reply that
@@ -543,6 +552,11 @@
 //     evicted right after) could be below it. A counter that expired has
 //     been idle for R, so clocks that differ by less than R (a day by
 //     default) are enough there.
+//
+// The same bound makes fences store-wide on request: an acquisition made
+// with StoreWideFence first raises its counter to the server's clock
+// (clock_fence.lua; under Redlock on a quorum of masters), so its fence is
+// above every fence drawn before, for any key, under the same assumptions.
 //
 // WithPermanentFences drops the assumption and the expiry: counters count
 // from 1 and never expire, and a lost counter then makes fences fall.

@@ -391,7 +391,11 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 
 	start := time.Now()
 	opCtx, span := l.tel.startSpan(ctx, spanAcquire, ac.name)
-	lease, err := l.wait(opCtx, ctx, key, &ac, wait, start)
+	var lease *Lease
+	err := l.raiseFence(opCtx, key, &ac)
+	if err == nil {
+		lease, err = l.wait(opCtx, ctx, key, &ac, wait, start)
+	}
 
 	outcome := outcomeAcquired
 	var fence uint64

@@ -163,6 +163,8 @@ type acquireConfig struct {
 	// stayInRoom: a default-mode waiter does not line up in the lock's
 	// queue (Redis refused the queue's script while the slot moved).
 	stayInRoom bool
+	// storeWide: StoreWideFence.
+	storeWide bool
 }
 
 // AcquireOption configures one Acquire, TryAcquire or Do call.
@@ -221,6 +223,29 @@ func WithoutWatchdog() AcquireOption {
 // for it.
 func Fair() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.fair = true })
+}
+
+// StoreWideFence makes this lease's fence higher than every fence the
+// Locker's store drew before the acquisition began, for any key, not only
+// for this one.
+//
+// Fences rise per key. A storage row checked against the fences of two keys
+// (a mistake, but an easy one: the row updated under two names) compares
+// two sequences, and on the Redis stores, whose counters are kept per key
+// and seeded from the server clock, a key used for the first time draws a
+// higher fence than a key used for a while: the old key's writes are then
+// refused until its counter catches up, which can take days. With
+// StoreWideFence the Redis stores first raise the key's counter to the
+// server's clock in microseconds (one more round trip; under Redlock on a
+// quorum of masters, and only as exact as the masters' clocks agree), which
+// no counter runs ahead of, so a write with the fence wins over every write
+// fenced before the acquisition, under any key. The other stores draw
+// fences from one sequence for all keys (etcd's revision, ZooKeeper's zxid,
+// the SQL stores' sequence): theirs are store-wide already. The counter is
+// never lowered, so the key's fences keep rising. cachelock's Update uses
+// it.
+func StoreWideFence() AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.storeWide = true })
 }
 
 // WithName sets the low-cardinality name this lock is reported under in

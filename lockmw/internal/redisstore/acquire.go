@@ -269,6 +269,13 @@ func (c *setNXCall) queue(ctx context.Context, pipe redis.Pipeliner) {
 	c.queued = pipe.Exists(ctx, c.queueKey)
 }
 
+func (c *setNXCall) err() error { return c.set.Err() }
+
+func (c *setNXCall) fail(err error) {
+	c.set = redis.NewBoolCmd(context.Background())
+	c.set.SetErr(err)
+}
+
 // followUp draws the fence again, with the seed script, when the INCR found
 // the counter missing (or counted from 1 by an older version): that INCR's
 // value is below every fence drawn before the counter was lost, and is

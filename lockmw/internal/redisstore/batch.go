@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
+	"net"
 	"sync"
 	"time"
 
@@ -39,6 +41,22 @@ import (
 // trip, until its giveUp: retried from outside, a later call of the same
 // lock (the waiter that a release handed the lock to early, releasing it
 // in turn) could run between two of its attempts.
+//
+// A round trip that times out fails the calls queued behind it. When a
+// call of a round trip gets no answer within the client's timeout (a
+// paused or stalled Redis: its kernel still accepts connections, so only
+// the timeout tells), the calls queued for the same node (every queued
+// call on a client of one node; on Cluster, those whose lock key's master
+// is that node, as the client's slot map said when they were made) are
+// failed at once with a notSentError, without being sent: otherwise each
+// would wait out a timeout of its own after the one it queued behind (two
+// timeouts, three under a larger load, where the package promises about
+// one). Such a call never reached Redis, so it took nothing
+// (neverSent). What triggers it is only a timeout of the client's own: a
+// call whose context had ended (the caller's deadline, which the client
+// applies with ContextTimeoutEnabled, or a cancellation) says nothing about
+// the node, and a slow reply that comes within the timeout fails nobody.
+// Calls that come after the timeout are sent as usual.
 
 const (
 	maxTrips = 4  // round trips on the wire at once
@@ -58,6 +76,10 @@ type scriptCall struct {
 	plain plainCall
 	lock  [1]string
 	slot  uint64 // of keys[0], the lock key
+	// node is the address of the master of keys[0] when the call was
+	// made, on a Cluster client ("" when unknown, and on a client of one
+	// node).
+	node string
 	// giveUp: a script refused because its slot is moving is retried
 	// until then (zero: not retried).
 	giveUp time.Time
@@ -68,8 +90,9 @@ type scriptCall struct {
 
 // batcher runs scripts for many goroutines over a few pipelines.
 type batcher struct {
-	client redis.UniversalClient
-	pool   sync.Pool
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // client, if it is a Cluster client
+	pool    sync.Pool
 
 	seed     maphash.Seed
 	mu       sync.Mutex
@@ -85,6 +108,7 @@ const keySlots = 1024
 
 func newBatcher(client redis.UniversalClient) *batcher {
 	b := &batcher{client: client, seed: maphash.MakeSeed()}
+	b.cluster, _ = client.(*redis.ClusterClient)
 	b.pool.New = func() any { return &scriptCall{wake: make(chan []*scriptCall, 1)} }
 	return b
 }
@@ -107,6 +131,11 @@ type plainCall interface {
 	// queue adds the call's commands to pipe; their replies are read
 	// once the round trip is answered.
 	queue(ctx context.Context, pipe redis.Pipeliner)
+	// err is the error of the call's first command, after its round
+	// trip.
+	err() error
+	// fail sets err as the reply of the call, which was not sent.
+	fail(err error)
 }
 
 // A followUpCall is a plainCall that may need a script after its
@@ -134,6 +163,9 @@ func (b *batcher) runPlain(ctx context.Context, lock string, p plainCall) {
 func (b *batcher) call(ctx context.Context, c *scriptCall) {
 	c.ctx = ctx
 	c.slot = maphash.String(b.seed, c.keys[0]) % keySlots
+	if b.cluster != nil {
+		c.node = b.nodeOf(ctx, c.keys[0])
+	}
 
 	b.mu.Lock()
 	if b.trips < maxTrips && len(b.queue) == 0 && b.inflight[c.slot] == 0 {
@@ -153,7 +185,7 @@ func (b *batcher) call(ctx context.Context, c *scriptCall) {
 // done recycles c.
 func (b *batcher) done(c *scriptCall) {
 	c.ctx, c.script, c.keys, c.args, c.cmd, c.giveUp = nil, nil, nil, nil, nil, time.Time{}
-	c.plain, c.lock = nil, [1]string{}
+	c.plain, c.lock, c.node = nil, [1]string{}, ""
 	b.pool.Put(c)
 }
 
@@ -161,11 +193,27 @@ func (b *batcher) done(c *scriptCall) {
 // callers, and starts the next batches of queued calls.
 func (b *batcher) send(batch []*scriptCall) {
 	b.exec(batch)
+	silent := b.silence(batch)
 
 	b.mu.Lock()
 	b.trips--
 	for _, c := range batch {
 		b.inflight[c.slot]--
+	}
+	var failed []*scriptCall
+	if silent != nil {
+		// Fail the calls queued behind a timeout (see the top of this
+		// file).
+		rest := b.queue[:0]
+		for _, c := range b.queue {
+			if silent.covers(c) {
+				failed = append(failed, c)
+				continue
+			}
+			rest = append(rest, c)
+		}
+		clear(b.queue[len(rest):])
+		b.queue = rest
 	}
 	var starts [][]*scriptCall
 	for b.trips < maxTrips && len(b.queue) > 0 {
@@ -197,6 +245,16 @@ func (b *batcher) send(batch []*scriptCall) {
 	}
 	b.mu.Unlock()
 	for _, c := range batch[1:] {
+		c.wake <- nil
+	}
+	for _, c := range failed {
+		err := &notSentError{timeout: silent.cause}
+		if c.plain != nil {
+			c.plain.fail(err)
+		} else {
+			c.cmd = redis.NewCmd(c.ctx)
+			c.cmd.SetErr(err)
+		}
 		c.wake <- nil
 	}
 	for _, next := range starts {
@@ -263,4 +321,89 @@ func (b *batcher) send1(batch []*scriptCall) {
 		}
 	}
 	rs.send()
+}
+
+// silence is what a round trip's timeouts say: which nodes did not answer
+// within the client's timeout (every node, on a client of one node).
+type silence struct {
+	nodes []string // on Cluster
+	all   bool     // on a client of one node
+	cause error    // the first timeout
+}
+
+// covers reports whether c, a queued call, is for a node that did not
+// answer.
+func (s *silence) covers(c *scriptCall) bool {
+	if s.all {
+		return true
+	}
+	for _, n := range s.nodes {
+		if n == c.node && n != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// silence reports the nodes that did not answer a call of batch, just
+// sent, within the client's timeout; nil if none.
+func (b *batcher) silence(batch []*scriptCall) *silence {
+	var s *silence
+	for _, c := range batch {
+		err := c.err()
+		if !clientTimeout(c.ctx, err) {
+			continue
+		}
+		if s == nil {
+			s = &silence{cause: err, all: b.cluster == nil}
+		}
+		if c.node != "" {
+			s.nodes = append(s.nodes, c.node)
+		}
+	}
+	return s
+}
+
+// err is c's error after its round trip.
+func (c *scriptCall) err() error {
+	if c.plain != nil {
+		return c.plain.err()
+	}
+	return c.cmd.Err()
+}
+
+// nodeOf is the address of the master of key, by the Cluster client's
+// slot map ("" if unknown).
+func (b *batcher) nodeOf(ctx context.Context, key string) string {
+	n, err := b.cluster.MasterForKey(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return n.Options().Addr
+}
+
+// clientTimeout reports whether err, the error of a call made under ctx,
+// is a timeout of the client's own (ReadTimeout, WriteTimeout,
+// DialTimeout): the node did not answer in time. The timeout of a call
+// whose context has ended, or reached its deadline (which the client
+// applies with ContextTimeoutEnabled), is the caller's.
+func clientTimeout(ctx context.Context, err error) bool {
+	var ne net.Error
+	if err == nil || !errors.As(err, &ne) || !ne.Timeout() || ctx.Err() != nil {
+		return false
+	}
+	d, ok := ctx.Deadline()
+	return !ok || time.Now().Before(d)
+}
+
+// notSentError is the error of a call that the batcher failed without
+// sending it, because a call sent before it to the same node got no answer
+// within the client's timeout (see the top of this file). The call took
+// nothing (neverSent).
+type notSentError struct {
+	timeout error // the earlier call's
+}
+
+func (e *notSentError) Error() string {
+	return "not sent: Redis did not answer a request sent before it within the client's timeout (" + e.timeout.Error() + ")"
 }

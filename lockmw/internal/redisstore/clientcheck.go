@@ -1,77 +1,138 @@
 package redisstore
 
 import (
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // This file looks once, when a Locker is made, at how long its Redis
-// client can take to fail one command, and warns when that is slow next
-// to the lease TTL: go-redis' defaults (5s timeouts, 3 retries) make a
-// stalled Redis surface after tens of seconds, and renewals fail as late,
-// while nothing else tells the user why.
+// client can take to report a stalled Redis, and warns when that is slow
+// next to the lease TTL: go-redis' defaults (5s timeouts, 3 retries) make
+// a stalled Redis surface after tens of seconds, and renewals fail as late,
+// and its pipeline pool (PipelinePoolSize not -1) makes every acquisition
+// on a paused Redis wait out two timeouts, while nothing else tells the
+// user why. The warning's advice names every setting checked here, so a
+// client that follows it passes.
 
-// commandBound returns how long one failed command can take on c: its
-// read or write timeout (the longer), times one plus its retries (for a
-// Cluster client, its redirections, which retry timeouts too). unbounded
-// reports a client without a read or write timeout. ok is false for a
-// client whose options lockmw does not know.
-func commandBound(c redis.UniversalClient) (bound time.Duration, read, write time.Duration, retries int, unbounded, ok bool) {
+// clientSettings are the settings of a client that the check reads.
+type clientSettings struct {
+	read, write time.Duration // ≤ 0: no timeout (go-redis keeps -1 as 0, -2 as -1)
+	// retries: MaxRetries, plus MaxRedirects on a Cluster client, which
+	// retries timeouts too (go-redis keeps MaxRetries -1 as 0).
+	retries   int
+	redirects int  // MaxRedirects, on a Cluster client
+	cluster   bool // a Cluster client
+	// ownPipelinePool: PipelinePoolSize ≥ 0, go-redis' default: pipelines
+	// have a pool of their own (see the warning).
+	ownPipelinePool bool
+	pipelinePool    int // PipelinePoolSize as set (0: go-redis' default size)
+}
+
+// settingsOf returns c's settings; ok is false for a client whose options
+// lockmw does not know.
+func settingsOf(c redis.UniversalClient) (s clientSettings, ok bool) {
 	switch c := c.(type) {
 	case *redis.Client:
 		o := c.Options()
-		read, write, retries = o.ReadTimeout, o.WriteTimeout, o.MaxRetries
+		s.read, s.write, s.retries, s.pipelinePool = o.ReadTimeout, o.WriteTimeout, o.MaxRetries, o.PipelinePoolSize
 	case *redis.ClusterClient:
 		o := c.Options()
-		read, write, retries = o.ReadTimeout, o.WriteTimeout, max(o.MaxRetries, 0)+max(o.MaxRedirects, 0)
+		s.read, s.write, s.pipelinePool = o.ReadTimeout, o.WriteTimeout, o.PipelinePoolSize
+		s.cluster, s.redirects = true, max(o.MaxRedirects, 0)
+		s.retries = max(o.MaxRetries, 0) + s.redirects
 	default:
-		return 0, 0, 0, 0, false, false
+		return s, false
 	}
-	retries = max(retries, 0)
-	if read <= 0 || write <= 0 { // go-redis: no deadline at all
-		return 0, read, write, retries, true, true
-	}
-	return max(read, write) * time.Duration(1+retries), read, write, retries, false, true
+	s.retries = max(s.retries, 0)
+	s.ownPipelinePool = s.pipelinePool >= 0
+	return s, true
 }
 
-// warnSlowClient logs one warning if on a client of clients one failed
-// command can take longer than a third of ttl (see commandBound): an
-// outage then surfaces late, as ErrUnavailable and as failed renewals.
-// It names the first such client's settings (and, under Redlock, which
-// masters' clients are slow).
+// unbounded reports a client without a read or write timeout: go-redis
+// then sets no deadline at all.
+func (s clientSettings) unbounded() bool { return s.read <= 0 || s.write <= 0 }
+
+// bound is how long one failed command can take: the read or write timeout
+// (the longer) times one plus the retries.
+func (s clientSettings) bound() time.Duration {
+	return max(s.read, s.write) * time.Duration(1+s.retries)
+}
+
+// timeoutText prints a timeout as go-redis reads it: ≤ 0 is no timeout.
+func timeoutText(d time.Duration) string {
+	if d <= 0 {
+		return "none (no timeout)"
+	}
+	return d.String()
+}
+
+// warnSlowClient logs one warning if a client of clients reports a stalled
+// Redis late: it has no read or write timeout; or one failed command can
+// take longer than a third of ttl (see bound), so an outage surfaces late,
+// as ErrUnavailable and as failed renewals; or its pipelines have a pool of
+// their own, so each acquisition on a paused Redis waits out two timeouts.
+// It names the first such client's settings and what to set (and, under
+// Redlock, which masters' clients are slow).
 func warnSlowClient(logger *slog.Logger, clients []redis.UniversalClient, ttl time.Duration) {
 	var slow []int
-	var attrs []any
-	msg := ""
+	var first clientSettings
 	for i, c := range clients {
-		bound, read, write, retries, unbounded, ok := commandBound(c)
-		if !ok || (!unbounded && bound <= ttl/3) {
+		s, ok := settingsOf(c)
+		if !ok || (!s.unbounded() && s.bound() <= ttl/3 && !s.ownPipelinePool) {
 			continue
+		}
+		if len(slow) == 0 {
+			first = s
 		}
 		slow = append(slow, i)
-		if len(slow) > 1 {
-			continue
-		}
-		attrs = []any{slog.Duration("ReadTimeout", read), slog.Duration("WriteTimeout", write), slog.Int("retries", retries)}
-		if unbounded {
-			msg = "lockmw: the Redis client has no read or write timeout, so a stalled Redis may never be reported; " +
-				"give it timeouts of a few hundred milliseconds and MaxRetries: -1"
-		} else {
-			msg = "lockmw: the Redis client can take longer than a third of the lease TTL to fail one command (its read or write timeout " +
-				"times one plus its retries), so a stalled Redis is reported late, as ErrUnavailable and as failed renewals; " +
-				"give it timeouts of a few hundred milliseconds and MaxRetries: -1"
-			attrs = append(attrs, slog.Duration("failed_command_up_to", bound))
-		}
 	}
 	if len(slow) == 0 {
 		return
 	}
-	attrs = append(attrs, slog.Duration("ttl", ttl),
-		slog.String("see", "README, Quickstart (the client settings and why); lockmw package documentation, section \"Redis: client settings\""))
+	s := first
+	var why []string
+	switch {
+	case s.unbounded():
+		which := "read or write"
+		if s.read > 0 {
+			which = "write"
+		} else if s.write > 0 {
+			which = "read"
+		}
+		why = append(why, "it has no "+which+" timeout, so a stalled Redis may never be reported")
+	case s.bound() > ttl/3:
+		why = append(why, fmt.Sprintf("one failed command can take %v (its read or write timeout times one plus its retries), "+
+			"longer than a third of the lease TTL, so a stalled Redis is reported late, as ErrUnavailable and as failed renewals", s.bound()))
+	}
+	if s.ownPipelinePool {
+		why = append(why, "its pipelines have a connection pool of their own (PipelinePoolSize is not -1), "+
+			"so on a paused Redis each of lockmw's pipelined calls (every acquisition, on one server) waits out two timeouts: "+
+			"the new connection's on that pool, then another on the main pool")
+	}
+	// The advice: every setting checked above, with the timeout that passes
+	// for this TTL.
+	most := (ttl / 3 / time.Duration(1+s.redirects)).Truncate(time.Millisecond)
+	advice := fmt.Sprintf("give it ReadTimeout and WriteTimeout of a few hundred milliseconds (at most %v for this TTL), MaxRetries: -1 and PipelinePoolSize: -1", most)
+	if s.cluster {
+		advice += fmt.Sprintf(" (on a Cluster client the %d MaxRedirects count as retries of a timeout)", s.redirects)
+	}
+	attrs := []any{
+		slog.String("ReadTimeout", timeoutText(s.read)),
+		slog.String("WriteTimeout", timeoutText(s.write)),
+		slog.Int("retries", s.retries),
+		slog.Int("PipelinePoolSize", s.pipelinePool),
+		slog.Duration("ttl", ttl),
+		slog.String("see", "README, Quickstart (the client settings and why); lockmw package documentation, section \"Redis: client settings\""),
+	}
+	if !s.unbounded() {
+		attrs = append(attrs, slog.Duration("failed_command_up_to", s.bound()))
+	}
 	if len(clients) > 1 {
 		attrs = append(attrs, slog.Any("masters", slow))
 	}
-	logger.Warn(msg, attrs...)
+	logger.Warn("lockmw: the Redis client reports a stalled Redis late: "+strings.Join(why, "; and ")+"; "+advice, attrs...)
 }

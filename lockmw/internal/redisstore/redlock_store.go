@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ var (
 	_ store.Named       = (*Redlock)(nil)
 	_ store.LeftNothing = (*Redlock)(nil)
 	_ store.WakeQueue   = (*Redlock)(nil)
+	_ store.FenceRaiser = (*Redlock)(nil)
 )
 
 // Name names the store in messages.
@@ -170,3 +172,33 @@ func (b *Redlock) route(channel, payload string) {
 // WakeEntry is "<locker> <token>", as redlock_acquire.lua queues it and
 // redlock_release.lua wakes it.
 func (b *Redlock) WakeEntry(locker, token string) string { return locker + " " + token }
+
+// RaiseFence raises k's fence counter to each master's clock in
+// microseconds (clock_fence.lua) and returns once a quorum has done so: an
+// acquisition's fence is the largest counter of a quorum, which shares a
+// master with this one (store.FenceRaiser). Masters whose clocks differ
+// make that bound looser by the difference.
+func (b *Redlock) RaiseFence(ctx context.Context, k store.Key) error {
+	r := newLockRef(k.Prefix, k.Name)
+	replies := b.fanOut([]masterScript{{script: clockFenceScript, keys: []string{r.lock, r.fence}, args: []any{b.expiry.counter}}})
+	n, q := len(b.masters), b.quorum
+	var ok, failed int
+	var errs []error
+	for ok < q && n-failed >= q {
+		select {
+		case rep := <-replies:
+			if err := rep.cmds[0].Err(); err != nil {
+				failed++
+				errs = append(errs, b.masterErr(rep.master, err))
+				continue
+			}
+			ok++
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if ok < q {
+		return fmt.Errorf("fence raised on %d of %d masters, %d needed: %w", ok, n, q, errors.Join(errs...))
+	}
+	return nil
+}

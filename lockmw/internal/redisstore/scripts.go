@@ -194,6 +194,13 @@ var (
 	redlockRenewScript   = redis.NewScript(redlockRenewSource)
 )
 
+// clock_fence.lua raises a fence counter to the server's clock (RaiseFence).
+var (
+	//go:embed scripts/clock_fence.lua
+	clockFenceSource string
+	clockFenceScript = redis.NewScript(clockFenceSource)
+)
+
 // raise.lua answers raiseHeld when the caller's token holds the lock on the
 // master (the raise counts towards the quorum), 0 otherwise.
 const raiseHeld = 1

@@ -26,6 +26,7 @@ var (
 	_ store.LeftNothing = (*Store)(nil)
 	_ store.FireClaimer = (*Store)(nil)
 	_ store.Granter     = (*Store)(nil)
+	_ store.FenceRaiser = (*Store)(nil)
 )
 
 // Store keeps locks on one Redis deployment: a standalone server, a
@@ -289,13 +290,16 @@ func mayHaveRun(err error) bool {
 
 // neverSent reports whether err says that the request found no connection
 // to send it on: no connection free in the pool, or a failed dial (Redis
-// down: the connection was refused or could not be made). go-redis (v9)
+// down: the connection was refused or could not be made); or that the
+// batcher failed it unsent, behind an earlier request that timed out
+// (notSentError). go-redis (v9)
 // also fails every command of a pool at once with the pool's last dial
 // error, without dialing, once as many dials as the pool has connections
 // have failed, until a probe of its own (once a second) gets through: that
 // is a failed dial too, and nothing was sent either.
 func neverSent(err error) bool {
-	return dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
+	var notSent *notSentError
+	return errors.As(err, &notSent) || dialFailed(err) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
 
 // dialFailed reports whether err is a failed dial, or go-redis replaying
@@ -303,4 +307,15 @@ func neverSent(err error) bool {
 func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// RaiseFence raises k's fence counter to the server's clock in
+// microseconds (clock_fence.lua), above every fence drawn before on this
+// deployment (store.FenceRaiser). A raise that runs twice raises no more,
+// so the client may retry it.
+func (b *Store) RaiseFence(ctx context.Context, k store.Key) error {
+	r := newLockRef(k.Prefix, k.Name)
+	return b.whileSlotMoves(ctx, reshardPatience, func() error {
+		return clockFenceScript.Run(ctx, b.client, []string{r.lock, r.fence}, b.expiry.counter).Err()
+	})
 }

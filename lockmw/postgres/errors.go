@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -36,9 +37,27 @@ var (
 	ErrPoolExhausted = errors.New("postgres: every connection of the pool is in use (raise pool_max_conns)")
 )
 
-// classify returns err wrapped in the store's error for its kind, if any;
-// nil for nil.
+// classify returns err wrapped in the store's error for its kind, if any,
+// in one line; nil for nil.
 func classify(err error) error {
+	err = kindOf(err)
+	if err != nil && strings.Contains(err.Error(), "\n") {
+		return &oneLineError{err}
+	}
+	return err
+}
+
+// oneLineError says what err says on one line: pgx puts each host's
+// connection error on a line of its own.
+type oneLineError struct{ err error }
+
+func (e *oneLineError) Error() string {
+	return strings.ReplaceAll(strings.ReplaceAll(e.err.Error(), "\n\t", "; "), "\n", "; ")
+}
+func (e *oneLineError) Unwrap() error { return e.err }
+
+// kindOf returns err wrapped in the store's error for its kind, if any.
+func kindOf(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -56,10 +75,38 @@ func classify(err error) error {
 		}
 		return err
 	}
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		return fmt.Errorf("%w (target_session_attrs=read-write reached no primary: %w)", ErrReadOnly, err)
+	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("%w (%w)", ErrBackendTerminated, err)
 	}
 	return err
+}
+
+// unsentError is the error of an acquisition that took nothing
+// (pgStore.LeftNothing): it never reached the server, or the server
+// refused it before running it. It says what its cause says.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// notRun reports whether err, the error of an acquisition's batch, is the
+// server's refusal of a statement before it ran: the batch is one
+// implicit transaction, and an ERROR (not FATAL: the connection may have
+// ended after a commit) among those below is raised while a statement is
+// planned or before its first write, so the transaction wrote nothing.
+func notRun(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Severity != "ERROR" {
+		return false
+	}
+	switch pgErr.Code {
+	case "42P01", "42704", "42501", "3F000", "25006": // undefined table or object, insufficient privilege, no such schema, read-only transaction
+		return true
+	}
+	return false
 }
 
 // acquireConn takes a connection from pool, saying ErrPoolExhausted when

@@ -160,12 +160,29 @@ WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`,
 	}
 }
 
+var (
+	_ store.Store       = (*pgStore)(nil)
+	_ store.LeftNothing = (*pgStore)(nil)
+)
+
 func newStore(pool *pgxpool.Pool, n names) *pgStore {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &pgStore{pool: pool, n: n, sql: newStatements(n), stop: cancel, stopped: ctx}
 	s.lis = newListener(s)
 	s.sweeping.Go(s.sweep)
 	return s
+}
+
+// LeftNothing reports that a failed acquisition took nothing, so that the
+// Locker neither gives it back nor warns that it could not: it found no
+// connection (a refused dial, a failed login, an unknown database or
+// role, a read-only server refused by target_session_attrs, the pool
+// exhausted), or the server refused its batch before running it (a
+// missing table, a read-only transaction: notRun). Every other failure
+// (a timeout, a broken connection) may have committed.
+func (s *pgStore) LeftNothing(err error) bool {
+	var u *unsentError
+	return errors.As(err, &u)
 }
 
 // CheckTTL accepts every TTL lockmw does: rows expire by the microsecond.
@@ -195,14 +212,19 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	c, err := s.conn(cctx)
 	cancel()
 	if err != nil {
-		return store.Reply{}, "", err
+		// No connection: nothing was sent.
+		return store.Reply{}, "", &unsentError{err}
 	}
 	defer c.Release()
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
 	b := s.takeBatch(row, token, ttl, queued)
 	sent := time.Now()
-	return s.takeResult(c.SendBatch(ctx, b), sent, queued)
+	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, queued)
+	if err != nil && notRun(err) {
+		err = &unsentError{err}
+	}
+	return r, pred, err
 }
 
 // takeBatch is an acquisition's statements: a plain attempt
@@ -316,7 +338,11 @@ func releaseResult(res pgx.BatchResults) (store.Ownership, int64, error) {
 	if err == nil {
 		err = res.QueryRow().Scan(&other, &notified)
 	}
-	if err = errors.Join(err, res.Close()); err != nil {
+	// Close reports the batch's first error again: keep one.
+	if closeErr := res.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
 		return 0, 0, classify(err)
 	}
 	switch {

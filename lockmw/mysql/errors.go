@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/go-sql-driver/mysql"
 )
@@ -61,6 +62,13 @@ const (
 	erServerGone            = 2006
 	erServerLostConnection  = 2013
 	erSequenceRunOut        = 4084
+	erAccessDenied          = 1045 // at connect: user or password
+	erDBAccessDenied        = 1044 // at connect: the DSN's database
+	erBadDB                 = 1049 // at connect: unknown database
+	erNoDB                  = 1046 // no database in the DSN
+	erTableAccessDenied     = 1142 // no INSERT (or SELECT) privilege
+	erTooManyConnections    = 1040
+	erHostNotPrivileged     = 1130
 )
 
 // classify returns err with the store's sentinel for what it means, or err
@@ -89,4 +97,35 @@ func classify(err error) error {
 		return fmt.Errorf("%w (the connection broke during the statement): %w", ErrConnectionKilled, err)
 	}
 	return err
+}
+
+// unsentError is the error of an acquisition that took nothing
+// (sqlStore.LeftNothing). It says what its cause says.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// notRun reports whether err, the error of one autocommitted statement,
+// proves that the statement wrote nothing: no connection could be made (a
+// refused or failed dial, or a login the server refused: user, password,
+// database, too many connections), or the server refused the statement
+// before running it (a missing table, no database selected, no privilege,
+// read_only), or InnoDB rolled it back whole (a deadlock's victim).
+func notRun(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case erAccessDenied, erDBAccessDenied, erBadDB, erTooManyConnections, erHostNotPrivileged,
+		erNoDB, erTableAccessDenied, erNoSuchTable, erBadTable, erNotSequence, erNotSequence2,
+		erOptionPreventsStmt, erReadOnlyTransaction, erCantExecuteInReadOnly, erInnodbReadOnly, erLockDeadlock:
+		return true
+	}
+	return false
 }

@@ -134,6 +134,7 @@ type sqlStore struct {
 
 var (
 	_ store.Store       = (*sqlStore)(nil)
+	_ store.LeftNothing = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
 	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)
@@ -169,6 +170,16 @@ func (s *sqlStore) CheckTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: lease TTL %v is over the MariaDB store's maximum %v (its rows' retention): use at most %v, with the watchdog renewing", lockmw.ErrInvalidOption, ttl, MaxTTL, MaxTTL)
 	}
 	return nil
+}
+
+// LeftNothing reports that a failed acquisition took nothing, so that the
+// Locker neither gives it back nor warns that it could not: its statement
+// (take's, the first of Enqueue) never reached the server or was refused
+// before it ran (notRun). Every other failure (a timeout, a broken
+// connection) may have written the row.
+func (s *sqlStore) LeftNothing(err error) bool {
+	var u *unsentError
+	return errors.As(err, &u)
 }
 
 func (s *sqlStore) Backoff() (time.Duration, time.Duration) { return BackoffMin, BackoffMax }
@@ -243,6 +254,9 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	sent := time.Now()
 	res, err := s.exec(ctx, ttl, q)
 	if err != nil {
+		if notRun(err) {
+			err = &unsentError{err}
+		}
 		return store.Reply{}, err
 	}
 	id, err := res.LastInsertId()

@@ -127,6 +127,9 @@ type sqlStore struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
+	ids    connIDs // server ids of the pool's connections (stalled.go)
+	stalls stalls  // connections of statements never answered, by token
+
 	queuedMu  sync.Mutex
 	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
 	dequeuing sync.WaitGroup       // winners' entries being deleted (Close waits)
@@ -198,8 +201,13 @@ func checkKey(k store.Key) error {
 func (s *sqlStore) exec(ctx context.Context, d time.Duration, q string) (sql.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	return s.execOn(ctx, s.db, q)
+}
+
+// execOn is exec on e, bounded by ctx.
+func (s *sqlStore) execOn(ctx context.Context, e execer, q string) (sql.Result, error) {
 	for try := 1; ; try++ {
-		res, err := s.db.ExecContext(ctx, q)
+		res, err := e.ExecContext(ctx, q)
 		if try < deadlockTries && isDeadlock(err) && ctx.Err() == nil {
 			continue
 		}
@@ -252,7 +260,7 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 		"expires_at = IF("+expired+", VALUES(expires_at), "+
 		"IF(LAST_INSERT_ID("+strconv.FormatInt(busyFlag, 10)+" + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
 	sent := time.Now()
-	res, err := s.exec(ctx, ttl, q)
+	res, err := s.send(ctx, ttl, token, q)
 	if err != nil {
 		if notRun(err) {
 			err = &unsentError{err}
@@ -285,6 +293,11 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 // waiter's) has it deleted first.
 func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	if err := checkKey(k); err != nil {
+		return 0, err
+	}
+	// A statement of token that was never answered must not run after
+	// this release (stalled.go).
+	if err := s.endStalled(ctx, token); err != nil {
 		return 0, err
 	}
 	if err := s.dequeue(ctx, k, token); err != nil {

@@ -50,7 +50,8 @@ type pgStore struct {
 	n    names
 	sql  statements
 
-	lis *listener
+	lis    *listener
+	stalls stalls // backends of batches never answered, by token (stalled.go)
 
 	stop     context.CancelFunc
 	stopped  context.Context
@@ -219,10 +220,15 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
 	b := s.takeBatch(row, token, ttl, queued)
+	be := backendOf(c)
 	sent := time.Now()
 	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, queued)
-	if err != nil && notRun(err) {
+	switch {
+	case err == nil:
+	case notRun(err):
 		err = &unsentError{err}
+	default:
+		s.noteStall(token, c, be, err) // stalled.go
 	}
 	return r, pred, err
 }
@@ -311,6 +317,11 @@ func (s *pgStore) isClosed() bool {
 // see "the release race" in Enqueue).
 func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.lis.unregister(token)
+	// A batch of token that was never answered must not run after this
+	// release (stalled.go).
+	if err := s.endStalled(ctx, token); err != nil {
+		return 0, err
+	}
 	c, err := acquireConn(ctx, s.pool)
 	if err != nil {
 		return 0, err

@@ -60,6 +60,13 @@ func TestStalledAcquisitionLeavesNoLock(t *testing.T) {
 	if _, err := admin.ExecContext(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
+	// Once no acquisition statement is left in the server, it ran, or
+	// never will.
+	lockmwtest.Eventually(t, ttl/6, "no acquisition statement left in the server", func() bool {
+		var n int
+		err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%FOR INSERT INTO `lockmw_locks` %' AND ID <> CONNECTION_ID()").Scan(&n)
+		return err == nil && n == 0
+	})
 	l, err := b.Acquire(ctx, key, lockmw.WithWait(ttl/6))
 	if errors.Is(err, lockmw.ErrNotAcquired) {
 		r, _ := readRow(t, srv.DB(t, ""), key)

@@ -10,16 +10,24 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // The store's errors. Acquire and Release wrap them in
-// lockmw.ErrUnavailable, so errors.Is matches both; a lease whose renewals
-// fail so ends at its deadline (lockmw.ErrLost), as with any store outage.
+// lockmw.ErrUnavailable, so errors.Is matches both, except ErrNoTable, a
+// setup mistake, which matches lockmw.ErrStoreSetup instead; a lease whose
+// renewals fail so ends at its deadline (lockmw.ErrLost), as with any store
+// outage.
 var (
 	// ErrNoTable: the lease, queue or claims table, or the fence sequence,
 	// does not exist. Create them once with CreateTable, or put SQL() in a
-	// migration.
-	ErrNoTable = errors.New("postgres: lockmw's table is missing: create it with postgres.CreateTable(ctx, pool), or run postgres.SQL() in a migration")
+	// migration. New fails with it when the server answers and a table is
+	// missing; a request that finds one missing later fails with it too.
+	// It matches lockmw.ErrStoreSetup, not lockmw.ErrUnavailable (it did
+	// before: a missing table is a setup mistake, which waiting does not
+	// mend).
+	ErrNoTable error = &setupError{"postgres: lockmw's table is missing: create it with postgres.CreateTable(ctx, pool), or run postgres.SQL() in a migration"}
 	// ErrReadOnly: the server refuses writes (a replica, a demoted
 	// primary, or default_transaction_read_only = on): point the pool at
 	// the primary (for example target_session_attrs=read-write in the
@@ -83,6 +91,13 @@ func kindOf(err error) error {
 	}
 	return err
 }
+
+// setupError is a store error that is a setup mistake: it matches
+// lockmw.ErrStoreSetup.
+type setupError struct{ msg string }
+
+func (e *setupError) Error() string        { return e.msg }
+func (e *setupError) Is(target error) bool { return target == lockmw.ErrStoreSetup }
 
 // unsentError is the error of an acquisition that took nothing
 // (pgStore.LeftNothing): it never reached the server, or the server

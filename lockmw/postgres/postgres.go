@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	mathrand "math/rand/v2"
 	"sync"
 	"time"
@@ -27,6 +28,13 @@ func New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker, error) {
 // database pool connects to; create them first (CreateTable, or SQL in a
 // migration). Options are lockmw's.
 //
+// New asks the server once (up to 10s) whether the tables exist: when it
+// answers that one is missing, New fails with ErrNoTable, naming it. When
+// the server cannot be reached (a service often starts before its
+// database), New logs one warning (lockmw.WithLogger) with the address and
+// the cause, and returns the Locker: its requests fail with
+// lockmw.ErrUnavailable until the server answers.
+//
 // The Locker does not own the pool: close the pool after the Locker. It
 // takes one pool connection per statement, and holds one more connection
 // of its own (made from the pool's configuration, outside the pool) for
@@ -41,7 +49,15 @@ func (sc Schema) New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker,
 		return nil, err
 	}
 	s := newStore(pool, n)
-	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkStart(); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 // pgStore keeps locks in rows.
@@ -51,7 +67,8 @@ type pgStore struct {
 	sql  statements
 
 	lis    *listener
-	stalls stalls // backends of batches never answered, by token (stalled.go)
+	logger *slog.Logger // the Locker's (store.Logging), for New's warning
+	stalls stalls       // backends of batches never answered, by token (stalled.go)
 
 	stop     context.CancelFunc
 	stopped  context.Context
@@ -164,6 +181,7 @@ WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`,
 var (
 	_ store.Store       = (*pgStore)(nil)
 	_ store.LeftNothing = (*pgStore)(nil)
+	_ store.Logging     = (*pgStore)(nil)
 )
 
 func newStore(pool *pgxpool.Pool, n names) *pgStore {

@@ -103,3 +103,67 @@ func TestFailureThatRanNothingIsNotGivenBack(t *testing.T) {
 		})
 	}
 }
+
+// New looks at the server once: a reachable server without the tables
+// fails New, saying how to create them; an unreachable one is warned about
+// once, with its address and the cause, and the Locker is made all the
+// same. Tables dropped later are a setup error, not an outage.
+func TestStartupChecks(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	ctx := bg(t)
+
+	t.Run("MissingTables", func(t *testing.T) {
+		_, err := postgres.Schema{Table: "absent"}.New(newPool(t, srv.URL()), lockmw.WithTTL(testTTL))
+		if !errors.Is(err, postgres.ErrNoTable) || !errors.Is(err, lockmw.ErrStoreSetup) || errors.Is(err, lockmw.ErrUnavailable) ||
+			!strings.Contains(err.Error(), "CreateTable") || !strings.Contains(err.Error(), `"absent_queue"`) {
+			t.Fatalf("New without the tables: %v, want ErrNoTable and lockmw.ErrStoreSetup (not ErrUnavailable), naming the tables and CreateTable", err)
+		}
+	})
+
+	t.Run("Unreachable", func(t *testing.T) {
+		addr := closedAddr(t)
+		logs := &lockmwtest.Logs{}
+		l, err := postgres.New(newPool(t, pgtest.URLFor(addr)), lockmw.WithTTL(testTTL), lockmw.WithLogger(slog.New(logs)))
+		if err != nil {
+			t.Fatalf("New on an unreachable server: %v, want a Locker", err)
+		}
+		defer l.Close()
+		warns := logs.Find(slog.LevelWarn, "")
+		if len(warns) != 1 || !strings.Contains(lockmwtest.Text(warns[0]), addr) || !strings.Contains(lockmwtest.Text(warns[0]), "connection refused") {
+			t.Fatalf("warnings of New on an unreachable server: %q, want one naming %s and the cause", lockmwtest.Texts(warns), addr)
+		}
+		if _, err := l.TryAcquire(ctx, "k"); !errors.Is(err, lockmw.ErrUnavailable) {
+			t.Fatalf("TryAcquire on an unreachable server: %v, want ErrUnavailable", err)
+		}
+	})
+
+	t.Run("Reachable", func(t *testing.T) {
+		logs := &lockmwtest.Logs{}
+		l, err := postgres.New(newPool(t, srv.URL()), lockmw.WithTTL(testTTL), lockmw.WithLogger(slog.New(logs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if warns := logs.Find(slog.LevelWarn, ""); len(warns) > 0 {
+			t.Fatalf("New on a reachable server warned: %q", lockmwtest.Texts(warns))
+		}
+	})
+
+	t.Run("DroppedLater", func(t *testing.T) {
+		sc := postgres.Schema{Table: "later"}
+		if err := sc.CreateTable(ctx, newPool(t, srv.URL())); err != nil {
+			t.Fatal(err)
+		}
+		l, err := sc.New(newPool(t, srv.URL()), lockmw.WithTTL(testTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		srv.Exec(t, "DROP TABLE later, later_queue, later_claims; DROP SEQUENCE later_fence")
+		_, err = l.TryAcquire(ctx, "k")
+		if !errors.Is(err, postgres.ErrNoTable) || !errors.Is(err, lockmw.ErrStoreSetup) || errors.Is(err, lockmw.ErrUnavailable) {
+			t.Fatalf("TryAcquire on dropped tables: %v, want ErrNoTable and lockmw.ErrStoreSetup, not ErrUnavailable", err)
+		}
+	})
+}

@@ -8,16 +8,21 @@ import (
 	"net"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // The store's errors. A Locker wraps them in lockmw.ErrUnavailable, so
 // errors.Is matches both: errors.Is(err, lockmw.ErrUnavailable) for "the
-// store did not do it", and one of these for why.
+// store did not do it", and one of these for why; except ErrMissingTable
+// and ErrNotMariaDB, setup mistakes, which match lockmw.ErrStoreSetup
+// instead.
 var (
 	// ErrMissingTable means the lock table, its fence sequence or its
 	// claims table does not exist: create them with CreateTable, or run
-	// the SQL of Schema in a migration.
-	ErrMissingTable = errors.New("lockmw/mysql: the store's table is missing")
+	// the SQL of Schema in a migration. It matches lockmw.ErrStoreSetup,
+	// not lockmw.ErrUnavailable: waiting does not mend it.
+	ErrMissingTable error = &setupError{"lockmw/mysql: the store's table is missing"}
 	// ErrReadOnly means the server refused a write: it runs with
 	// read_only (a replica, or a primary demoted by a failover), or the
 	// session is in a read-only transaction. Point the pool at the
@@ -36,8 +41,9 @@ var (
 	// time: every one of its SetMaxOpenConns connections was in use.
 	ErrPoolExhausted = errors.New("lockmw/mysql: connection pool exhausted")
 	// ErrNotMariaDB means the server is not MariaDB 10.3 or later: the
-	// store needs SEQUENCE objects, which MySQL lacks.
-	ErrNotMariaDB = errors.New("lockmw/mysql: the server is not MariaDB 10.3 or later")
+	// store needs SEQUENCE objects, which MySQL lacks. It matches
+	// lockmw.ErrStoreSetup.
+	ErrNotMariaDB error = &setupError{"lockmw/mysql: the server is not MariaDB 10.3 or later"}
 )
 
 // MariaDB's (and MySQL's) error numbers the store tells apart.
@@ -98,6 +104,13 @@ func classify(err error) error {
 	}
 	return err
 }
+
+// setupError is a store error that is a setup mistake: it matches
+// lockmw.ErrStoreSetup.
+type setupError struct{ msg string }
+
+func (e *setupError) Error() string        { return e.msg }
+func (e *setupError) Is(target error) bool { return target == lockmw.ErrStoreSetup }
 
 // unsentError is the error of an acquisition that took nothing
 // (sqlStore.LeftNothing). It says what its cause says.

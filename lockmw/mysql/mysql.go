@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,9 +64,13 @@ func New(db *sql.DB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 //
 // It asks the server once (bounded by 10s) whether it is MariaDB 10.3 or
 // later (else ErrNotMariaDB) and whether the tables exist (else
-// ErrMissingTable, saying how to create them); a server that does not
-// answer is not an error here: the Locker's requests will say. The Locker
-// does not own db: close db after the Locker.
+// ErrMissingTable, saying how to create them); both match
+// lockmw.ErrStoreSetup. A server that cannot be reached, or refuses the
+// login, is not an error here (a service often starts before its
+// database): New logs one warning (lockmw.WithLogger) with the address
+// when it knows it and the cause, and the Locker's requests fail with
+// lockmw.ErrUnavailable until the server answers. The Locker does not own
+// db: close db after the Locker.
 func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Locker, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysql.New needs a *sql.DB, e.g. sql.Open(\"mysql\", \"user:pass@tcp(host:3306)/db\")", lockmw.ErrNilClient)
@@ -73,20 +79,31 @@ func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Lock
 	if err != nil {
 		return nil, err
 	}
-	if err := check(db, n); err != nil {
+	s := newStore(db, n)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err != nil {
 		return nil, err
 	}
-	s := newStore(db, n)
-	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err := s.check(); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
+// UseLogger takes the Locker's logger (store.Logging), for check's warning.
+func (s *sqlStore) UseLogger(logger *slog.Logger) { s.logger = logger }
+
 // check asks the server what it is and whether the tables exist; it
-// returns only definite refusals.
-func check(db *sql.DB, n names) error {
+// returns only definite refusals, and warns once when the server cannot be
+// asked.
+func (s *sqlStore) check() error {
+	db, n := s.db, s.n
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		s.warnUnreachable(classify(err))
 		return nil // not reachable now: requests will tell
 	}
 	if !mariaDB103(version) {
@@ -97,10 +114,37 @@ func check(db *sql.DB, n names) error {
 			if err := classify(err); errors.Is(err, ErrMissingTable) {
 				return fmt.Errorf("%w; create the store's tables with mysql.CreateTable(ctx, db, %q) or run the SQL of mysql.Schema(%q)", err, n.plain, n.plain)
 			}
+			s.warnUnreachable(classify(err))
 			return nil
 		}
 	}
 	return nil
+}
+
+// warnUnreachable logs, once, that New could not ask the server, with the
+// address when the error names it (database/sql keeps the DSN to itself).
+func (s *sqlStore) warnUnreachable(err error) {
+	if s.logger == nil {
+		return
+	}
+	attrs := []any{slog.Any("error", err)}
+	if a := addressOf(err); a != "" {
+		attrs = append([]any{slog.String("address", a)}, attrs...)
+	}
+	s.logger.Warn("lockmw: MariaDB cannot be reached or refused the login; the Locker is made all the same, and its requests fail with ErrUnavailable until MariaDB answers", attrs...)
+}
+
+// addressOf is the address a failed dial names, or "".
+func addressOf(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil {
+		return op.Addr.String()
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.Name
+	}
+	return ""
 }
 
 // mariaDB103 reports whether VERSION() names MariaDB 10.3 or later.
@@ -127,8 +171,9 @@ type sqlStore struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	ids    connIDs // server ids of the pool's connections (stalled.go)
-	stalls stalls  // connections of statements never answered, by token
+	logger *slog.Logger // the Locker's (store.Logging), for check's warning
+	ids    connIDs      // server ids of the pool's connections (stalled.go)
+	stalls stalls       // connections of statements never answered, by token
 
 	queuedMu  sync.Mutex
 	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
@@ -138,6 +183,7 @@ type sqlStore struct {
 var (
 	_ store.Store       = (*sqlStore)(nil)
 	_ store.LeftNothing = (*sqlStore)(nil)
+	_ store.Logging     = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
 	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)

@@ -122,3 +122,49 @@ func TestFailureThatRanNothingIsNotGivenBack(t *testing.T) {
 		})
 	}
 }
+
+// New looks at the server once: a server it cannot reach, or that refuses
+// the login, is warned about once, with the cause (and the address, when
+// the driver's error names it), and the Locker is made all the same; a
+// reachable server gives no warning.
+func TestStartupChecks(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	closed := closedAddr(t)
+	cases := []struct {
+		name, dsn string
+		warn      []string // what the one warning says; none when nil
+	}{
+		{name: "Unreachable", dsn: dsn(closed, "", "", mariatest.Database), warn: []string{"address=" + closed, "connection refused"}},
+		{name: "LoginRefused", dsn: dsn(srv.Addr(), "", "wrong", mariatest.Database), warn: []string{"Access denied"}},
+		{name: "Reachable", dsn: srv.DSN("")},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			logs := &lockmwtest.Logs{}
+			l, err := mysql.New(openDB(t, c.dsn), lockmw.WithTTL(testTTL), lockmw.WithLogger(slog.New(logs)))
+			if err != nil {
+				t.Fatalf("New: %v, want a Locker", err)
+			}
+			defer l.Close()
+			warns := lockmwtest.Texts(logs.Find(slog.LevelWarn, ""))
+			if c.warn == nil {
+				if len(warns) > 0 {
+					t.Fatalf("New warned: %q", warns)
+				}
+				return
+			}
+			if len(warns) != 1 {
+				t.Fatalf("New's warnings: %q, want one", warns)
+			}
+			for _, w := range c.warn {
+				if !strings.Contains(warns[0], w) {
+					t.Errorf("New's warning %q does not say %q", warns[0], w)
+				}
+			}
+			if _, err := l.TryAcquire(bg(t), "k"); !errors.Is(err, lockmw.ErrUnavailable) {
+				t.Errorf("TryAcquire: %v, want ErrUnavailable", err)
+			}
+		})
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // This file is New's one look at the server: a reachable server without
@@ -28,12 +30,18 @@ func (s *pgStore) UseLogger(logger *slog.Logger) { s.logger = logger }
 func (s *pgStore) checkStart() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startupWait)
 	defer cancel()
-	c, err := acquireConn(ctx, s.pool)
+	// A connection of its own, as the listener's: a pool whose connections
+	// are all in use does not hold New up, nor is it taken for an outage.
+	c, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
-		s.warnUnreachable(err)
+		s.warnUnreachable(classify(err))
 		return nil
 	}
-	defer c.Release()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.Close(cctx)
+	}()
 	objs := []string{s.n.table, s.n.queue, s.n.claims, s.n.seq}
 	var absent [4]bool
 	err = c.QueryRow(ctx, `SELECT to_regclass($1) IS NULL, to_regclass($2) IS NULL, to_regclass($3) IS NULL, to_regclass($4) IS NULL`,

@@ -60,7 +60,7 @@ func classify(err error) error {
 type oneLineError struct{ err error }
 
 func (e *oneLineError) Error() string {
-	return strings.ReplaceAll(strings.ReplaceAll(e.err.Error(), "\n\t", "; "), "\n", "; ")
+	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ").Replace(e.err.Error())
 }
 func (e *oneLineError) Unwrap() error { return e.err }
 

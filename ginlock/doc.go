@@ -71,6 +71,10 @@
 //     not have, or the engine does not set ContextWithFallback): 500 for
 //     every request, and an error log line saying what to fix, once per
 //     route and middleware.
+//   - The Locker's store not set up (lockmw.ErrStoreSetup: a SQL store's
+//     tables missing): 500, not 503 (waiting does not mend it), and an
+//     error log line with the store's error, saying how to create them,
+//     once per route and middleware.
 //
 // WithBusyHandler and WithErrorHandler replace these responses.
 //

@@ -141,8 +141,13 @@ func (m *middleware) handle(c *gin.Context) {
 		default:
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
-			m.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "ginlock: lock unavailable",
-				slog.String("lock.name", name), slog.String("key", key), slog.Any("error", err))
+			if errors.Is(err, lockmw.ErrStoreSetup) {
+				// A setup mistake, not an outage: 500, logged once.
+				m.storeNotSetUp(c, err)
+			} else {
+				m.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "ginlock: lock unavailable",
+					slog.String("lock.name", name), slog.String("key", key), slog.Any("error", err))
+			}
 			m.reject(c, m.cfg.onError, err)
 		}
 		return
@@ -234,6 +239,17 @@ func (m *middleware) misconfigured(c *gin.Context, span trace.Span, err error) {
 		return
 	}
 	m.cfg.logger.LogAttrs(c.Request.Context(), slog.LevelError, "ginlock: middleware misconfigured for route; every request to it is answered 500 until it is fixed (logged once per route)",
+		slog.String("route", route), slog.Any("error", err))
+}
+
+// storeNotSetUp logs, once per route, that the Locker's store is not set up
+// for lockmw (lockmw.ErrStoreSetup: its tables missing).
+func (m *middleware) storeNotSetUp(c *gin.Context, err error) {
+	route := c.FullPath()
+	if _, logged := m.misconfiguredRoutes.LoadOrStore("store not set up: "+route, struct{}{}); logged {
+		return
+	}
+	m.cfg.logger.LogAttrs(c.Request.Context(), slog.LevelError, "ginlock: the lock store is not set up; every request to the route is answered 500 until it is (logged once per route)",
 		slog.String("route", route), slog.Any("error", err))
 }
 
@@ -395,6 +411,9 @@ func DefaultErrorHandler(c *gin.Context, err error) {
 	case errors.Is(err, lockmw.ErrLost):
 		WriteProblem(c, Problem{Type: ProblemLost, Title: "Lock lost", Status: http.StatusConflict,
 			Detail: "the resource's lock was lost while the request ran, so its effect is unknown; check the resource before retrying"})
+	case errors.Is(err, lockmw.ErrStoreSetup):
+		WriteProblem(c, Problem{Type: ProblemMisconfigured, Title: "Server misconfigured",
+			Status: http.StatusInternalServerError, Detail: "the lock store is not set up for this service"})
 	case errors.Is(err, ErrMisconfigured):
 		WriteProblem(c, Problem{Type: ProblemMisconfigured, Title: "Server misconfigured",
 			Status: http.StatusInternalServerError, Detail: "the lock middleware is set up wrong for this route"})

@@ -52,6 +52,9 @@
 //     stream that ended before the first message WithFirstMessage waits
 //     for. A KeyFunc may return its own status, which is sent as it is.
 //   - codes.Canceled, codes.DeadlineExceeded: the call ended while waiting.
+//   - codes.Internal: the Locker's store is not set up (lockmw.ErrStoreSetup:
+//     a SQL store's tables missing), a setup mistake that waiting does not
+//     mend, logged at Error once per method with the store's error.
 //   - codes.Internal: the interceptor is misconfigured for the method
 //     (ErrMisconfigured: the request is not the type the getter expects, a
 //     bad template, a WithFirstMessage type the handler does not receive);

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strconv"
+	"sync"
 	"time"
 
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -170,6 +171,9 @@ type interceptor struct {
 	tracer trace.Tracer
 	calls  metric.Int64Counter
 	holds  *adapt.Holds // hold durations by lock name, for RetryInfo
+	// setupLogged holds the methods whose store-not-set-up error was
+	// logged.
+	setupLogged sync.Map
 }
 
 func newInterceptor(what string, locker *lockmw.Locker, key KeyFunc, opts []Option) *interceptor {
@@ -199,6 +203,7 @@ const (
 	msgNoFirstMessage = "grpclock: the stream ended before its first message, which carries the lock key"
 	msgUnavailable    = "grpclock: the lock service is unavailable; retry later"
 	msgMisconfigured  = "grpclock: the server is misconfigured for this method"
+	msgStoreSetup     = "grpclock: the server's lock store is not set up"
 	msgLost           = "grpclock: the lock was lost while the call ran; its effect is unknown"
 )
 
@@ -263,11 +268,17 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 				setTrailer(metadata.Pairs(retryPushbackKey, strconv.FormatInt(max(1, d.Milliseconds()), 10)))
 			}
 		}
-		switch outcome {
-		case outcomeError:
+		switch {
+		case outcome == outcomeError && errors.Is(err, lockmw.ErrStoreSetup):
+			// A setup mistake, not an outage: Internal, logged once.
+			if _, logged := in.setupLogged.LoadOrStore(method, struct{}{}); !logged {
+				in.cfg.logger.LogAttrs(ctx, slog.LevelError, "grpclock: the lock store is not set up; every call to the method is answered Internal until it is (logged once per method)",
+					slog.String("method", method), slog.Any("error", err))
+			}
+		case outcome == outcomeError:
 			in.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "grpclock: lock unavailable",
 				slog.String("method", method), slog.String("key", key), slog.Any("error", err))
-		case outcomeInvalid:
+		case outcome == outcomeInvalid:
 			in.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "grpclock: call refused: no usable lock key",
 				slog.String("method", method), slog.Any("error", err))
 		}
@@ -306,7 +317,10 @@ func acquireStatus(ctx context.Context, key string, err error, hold *adapt.Hold)
 		return outcome, status.FromContextError(err).Err()
 	case outcomeInvalid:
 		return outcome, status.Error(codes.InvalidArgument, msgInvalidKey)
-	default: // lockmw.ErrUnavailable, lockmw.ErrClosed
+	default: // lockmw.ErrUnavailable, lockmw.ErrClosed, lockmw.ErrStoreSetup
+		if errors.Is(err, lockmw.ErrStoreSetup) {
+			return outcome, status.Error(codes.Internal, msgStoreSetup)
+		}
 		return outcome, status.Error(codes.Unavailable, msgUnavailable)
 	}
 }

@@ -36,7 +36,12 @@ import (
 // the stalled request in that turn. The second try is sent after the first
 // answer, so it runs in a later turn, after the stalled request. A request
 // held up in the network longer than that can still land later; its lock
-// then expires after its TTL, as before.
+// then expires after its TTL, as before. That order holds only where one
+// event loop serves every connection: a store that runs each connection on
+// a thread or process of its own (MariaDB, PostgreSQL) can answer both
+// tries while the request still waits (behind a lock, or for its thread
+// after a pause), so its give-back itself first ends the connection of
+// the request (stalled.go of lockmw/mysql and lockmw/postgres).
 //
 // Only tokens for which no lease was made come here (the acquisition
 // returned an error, or gave the lock back), so the cleaner never releases

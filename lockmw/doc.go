@@ -49,7 +49,9 @@
 // long) is never confused with ErrUnavailable (the store down or too slow)
 // or with the context's Canceled or DeadlineExceeded. Bad input
 // (ErrInvalidKey, ErrInvalidOption, ErrNilClient, ErrClosed) is rejected
-// before anything is sent to the store.
+// before anything is sent to the store. A store that answers but is not set
+// up for lockmw (a SQL store's tables missing) gives ErrStoreSetup, a setup
+// mistake that does not match ErrUnavailable.
 //
 // Lockers exclude each other when they share a store and a key prefix.
 //

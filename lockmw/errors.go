@@ -10,8 +10,8 @@ import (
 
 // Errors returned by lockmw. Match them with errors.Is: the returned errors
 // wrap these sentinels and add the key and the reason. ErrClosed,
-// ErrInvalidOption, ErrUnavailable and ErrNotReplicated are the same
-// values the stores' internals use (lockmw/internal/errs).
+// ErrInvalidOption, ErrUnavailable, ErrStoreSetup and ErrNotReplicated are
+// the same values the stores' internals use (lockmw/internal/errs).
 var (
 	// ErrNotAcquired means the lock is held by another owner: TryAcquire found
 	// it busy, or Acquire's WithWait ran out. It never stands for a store
@@ -51,6 +51,17 @@ var (
 	// acquisition that may have landed expires after its TTL. The
 	// underlying error is wrapped too.
 	ErrUnavailable = errs.ErrUnavailable
+
+	// ErrStoreSetup means the store answered, but is not set up for
+	// lockmw: a table or sequence the store keeps its locks in is missing
+	// (create it with the store's CreateTable, or its SQL in a
+	// migration), or the server is not one the store supports. It is a
+	// setup mistake, not an outage: it does not match ErrUnavailable, and
+	// retrying does not help until an operator acts. The store's own error
+	// (such as postgres.ErrNoTable) is wrapped too, saying what to do. The
+	// adapters answer it as a server error (HTTP 500, gRPC Internal), and
+	// log it once.
+	ErrStoreSetup = errs.ErrStoreSetup
 
 	// ErrNotReplicated means an acquisition under WithWaitReplicas took the
 	// lock, but fewer replicas than asked acknowledged it in time, so it was
@@ -144,6 +155,12 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return 0, false
 }
 
+// unavailable is the error of a store request op on key that failed with
+// err: ErrUnavailable, unless the store says it is not set up
+// (ErrStoreSetup), which is no outage.
 func unavailable(op, key string, err error) error {
+	if errors.Is(err, ErrStoreSetup) {
+		return fmt.Errorf("lockmw: %s %q: %w", op, key, err)
+	}
 	return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, key, err)
 }

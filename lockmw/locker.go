@@ -240,6 +240,9 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	}
 	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
 	l.keeper = newRenewScheduler(s, storeName, tel, cfg.logger, cfg.drift)
+	if lg, ok := s.(store.Logging); ok {
+		lg.UseLogger(cfg.logger)
+	}
 	return l, nil
 }
 

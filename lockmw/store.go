@@ -76,7 +76,8 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 
 // storeErr is the error for a store call of an acquisition that failed:
 // the context's when it ended, the store's own when it already matches a
-// lockmw sentinel (an option the store cannot use), else ErrUnavailable.
+// lockmw sentinel (an option the store cannot use), else ErrUnavailable
+// (ErrStoreSetup for a store not set up: unavailable).
 func storeErr(opCtx context.Context, key string, err error) error {
 	switch {
 	case opCtx.Err() != nil:

@@ -283,6 +283,7 @@ type queueWay struct {
 	token     string
 	leaveGate func() // a default-mode waiter's gate; nil for Fair
 	settled   bool   // the token took the lock, or was given back whole
+	queued    bool   // an Enqueue of the token was answered: it may have an entry
 }
 
 func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
@@ -290,11 +291,15 @@ func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
 	reply, err := l.enqueue(a.opCtx, a.lock, w.token, a.cfg)
 	if err != nil {
 		// Given back whole: its holding, if the request took the lock,
-		// and its entry.
+		// and its entry; unless the token has nothing: its first request
+		// left nothing (store.LeftNothing).
 		w.settled = true
-		l.takeBack(a.lock, w.token, "", false, a.cfg.ttl)
+		if w.queued || !l.leftNothing(err) {
+			l.takeBack(a.lock, w.token, "", false, a.cfg.ttl)
+		}
 		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}
+	w.queued = true
 	if !reply.Acquired {
 		return nil, reply, nil
 	}

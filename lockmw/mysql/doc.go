@@ -24,9 +24,15 @@
 // UTC); the sequence T_fence (NOCACHE); the table T_queue of Fair
 // waiters (one row per waiting token: its place seq and an expires_at);
 // and the table T_claims of cronlock's fire claims. New fails with
-// ErrMissingTable, saying how to create them, when they are missing
-// (tables made before T_queue existed lack it: CreateTable, idempotent,
-// adds it).
+// ErrMissingTable, saying how to create them, when the server says they
+// are missing (tables made before T_queue existed lack it: CreateTable,
+// idempotent, adds it); a server New cannot reach, or that refuses the
+// login, is warned about once (with the address when the driver's error
+// names it, and the cause), and the Locker is made all the same, since
+// services often start before their database. Tables missing later make
+// requests fail with ErrMissingTable, which matches lockmw.ErrStoreSetup,
+// not lockmw.ErrUnavailable: a setup mistake, which the adapters answer
+// as one (HTTP 500, gRPC Internal, logged once).
 //
 // Every time is the database's: expires_at is computed and compared with
 // UTC_TIMESTAMP(6), never with the client's clock nor with NOW(6) (which
@@ -177,11 +183,22 @@
 // # Errors
 //
 // Errors wrap lockmw.ErrUnavailable and one of the package's sentinels when
-// one applies: ErrMissingTable, ErrReadOnly (read_only: a replica or a
-// demoted primary), ErrStatementTimeout, ErrConnectionKilled (KILL
-// CONNECTION, a restart, a proxy failing over), ErrPoolExhausted (no
-// connection of the pool became free in time). A lease whose renewals
-// fail ends at its deadline, as on any store.
+// one applies: ErrReadOnly (read_only: a replica or a demoted primary),
+// ErrStatementTimeout, ErrConnectionKilled (KILL CONNECTION, a restart, a
+// proxy failing over), ErrPoolExhausted (no connection of the pool became
+// free in time); ErrMissingTable and ErrNotMariaDB wrap
+// lockmw.ErrStoreSetup instead. A lease whose renewals fail ends at its
+// deadline, as on any store.
+//
+// An acquisition that failed without running (no connection: a refused
+// dial or login, an unknown database; or a statement the server refused
+// before running it: no database selected, a missing table, read_only)
+// took nothing, and is neither given back nor warned about. One that
+// failed without the server's answer (a timeout, a broken link) may still
+// run, in its connection's thread, after a pause or behind a lock: its
+// give-back first ends that connection (stalled.go argues it), so that the
+// statement cannot take the lock after its give-back, for a token nobody
+// holds.
 //
 // # Why not GET_LOCK
 //

@@ -5,18 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // The store's errors. A Locker wraps them in lockmw.ErrUnavailable, so
 // errors.Is matches both: errors.Is(err, lockmw.ErrUnavailable) for "the
-// store did not do it", and one of these for why.
+// store did not do it", and one of these for why; except ErrMissingTable
+// and ErrNotMariaDB, setup mistakes, which match lockmw.ErrStoreSetup
+// instead.
 var (
 	// ErrMissingTable means the lock table, its fence sequence or its
 	// claims table does not exist: create them with CreateTable, or run
-	// the SQL of Schema in a migration.
-	ErrMissingTable = errors.New("lockmw/mysql: the store's table is missing")
+	// the SQL of Schema in a migration. It matches lockmw.ErrStoreSetup,
+	// not lockmw.ErrUnavailable: waiting does not mend it.
+	ErrMissingTable error = &setupError{"lockmw/mysql: the store's table is missing"}
 	// ErrReadOnly means the server refused a write: it runs with
 	// read_only (a replica, or a primary demoted by a failover), or the
 	// session is in a read-only transaction. Point the pool at the
@@ -35,8 +41,9 @@ var (
 	// time: every one of its SetMaxOpenConns connections was in use.
 	ErrPoolExhausted = errors.New("lockmw/mysql: connection pool exhausted")
 	// ErrNotMariaDB means the server is not MariaDB 10.3 or later: the
-	// store needs SEQUENCE objects, which MySQL lacks.
-	ErrNotMariaDB = errors.New("lockmw/mysql: the server is not MariaDB 10.3 or later")
+	// store needs SEQUENCE objects, which MySQL lacks. It matches
+	// lockmw.ErrStoreSetup.
+	ErrNotMariaDB error = &setupError{"lockmw/mysql: the server is not MariaDB 10.3 or later"}
 )
 
 // MariaDB's (and MySQL's) error numbers the store tells apart.
@@ -61,6 +68,13 @@ const (
 	erServerGone            = 2006
 	erServerLostConnection  = 2013
 	erSequenceRunOut        = 4084
+	erAccessDenied          = 1045 // at connect: user or password
+	erDBAccessDenied        = 1044 // at connect: the DSN's database
+	erBadDB                 = 1049 // at connect: unknown database
+	erNoDB                  = 1046 // no database in the DSN
+	erTableAccessDenied     = 1142 // no INSERT (or SELECT) privilege
+	erTooManyConnections    = 1040
+	erHostNotPrivileged     = 1130
 )
 
 // classify returns err with the store's sentinel for what it means, or err
@@ -89,4 +103,42 @@ func classify(err error) error {
 		return fmt.Errorf("%w (the connection broke during the statement): %w", ErrConnectionKilled, err)
 	}
 	return err
+}
+
+// setupError is a store error that is a setup mistake: it matches
+// lockmw.ErrStoreSetup.
+type setupError struct{ msg string }
+
+func (e *setupError) Error() string        { return e.msg }
+func (e *setupError) Is(target error) bool { return target == lockmw.ErrStoreSetup }
+
+// unsentError is the error of an acquisition that took nothing
+// (sqlStore.LeftNothing). It says what its cause says.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// notRun reports whether err, the error of one autocommitted statement,
+// proves that the statement wrote nothing: no connection could be made (a
+// refused or failed dial, or a login the server refused: user, password,
+// database, too many connections), or the server refused the statement
+// before running it (a missing table, no database selected, no privilege,
+// read_only), or InnoDB rolled it back whole (a deadlock's victim).
+func notRun(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case erAccessDenied, erDBAccessDenied, erBadDB, erTooManyConnections, erHostNotPrivileged,
+		erNoDB, erTableAccessDenied, erNoSuchTable, erBadTable, erNotSequence, erNotSequence2,
+		erOptionPreventsStmt, erReadOnlyTransaction, erCantExecuteInReadOnly, erInnodbReadOnly, erLockDeadlock:
+		return true
+	}
+	return false
 }

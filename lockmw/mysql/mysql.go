@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,9 +64,13 @@ func New(db *sql.DB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 //
 // It asks the server once (bounded by 10s) whether it is MariaDB 10.3 or
 // later (else ErrNotMariaDB) and whether the tables exist (else
-// ErrMissingTable, saying how to create them); a server that does not
-// answer is not an error here: the Locker's requests will say. The Locker
-// does not own db: close db after the Locker.
+// ErrMissingTable, saying how to create them); both match
+// lockmw.ErrStoreSetup. A server that cannot be reached, or refuses the
+// login, is not an error here (a service often starts before its
+// database): New logs one warning (lockmw.WithLogger) with the address
+// when it knows it and the cause, and the Locker's requests fail with
+// lockmw.ErrUnavailable until the server answers. The Locker does not own
+// db: close db after the Locker.
 func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Locker, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: mysql.New needs a *sql.DB, e.g. sql.Open(\"mysql\", \"user:pass@tcp(host:3306)/db\")", lockmw.ErrNilClient)
@@ -73,20 +79,31 @@ func NewWithTable(db *sql.DB, table string, opts ...lockmw.Option) (*lockmw.Lock
 	if err != nil {
 		return nil, err
 	}
-	if err := check(db, n); err != nil {
+	s := newStore(db, n)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err != nil {
 		return nil, err
 	}
-	s := newStore(db, n)
-	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err := s.check(); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
+// UseLogger takes the Locker's logger (store.Logging), for check's warning.
+func (s *sqlStore) UseLogger(logger *slog.Logger) { s.logger = logger }
+
 // check asks the server what it is and whether the tables exist; it
-// returns only definite refusals.
-func check(db *sql.DB, n names) error {
+// returns only definite refusals, and warns once when the server cannot be
+// asked.
+func (s *sqlStore) check() error {
+	db, n := s.db, s.n
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		s.warnUnreachable(classify(err))
 		return nil // not reachable now: requests will tell
 	}
 	if !mariaDB103(version) {
@@ -97,10 +114,37 @@ func check(db *sql.DB, n names) error {
 			if err := classify(err); errors.Is(err, ErrMissingTable) {
 				return fmt.Errorf("%w; create the store's tables with mysql.CreateTable(ctx, db, %q) or run the SQL of mysql.Schema(%q)", err, n.plain, n.plain)
 			}
+			s.warnUnreachable(classify(err))
 			return nil
 		}
 	}
 	return nil
+}
+
+// warnUnreachable logs, once, that New could not ask the server, with the
+// address when the error names it (database/sql keeps the DSN to itself).
+func (s *sqlStore) warnUnreachable(err error) {
+	if s.logger == nil {
+		return
+	}
+	attrs := []any{slog.Any("error", err)}
+	if a := addressOf(err); a != "" {
+		attrs = append([]any{slog.String("address", a)}, attrs...)
+	}
+	s.logger.Warn("lockmw: MariaDB cannot be reached or refused the login; the Locker is made all the same, and its requests fail with ErrUnavailable until MariaDB answers", attrs...)
+}
+
+// addressOf is the address a failed dial names, or "".
+func addressOf(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Addr != nil {
+		return op.Addr.String()
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.Name
+	}
+	return ""
 }
 
 // mariaDB103 reports whether VERSION() names MariaDB 10.3 or later.
@@ -127,6 +171,10 @@ type sqlStore struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
+	logger *slog.Logger // the Locker's (store.Logging), for check's warning
+	ids    connIDs      // server ids of the pool's connections (stalled.go)
+	stalls stalls       // connections of statements never answered, by token
+
 	queuedMu  sync.Mutex
 	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
 	dequeuing sync.WaitGroup       // winners' entries being deleted (Close waits)
@@ -134,6 +182,8 @@ type sqlStore struct {
 
 var (
 	_ store.Store       = (*sqlStore)(nil)
+	_ store.LeftNothing = (*sqlStore)(nil)
+	_ store.Logging     = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
 	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)
@@ -171,6 +221,16 @@ func (s *sqlStore) CheckTTL(ttl time.Duration) error {
 	return nil
 }
 
+// LeftNothing reports that a failed acquisition took nothing, so that the
+// Locker neither gives it back nor warns that it could not: its statement
+// (take's, the first of Enqueue) never reached the server or was refused
+// before it ran (notRun). Every other failure (a timeout, a broken
+// connection) may have written the row.
+func (s *sqlStore) LeftNothing(err error) bool {
+	var u *unsentError
+	return errors.As(err, &u)
+}
+
 func (s *sqlStore) Backoff() (time.Duration, time.Duration) { return BackoffMin, BackoffMax }
 
 func checkKey(k store.Key) error {
@@ -187,8 +247,13 @@ func checkKey(k store.Key) error {
 func (s *sqlStore) exec(ctx context.Context, d time.Duration, q string) (sql.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	return s.execOn(ctx, s.db, q)
+}
+
+// execOn is exec on e, bounded by ctx.
+func (s *sqlStore) execOn(ctx context.Context, e execer, q string) (sql.Result, error) {
 	for try := 1; ; try++ {
-		res, err := s.db.ExecContext(ctx, q)
+		res, err := e.ExecContext(ctx, q)
 		if try < deadlockTries && isDeadlock(err) && ctx.Err() == nil {
 			continue
 		}
@@ -241,8 +306,11 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 		"expires_at = IF("+expired+", VALUES(expires_at), "+
 		"IF(LAST_INSERT_ID("+strconv.FormatInt(busyFlag, 10)+" + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
 	sent := time.Now()
-	res, err := s.exec(ctx, ttl, q)
+	res, err := s.send(ctx, ttl, token, q)
 	if err != nil {
+		if notRun(err) {
+			err = &unsentError{err}
+		}
 		return store.Reply{}, err
 	}
 	id, err := res.LastInsertId()
@@ -271,6 +339,11 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 // waiter's) has it deleted first.
 func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	if err := checkKey(k); err != nil {
+		return 0, err
+	}
+	// A statement of token that was never answered must not run after
+	// this release (stalled.go).
+	if err := s.endStalled(ctx, token); err != nil {
 		return 0, err
 	}
 	if err := s.dequeue(ctx, k, token); err != nil {

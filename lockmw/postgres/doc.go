@@ -40,9 +40,16 @@
 // crashed holder's row expires and is reused by the next acquisition of
 // its lock, and every Locker deletes expired rows (at most 1000 per table)
 // about once a minute, so that locks no one takes again leave nothing
-// behind. Without
-// the tables, every call fails with an error matching ErrNoTable that says
-// how to create them.
+// behind. New asks the server once whether the tables exist, and fails
+// with ErrNoTable, naming the missing ones, when it says they do not; a
+// server New cannot reach is warned about once (with its address and the
+// cause) and the Locker is made all the same, since services often start
+// before their database. Tables missing later make every call fail with
+// an error matching ErrNoTable that says how to create them. ErrNoTable
+// matches lockmw.ErrStoreSetup and, unlike before this release, no longer
+// lockmw.ErrUnavailable: a missing table is a setup mistake that waiting
+// does not mend, and the adapters answer it as one (HTTP 500, gRPC
+// Internal, logged once), not as "unavailable, retry later".
 //
 // # Safety: how a lease becomes live
 //
@@ -135,13 +142,25 @@
 // pool connection, by the TTL or 3s, whichever is longer: the lease's
 // validity counts from the statement's send). Failures match
 // lockmw.ErrUnavailable and, for the conditions that need an operator's
-// attention, one of ErrNoTable (create the tables), ErrReadOnly (a replica,
-// a demoted primary, or default_transaction_read_only: point the pool at
-// the primary), ErrStatementTimeout (statement_timeout or lock_timeout),
-// ErrBackendTerminated (pg_terminate_backend, a crash, a broken
-// connection) and ErrPoolExhausted (every pool connection was busy for the
-// whole TTL). A held lease whose renewals fail so ends at its validity
-// deadline with lockmw.ErrLost, before the row can expire.
+// attention, one of ErrReadOnly (a replica, a demoted primary, or
+// default_transaction_read_only: point the pool at the primary; also when
+// target_session_attrs=read-write finds no primary), ErrStatementTimeout
+// (statement_timeout or lock_timeout), ErrBackendTerminated
+// (pg_terminate_backend, a crash, a broken connection) and
+// ErrPoolExhausted (every pool connection was busy for the whole TTL); a
+// missing table gives ErrNoTable, which matches lockmw.ErrStoreSetup
+// instead of lockmw.ErrUnavailable (see "Tables"). Errors are one line. A
+// held lease whose renewals fail so ends at its validity deadline with
+// lockmw.ErrLost, before the row can expire.
+//
+// An acquisition that failed without running (no connection: a refused
+// dial or login, an unknown database or role; or a batch the server
+// refused before running it: a missing table, a read-only server) took
+// nothing, and is neither given back nor warned about. One that failed
+// without the server's answer (a timeout, a broken link) may still run:
+// its give-back first ends the batch's backend (stalled.go argues it), so
+// that a batch whose cancel request was lost cannot take the lock after
+// its give-back, for a token nobody holds.
 //
 // # Scheduled jobs
 //

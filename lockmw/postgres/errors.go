@@ -6,19 +6,28 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockmw/lockmw/lockmw"
 )
 
 // The store's errors. Acquire and Release wrap them in
-// lockmw.ErrUnavailable, so errors.Is matches both; a lease whose renewals
-// fail so ends at its deadline (lockmw.ErrLost), as with any store outage.
+// lockmw.ErrUnavailable, so errors.Is matches both, except ErrNoTable, a
+// setup mistake, which matches lockmw.ErrStoreSetup instead; a lease whose
+// renewals fail so ends at its deadline (lockmw.ErrLost), as with any store
+// outage.
 var (
 	// ErrNoTable: the lease, queue or claims table, or the fence sequence,
 	// does not exist. Create them once with CreateTable, or put SQL() in a
-	// migration.
-	ErrNoTable = errors.New("postgres: lockmw's table is missing: create it with postgres.CreateTable(ctx, pool), or run postgres.SQL() in a migration")
+	// migration. New fails with it when the server answers and a table is
+	// missing; a request that finds one missing later fails with it too.
+	// It matches lockmw.ErrStoreSetup, not lockmw.ErrUnavailable (it did
+	// before: a missing table is a setup mistake, which waiting does not
+	// mend).
+	ErrNoTable error = &setupError{"postgres: lockmw's table is missing: create it with postgres.CreateTable(ctx, pool), or run postgres.SQL() in a migration"}
 	// ErrReadOnly: the server refuses writes (a replica, a demoted
 	// primary, or default_transaction_read_only = on): point the pool at
 	// the primary (for example target_session_attrs=read-write in the
@@ -36,9 +45,27 @@ var (
 	ErrPoolExhausted = errors.New("postgres: every connection of the pool is in use (raise pool_max_conns)")
 )
 
-// classify returns err wrapped in the store's error for its kind, if any;
-// nil for nil.
+// classify returns err wrapped in the store's error for its kind, if any,
+// in one line; nil for nil.
 func classify(err error) error {
+	err = kindOf(err)
+	if err != nil && strings.Contains(err.Error(), "\n") {
+		return &oneLineError{err}
+	}
+	return err
+}
+
+// oneLineError says what err says on one line: pgx puts each host's
+// connection error on a line of its own.
+type oneLineError struct{ err error }
+
+func (e *oneLineError) Error() string {
+	return strings.NewReplacer(":\n\t", ": ", "\n\t", "; ", "\n", "; ").Replace(e.err.Error())
+}
+func (e *oneLineError) Unwrap() error { return e.err }
+
+// kindOf returns err wrapped in the store's error for its kind, if any.
+func kindOf(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -56,10 +83,45 @@ func classify(err error) error {
 		}
 		return err
 	}
+	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
+		return fmt.Errorf("%w (target_session_attrs=read-write reached no primary: %w)", ErrReadOnly, err)
+	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("%w (%w)", ErrBackendTerminated, err)
 	}
 	return err
+}
+
+// setupError is a store error that is a setup mistake: it matches
+// lockmw.ErrStoreSetup.
+type setupError struct{ msg string }
+
+func (e *setupError) Error() string        { return e.msg }
+func (e *setupError) Is(target error) bool { return target == lockmw.ErrStoreSetup }
+
+// unsentError is the error of an acquisition that took nothing
+// (pgStore.LeftNothing): it never reached the server, or the server
+// refused it before running it. It says what its cause says.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// notRun reports whether err, the error of an acquisition's batch, is the
+// server's refusal of a statement before it ran: the batch is one
+// implicit transaction, and an ERROR (not FATAL: the connection may have
+// ended after a commit) among those below is raised while a statement is
+// planned or before its first write, so the transaction wrote nothing.
+func notRun(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Severity != "ERROR" {
+		return false
+	}
+	switch pgErr.Code {
+	case "42P01", "42704", "42501", "3F000", "25006": // undefined table or object, insufficient privilege, no such schema, read-only transaction
+		return true
+	}
+	return false
 }
 
 // acquireConn takes a connection from pool, saying ErrPoolExhausted when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	mathrand "math/rand/v2"
 	"sync"
 	"time"
@@ -27,6 +28,13 @@ func New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker, error) {
 // database pool connects to; create them first (CreateTable, or SQL in a
 // migration). Options are lockmw's.
 //
+// New asks the server once (up to 10s) whether the tables exist: when it
+// answers that one is missing, New fails with ErrNoTable, naming it. When
+// the server cannot be reached (a service often starts before its
+// database), New logs one warning (lockmw.WithLogger) with the address and
+// the cause, and returns the Locker: its requests fail with
+// lockmw.ErrUnavailable until the server answers.
+//
 // The Locker does not own the pool: close the pool after the Locker. It
 // takes one pool connection per statement, and holds one more connection
 // of its own (made from the pool's configuration, outside the pool) for
@@ -41,7 +49,15 @@ func (sc Schema) New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker,
 		return nil, err
 	}
 	s := newStore(pool, n)
-	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkStart(); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return l, nil
 }
 
 // pgStore keeps locks in rows.
@@ -50,7 +66,9 @@ type pgStore struct {
 	n    names
 	sql  statements
 
-	lis *listener
+	lis    *listener
+	logger *slog.Logger // the Locker's (store.Logging), for New's warning
+	stalls stalls       // backends of batches never answered, by token (stalled.go)
 
 	stop     context.CancelFunc
 	stopped  context.Context
@@ -160,12 +178,30 @@ WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`,
 	}
 }
 
+var (
+	_ store.Store       = (*pgStore)(nil)
+	_ store.LeftNothing = (*pgStore)(nil)
+	_ store.Logging     = (*pgStore)(nil)
+)
+
 func newStore(pool *pgxpool.Pool, n names) *pgStore {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &pgStore{pool: pool, n: n, sql: newStatements(n), stop: cancel, stopped: ctx}
 	s.lis = newListener(s)
 	s.sweeping.Go(s.sweep)
 	return s
+}
+
+// LeftNothing reports that a failed acquisition took nothing, so that the
+// Locker neither gives it back nor warns that it could not: it found no
+// connection (a refused dial, a failed login, an unknown database or
+// role, a read-only server refused by target_session_attrs, the pool
+// exhausted), or the server refused its batch before running it (a
+// missing table, a read-only transaction: notRun). Every other failure
+// (a timeout, a broken connection) may have committed.
+func (s *pgStore) LeftNothing(err error) bool {
+	var u *unsentError
+	return errors.As(err, &u)
 }
 
 // CheckTTL accepts every TTL lockmw does: rows expire by the microsecond.
@@ -195,14 +231,24 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	c, err := s.conn(cctx)
 	cancel()
 	if err != nil {
-		return store.Reply{}, "", err
+		// No connection: nothing was sent.
+		return store.Reply{}, "", &unsentError{err}
 	}
 	defer c.Release()
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
 	b := s.takeBatch(row, token, ttl, queued)
+	be := backendOf(c)
 	sent := time.Now()
-	return s.takeResult(c.SendBatch(ctx, b), sent, queued)
+	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, queued)
+	switch {
+	case err == nil:
+	case notRun(err):
+		err = &unsentError{err}
+	default:
+		s.noteStall(token, c, be, err) // stalled.go
+	}
+	return r, pred, err
 }
 
 // takeBatch is an acquisition's statements: a plain attempt
@@ -289,6 +335,11 @@ func (s *pgStore) isClosed() bool {
 // see "the release race" in Enqueue).
 func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.lis.unregister(token)
+	// A batch of token that was never answered must not run after this
+	// release (stalled.go).
+	if err := s.endStalled(ctx, token); err != nil {
+		return 0, err
+	}
 	c, err := acquireConn(ctx, s.pool)
 	if err != nil {
 		return 0, err
@@ -316,7 +367,11 @@ func releaseResult(res pgx.BatchResults) (store.Ownership, int64, error) {
 	if err == nil {
 		err = res.QueryRow().Scan(&other, &notified)
 	}
-	if err = errors.Join(err, res.Close()); err != nil {
+	// Close reports the batch's first error again: keep one.
+	if closeErr := res.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
 		return 0, 0, classify(err)
 	}
 	switch {

@@ -14,4 +14,5 @@ var (
 	ErrInvalidOption = errors.New("lockmw: invalid option")
 	ErrUnavailable   = errors.New("lockmw: store unavailable")
 	ErrNotReplicated = errors.New("lockmw: lock not acknowledged by enough replicas")
+	ErrStoreSetup    = errors.New("lockmw: store not set up for lockmw")
 )

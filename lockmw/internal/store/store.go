@@ -26,6 +26,7 @@
 //   - Named: the store's name, for the Locker's messages about it.
 //   - LeftNothing: a way to tell that a failed acquisition took nothing
 //     the Locker must give back.
+//   - Logging: the Locker's logger, for the store's own warnings.
 //
 // The safety contract every store must keep, on which lockmw's argument
 // rests (see package lockmw's documentation, "Safety"): when Acquire (or
@@ -38,6 +39,7 @@ package store
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
@@ -226,4 +228,13 @@ type Named interface {
 // own token.
 type LeftNothing interface {
 	LeftNothing(err error) bool
+}
+
+// Logging is a store that logs through the Locker's logger
+// (lockmw.WithLogger), such as New's one warning that the store could not
+// be reached.
+type Logging interface {
+	// UseLogger gives the store the Locker's logger, before the Locker
+	// returns from NewWithStore.
+	UseLogger(logger *slog.Logger)
 }

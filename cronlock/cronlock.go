@@ -277,15 +277,29 @@ func (s *singleton) run(ctx context.Context, span trace.Span, lease *lockmw.Leas
 	release()
 }
 
-// skipReason is the cron.skip_reason of a fire whose acquisition with ctx
-// failed with err, from its lock.outcome: busy when another run holds the
-// lock (or the wait for it ran out), unavailable otherwise (the store could
-// not be asked, or the Locker is closed).
+// skipReason is the cron.skip_reason of a fire whose acquisition (or
+// claim) with ctx failed with err, from its lock.outcome: busy when another
+// run holds the lock (or the wait for it ran out), setup when the store is
+// not set up for lockmw (lockmw.ErrStoreSetup: its tables missing, say),
+// unavailable otherwise (the store could not be asked, or the Locker is
+// closed).
 func skipReason(ctx context.Context, err error) string {
-	if adapt.AcquireOutcome(ctx, err) == adapt.OutcomeBusy {
+	switch {
+	case adapt.AcquireOutcome(ctx, err) == adapt.OutcomeBusy:
 		return reasonBusy
+	case errors.Is(err, lockmw.ErrStoreSetup):
+		return reasonSetup
 	}
 	return reasonUnavailable
+}
+
+// skipMessage is the Error log of a fire skipped for reason (not busy):
+// a store not set up says so, since no retry mends it.
+func skipMessage(reason, what string) string {
+	if reason == reasonSetup {
+		return "cronlock: skip: the lock store is not set up for lockmw (create its tables: see the store's CreateTable), the job did not run"
+	}
+	return "cronlock: skip: " + what + ", the job did not run"
 }
 
 // skip reports a fire whose lock could not be taken: busy (Info) or the store
@@ -302,8 +316,9 @@ func (s *singleton) skip(ctx context.Context, span trace.Span, err error) {
 		s.tel.skipped(ctx, span, reasonBusy, err)
 		return
 	}
-	s.cfg.logger.Error(err, "cronlock: skip: the lock could not be taken, the job did not run", "job", s.name, "instance", s.cfg.instance)
-	s.tel.skipped(ctx, span, reasonUnavailable, err)
+	reason := skipReason(ctx, err)
+	s.cfg.logger.Error(err, skipMessage(reason, "the lock could not be taken"), "job", s.name, "instance", s.cfg.instance)
+	s.tel.skipped(ctx, span, reason, err)
 }
 
 // minHold returns MinHold for a run that started at start.

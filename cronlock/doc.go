@@ -160,7 +160,9 @@
 // a busy or claimed skip is not a span error. Metrics:
 // cronlock.runs (by cron.job and cron.outcome: ok, error, panic, lost,
 // max_hold), cronlock.skips (by cron.job and cron.skip_reason: claimed,
-// busy, unavailable), cronlock.gaps (fires run by no instance) and
+// busy, unavailable, setup: the store is not set up for lockmw,
+// lockmw.ErrStoreSetup, logged with Error at every fire it skips),
+// cronlock.gaps (fires run by no instance) and
 // cronlock.run.duration (seconds, by cron.job and cron.outcome).
 //
 // For github.com/go-co-op/gocron/v2 use the subpackage gocronlock, which

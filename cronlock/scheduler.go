@@ -188,8 +188,9 @@ func (s *singleton) fireClaimed(j cron.Job) {
 	if err != nil {
 		// Should the store have applied the claim anyway, a later claim
 		// reports it (reportOrphans).
-		log.Error(err, "cronlock: skip: the fire could not be claimed, the job did not run", kv...)
-		s.tel.skipped(ctx, span, reasonUnavailable, err)
+		reason := skipReason(ctx, err)
+		log.Error(err, skipMessage(reason, "the fire could not be claimed"), kv...)
+		s.tel.skipped(ctx, span, reason, err)
 		return
 	}
 	s.reportOrphans(ctx, claim)

@@ -43,6 +43,7 @@ const (
 
 	reasonBusy        = "busy"
 	reasonUnavailable = "unavailable"
+	reasonSetup       = "setup"
 	reasonClaimed     = "claimed"
 )
 
@@ -65,7 +66,7 @@ func newTelemetry(name string, tp trace.TracerProvider, mp metric.MeterProvider)
 	t.runs = adapt.Counter(m, metricRuns, "{run}",
 		"Fires this instance ran, by cron.job and cron.outcome (ok, error, panic, lost, max_hold).")
 	t.skips = adapt.Counter(m, metricSkips, "{fire}",
-		"Fires this instance skipped, by cron.job and cron.skip_reason (busy: another run holds the lock; unavailable: the store could not be asked).")
+		"Fires this instance skipped, by cron.job and cron.skip_reason (busy: another run holds the lock; unavailable: the store could not be asked; setup: the store is not set up for lockmw, e.g. its tables are missing).")
 	t.gaps = adapt.Counter(m, metricGaps, "{fire}",
 		"Fires of a Scheduler's job that no instance claimed, counted by the instance that claimed a later fire, by cron.job.")
 	var err error

@@ -2,19 +2,27 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/robfig/cron/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/lockmw/lockmw/cronlock"
 	"github.com/lockmw/lockmw/ginlock"
 	"github.com/lockmw/lockmw/grpclock"
 	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
@@ -22,7 +30,8 @@ import (
 // Tables dropped under a running Locker are a setup mistake: ginlock
 // answers 500 and grpclock codes.Internal, as to their other setup
 // mistakes, not "unavailable, retry later", and each logs it once (per
-// route or method), at Error.
+// route or method), at Error; cronlock skips each fire with the reason
+// setup (not unavailable) and an Error that says to create the tables.
 func TestAdaptersAnswerStoreSetup(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
@@ -69,6 +78,54 @@ func TestAdaptersAnswerStoreSetup(t *testing.T) {
 		}
 		if got := logs.Find(slog.LevelWarn, ""); len(got) != 1 || got[0].Level != slog.LevelError {
 			t.Fatalf("logs of three calls: %q, want one Error", lockmwtest.Texts(got))
+		}
+	})
+
+	t.Run("cronlock", func(t *testing.T) {
+		logs := &cronsuite.RecordLogger{}
+		_, _, reader, mp := lockmwtest.NewTelemetry()
+		c := cron.New(cron.WithParser(cronsuite.SecondsParser))
+		s, err := cronlock.NewScheduler(c, l, nil, cronlock.WithLogger(logs), cronlock.WithMeterProvider(mp), cronlock.WithParser(cronsuite.SecondsParser))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := make(chan struct{}, 1)
+		if _, err := s.AddJob("nightly", "* * * * * *", cron.FuncJob(func() { ran <- struct{}{} })); err != nil {
+			t.Fatal(err)
+		}
+		c.Start()
+		defer func() { <-c.Stop().Done() }()
+		for deadline := time.Now().Add(30 * time.Second); logs.Count(true, "skip") == 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no fire skipped within 30s of a job due every second; logs: %v", logs.Find(false, ""))
+			}
+		}
+		select {
+		case <-ran:
+			t.Fatal("the job ran on a store without tables")
+		default:
+		}
+		got := logs.Find(true, "skip")[0]
+		if !strings.Contains(got.Msg, "not set up for lockmw") || !errors.Is(got.KV["error"].(error), lockmw.ErrStoreSetup) {
+			t.Errorf("skip log %q (error %v), want it to say the store is not set up, with an error matching ErrStoreSetup", got.Msg, got.KV["error"])
+		}
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(context.Background(), &rm); err != nil {
+			t.Fatal(err)
+		}
+		reasons := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "cronlock.skips" {
+					for _, p := range d.DataPoints {
+						r, _ := p.Attributes.Value(attribute.Key("cron.skip_reason"))
+						reasons[r.AsString()] += p.Value
+					}
+				}
+			}
+		}
+		if reasons["setup"] == 0 || reasons["unavailable"] != 0 {
+			t.Errorf("cronlock.skips by reason = %v, want setup only", reasons)
 		}
 	})
 }

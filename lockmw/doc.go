@@ -258,6 +258,10 @@
 //   - LeftNothing: a way to tell that a failed acquisition took nothing the
 //     Locker must give back.
 //   - Named: the store's name, for the Locker's messages about it.
+//   - Diagnoser: the last error the store's client saw reaching the store,
+//     named in the error of a request that ran out its bound (below).
+//   - Logging: the Locker's logger, for the store's own warnings (one that
+//     the store could not be reached when the Locker was made).
 //   - FireClaimer: a place for the fire claims of cronlock's Scheduler.
 //   - Granter: a release that hands the lock to a waiter in the same step
 //     (transfers, fair grants, early hand-overs), and WakeQueue: waiters

@@ -216,6 +216,7 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	c.queue, _ = s.(store.Queue)
 	_, c.fairOnly = s.(store.FairOnly)
 	c.leftNothing, _ = s.(store.LeftNothing)
+	c.diagnoser, _ = s.(store.Diagnoser)
 	c.waits, _ = s.(store.Granter)
 	c.wakes, _ = s.(store.WakeQueue)
 	if bo, ok := s.(store.Backoff); ok {
@@ -240,6 +241,9 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	}
 	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
 	l.keeper = newRenewScheduler(s, storeName, tel, cfg.logger, cfg.drift)
+	if lg, ok := s.(store.Logging); ok {
+		lg.UseLogger(cfg.logger)
+	}
 	return l, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
@@ -48,13 +49,25 @@ func (s *etcdStore) checkReach() {
 }
 
 // Diagnose returns the etcd client's last connection error, or nil when
-// its connection is up or still being made (store.Diagnoser).
+// its connection is up (a server that is slow, or paused, and no error
+// seen) (store.Diagnoser). It probes only a connection that is failing,
+// where the probe fails at once with the error.
 func (s *etcdStore) Diagnose(ctx context.Context) error {
-	err := s.probe(ctx)
-	if err == nil || ctx.Err() != nil {
-		return nil // etcd answered, or the connection is not known to fail
+	conn := s.c.ActiveConnection()
+	if conn == nil {
+		return nil
 	}
-	return err
+	switch st := conn.GetState(); st {
+	case connectivity.Ready, connectivity.Shutdown:
+		return nil
+	case connectivity.TransientFailure:
+	default:
+		return fmt.Errorf("etcd at %s: the gRPC connection is %s: its attempt to connect has not succeeded yet", s.endpoints(), st)
+	}
+	if err := s.probe(ctx); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
 }
 
 // probe sends a health check that does not wait for a connection. It

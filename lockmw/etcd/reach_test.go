@@ -89,3 +89,18 @@ func TestReachableEtcdNewLogsNothing(t *testing.T) {
 		t.Fatalf("New against a live etcd logged %q", lockmwtest.Texts(warns))
 	}
 }
+
+// TestPausedEtcdIsNamed: an acquisition sent to a paused etcd names etcd,
+// the acquisition and the bound, and says the client saw no connection
+// error (the connection is up: the server does not answer).
+func TestPausedEtcdIsNamed(t *testing.T) {
+	srv := etcdtest.Start(t)
+	l := newLocker(t, srv.Client(t), lockmw.WithTTL(2*time.Second))
+	srv.Pause(t)
+	defer srv.Resume(t)
+	_, err := l.TryAcquire(context.Background(), "k")
+	want := `lockmw: store unavailable: acquire "k": etcd did not answer the acquisition within 2s (the lease TTL bounds each request); its client saw no connection error`
+	if !errors.Is(err, lockmw.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("TryAcquire on a paused etcd: %v, want ErrUnavailable saying %q", err, want)
+	}
+}

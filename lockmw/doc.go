@@ -847,8 +847,9 @@
 //
 // # Redis: performance
 //
-// make bench runs the Go benchmarks against a redis-server it starts; the
-// README holds the figures. Definitions:
+// make bench runs the Go benchmarks against a redis-server it starts and
+// prints the figures (the README quotes none: they are the machine's).
+// Definitions:
 //
 //   - util: the share of wall time some contender was inside the critical
 //     section (a 2ms hold); gap: from one holder's Release call to the next

@@ -139,7 +139,7 @@
 // key contended by 16 independent Lockers (each its own client) holding
 // the lock 2ms, in default mode, Fair and Mutex, reporting acquisitions
 // per second, util, wait p99 and etcd requests per acquisition; the
-// repository's README holds the figures.
+// figures are what make bench prints.
 //
 // # Scheduled jobs
 //

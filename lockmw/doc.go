@@ -220,9 +220,12 @@
 //   - Acquisitions under latency or a broken link fail with ErrUnavailable
 //     (or the context's error when the context ends first), never
 //     ErrNotAcquired and never by hanging: each call to the store is
-//     bounded by its client's timeouts (set them). A reply that arrives
-//     after the lease's validity is rolled back and reported as
-//     ErrUnavailable.
+//     bounded by its client's timeouts (set them) and by the lease TTL. A
+//     request that the TTL bound ended says which store did not answer
+//     which request within how long, and the last connection error the
+//     store's client saw, when the store can tell (etcd and ZooKeeper); it
+//     still matches context.DeadlineExceeded. A reply that arrives after
+//     the lease's validity is rolled back and reported as ErrUnavailable.
 //   - A request that timed out may still run when a stalled store resumes,
 //     and take the lock for a token no lease has: the Locker gives it back
 //     (see Safety), so the lock is not blocked for a TTL.

@@ -19,7 +19,10 @@ import (
 // drops events when full. So the store reads the server's connect response
 // itself (a dialer wrapper parses the first frame of every connection:
 // protocol version, timeout, session id) and follows state changes
-// through the event callback, which is never skipped.
+// through the event callback, which is never skipped. The dialer wrapper
+// also records why a connection got no session (a dial error, a handshake
+// that failed or was never answered), for the errors and the warning of
+// reach.go.
 //
 // A request ran in session S when the session seen before it was queued
 // and after its answer came is the same epoch: go-zookeeper reports the

@@ -104,3 +104,51 @@ func TestPausedEtcdIsNamed(t *testing.T) {
 		t.Fatalf("TryAcquire on a paused etcd: %v, want ErrUnavailable saying %q", err, want)
 	}
 }
+
+// TestSilentEtcdIsNamed: against a listener that accepts connections and
+// never answers, New waits its TTL, returns a Locker and warns once; an
+// acquisition names the connection that never came up.
+func TestSilentEtcdIsNamed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	addr := ln.Addr().String()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	logs := &lockmwtest.Logs{}
+	l, err := etcd.New(cli, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(slog.New(logs)))
+	if err != nil {
+		t.Fatalf("New against a silent listener: %v, want a Locker", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	warns := lockmwtest.Texts(logs.Find(slog.LevelWarn, "etcd cannot be reached"))
+	if len(warns) != 1 || !strings.Contains(warns[0], addr) || !strings.Contains(warns[0], "did not answer") {
+		t.Errorf("New logged %q, want one warning that etcd at %s did not answer", warns, addr)
+	}
+	_, err = l.TryAcquire(context.Background(), "k")
+	for _, want := range []string{"etcd did not answer the acquisition within 2s", "last error reaching it: etcd at " + addr} {
+		if !errors.Is(err, lockmw.ErrUnavailable) || !strings.Contains(err.Error(), want) {
+			t.Errorf("TryAcquire: %v, want ErrUnavailable saying %q", err, want)
+		}
+	}
+}

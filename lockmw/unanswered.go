@@ -55,11 +55,12 @@ func unanswered(rctx context.Context, name string, diag store.Diagnoser, what st
 
 // unansweredError is the error of a store request that the Locker's bound
 // (the lease TTL) ended before the store answered. It wraps the request's
-// own error (so it matches context.DeadlineExceeded) and, when the store's
-// client knew one, the last error it saw reaching the store (a refused
-// dial, say). The Locker
-// returns it wrapped in ErrUnavailable (acquisition, release), or as the
-// renewal error a LostError wraps.
+// own error (so it matches context.DeadlineExceeded), and only that: the
+// last error the store's client saw reaching the store (a refused dial,
+// say) is in its text, never matched, so that it cannot pass for what the
+// request itself did (store.LeftNothing judges the request's own error).
+// The Locker returns it wrapped in ErrUnavailable (acquisition, release),
+// or as the renewal error a LostError wraps.
 type unansweredError struct {
 	store     string        // "etcd", "ZooKeeper", ...
 	request   string        // "the acquisition", "the release", ...
@@ -81,10 +82,5 @@ func (e *unansweredError) Error() string {
 	return msg + ": " + e.err.Error()
 }
 
-// Unwrap returns the request's error and the last error reaching the store.
-func (e *unansweredError) Unwrap() []error {
-	if e.last == nil {
-		return []error{e.err}
-	}
-	return []error{e.err, e.last}
-}
+// Unwrap returns the request's error.
+func (e *unansweredError) Unwrap() error { return e.err }

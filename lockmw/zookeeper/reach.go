@@ -23,7 +23,8 @@ import (
 
 // errNoSessionYet is the error of a request made while the connection has
 // no session; it matches errNoSession and names the servers and why there
-// is no session.
+// is no session (in its text only: the reason is the connection's, not
+// the request's).
 type errNoSessionYet struct {
 	servers string
 	why     error
@@ -37,12 +38,7 @@ func (e *errNoSessionYet) Error() string {
 	return msg
 }
 
-func (e *errNoSessionYet) Unwrap() []error {
-	if e.why == nil {
-		return []error{errNoSession}
-	}
-	return []error{errNoSession, e.why}
-}
+func (e *errNoSessionYet) Unwrap() error { return errNoSession }
 
 // noSession returns the error of a request made without a session.
 func (s *zkStore) noSession() error {

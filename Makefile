@@ -96,15 +96,15 @@ postgresql:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
 	}
 
-# test: every module's tests, the three modules at once (their tests spend
+# test: every module's tests, three modules at once (their tests spend
 # most of their time waiting on servers they start, so they overlap well on
 # two cores); each module's output is printed when it is done, and test
 # fails if any module failed. The ZooKeeper checker's short run is the one
 # test run without -race (go-zookeeper v1.0.4 races on its own last zxid
 # after reconnects: see lockmw/zookeeper/chaos_test.go).
-TEST_MODULES := . $(ETCD_MODULE) $(PG_MODULE) $(MYSQL_MODULE) $(ZK_MODULE) examples examples/sql
+TEST_MODULES := . $(ETCD_MODULE) $(PG_MODULE) $(MYSQL_MODULE) $(ZK_MODULE) examples examples/sql examples/zookeeper
 # TEST_JOBS: how many modules test at once. Each starts its own servers and
-# runs its packages in parallel; all seven at once on a 2-core machine made
+# runs its packages in parallel; all eight at once on a 2-core machine made
 # timing-bound tests (1s TTLs, bounded store requests) fail at random.
 TEST_JOBS ?= 3
 test: redis-server etcd zookeeper mariadb-server postgresql
@@ -122,9 +122,10 @@ test: redis-server etcd zookeeper mariadb-server postgresql
 	rm -rf $$dir; exit $$rc
 
 # chaos: the randomized safety checker (TestChaos, internal/chaos) for
-# CHAOS_DURATION per store: redis and redlock (./lockmw/), then etcd (the
-# nested module); CHAOS_ARGS adds flags, e.g. CHAOS_ARGS='-chaos.seed=42
-# -chaos.store=etcd' (the other package's TestChaos then skips).
+# CHAOS_DURATION per store: redis and redlock (./lockmw/), then etcd,
+# ZooKeeper, MariaDB and PostgreSQL (the nested modules); CHAOS_ARGS adds
+# flags, e.g. CHAOS_ARGS='-chaos.seed=42 -chaos.store=etcd' (the other
+# packages' TestChaos then skip).
 CHAOS_DURATION ?= 5m
 CHAOS_ARGS ?=
 chaos: redis-server etcd zookeeper mariadb-server postgresql
@@ -175,10 +176,16 @@ lint:
 	cd $(PG_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/sql && $(GO) vet ./... && $(GO) tool staticcheck ./...
 
-demo:
+# demo: the examples, each bounded. quickstart, flashsale, grpc, cron and
+# cache run on an embedded Redis; zookeeper and sql run through their
+# TestExample, which starts a ZooKeeper or PostgreSQL server of its own
+# (installed here when missing) and prints the example's output.
+demo: zookeeper postgresql
 	$(GO) run ./examples/quickstart
 	$(GO) run ./examples/flashsale
 	$(GO) run ./examples/flashsale -nolock || true
 	$(GO) run ./examples/grpc
 	$(GO) run ./examples/cron
 	$(GO) run ./examples/cache
+	cd examples/zookeeper && $(GO) test -count=1 -timeout 3m -run '^TestExample$$' -v .
+	cd examples/sql && $(GO) test -count=1 -timeout 3m -run '^TestExample$$' -v .

@@ -23,15 +23,19 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 		return nil, store.Reply{}, ErrClosed
 	}
 	token := newToken()
-	reply, err := l.st.Acquire(a.opCtx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
+	ctx, cancel := bound(a.opCtx, a.cfg.ttl)
+	reply, err := l.st.Acquire(ctx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
 	if err != nil {
 		if !l.leftNothing(err) {
 			// The request may have taken the lock all the same: give back
 			// whatever token holds (no lease will hold it).
 			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
 		}
+		err = unanswered(ctx, l.store, l.caps.diagnoser, "the acquisition", a.cfg.ttl, err)
+		cancel()
 		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}
+	cancel()
 	if !reply.Acquired {
 		return nil, reply, nil
 	}

@@ -39,6 +39,7 @@ type caps struct {
 	queue       store.Queue       // nil: no Fair through a queue
 	fairOnly    bool              // queue is for Fair waiters only (store.FairOnly)
 	leftNothing store.LeftNothing // nil: every failed acquisition is given back
+	diagnoser   store.Diagnoser   // nil: an unanswered request's error names no last error
 	// backoffMin and backoffMax bound a waiter's backoff between attempts:
 	// the store's (store.Backoff), else minBackoff and maxBackoff.
 	backoffMin, backoffMax time.Duration

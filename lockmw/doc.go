@@ -236,9 +236,12 @@
 //   - Acquisitions under latency or a broken link fail with ErrUnavailable
 //     (or the context's error when the context ends first), never
 //     ErrNotAcquired and never by hanging: each call to the store is
-//     bounded by its client's timeouts (set them). A reply that arrives
-//     after the lease's validity is rolled back and reported as
-//     ErrUnavailable.
+//     bounded by its client's timeouts (set them) and by the lease TTL. A
+//     request that the TTL bound ended says which store did not answer
+//     which request within how long, and the last connection error the
+//     store's client saw, when the store can tell (etcd and ZooKeeper); it
+//     still matches context.DeadlineExceeded. A reply that arrives after
+//     the lease's validity is rolled back and reported as ErrUnavailable.
 //   - A request that timed out may still run when a stalled store resumes,
 //     and take the lock for a token no lease has: the Locker gives it back
 //     (see Safety), so the lock is not blocked for a TTL.
@@ -274,6 +277,10 @@
 //   - LeftNothing: a way to tell that a failed acquisition took nothing the
 //     Locker must give back.
 //   - Named: the store's name, for the Locker's messages about it.
+//   - Diagnoser: the last error the store's client saw reaching the store,
+//     named in the error of a request that ran out its bound (below).
+//   - Logging: the Locker's logger, for the store's own warnings (one that
+//     the store could not be reached when the Locker was made).
 //   - FireClaimer: a place for the fire claims of cronlock's Scheduler.
 //   - Granter: a release that hands the lock to a waiter in the same step
 //     (transfers, fair grants, early hand-overs), and WakeQueue: waiters
@@ -902,8 +909,9 @@
 //
 // # Redis: performance
 //
-// make bench runs the Go benchmarks against a redis-server it starts; the
-// README holds the figures. Definitions:
+// make bench runs the Go benchmarks against a redis-server it starts and
+// prints the figures (the README quotes none: they are the machine's).
+// Definitions:
 //
 //   - util: the share of wall time some contender was inside the critical
 //     section (a 2ms hold); gap: from one holder's Release call to the next

@@ -62,7 +62,8 @@ type keepState struct {
 // timer, however many leases there are.
 type renewScheduler struct {
 	st     store.Store
-	store  string // the store's name in messages (see named)
+	store  string          // the store's name in messages (see named)
+	diag   store.Diagnoser // nil when the store offers none
 	tel    *telemetry
 	logger *slog.Logger
 	drift  func(ttl time.Duration) time.Duration
@@ -116,6 +117,7 @@ func newRenewScheduler(st store.Store, storeName string, tel *telemetry, logger 
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
+	s.diag, _ = st.(store.Diagnoser)
 	go s.run()
 	return s
 }
@@ -432,12 +434,26 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 		longest = max(longest, l.ttl)
 	}
 	// A reply later than the longest TTL cannot save any lease in the batch.
-	ctx, cancel := context.WithTimeout(context.Background(), longest)
+	ctx, cancel := bound(context.Background(), longest)
 	results := s.st.Renew(ctx, reqs)
-	cancel()
 	for len(results) < len(reqs) {
 		results = append(results, store.RenewResult{Err: errFewerResults})
 	}
+	var named *unansweredError // the first failure, named; one diagnosis serves all
+	for i := range results {
+		switch err := results[i].Err; {
+		case err == nil:
+		case named == nil:
+			if named, _ = unanswered(ctx, s.store, s.diag, "the renewal", longest, err).(*unansweredError); named != nil {
+				results[i].Err = named
+			}
+		default:
+			e := *named
+			e.err = err
+			results[i].Err = &e
+		}
+	}
+	cancel()
 
 	now := time.Now()
 	checked := s.now() // = now, unless a test moved the check clock ahead

@@ -214,7 +214,10 @@ func (s *Lease) release(ctx context.Context) error {
 		defer cancel()
 	}
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
-	found, err := l.releaseLease(ctx, s, deadline)
+	rctx, cancel := bound(ctx, s.ttl)
+	found, err := l.releaseLease(rctx, s, deadline)
+	err = unanswered(rctx, l.store, l.caps.diagnoser, "the release", s.ttl, err)
+	cancel()
 	if s.fair {
 		l.forgetFair(s.lock, s.token)
 	}

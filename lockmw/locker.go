@@ -216,6 +216,7 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	c.queue, _ = s.(store.Queue)
 	_, c.fairOnly = s.(store.FairOnly)
 	c.leftNothing, _ = s.(store.LeftNothing)
+	c.diagnoser, _ = s.(store.Diagnoser)
 	c.waits, _ = s.(store.Granter)
 	c.wakes, _ = s.(store.WakeQueue)
 	if bo, ok := s.(store.Backoff); ok {

@@ -376,7 +376,10 @@ func (l *Locker) enqueue(opCtx context.Context, sk store.Key, token string, ac *
 	if l.closed.Load() {
 		return store.Reply{}, ErrClosed
 	}
-	return l.caps.queue.Enqueue(opCtx, sk, token, ac.ttl, ac.watchdog)
+	ctx, cancel := bound(opCtx, ac.ttl)
+	defer cancel()
+	reply, err := l.caps.queue.Enqueue(ctx, sk, token, ac.ttl, ac.watchdog)
+	return reply, unanswered(ctx, l.store, l.caps.diagnoser, "the queue entry", ac.ttl, err)
 }
 
 // leaveQueue takes token's entry out of the queue, even if opCtx has

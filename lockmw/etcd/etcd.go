@@ -139,7 +139,7 @@
 // key contended by 16 independent Lockers (each its own client) holding
 // the lock 2ms, in default mode, Fair and Mutex, reporting acquisitions
 // per second, util, wait p99 and etcd requests per acquisition; the
-// repository's README holds the figures.
+// figures are what make bench prints.
 //
 // # Scheduled jobs
 //
@@ -158,6 +158,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -185,12 +186,26 @@ const maxTxnOps = 128
 // The Locker does not own the client: close the client after the Locker.
 // Every etcd request of an acquisition is bounded by the lease TTL (an
 // answer later than that is worthless) and by ctx; renewals by the TTL.
+// An acquisition that ran out that bound fails with lockmw.ErrUnavailable
+// naming etcd, the bound, and the client's last connection error (a
+// refused dial, say).
+//
+// New sends etcd one health check, waiting up to the Locker's TTL. It does
+// not fail when etcd cannot be reached (a service may start before its
+// etcd): it logs one warning (lockmw.WithLogger) naming the endpoints and
+// the cause, and the Locker's requests fail with lockmw.ErrUnavailable
+// until etcd answers.
 func New(client *clientv3.Client, opts ...lockmw.Option) (*lockmw.Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: etcd.New needs a connected client, e.g. clientv3.New(clientv3.Config{Endpoints: []string{\"localhost:2379\"}})", lockmw.ErrNilClient)
 	}
 	s := newStore(client)
-	return lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.checkReach()
+	return l, nil
 }
 
 // etcdStore keeps locks as keys under etcd leases.
@@ -204,6 +219,10 @@ type etcdStore struct {
 	held   map[string]*entry           // by token: keys this store created and has not deleted
 	dirs   map[string]*slots           // by lock directory
 	closed bool
+	// logger is the Locker's (store.Logging); lockerTTL the Locker's TTL,
+	// the first that CheckTTL accepted: New waits that long for etcd.
+	logger    *slog.Logger
+	lockerTTL time.Duration
 }
 
 // slot is the shared lease for one TTL. mu serializes its refresh.
@@ -274,6 +293,11 @@ func (s *etcdStore) CheckTTL(ttl time.Duration) error {
 		return fmt.Errorf("%w: TTL %v: etcd leases count whole seconds and last at least %v: use a TTL such as %v (lockmw.WithTTL, lockmw.WithLeaseTTL)",
 			lockmw.ErrInvalidOption, ttl, MinTTL, max(MinTTL, ttl.Truncate(time.Second)+time.Second))
 	}
+	s.mu.Lock()
+	if s.lockerTTL == 0 {
+		s.lockerTTL = ttl
+	}
+	s.mu.Unlock()
 	return nil
 }
 

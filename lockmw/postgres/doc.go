@@ -186,6 +186,6 @@
 // bench_test.go (make bench) measures, on one server in the same run,
 // uncontended lock+unlock and 16 Lockers on one key, beside a
 // pg_try_advisory_lock polling loop and a ShedLock-style
-// UPDATE … WHERE lock_until <= now() polling loop; the README holds the
+// UPDATE … WHERE lock_until <= now() polling loop; make bench prints the
 // figures.
 package postgres

@@ -291,7 +291,7 @@ func (s *zkStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 			res[i].Ownership = store.Missing
 		case st.id == 0 || e.sess.epoch < st.epoch:
 			if st.id == 0 && e.sess.epoch == st.epoch {
-				res[i].Err = errNoSession // disconnected: maybe back in time
+				res[i].Err = s.noSession() // disconnected: maybe back in time
 			} else {
 				res[i].Ownership = store.Missing // went with its session
 				gone = append(gone, r.Token)
@@ -424,7 +424,7 @@ func (s *zkStore) create(ctx context.Context, parent, token string, ttl time.Dur
 // found is taken only if its ephemeral owner is st, still current.
 func (s *zkStore) createIn(ctx context.Context, parent, token string, st sessionState) (*entry, error) {
 	if st.id == 0 {
-		return nil, errNoSession
+		return nil, s.noSession()
 	}
 	guard, err := s.guard(ctx, st)
 	if err != nil {

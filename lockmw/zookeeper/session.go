@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -18,7 +19,10 @@ import (
 // drops events when full. So the store reads the server's connect response
 // itself (a dialer wrapper parses the first frame of every connection:
 // protocol version, timeout, session id) and follows state changes
-// through the event callback, which is never skipped.
+// through the event callback, which is never skipped. The dialer wrapper
+// also records why a connection got no session (a dial error, a handshake
+// that failed or was never answered), for the errors and the warning of
+// reach.go.
 //
 // A request ran in session S when the session seen before it was queued
 // and after its answer came is the same epoch: go-zookeeper reports the
@@ -47,6 +51,12 @@ type tracker struct {
 	changed  chan struct{} // closed and replaced when the session ends or changes
 	hasFirst chan struct{} // closed once the first session is established
 	first    sync.Once
+	// lastErr is the last error seen reaching a server since the last
+	// session was established (a dial, a handshake; nil if none), and
+	// greeting the server dialed last while it has not answered the
+	// handshake: why the connection has no session (see reach.go).
+	lastErr  error
+	greeting string
 	// onExpire, set before the connection exists, is called (on its own
 	// goroutine) with the session the server reported expired.
 	onExpire func(old sessionState)
@@ -106,6 +116,7 @@ func (t *tracker) event(ev zk.Event) {
 	defer t.mu.Unlock()
 	switch ev.State {
 	case zk.StateHasSession:
+		t.lastErr, t.greeting = nil, ""
 		p := t.pending
 		if p.id == 0 {
 			return // cannot be: a session was reported without a handshake
@@ -136,16 +147,36 @@ func (t *tracker) event(ev zk.Event) {
 }
 
 // dialer wraps d so that the tracker reads each connection's connect
-// response.
+// response, and records why a dial or a handshake failed.
 func (t *tracker) dialer(d zk.Dialer) zk.Dialer {
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := d(network, addr, timeout)
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		if err != nil {
+			t.lastErr, t.greeting = err, ""
 			return nil, err
 		}
-		return &handshakeConn{Conn: c, t: t}, nil
+		t.greeting = addr
+		return &handshakeConn{Conn: c, t: t, addr: addr}, nil
 	}
 }
+
+// failed records err, a handshake's failure with the server at addr.
+func (t *tracker) failed(addr string, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.greeting == addr {
+		t.greeting = ""
+	}
+	t.lastErr = err
+}
+
+// maxConnectResponse bounds the length of a connect response: a server
+// that claims more (an HTTP server's "HTTP" read as a length is 1.2 GB) is
+// not ZooKeeper, and its connection is dropped before go-zookeeper
+// allocates that much.
+const maxConnectResponse = 1 << 16
 
 // handshakeConn parses the first frame the server sends on a connection,
 // the connect response: length, protocol version (int32), timeout in ms
@@ -154,14 +185,34 @@ func (t *tracker) dialer(d zk.Dialer) zk.Dialer {
 type handshakeConn struct {
 	net.Conn
 	t    *tracker
+	addr string
 	buf  []byte
 	done bool
 }
 
 func (h *handshakeConn) Read(p []byte) (int, error) {
 	n, err := h.Conn.Read(p)
+	if !h.done && err != nil {
+		h.done = true
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			err = fmt.Errorf("%s accepted the connection but did not answer the session handshake: %w", h.addr, err)
+		} else {
+			err = fmt.Errorf("%s closed the connection before answering the session handshake: %w", h.addr, err)
+		}
+		h.t.failed(h.addr, err)
+		return n, err
+	}
 	if !h.done && n > 0 {
 		h.buf = append(h.buf, p[:n]...)
+		if len(h.buf) >= 4 {
+			if l := int32(binary.BigEndian.Uint32(h.buf[:4])); l < 20 || l > maxConnectResponse {
+				h.done = true
+				err := fmt.Errorf("%s answered %q, not a ZooKeeper connect response: is it a ZooKeeper client port?", h.addr, printable(h.buf))
+				h.t.failed(h.addr, err)
+				return 0, err
+			}
+		}
 		if len(h.buf) >= 4+20 {
 			plen := int(int32(binary.BigEndian.Uint32(h.buf[20:24])))
 			if plen < 0 || plen > 64 {
@@ -214,4 +265,16 @@ func definite(err error) bool {
 	}
 	var ne net.Error
 	return !errors.As(err, &ne)
+}
+
+// printable returns b's first bytes for a message, as text when they are
+// printable ASCII.
+func printable(b []byte) string {
+	b = b[:min(len(b), 16)]
+	for _, c := range b {
+		if c < 0x20 || c >= 0x7f {
+			return fmt.Sprintf("% x", b)
+		}
+	}
+	return string(b)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -60,8 +61,9 @@ type Config struct {
 	ClaimRetention time.Duration
 	// ConnectTimeout bounds New's wait for a first session, against which
 	// it checks the Locker's TTL (default DefaultConnectTimeout). Without
-	// one by then, New returns the Locker all the same: acquisitions fail
-	// with lockmw.ErrUnavailable until a session exists.
+	// one by then, New returns the Locker all the same, and logs one
+	// warning naming the servers and why: acquisitions fail with
+	// lockmw.ErrUnavailable until a session exists.
 	ConnectTimeout time.Duration
 }
 
@@ -77,9 +79,15 @@ type Auth struct {
 // session and so deletes every node the Locker still had. Options are
 // lockmw's. New waits up to Config.ConnectTimeout for a first session and
 // fails with an error matching lockmw.ErrInvalidOption when the session
-// the server grants cannot keep the Locker's TTL; without a session by
-// then it returns the Locker, whose acquisitions fail with
-// lockmw.ErrUnavailable until one exists.
+// the server grants cannot keep the Locker's TTL, or when Config is wrong
+// (no Servers, say). It does not fail because the ensemble cannot be
+// reached (a service may start before its ZooKeeper): without a session
+// by then, it returns the Locker and logs one warning (lockmw.WithLogger)
+// naming the servers and the cause (a refused dial, a failed DNS lookup, a
+// server that does not answer ZooKeeper's handshake); the Locker's
+// acquisitions fail with lockmw.ErrUnavailable, naming the same, until a
+// session exists. A server name that does not resolve is dialed again,
+// and looked up again, like an unreachable address.
 func New(cfg Config, opts ...lockmw.Option) (*lockmw.Locker, error) {
 	l, _, err := newLocker(cfg, opts)
 	return l, err
@@ -88,7 +96,7 @@ func New(cfg Config, opts ...lockmw.Option) (*lockmw.Locker, error) {
 // newLocker is New, also returning the store.
 func newLocker(cfg Config, opts []lockmw.Option) (*lockmw.Locker, *zkStore, error) {
 	if len(cfg.Servers) == 0 {
-		return nil, nil, fmt.Errorf("%w: zookeeper.Config.Servers is empty: name the ensemble, e.g. []string{\"localhost:2181\"}", lockmw.ErrNilClient)
+		return nil, nil, fmt.Errorf("%w: zookeeper.Config.Servers is empty: name the ensemble, e.g. []string{\"localhost:2181\"}", lockmw.ErrInvalidOption)
 	}
 	if cfg.TickTime < 0 || cfg.SessionTimeout < 0 || cfg.ConnectTimeout < 0 || cfg.ClaimRetention < 0 {
 		return nil, nil, fmt.Errorf("%w: zookeeper.Config: negative TickTime, SessionTimeout, ConnectTimeout or ClaimRetention", lockmw.ErrInvalidOption)
@@ -137,6 +145,7 @@ type zkStore struct {
 	noTTL     bool              // the servers have no TTL nodes (fire claim records persist)
 	guarded   uint64            // the session epoch whose guard node exists
 	closed    bool
+	logger    *slog.Logger                     // the Locker's (store.Logging)
 	lost      func(tokens []string, why error) // the Locker's (store.LossNotifier)
 
 	// hook, set by tests, sees each request's outcome and may replace its
@@ -205,7 +214,7 @@ func (s *zkStore) connect() error {
 	if logger == nil {
 		logger = log.New(io.Discard, "", 0)
 	}
-	conn, _, err := zk.Connect(s.cfg.Servers, s.sessionFor(s.lockerTTL),
+	conn, _, err := zk.Connect(s.cfg.Servers, s.sessionFor(s.lockerTTL), zk.WithHostProvider(newHostProvider(s.tr)),
 		zk.WithDialer(s.tr.dialer(dialer)), zk.WithEventCallback(s.tr.event), zk.WithLogger(logger), zk.WithLogInfo(false))
 	if err != nil {
 		return fmt.Errorf("%w: zookeeper: %v", lockmw.ErrInvalidOption, err)
@@ -224,6 +233,7 @@ func (s *zkStore) connect() error {
 		// is made all the same, as a process started during an outage
 		// must be; its acquisitions fail with ErrUnavailable until a
 		// session exists, and each checks its TTL against that session.
+		s.warnNoSession(wait)
 		return nil
 	}
 	for _, a := range s.cfg.Auth {
@@ -255,16 +265,18 @@ func (s *zkStore) CheckTTL(ttl time.Duration) error {
 		return nil // no session yet: each create checks its TTL against its session
 	}
 	if limit := s.maxTTL(timeout); ttl > limit {
+		// Printed to the millisecond, rounded down: still a TTL it keeps.
+		limit = max(limit, 0).Truncate(time.Millisecond)
 		return fmt.Errorf("%w: TTL %v: the ZooKeeper session (timeout %v as granted by the server, tick %v) keeps a lock only %v after its last confirmed request: "+
 			"use a TTL of at most %v, or a longer zookeeper.Config.SessionTimeout (which the server's maxSessionTimeout, 20 ticks by default, bounds)",
-			lockmw.ErrInvalidOption, ttl, timeout, s.tick, max(limit, 0), max(limit, 0))
+			lockmw.ErrInvalidOption, ttl, timeout, s.tick, limit, limit)
 	}
 	return nil
 }
 
 // Errors of the store's own.
 var (
-	errNoSession      = errors.New("zookeeper: no session (connecting or reconnecting)")
+	errNoSession      = errors.New("zookeeper: no session (connecting or reconnecting)") // see noSession
 	errSessionChanged = errors.New("zookeeper: the session ended (expired) during the request")
 	errEntryGone      = errors.New("zookeeper: the lock node is gone")
 	errUnknownCreate  = errors.New("zookeeper: a create's reply was lost and its node was not found; it is given up")

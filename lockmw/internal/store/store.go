@@ -26,6 +26,8 @@
 //   - Named: the store's name, for the Locker's messages about it.
 //   - LeftNothing: a way to tell that a failed acquisition took nothing
 //     the Locker must give back.
+//   - Diagnoser: the last error the store's client saw reaching the store,
+//     for the Locker's error when a request was not answered in time.
 //   - Logging: the Locker's logger, for the store's own warnings.
 //
 // The safety contract every store must keep, on which lockmw's argument
@@ -228,6 +230,18 @@ type Named interface {
 // own token.
 type LeftNothing interface {
 	LeftNothing(err error) bool
+}
+
+// Diagnoser is a store whose client can say why the store did not answer:
+// the Locker asks it when one of its requests ran out its bound (the lease
+// TTL), and names the answer in the error it returns.
+type Diagnoser interface {
+	// Diagnose returns the last error the store's client saw reaching the
+	// store (a refused or timed-out dial, a failed DNS lookup, a failed
+	// handshake), naming the address it tried, or nil when it saw none (a
+	// server that accepts connections but does not answer: a paused one).
+	// It changes nothing in the store, and returns by the time ctx ends.
+	Diagnose(ctx context.Context) error
 }
 
 // Logging is a store that logs through the Locker's logger

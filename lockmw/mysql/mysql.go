@@ -16,6 +16,7 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/stalls"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -171,9 +172,9 @@ type sqlStore struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	logger *slog.Logger // the Locker's (store.Logging), for check's warning
-	ids    connIDs      // server ids of the pool's connections (stalled.go)
-	stalls stalls       // connections of statements never answered, by token
+	logger *slog.Logger        // the Locker's (store.Logging), for check's warning
+	ids    connIDs             // server ids of the pool's connections (stalled.go)
+	stalls stalls.Notes[int64] // connections of statements never answered, by token (stalled.go)
 
 	queuedMu  sync.Mutex
 	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)

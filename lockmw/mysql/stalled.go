@@ -64,14 +64,6 @@ type connIDs struct {
 	ids map[any]int64
 }
 
-// stalls are the connections of statements that failed without an answer,
-// by token.
-type stalls struct {
-	mu    sync.Mutex
-	by    map[string][]int64
-	since map[string]time.Time
-}
-
 // execer runs a statement: a *sql.DB or a *sql.Conn.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -95,7 +87,7 @@ func (s *sqlStore) send(ctx context.Context, d time.Duration, token, q string) (
 	}
 	res, err := s.execOn(ctx, c, q)
 	if err != nil && !answered(err) {
-		s.stalls.note(token, id)
+		s.stalls.Note(token, id, Retention)
 	}
 	return res, err
 }
@@ -129,65 +121,11 @@ func (s *sqlStore) connID(ctx context.Context, c *sql.Conn) (int64, error) {
 	return id, nil
 }
 
-// note records that a statement of token on connection id failed without
-// an answer. Notes older than Retention (every TTL being at most that)
-// are forgotten.
-func (st *stalls) note(token string, id int64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.by == nil {
-		st.by, st.since = make(map[string][]int64), make(map[string]time.Time)
-	}
-	now := time.Now()
-	for t, at := range st.since {
-		if now.Sub(at) > Retention {
-			delete(st.by, t)
-			delete(st.since, t)
-		}
-	}
-	st.by[token] = append(st.by[token], id)
-	st.since[token] = now
-}
-
-// of returns the connections noted against token.
-func (st *stalls) of(token string) []int64 {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return append([]int64(nil), st.by[token]...)
-}
-
-// forget drops the notes of token that are in ids.
-func (st *stalls) forget(token string, ids []int64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	rest := st.by[token][:0]
-	for _, id := range st.by[token] {
-		if !containsID(ids, id) {
-			rest = append(rest, id)
-		}
-	}
-	if len(rest) == 0 {
-		delete(st.by, token)
-		delete(st.since, token)
-		return
-	}
-	st.by[token] = rest
-}
-
-func containsID(ids []int64, id int64) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
-}
-
 // endStalled returns once no connection noted against token is left in
 // the server, killing those that run a statement of token; an error when
 // the server could not be asked, or ctx ended first.
 func (s *sqlStore) endStalled(ctx context.Context, token string) error {
-	ids := s.stalls.of(token)
+	ids := s.stalls.Of(token)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -203,7 +141,7 @@ func (s *sqlStore) endStalled(ctx context.Context, token string) error {
 			return err
 		}
 		if listed == 0 {
-			s.stalls.forget(token, ids)
+			s.stalls.Forget(token, ids)
 			return nil
 		}
 		for _, id := range kill {

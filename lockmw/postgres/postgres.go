@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/stalls"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -67,8 +68,8 @@ type pgStore struct {
 	sql  statements
 
 	lis    *listener
-	logger *slog.Logger // the Locker's (store.Logging), for New's warning
-	stalls stalls       // backends of batches never answered, by token (stalled.go)
+	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
+	stalls stalls.Notes[backend] // backends of batches never answered, by token (stalled.go)
 
 	stop     context.CancelFunc
 	stopped  context.Context

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -70,14 +69,6 @@ func backendOf(c *pgxpool.Conn) backend {
 	return b
 }
 
-// stalls are the backends of batches that failed without an answer, by
-// token.
-type stalls struct {
-	mu    sync.Mutex
-	by    map[string][]backend
-	since map[string]time.Time
-}
-
 // stallKeep is how long a note is kept: longer than any lease TTL a
 // Locker gives back within.
 const stallKeep = 24 * time.Hour
@@ -89,30 +80,14 @@ func (s *pgStore) noteStall(token string, c *pgxpool.Conn, b backend, err error)
 	if errors.As(err, &pgErr) && pgErr.Severity == "ERROR" || !c.Conn().PgConn().IsClosed() {
 		return // answered, or the connection is in step: the batch is over
 	}
-	st := &s.stalls
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.by == nil {
-		st.by, st.since = make(map[string][]backend), make(map[string]time.Time)
-	}
-	now := time.Now()
-	for t, at := range st.since {
-		if now.Sub(at) > stallKeep {
-			delete(st.by, t)
-			delete(st.since, t)
-		}
-	}
-	st.by[token] = append(st.by[token], b)
-	st.since[token] = now
+	s.stalls.Note(token, b, stallKeep)
 }
 
 // endStalled returns once no backend noted against token is left,
 // terminating those still listed with their port; an error when the
 // server could not be asked, or ctx ended first.
 func (s *pgStore) endStalled(ctx context.Context, token string) error {
-	s.stalls.mu.Lock()
-	bs := append([]backend(nil), s.stalls.by[token]...)
-	s.stalls.mu.Unlock()
+	bs := s.stalls.Of(token)
 	if len(bs) == 0 {
 		return nil
 	}
@@ -141,28 +116,6 @@ FROM pg_stat_activity a JOIN unnest($1::int[], $2::int[]) AS b(pid, port)
 		}
 		pause = min(2*pause, 100*time.Millisecond)
 	}
-	s.stalls.mu.Lock()
-	defer s.stalls.mu.Unlock()
-	rest := s.stalls.by[token][:0]
-	for _, b := range s.stalls.by[token] {
-		if !containsBackend(bs, b) {
-			rest = append(rest, b)
-		}
-	}
-	if len(rest) == 0 {
-		delete(s.stalls.by, token)
-		delete(s.stalls.since, token)
-	} else {
-		s.stalls.by[token] = rest
-	}
+	s.stalls.Forget(token, bs)
 	return nil
-}
-
-func containsBackend(bs []backend, b backend) bool {
-	for _, x := range bs {
-		if x == b {
-			return true
-		}
-	}
-	return false
 }

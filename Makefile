@@ -86,7 +86,7 @@ zookeeper:
 	}
 
 # postgresql: install Debian's postgresql when its server binaries are
-# missing (they are not on PATH: internal/pgtest finds them through
+# missing (they are not on PATH: internal/testkit/pgtest finds them through
 # pg_config --bindir or /usr/lib/postgresql/*/bin). The tests run initdb and
 # postgres themselves, as nobody when run as root; no cluster needs to run.
 postgresql:

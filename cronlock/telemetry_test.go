@@ -17,7 +17,7 @@ import (
 	"github.com/lockmw/lockmw/cronlock"
 	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 // Runs and skips are counted by outcome and reason, timed, and traced, and

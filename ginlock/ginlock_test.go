@@ -22,7 +22,7 @@ import (
 	"github.com/lockmw/lockmw/ginlock"
 	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/lockmwtest/ginsuite"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

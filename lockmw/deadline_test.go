@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/lockmw/lockmw/cronlock/gocronlock"
 	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

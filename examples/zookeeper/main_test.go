@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // TestMain runs the example itself when the test binary is started by

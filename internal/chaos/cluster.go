@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 // A Link is a proxied link of a Locker slot to one server of a store of

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 // fakeMember records its calls.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 // LinkFault returns the link fault name ("latency", "cut" or "reset") of a

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 // A Server is a single store server the test kit supervises (pgtest,

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/lockmw/lockmw/internal/conformance"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

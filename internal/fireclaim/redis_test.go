@@ -15,7 +15,7 @@ import (
 	"github.com/lockmw/lockmw/internal/fireclaim"
 	"github.com/lockmw/lockmw/internal/lockmwtest"
 	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 var t0 = time.UnixMilli(1_700_000_000_000)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/internal/redistest"
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // TestFleet's knobs (`make fleet` passes FLEET_DURATION and FLEET_ARGS).

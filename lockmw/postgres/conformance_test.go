@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/lockmw/lockmw/internal/conformance"
-	"github.com/lockmw/lockmw/internal/pgtest"
+	"github.com/lockmw/lockmw/internal/testkit/pgtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // Without java, or without the jar, the error says how to install

@@ -17,7 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // Sentinel timings written into every Sentinel's configuration: a master

@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 const (

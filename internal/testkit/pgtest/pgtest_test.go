@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/pgtest"
+	"github.com/lockmw/lockmw/internal/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -1,5 +1,5 @@
 // Package pgtest starts real PostgreSQL servers for tests, on
-// internal/servertest: one server per Start, on a free 127.0.0.1 port, its
+// internal/testkit/servertest: one server per Start, on a free 127.0.0.1 port, its
 // data directory in a temporary directory removed at t.Cleanup, with
 // fsync and full_page_writes off. Commits still write the write-ahead log
 // to the kernel (synchronous_commit stays on), so a killed server loses
@@ -42,7 +42,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // installHint says how to get PostgreSQL, in every error about it.

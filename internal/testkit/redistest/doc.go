@@ -8,7 +8,7 @@
 // on Linux, Pause returns once every thread has stopped), resumed
 // (SIGCONT), killed (SIGKILL) and restarted on the same address, which is
 // enough to exercise timeouts, lost locks and reconnection logic against
-// the real thing. The processes are run by internal/servertest, the
+// the real thing. The processes are run by internal/testkit/servertest, the
 // supervisor every test kit shares; redistest says how to run and probe
 // redis-server.
 //

@@ -1,7 +1,7 @@
 // Package servertest is test support, used by test code only (unlike
 // internal/adapt and internal/fireclaim, which lockmw's own packages
 // import): it runs the real server processes that the test kits start for
-// tests, one launcher per server on top of it (internal/redistest for
+// tests, one launcher per server on top of it (internal/testkit/redistest for
 // redis-server, lockmw/etcd/internal/etcdtest for etcd; ZooKeeper,
 // PostgreSQL or MariaDB the same way).
 //

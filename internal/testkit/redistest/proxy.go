@@ -5,7 +5,7 @@ package redistest
 import (
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // Proxy is a TCP proxy on a free 127.0.0.1 port in front of one server

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

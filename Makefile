@@ -121,7 +121,7 @@ test: redis-server etcd zookeeper mariadb-server postgresql
 	done; \
 	rm -rf $$dir; exit $$rc
 
-# chaos: the randomized safety checker (TestChaos, internal/chaos) for
+# chaos: the randomized safety checker (TestChaos, internal/testkit/chaos) for
 # CHAOS_DURATION per store: redis and redlock (./lockmw/), then etcd,
 # ZooKeeper, MariaDB and PostgreSQL (the nested modules); CHAOS_ARGS adds
 # flags, e.g. CHAOS_ARGS='-chaos.seed=42 -chaos.store=etcd' (the other

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/chaos"
 	"github.com/lockmw/lockmw/internal/testkit/pgtest"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
@@ -16,7 +16,7 @@ import (
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/chaos) against one PostgreSQL server. See internal/chaos for
+// (internal/testkit/chaos) against one PostgreSQL server. See internal/testkit/chaos for
 // what it checks and how to replay a failure:
 //
 //	go test -race -run '^TestChaos$' .                       # short: 20s

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/conformance"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )

@@ -14,7 +14,7 @@ func TestLockmwCodeMatchesLockmwPackagesOnly(t *testing.T) {
 		"github.com/lockmw/lockmw/lockmw_test.TestChaos(...)":                           false,
 		"github.com/lockmw/lockmw/lockmw/etcd_test.startEtcdChaos.func3(...)":           false,
 		"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest.(*Server).launchLocked": false,
-		"github.com/lockmw/lockmw/internal/chaos.(*chaosRun).worker(...)":               false,
+		"github.com/lockmw/lockmw/internal/testkit/chaos.(*chaosRun).worker(...)":       false,
 		"go.etcd.io/etcd/client/v3.(*watchGrpcStream).run(...)":                         false,
 	} {
 		stack := "goroutine 12 [select]:\n" + frame + "\n\t/src/x.go:1 +0x1"

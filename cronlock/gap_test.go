@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/lockmw/lockmw/cronlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 

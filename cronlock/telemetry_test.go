@@ -15,8 +15,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/lockmw/lockmw/cronlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/lockmw/lockmw/cronlock/gocronlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 

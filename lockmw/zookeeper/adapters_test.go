@@ -7,8 +7,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/lockmwtest/ginsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/ginsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
 	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
@@ -32,7 +32,7 @@ func deleteLockNodes(c *zk.Conn, p string) error {
 	return nil
 }
 
-// ginlock's store-independent behaviour (internal/lockmwtest/ginsuite) on
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite) on
 // one ZooKeeper server: ginlock works unchanged on the store's Locker.
 func TestGinlockSuiteZooKeeper(t *testing.T) {
 	t.Parallel()
@@ -59,7 +59,7 @@ func TestGinlockSuiteZooKeeper(t *testing.T) {
 	})
 }
 
-// cronlock's store-independent suite (internal/lockmwtest/cronsuite) on one
+// cronlock's store-independent suite (internal/testkit/lockmwtest/cronsuite) on one
 // ZooKeeper server: Singleton, and the Scheduler claiming its fires in
 // ZooKeeper (no Redis client).
 func TestCronlockSuiteZooKeeper(t *testing.T) {

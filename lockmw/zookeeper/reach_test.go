@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
 	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"

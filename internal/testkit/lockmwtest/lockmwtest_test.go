@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )

@@ -17,7 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/lockmw/lockmw/ginlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

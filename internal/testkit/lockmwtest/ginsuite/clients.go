@@ -18,7 +18,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/lockmw/lockmw/ginlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

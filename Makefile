@@ -136,7 +136,7 @@ chaos: redis-server etcd zookeeper mariadb-server postgresql
 	cd $(PG_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
 # fleet: the mixed-fleet check (old and new releases side by side), outside make test: builds
-# internal/fleetcheck from OLD (a commit; its source copied into a git
+# internal/testkit/fleetcheck from OLD (a commit; its source copied into a git
 # archive of it) and from the working tree (or NEW, a commit), then runs
 # processes of both builds side by side on one key for FLEET_DURATION per
 # case (one Redis: default, Fair, both; Redlock over 3 masters), after a
@@ -151,7 +151,7 @@ FLEET_ARGS ?=
 .PHONY: fleet
 fleet: redis-server
 	@[ -n "$(OLD)" ] || { echo "usage: make fleet OLD=<commit> [NEW=<commit>] [FLEET_DURATION=60s] [FLEET_ARGS=...]"; exit 2; }
-	LOCKMW_FLEET_OLD=$(OLD) LOCKMW_FLEET_NEW=$(NEW) $(GO) test -count=1 -v -run '^TestFleet$$' -timeout 0 ./internal/fleetcheck/ -args -fleet.duration=$(FLEET_DURATION) $(FLEET_ARGS)
+	LOCKMW_FLEET_OLD=$(OLD) LOCKMW_FLEET_NEW=$(NEW) $(GO) test -count=1 -v -run '^TestFleet$$' -timeout 0 ./internal/testkit/fleetcheck/ -args -fleet.duration=$(FLEET_DURATION) $(FLEET_ARGS)
 
 bench: redis-server etcd zookeeper mariadb-server postgresql
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/

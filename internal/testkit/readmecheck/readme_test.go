@@ -9,7 +9,7 @@ import (
 )
 
 // root is the repository's root, from this package's directory.
-const root = "../.."
+const root = "../../.."
 
 // maxLines is the README's budget: an entry page; mechanism and footnotes
 // belong in the package documentation.

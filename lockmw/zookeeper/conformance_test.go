@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/testkit/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // The conformance suite (internal/testkit/conformance) against one ZooKeeper

@@ -3,7 +3,7 @@ package zktest_test
 import (
 	"testing"
 
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 )
 
 func TestStartSingle(t *testing.T) {

@@ -1,9 +1,8 @@
-// Package storedemo is the demonstration shared by the examples of lockmw
-// on a store other than Redis (examples/etcd, examples/zookeeper): each
-// makes two Lockers on clients of their own, as two processes would have,
-// and calls Run. It uses only lockmw, so that it adds no requirement to
-// the module; nothing but those examples imports it.
-package storedemo
+// The demonstration shared by the examples of lockmw on a store other than
+// Redis (examples/etcd, examples/zookeeper): each makes two Lockers on
+// clients of their own, as two processes would have, and calls Run.
+
+package demo
 
 import (
 	"context"

@@ -1,9 +1,9 @@
-// Package demoredis gives the examples a Redis to talk to (Addr): the one
-// at REDIS_ADDR when that is set, otherwise an embedded in-process Redis
-// (miniredis) whose TTLs run on the real clock, so that every example runs
-// on a machine with no Redis installed; and a client of it with the
-// settings a lock needs (Client).
-package demoredis
+// The examples' Redis: the one at REDIS_ADDR when that is set, otherwise an
+// embedded in-process Redis (miniredis) whose TTLs run on the real clock
+// (RedisAddr); and a client of it with the settings a lock needs
+// (RedisClient).
+
+package demo
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Addr returns REDIS_ADDR, or starts an embedded in-process Redis whose TTLs
+// RedisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose TTLs
 // run on the real clock, and returns its address and how to stop it.
-func Addr() (string, func()) {
+func RedisAddr() (string, func()) {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		fmt.Println("using Redis at", addr)
 		return addr, func() {}
@@ -31,11 +31,11 @@ func Addr() (string, func()) {
 	return m.Addr(), m.Close
 }
 
-// Client returns a client of the Redis at addr with the settings a lock
+// RedisClient returns a client of the Redis at addr with the settings a lock
 // needs: Redis calls bounded by short timeouts, and no retries inside
 // go-redis, so that an outage is reported (ErrUnavailable, gRPC
 // Unavailable) after one timeout, not after MaxRetries of them.
-func Client(addr string) *redis.Client {
+func RedisClient(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                  addr,
 		DialTimeout:           300 * time.Millisecond,

@@ -1,4 +1,4 @@
-package storedemo
+package demo
 
 import (
 	"bytes"

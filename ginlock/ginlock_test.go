@@ -26,8 +26,8 @@ import (
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite) on
-// Redis. The tests below it need Redis' own faults.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on Redis. The tests below it need Redis' own faults.
 func TestSuiteRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)

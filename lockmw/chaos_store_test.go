@@ -14,11 +14,11 @@ import (
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// The Redis stores the chaos checker (internal/testkit/chaos, run by chaos_test.go)
-// runs against. A store starts a deployment: the storage processes, the
-// clients of each Locker slot (some through a toxiproxy proxy, so that
-// their links can be slowed or cut), the faults it can inject and a way to
-// list what it still holds after the run.
+// The Redis stores the chaos checker (internal/testkit/chaos, run by
+// chaos_test.go) runs against. A store starts a deployment: the storage
+// processes, the clients of each Locker slot (some through a toxiproxy proxy,
+// so that their links can be slowed or cut), the faults it can inject and a way
+// to list what it still holds after the run.
 
 // chaosStores are the stores TestChaos runs against.
 var chaosStores = []chaos.Store{

@@ -19,8 +19,8 @@ import (
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/testkit/chaos) against a three-member etcd cluster. See internal/testkit/chaos
-// for what it checks and how to replay a failure:
+// (internal/testkit/chaos) against a three-member etcd cluster. See
+// internal/testkit/chaos for what it checks and how to replay a failure:
 //
 //	go test -race -run '^TestChaos$' .                       # short: 30s
 //	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=30m

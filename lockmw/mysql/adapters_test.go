@@ -13,8 +13,8 @@ import (
 	"github.com/lockmw/lockmw/lockmw/mysql"
 )
 
-// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite) on
-// MariaDB: ginlock works unchanged on the store's Locker.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on MariaDB: ginlock works unchanged on the store's Locker.
 func TestGinlockSuiteMariaDB(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)

@@ -13,8 +13,8 @@ import (
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/testkit/chaos) against one MariaDB server. See internal/testkit/chaos for what
-// it checks and how to replay a failure:
+// (internal/testkit/chaos) against one MariaDB server. See
+// internal/testkit/chaos for what it checks and how to replay a failure:
 //
 //	go test -race -run '^TestChaos$' .                       # short: 10s
 //	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=15m

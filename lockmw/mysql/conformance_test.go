@@ -8,7 +8,8 @@ import (
 	"github.com/lockmw/lockmw/lockmw/mysql"
 )
 
-// The conformance suite (internal/testkit/conformance) against one MariaDB server.
+// The conformance suite (internal/testkit/conformance) against one MariaDB
+// server.
 func TestConformanceMariaDB(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)

@@ -13,8 +13,8 @@ import (
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
 
-// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite) on
-// PostgreSQL: ginlock works unchanged on the store's Locker.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on PostgreSQL: ginlock works unchanged on the store's Locker.
 func TestGinlockSuitePostgres(t *testing.T) {
 	srv := startServer(t)
 	ginsuite.Run(t, ginsuite.Env{

@@ -16,8 +16,8 @@ import (
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/testkit/chaos) against one PostgreSQL server. See internal/testkit/chaos for
-// what it checks and how to replay a failure:
+// (internal/testkit/chaos) against one PostgreSQL server. See
+// internal/testkit/chaos for what it checks and how to replay a failure:
 //
 //	go test -race -run '^TestChaos$' .                       # short: 20s
 //	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=15m

@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose TTLs
-// run on the real clock, and returns its address and how to stop it.
+// RedisAddr returns REDIS_ADDR, or starts an embedded in-process Redis whose
+// TTLs run on the real clock, and returns its address and how to stop it.
 func RedisAddr() (string, func()) {
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		fmt.Println("using Redis at", addr)

@@ -1,11 +1,11 @@
 // Package pgtest starts real PostgreSQL servers for tests, on
-// internal/testkit/servertest: one server per Start, on a free 127.0.0.1 port, its
-// data directory in a temporary directory removed at t.Cleanup, with
-// fsync and full_page_writes off. Commits still write the write-ahead log
-// to the kernel (synchronous_commit stays on), so a killed server loses
-// no committed transaction: Restart recovers them, as a crashed production
-// server would (its machine does not crash here). Faults: Pause (SIGSTOP of the postmaster and every
-// backend, returning once all have stopped), Resume, Kill (SIGKILL of
+// internal/testkit/servertest: one server per Start, on a free 127.0.0.1 port,
+// its data directory in a temporary directory removed at t.Cleanup, with fsync
+// and full_page_writes off. Commits still write the write-ahead log to the
+// kernel (synchronous_commit stays on), so a killed server loses no committed
+// transaction: Restart recovers them, as a crashed production server would (its
+// machine does not crash here). Faults: Pause (SIGSTOP of the postmaster and
+// every backend, returning once all have stopped), Resume, Kill (SIGKILL of
 // them all), Restart, TerminateBackends (pg_terminate_backend, a killed
 // connection) and a TCP proxy (StartProxy) that cuts one client's link.
 //

@@ -1,9 +1,11 @@
-// Package servertest is test support, used by test code only (unlike
-// internal/adapt and internal/fireclaim, which lockmw's own packages
-// import): it runs the real server processes that the test kits start for
-// tests, one launcher per server on top of it (internal/testkit/redistest for
-// redis-server, lockmw/etcd/internal/etcdtest for etcd; ZooKeeper,
-// PostgreSQL or MariaDB the same way).
+// Package servertest is test support, used by test code only (like all of
+// internal/testkit, and unlike internal/adapt and internal/fireclaim, which
+// lockmw's own packages import): it runs the real server processes that
+// the test kits start for tests, one launcher per server on top of it
+// (internal/testkit/redistest for redis-server, internal/testkit/pgtest for
+// PostgreSQL, internal/testkit/zktest for ZooKeeper; etcd's and MariaDB's,
+// which import those stores' clients, live in their store's module:
+// lockmw/etcd/internal/etcdtest and lockmw/mysql/internal/mariatest).
 //
 // A launcher says how to run its server; servertest does the rest, the
 // same for every server:

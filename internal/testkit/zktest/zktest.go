@@ -1,11 +1,11 @@
 // Package zktest starts real ZooKeeper servers for tests: one server, or an
 // ensemble of n, on free 127.0.0.1 ports, each a JVM in the foreground
 // (org.apache.zookeeper.server.quorum.QuorumPeerMain) with its data under
-// t.TempDir(), killed at t.Cleanup. It is a launcher on internal/testkit/servertest,
-// the one process supervisor of the test kits. Faults: Pause (SIGSTOP,
-// returning once every thread has stopped: a paused server answers
-// nothing), Resume, Kill, Restart, CloseSession (a forced expiry), and a
-// TCP proxy (StartProxy) that cuts one client's link.
+// t.TempDir(), killed at t.Cleanup. It is a launcher on
+// internal/testkit/servertest, the one process supervisor of the test kits.
+// Faults: Pause (SIGSTOP, returning once every thread has stopped: a paused
+// server answers nothing), Resume, Kill, Restart, CloseSession (a forced
+// expiry), and a TCP proxy (StartProxy) that cuts one client's link.
 //
 // ZooKeeper comes from the Debian package zookeeper (not zookeeperd, which
 // installs a system service); its jar is found at /usr/share/java, or

@@ -41,10 +41,10 @@
 // # Process hygiene
 //
 // The members are run by internal/testkit/servertest, the process supervisor
-// every test kit shares. Members run in their own process group and, on
-// Linux, are started with Pdeathsig SIGKILL, so a test binary that crashes
-// does not leave them behind. Cleanup SIGKILLs each member's process group and waits for it to
-// exit, whether it is running, paused or already dead.
+// every test kit shares. Members run in their own process group and, on Linux,
+// are started with Pdeathsig SIGKILL, so a test binary that crashes does not
+// leave them behind. Cleanup SIGKILLs each member's process group and waits for
+// it to exit, whether it is running, paused or already dead.
 //
 // # Example
 //

@@ -86,7 +86,7 @@ zookeeper:
 	}
 
 # postgresql: install Debian's postgresql when its server binaries are
-# missing (they are not on PATH: internal/pgtest finds them through
+# missing (they are not on PATH: internal/testkit/pgtest finds them through
 # pg_config --bindir or /usr/lib/postgresql/*/bin). The tests run initdb and
 # postgres themselves, as nobody when run as root; no cluster needs to run.
 postgresql:
@@ -121,7 +121,7 @@ test: redis-server etcd zookeeper mariadb-server postgresql
 	done; \
 	rm -rf $$dir; exit $$rc
 
-# chaos: the randomized safety checker (TestChaos, internal/chaos) for
+# chaos: the randomized safety checker (TestChaos, internal/testkit/chaos) for
 # CHAOS_DURATION per store: redis and redlock (./lockmw/), then etcd,
 # ZooKeeper, MariaDB and PostgreSQL (the nested modules); CHAOS_ARGS adds
 # flags, e.g. CHAOS_ARGS='-chaos.seed=42 -chaos.store=etcd' (the other
@@ -136,7 +136,7 @@ chaos: redis-server etcd zookeeper mariadb-server postgresql
 	cd $(PG_MODULE) && $(GO) test -race -count=1 -v -run '^TestChaos$$' -timeout 0 . -args -chaos.duration=$(CHAOS_DURATION) $(CHAOS_ARGS)
 
 # fleet: the mixed-fleet check (old and new releases side by side), outside make test: builds
-# internal/fleetcheck from OLD (a commit; its source copied into a git
+# internal/testkit/fleetcheck from OLD (a commit; its source copied into a git
 # archive of it) and from the working tree (or NEW, a commit), then runs
 # processes of both builds side by side on one key for FLEET_DURATION per
 # case (one Redis: default, Fair, both; Redlock over 3 masters), after a
@@ -151,7 +151,7 @@ FLEET_ARGS ?=
 .PHONY: fleet
 fleet: redis-server
 	@[ -n "$(OLD)" ] || { echo "usage: make fleet OLD=<commit> [NEW=<commit>] [FLEET_DURATION=60s] [FLEET_ARGS=...]"; exit 2; }
-	LOCKMW_FLEET_OLD=$(OLD) LOCKMW_FLEET_NEW=$(NEW) $(GO) test -count=1 -v -run '^TestFleet$$' -timeout 0 ./internal/fleetcheck/ -args -fleet.duration=$(FLEET_DURATION) $(FLEET_ARGS)
+	LOCKMW_FLEET_OLD=$(OLD) LOCKMW_FLEET_NEW=$(NEW) $(GO) test -count=1 -v -run '^TestFleet$$' -timeout 0 ./internal/testkit/fleetcheck/ -args -fleet.duration=$(FLEET_DURATION) $(FLEET_ARGS)
 
 bench: redis-server etcd zookeeper mariadb-server postgresql
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/cachelock"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -13,13 +13,13 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/lockmw/lockmw/cronlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
 // The behaviour tests of Singleton and of the Scheduler's claims that
-// hold on any store (internal/lockmwtest/cronsuite), on one Redis.
+// hold on any store (internal/testkit/lockmwtest/cronsuite), on one Redis.
 func TestSuite(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)

@@ -1,7 +1,7 @@
 package cronlock_test
 
 import (
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 )
 
 // The helpers of cronlock's tests: lockmwtest's, and cronsuite's exported

@@ -13,8 +13,8 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/lockmw/lockmw/cronlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

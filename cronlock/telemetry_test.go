@@ -15,9 +15,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/lockmw/lockmw/cronlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 // Runs and skips are counted by outcome and reason, timed, and traced, and

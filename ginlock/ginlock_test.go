@@ -20,14 +20,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lockmw/lockmw/ginlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/lockmwtest/ginsuite"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/ginsuite"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// ginlock's store-independent behaviour (internal/lockmwtest/ginsuite) on
-// Redis. The tests below it need Redis' own faults.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on Redis. The tests below it need Redis' own faults.
 func TestSuiteRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)

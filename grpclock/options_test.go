@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/lockmw/lockmw/grpclock"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -9,16 +9,16 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/internal/chaos"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// The Redis stores the chaos checker (internal/chaos, run by chaos_test.go)
-// runs against. A store starts a deployment: the storage processes, the
-// clients of each Locker slot (some through a toxiproxy proxy, so that
-// their links can be slowed or cut), the faults it can inject and a way to
-// list what it still holds after the run.
+// The Redis stores the chaos checker (internal/testkit/chaos, run by
+// chaos_test.go) runs against. A store starts a deployment: the storage
+// processes, the clients of each Locker slot (some through a toxiproxy proxy,
+// so that their links can be slowed or cut), the faults it can inject and a way
+// to list what it still holds after the run.
 
 // chaosStores are the stores TestChaos runs against.
 var chaosStores = []chaos.Store{

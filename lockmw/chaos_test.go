@@ -10,12 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/chaos"
 )
 
-// TestChaos runs the seeded randomized safety checker (internal/chaos)
+// TestChaos runs the seeded randomized safety checker (internal/testkit/chaos)
 // against the Redis stores of chaos_store_test.go; lockmw/etcd's TestChaos
-// runs it against etcd. See internal/chaos for what it checks and how to
+// runs it against etcd. See internal/testkit/chaos for what it checks and how to
 // replay a failure:
 //
 //	go test -race -run '^TestChaos$' ./lockmw/                         # short: 10s per store

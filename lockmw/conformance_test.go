@@ -10,12 +10,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/internal/conformance"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
-// The conformance suite (internal/conformance) against the three Redis
+// The conformance suite (internal/testkit/conformance) against the three Redis
 // deployments New and NewRedlock support. Each store runs on servers of
 // its own, so the three run in parallel.
 

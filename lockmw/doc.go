@@ -67,7 +67,7 @@
 // that are not UTF-8 (its package documentation), Redis Cluster keys that
 // start with '}' (section Redis keys), etcd and ZooKeeper escape what
 // their paths cannot hold. The conformance suite locks such keys on every
-// store (internal/conformance, Keys).
+// store (internal/testkit/conformance, Keys).
 //
 // # Leases, validity and the watchdog
 //

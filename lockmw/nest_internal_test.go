@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 )
 
 // Nesting and releasing many times leaves nothing behind: no goroutine, and

@@ -15,8 +15,8 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/lockmw/lockmw/cronlock/gocronlock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
 

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 )
 
 // TestMain starts the redis-server the examples use (redisAddr).

@@ -44,7 +44,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/lockmw/lockmw/cachelock"
-	"github.com/lockmw/lockmw/examples/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -65,7 +65,7 @@ func main() {
 	loadDelay := flag.Duration("load-delay", 20*time.Millisecond, "extra time each database load takes")
 	flag.Parse()
 
-	addr, stopRedis := demoredis.Addr()
+	addr, stopRedis := demo.RedisAddr()
 	defer stopRedis()
 	db, cleanup := openDB(*driver, *dsn, *products)
 	defer cleanup()
@@ -180,7 +180,7 @@ type service struct {
 }
 
 func newService(name, addr string, db *sql.DB, logger *slog.Logger, loadDelay time.Duration, opts ...cachelock.Option) *service {
-	client := demoredis.Client(addr) // the client settings a lock needs
+	client := demo.RedisClient(addr) // the client settings a lock needs
 	locker, err := lockmw.New(client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)

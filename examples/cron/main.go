@@ -35,7 +35,7 @@ import (
 
 	"github.com/lockmw/lockmw/cronlock"
 	"github.com/lockmw/lockmw/cronlock/gocronlock"
-	"github.com/lockmw/lockmw/examples/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
@@ -43,7 +43,7 @@ func main() {
 	duration := flag.Duration("duration", 6*time.Second, "how long the schedulers run")
 	useGocron := flag.Bool("gocron", false, "use gocron v2 and gocronlock instead of robfig/cron and cronlock")
 	flag.Parse()
-	addr, stop := demoredis.Addr()
+	addr, stop := demo.RedisAddr()
 	defer stop()
 
 	t := &tally{runs: map[time.Time][]string{}}
@@ -53,7 +53,7 @@ func main() {
 	}{{"host-a", 0}, {"host-b", 300 * time.Millisecond}, {"host-c", 700 * time.Millisecond}}
 	var stops []func()
 	for _, h := range hosts {
-		client := demoredis.Client(addr) // the client settings a lock needs
+		client := demo.RedisClient(addr) // the client settings a lock needs
 		locker, err := lockmw.New(client, lockmw.WithTTL(2*time.Second))
 		if err != nil {
 			log.Fatal(err)

@@ -4,9 +4,15 @@ go 1.26.0
 
 require (
 	github.com/lockmw/lockmw v0.0.0
+	github.com/lockmw/lockmw/examples v0.0.0
 	github.com/lockmw/lockmw/lockmw/etcd v0.0.0
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/zap v1.28.0
+)
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
 )
 
 require (
@@ -39,5 +45,6 @@ require (
 
 replace (
 	github.com/lockmw/lockmw => ../..
+	github.com/lockmw/lockmw/examples => ..
 	github.com/lockmw/lockmw/lockmw/etcd => ../../lockmw/etcd
 )

@@ -29,7 +29,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/lockmw/lockmw/internal/storedemo"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 )
@@ -56,7 +56,7 @@ lease revoked early). For example:
 }
 
 func run(endpoints []string) error {
-	logger := storedemo.Logger()
+	logger := demo.Logger()
 	ctx := context.Background()
 	var lockers []*lockmw.Locker
 	for range 2 {
@@ -72,5 +72,5 @@ func run(endpoints []string) error {
 		defer l.Close()
 		lockers = append(lockers, l)
 	}
-	return storedemo.Run(ctx, lockers[0], lockers[1])
+	return demo.Run(ctx, lockers[0], lockers[1])
 }

@@ -40,7 +40,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/examples/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/ginlock"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -64,7 +64,7 @@ func main() {
 		log.Fatal("flashsale: -buyers and -instances must be positive, -stock and -charge not negative")
 	}
 
-	addr, stop := demoredis.Addr()
+	addr, stop := demo.RedisAddr()
 	defer stop()
 	gin.SetMode(gin.ReleaseMode)
 

@@ -42,7 +42,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/status"
 
-	"github.com/lockmw/lockmw/examples/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/grpclock"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -87,7 +87,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	addr, stop := demoredis.Addr()
+	addr, stop := demo.RedisAddr()
 	defer stop()
 
 	ctx := context.Background()
@@ -233,7 +233,7 @@ var shopDesc = grpc.ServiceDesc{
 // startInstance serves the shop on a loopback port with its own Redis
 // client and Locker, as a separate process would, and returns its address.
 func startInstance(name, addr string, logger *slog.Logger, locked bool) (string, func()) {
-	rdb := demoredis.Client(addr) // the client settings a lock needs
+	rdb := demo.RedisClient(addr) // the client settings a lock needs
 	locker, err := lockmw.New(rdb, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)

@@ -22,12 +22,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockmw/lockmw/examples/internal/demoredis"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/lockmw"
 )
 
 func main() {
-	addr, stop := demoredis.Addr()
+	addr, stop := demo.RedisAddr()
 	defer stop()
 
 	// Lost-lock warnings go to stderr; the story goes to stdout.
@@ -88,7 +88,7 @@ type instance struct {
 }
 
 func newInstance(name, addr string, logger *slog.Logger) *instance {
-	client := demoredis.Client(addr) // the client settings a lock needs
+	client := demo.RedisClient(addr) // the client settings a lock needs
 	locker, err := lockmw.New(client, lockmw.WithTTL(2*time.Second), lockmw.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)

@@ -34,12 +34,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/cachelock"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
@@ -64,15 +64,8 @@ It creates lockmw's tables there and a table lockmw_example_products.
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	redisAddr := os.Getenv("REDIS_ADDR")
-	if redisAddr == "" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			log.Fatal(err)
-		}
-		defer mr.Close()
-		redisAddr = mr.Addr()
-	}
+	redisAddr, stopRedis := demo.RedisAddr()
+	defer stopRedis()
 	admin, err := pgxpool.New(ctx, url)
 	if err != nil {
 		log.Fatal(err)

@@ -4,7 +4,28 @@ go 1.26.0
 
 require (
 	github.com/lockmw/lockmw v0.0.0
+	github.com/lockmw/lockmw/examples v0.0.0
 	github.com/lockmw/lockmw/lockmw/zookeeper v0.0.0
+)
+
+require (
+	github.com/Shopify/toxiproxy/v2 v2.5.0 // indirect
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
+	github.com/gorilla/mux v1.8.0 // indirect
+	github.com/mattn/go-colorable v0.1.14 // indirect
+	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/matttproud/golang_protobuf_extensions v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.13.0 // indirect
+	github.com/prometheus/client_model v0.2.0 // indirect
+	github.com/prometheus/common v0.37.0 // indirect
+	github.com/prometheus/procfs v0.8.0 // indirect
+	github.com/rs/xid v1.6.0 // indirect
+	github.com/rs/zerolog v1.35.1 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
 require (
@@ -24,5 +45,6 @@ require (
 
 replace (
 	github.com/lockmw/lockmw => ../..
+	github.com/lockmw/lockmw/examples => ..
 	github.com/lockmw/lockmw/lockmw/zookeeper => ../../lockmw/zookeeper
 )

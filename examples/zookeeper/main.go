@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/storedemo"
+	"github.com/lockmw/lockmw/examples/internal/demo"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
 )
@@ -46,7 +46,7 @@ Start one (Debian: apt-get install zookeeper), for example:
 }
 
 func run(servers []string) error {
-	logger := storedemo.Logger()
+	logger := demo.Logger()
 	ctx := context.Background()
 	var lockers []*lockmw.Locker
 	for range 2 {
@@ -58,5 +58,5 @@ func run(servers []string) error {
 		defer l.Close()
 		lockers = append(lockers, l)
 	}
-	return storedemo.Run(ctx, lockers[0], lockers[1])
+	return demo.Run(ctx, lockers[0], lockers[1])
 }

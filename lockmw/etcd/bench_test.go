@@ -7,7 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/benchsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/benchsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
@@ -15,7 +15,7 @@ import (
 
 // Benchmarks of lockmw on etcd beside go.etcd.io/etcd/client/v3/concurrency's
 // Mutex, on the same single etcd member in the same run, with the harness
-// of internal/lockmwtest/benchsuite.
+// of internal/testkit/lockmwtest/benchsuite.
 
 type etcdMutex struct{ s *concurrency.Session }
 

@@ -12,15 +12,15 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/chaos"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/chaos) against a three-member etcd cluster. See internal/chaos
-// for what it checks and how to replay a failure:
+// (internal/testkit/chaos) against a three-member etcd cluster. See
+// internal/testkit/chaos for what it checks and how to replay a failure:
 //
 //	go test -race -run '^TestChaos$' .                       # short: 30s
 //	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=30m

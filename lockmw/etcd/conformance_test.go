@@ -12,13 +12,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lockmw/lockmw/internal/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/conformance"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
 
-// The conformance suite (internal/conformance) against a single etcd
+// The conformance suite (internal/testkit/conformance) against a single etcd
 // member and a three-member cluster.
 
 func TestConformanceEtcd(t *testing.T) {

@@ -9,13 +9,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
 
-// cronlock's store-independent suite (internal/lockmwtest/cronsuite) on
+// cronlock's store-independent suite (internal/testkit/lockmwtest/cronsuite) on
 // one etcd member: Singleton, and the Scheduler claiming its fires in
 // etcd (no Redis client).
 func TestCronlock(t *testing.T) {

@@ -8,14 +8,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/ginsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/ginsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
 
-// ginlock's store-independent behaviour (internal/lockmwtest/ginsuite) on a
-// single etcd member: ginlock works unchanged on the etcd store's Locker.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on a single etcd member: ginlock works unchanged on the etcd store's Locker.
 func TestGinlockSuiteEtcd(t *testing.T) {
 	t.Parallel()
 	srv := etcdtest.Start(t)

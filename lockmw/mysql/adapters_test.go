@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/lockmwtest/ginsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/ginsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/mysql"
 )
 
-// ginlock's store-independent behaviour (internal/lockmwtest/ginsuite) on
-// MariaDB: ginlock works unchanged on the store's Locker.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on MariaDB: ginlock works unchanged on the store's Locker.
 func TestGinlockSuiteMariaDB(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
@@ -45,7 +45,7 @@ func TestGinlockSuiteMariaDB(t *testing.T) {
 	})
 }
 
-// cronlock's store-independent suite (internal/lockmwtest/cronsuite) on
+// cronlock's store-independent suite (internal/testkit/lockmwtest/cronsuite) on
 // MariaDB: Singleton, and the Scheduler claiming its fires in the claims
 // table (no Redis client).
 func TestCronlockMariaDB(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/benchsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/benchsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/mysql"
 	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
@@ -17,7 +17,7 @@ import (
 // Benchmarks of lockmw on MariaDB beside a ShedLock-style table lock (one
 // row per lock, taken by UPDATE … WHERE lock_until <= NOW(6), polled), on
 // the same server in the same run (make bench), with the harness of
-// internal/lockmwtest/benchsuite.
+// internal/testkit/lockmwtest/benchsuite.
 
 // shedPoll is how often the ShedLock-style loop tries again (ShedLock
 // itself skips the run instead of waiting).

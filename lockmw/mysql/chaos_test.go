@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/chaos"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/mysql"
 	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/chaos) against one MariaDB server. See internal/chaos for what
-// it checks and how to replay a failure:
+// (internal/testkit/chaos) against one MariaDB server. See
+// internal/testkit/chaos for what it checks and how to replay a failure:
 //
 //	go test -race -run '^TestChaos$' .                       # short: 10s
 //	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=15m

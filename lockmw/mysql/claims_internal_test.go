@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/sqlsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/sqlsuite"
 )
 
 // claimKeepLeft reads, with admin, how long the claim row of job is kept

@@ -3,12 +3,13 @@ package mysql_test
 import (
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/conformance"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/mysql"
 )
 
-// The conformance suite (internal/conformance) against one MariaDB server.
+// The conformance suite (internal/testkit/conformance) against one MariaDB
+// server.
 func TestConformanceMariaDB(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)

@@ -21,8 +21,8 @@ import (
 	"github.com/lockmw/lockmw/cronlock"
 	"github.com/lockmw/lockmw/ginlock"
 	"github.com/lockmw/lockmw/grpclock"
-	"github.com/lockmw/lockmw/internal/lockmwtest"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )

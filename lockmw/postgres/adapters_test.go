@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/fireclaim"
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/lockmwtest/ginsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/ginsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
 
-// ginlock's store-independent behaviour (internal/lockmwtest/ginsuite) on
-// PostgreSQL: ginlock works unchanged on the store's Locker.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on PostgreSQL: ginlock works unchanged on the store's Locker.
 func TestGinlockSuitePostgres(t *testing.T) {
 	srv := startServer(t)
 	ginsuite.Run(t, ginsuite.Env{
@@ -46,7 +46,7 @@ func TestGinlockSuitePostgres(t *testing.T) {
 	})
 }
 
-// cronlock's store-independent suite (internal/lockmwtest/cronsuite) on
+// cronlock's store-independent suite (internal/testkit/lockmwtest/cronsuite) on
 // PostgreSQL: Singleton, and the Scheduler claiming its fires in the
 // claims table (no Redis client).
 func TestCronlockPostgres(t *testing.T) {

@@ -10,15 +10,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/benchsuite"
-	"github.com/lockmw/lockmw/internal/pgtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/benchsuite"
+	"github.com/lockmw/lockmw/internal/testkit/pgtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
 
 // Benchmarks of lockmw on PostgreSQL beside the two shortcuts teams use
 // instead, on the same server in the same run (make bench), with the
-// harness of internal/lockmwtest/benchsuite: a pg_try_advisory_lock
+// harness of internal/testkit/lockmwtest/benchsuite: a pg_try_advisory_lock
 // polling loop (each contender on a connection of its own: the lock is the
 // session's) and a ShedLock-style table (UPDATE … SET lock_until =
 // now() + ttl WHERE name = $1 AND lock_until <= now(), polled). Both

@@ -8,16 +8,16 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockmw/lockmw/internal/chaos"
-	"github.com/lockmw/lockmw/internal/pgtest"
-	"github.com/lockmw/lockmw/internal/redistest"
+	"github.com/lockmw/lockmw/internal/testkit/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/pgtest"
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/chaos) against one PostgreSQL server. See internal/chaos for
-// what it checks and how to replay a failure:
+// (internal/testkit/chaos) against one PostgreSQL server. See
+// internal/testkit/chaos for what it checks and how to replay a failure:
 //
 //	go test -race -run '^TestChaos$' .                       # short: 20s
 //	go test -race -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=15m

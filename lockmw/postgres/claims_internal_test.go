@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/sqlsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/sqlsuite"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 

@@ -3,13 +3,13 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/conformance"
-	"github.com/lockmw/lockmw/internal/pgtest"
+	"github.com/lockmw/lockmw/internal/testkit/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/pgtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
 
-// The conformance suite (internal/conformance) against one PostgreSQL
+// The conformance suite (internal/testkit/conformance) against one PostgreSQL
 // server. The package's tests run one after another (no t.Parallel): each
 // starts a server, and several at once on a small machine make
 // connections slower than the tests' short TTLs.

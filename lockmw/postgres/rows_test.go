@@ -3,7 +3,7 @@ package postgres_test
 import (
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/sqlsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/sqlsuite"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )

@@ -7,11 +7,11 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/cronsuite"
-	"github.com/lockmw/lockmw/internal/lockmwtest/ginsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/cronsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/ginsuite"
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // deleteLockNodes deletes every node of the lock parent p behind its
@@ -32,8 +32,8 @@ func deleteLockNodes(c *zk.Conn, p string) error {
 	return nil
 }
 
-// ginlock's store-independent behaviour (internal/lockmwtest/ginsuite) on
-// one ZooKeeper server: ginlock works unchanged on the store's Locker.
+// ginlock's store-independent behaviour (internal/testkit/lockmwtest/ginsuite)
+// on one ZooKeeper server: ginlock works unchanged on the store's Locker.
 func TestGinlockSuiteZooKeeper(t *testing.T) {
 	t.Parallel()
 	e := zktest.StartEnsemble(t, 1)
@@ -59,8 +59,8 @@ func TestGinlockSuiteZooKeeper(t *testing.T) {
 	})
 }
 
-// cronlock's store-independent suite (internal/lockmwtest/cronsuite) on one
-// ZooKeeper server: Singleton, and the Scheduler claiming its fires in
+// cronlock's store-independent suite (internal/testkit/lockmwtest/cronsuite) on
+// one ZooKeeper server: Singleton, and the Scheduler claiming its fires in
 // ZooKeeper (no Redis client).
 func TestCronlockSuiteZooKeeper(t *testing.T) {
 	t.Parallel()

@@ -9,15 +9,15 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest/benchsuite"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/benchsuite"
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // Benchmarks of lockmw on ZooKeeper beside go-zookeeper's zk.Lock, on the
 // same single server in the same run (make bench), with the harness of
-// internal/lockmwtest/benchsuite.
+// internal/testkit/lockmwtest/benchsuite.
 
 // zkLock is go-zookeeper's recipe, one connection per contender.
 type zkLock struct{ c *zk.Conn }

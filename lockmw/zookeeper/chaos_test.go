@@ -9,14 +9,14 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/lockmw/lockmw/internal/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/chaos"
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // TestChaos runs lockmw's seeded randomized safety checker
-// (internal/chaos) against a three-server ZooKeeper ensemble:
+// (internal/testkit/chaos) against a three-server ZooKeeper ensemble:
 //
 //	go test -run '^TestChaos$' .                       # short: 30s
 //	go test -run '^TestChaos$' . -args -chaos.seed=42 -chaos.duration=30m

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // claimsOn returns a Locker's store on servers, with ClaimRetention, and

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/conformance"
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
-// The conformance suite (internal/conformance) against one ZooKeeper
+// The conformance suite (internal/testkit/conformance) against one ZooKeeper
 // server and a three-server ensemble.
 
 func TestConformanceZooKeeper(t *testing.T) {

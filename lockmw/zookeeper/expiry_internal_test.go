@@ -8,8 +8,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // At StateExpired every lease of the session ends, with the expiry as its

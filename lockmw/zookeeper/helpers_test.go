@@ -10,9 +10,9 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // testTTL is the lease TTL of most tests.

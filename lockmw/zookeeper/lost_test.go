@@ -11,9 +11,9 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // A holder whose link is cut for longer than its session timeout: the

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // closedAddr returns a loopback address nothing listens on.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
-	"github.com/lockmw/lockmw/lockmw/zookeeper/internal/zktest"
 )
 
 // The traps of go-zookeeper's zk.Lock and of a ZooKeeper lock written

@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // The etcd server the tests run is $LOCKMW_ETCD when that is set, else the

@@ -1,5 +1,5 @@
 // Package etcdtest starts real etcd processes for tests, in the spirit of
-// net/http/httptest and of lockmw's internal/redistest: no mocks, one
+// net/http/httptest and of lockmw's internal/testkit/redistest: no mocks, one
 // throw-away member or cluster per call, always stopped through t.Cleanup.
 //
 // Start starts a single member, StartCluster a cluster of n members. Every
@@ -40,11 +40,11 @@
 //
 // # Process hygiene
 //
-// The members are run by internal/servertest, the process supervisor
-// every test kit shares. Members run in their own process group and, on
-// Linux, are started with Pdeathsig SIGKILL, so a test binary that crashes
-// does not leave them behind. Cleanup SIGKILLs each member's process group and waits for it to
-// exit, whether it is running, paused or already dead.
+// The members are run by internal/testkit/servertest, the process supervisor
+// every test kit shares. Members run in their own process group and, on Linux,
+// are started with Pdeathsig SIGKILL, so a test binary that crashes does not
+// leave them behind. Cleanup SIGKILLs each member's process group and waits for
+// it to exit, whether it is running, paused or already dead.
 //
 // # Example
 //

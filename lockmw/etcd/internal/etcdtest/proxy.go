@@ -5,7 +5,7 @@ package etcdtest
 import (
 	"testing"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // Proxy is a TCP proxy in front of one member's client port: servertest's

@@ -1,5 +1,5 @@
 // Package mariatest starts real MariaDB servers for tests, on the process
-// supervisor of internal/servertest: each Start makes a data directory
+// supervisor of internal/testkit/servertest: each Start makes a data directory
 // under t.TempDir() with mariadb-install-db and runs mariadbd in the
 // foreground on a free 127.0.0.1 port, as root (--user=root), with root
 // reachable over TCP without a password and a database named Database.
@@ -35,7 +35,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/lockmw/lockmw/internal/servertest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 )
 
 // Database is the database every server has, where tests keep their tables.

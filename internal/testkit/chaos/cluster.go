@@ -1,0 +1,92 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/internal/testkit/redistest"
+)
+
+// A Link is a proxied link of a Locker slot to one server of a store of
+// several (an etcd member, a ZooKeeper server, a Redlock master), named
+// in the notes by Server.
+type Link struct {
+	Slot   int
+	Server string
+	Proxy  *redistest.Proxy
+}
+
+// PickSlotLinks returns a pick for LinkFault over links: one link, or one
+// time in three every link of that link's slot (the slot is cut off from
+// the store). It notes which.
+func PickSlotLinks(links []Link) func(env *FaultEnv) []*redistest.Proxy {
+	return func(env *FaultEnv) []*redistest.Proxy {
+		l := links[env.Rand.IntN(len(links))]
+		if env.Rand.IntN(3) == 0 {
+			env.Note("every link of slot %d", l.Slot)
+			var ps []*redistest.Proxy
+			for _, o := range links {
+				if o.Slot == l.Slot {
+					ps = append(ps, o.Proxy)
+				}
+			}
+			return ps
+		}
+		env.Note("link of slot %d to %s", l.Slot, l.Server)
+		return []*redistest.Proxy{l.Proxy}
+	}
+}
+
+// A Member is one server of a store of several, as its test kit
+// supervises it.
+type Member interface {
+	Pause(t testing.TB)
+	Resume(t testing.TB)
+	Kill(t testing.TB)
+}
+
+// PauseMembers returns the "pause" fault of a store of several servers
+// (names: theirs, in the notes): SIGSTOP one or two consecutive members
+// (with three: a quorum stays, or none does) for 20ms to 3s, cut short
+// when the run ends.
+func PauseMembers[M Member](members []M, names []string) Fault {
+	return Fault{Name: "pause", Run: func(env *FaultEnv) {
+		k := 1 + env.Rand.IntN(2)
+		first := env.Rand.IntN(len(members))
+		hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
+		var paused []string
+		for i := range k {
+			paused = append(paused, names[(first+i)%len(members)])
+		}
+		env.Note("SIGSTOP %v for %v", paused, hold)
+		for i := range k {
+			members[(first+i)%len(members)].Pause(env.T)
+		}
+		env.Sleep(hold)
+		for i := range k {
+			members[(first+i)%len(members)].Resume(env.T)
+		}
+	}}
+}
+
+// RestartMembers returns the "restart" fault (exclusive, weight 2) of a
+// store of several servers (names: theirs, in the notes): SIGKILL one
+// member, or one time in four all of them, keep them down up to 3s, then
+// call restart with them. The wait is not cut short when the run ends: the
+// members must run again for the checks after it.
+func RestartMembers[M Member](members []M, names []string, restart func(env *FaultEnv, victims []M)) Fault {
+	return Fault{Name: "restart", Weight: 2, Exclusive: true, Run: func(env *FaultEnv) {
+		down := env.Rand.Duration(0, 3*time.Second)
+		i := env.Rand.IntN(len(members))
+		victims, killed := []M{members[i]}, []string{names[i]}
+		if env.Rand.IntN(4) == 0 {
+			victims, killed = members, names
+		}
+		env.Note("SIGKILL %v, down for %v", killed, down)
+		for _, m := range victims {
+			m.Kill(env.T)
+		}
+		time.Sleep(down)
+		restart(env, victims)
+	}}
+}

@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
+	"time"
 )
 
 // This file makes one acquisition attempt, on every store.
@@ -23,19 +24,21 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 		return nil, store.Reply{}, ErrClosed
 	}
 	token := newToken()
-	ctx, cancel := bound(a.opCtx, a.cfg.ttl)
-	reply, err := l.st.Acquire(ctx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
+	// Every store bounds its Acquire by the TTL itself (the Redis stores by
+	// their client's shorter timeouts), so the attempt adds no bound of its
+	// own, and no timer, on the hot path: the error is named when it is
+	// that bound's (ranOut).
+	sent := time.Now()
+	reply, err := l.st.Acquire(a.opCtx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
 	if err != nil {
 		if !l.leftNothing(err) {
 			// The request may have taken the lock all the same: give back
 			// whatever token holds (no lease will hold it).
 			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
 		}
-		err = unanswered(ctx, l.store, l.caps.diagnoser, "the acquisition", a.cfg.ttl, err)
-		cancel()
+		err = unanswered(ranOut(a.opCtx, sent, a.cfg.ttl, err), l.store, l.caps.diagnoser, "the acquisition", a.cfg.ttl, err)
 		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}
-	cancel()
 	if !reply.Acquired {
 		return nil, reply, nil
 	}

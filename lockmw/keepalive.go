@@ -444,7 +444,7 @@ func (s *renewScheduler) renew(batch []*Lease, sentAt time.Time) {
 		switch err := results[i].Err; {
 		case err == nil:
 		case named == nil:
-			if named, _ = unanswered(ctx, s.store, s.diag, "the renewal", longest, err).(*unansweredError); named != nil {
+			if named, _ = unanswered(boundEnded(ctx), s.store, s.diag, "the renewal", longest, err).(*unansweredError); named != nil {
 				results[i].Err = named
 			}
 		default:

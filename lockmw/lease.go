@@ -216,7 +216,7 @@ func (s *Lease) release(ctx context.Context) error {
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
 	rctx, cancel := bound(ctx, s.ttl)
 	found, err := l.releaseLease(rctx, s, deadline)
-	err = unanswered(rctx, l.store, l.caps.diagnoser, "the release", s.ttl, err)
+	err = unanswered(boundEnded(rctx), l.store, l.caps.diagnoser, "the release", s.ttl, err)
 	cancel()
 	if s.fair {
 		l.forgetFair(s.lock, s.token)

@@ -9,10 +9,14 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file names a store request that ran out its bound. The Locker
-// bounds each request it makes of the store (an acquisition, a queue
-// entry, a release, a renewal) by the lease TTL: an answer later than that
-// is worthless. When that bound, and not the caller's context, ends a
+// This file names a store request that ran out its bound. Each request
+// the Locker makes of the store (an acquisition, a queue entry, a release,
+// a renewal) is bounded by the lease TTL: an answer later than that is
+// worthless. The Locker sets that bound itself (bound), except on an
+// acquisition, which every store bounds by the TTL itself (the Redis
+// stores by their client's timeouts, which are shorter): there it is
+// told by the time the error took (ranOut), so that the hot path of a
+// lock+unlock carries one timer context, the release's, not two. When that bound, and not the caller's context, ends a
 // request, the store's client usually returns the bare context error; the
 // Locker replaces it by one that names the store, what it waited for and
 // how long, and the last error the store's client saw reaching the store
@@ -32,13 +36,29 @@ func bound(ctx context.Context, d time.Duration) (context.Context, context.Cance
 	return context.WithTimeoutCause(ctx, d, errBound)
 }
 
-// unanswered returns err, the error of a store request made under rctx
-// (from bound, with d), unchanged unless rctx's bound ended the request
-// while its parent context was still live: then an *unansweredError
+// boundEnded reports whether rctx's bound (from bound) ended the request
+// made under it, while rctx's parent was still live.
+func boundEnded(rctx context.Context) bool {
+	return errors.Is(context.Cause(rctx), errBound)
+}
+
+// ranOut reports whether err, the error of a request sent at sent under
+// ctx and bounded by the store itself (an acquisition: every store bounds
+// its Acquire by the TTL, d), is that bound's: it came at least d after
+// the request was sent, with ctx still live (whatever type the store's
+// client gives the error: etcd's and ZooKeeper's differ). An end of ctx's
+// own, or a shorter timeout of the store's client, is not.
+func ranOut(ctx context.Context, sent time.Time, d time.Duration, err error) bool {
+	return err != nil && ctx.Err() == nil && time.Since(sent) >= d
+}
+
+// unanswered returns err, the error of a store request bounded by d,
+// unchanged unless that bound ended it (ended: boundEnded or ranOut)
+// while the caller's context was still live: then an *unansweredError
 // naming the store (name), what the request was (what) and d, with the
 // store's diagnosis when it offers one.
-func unanswered(rctx context.Context, name string, diag store.Diagnoser, what string, d time.Duration, err error) error {
-	if err == nil || !errors.Is(context.Cause(rctx), errBound) {
+func unanswered(ended bool, name string, diag store.Diagnoser, what string, d time.Duration, err error) error {
+	if err == nil || !ended {
 		return err
 	}
 	if name == "" {

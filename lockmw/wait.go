@@ -379,7 +379,7 @@ func (l *Locker) enqueue(opCtx context.Context, sk store.Key, token string, ac *
 	ctx, cancel := bound(opCtx, ac.ttl)
 	defer cancel()
 	reply, err := l.caps.queue.Enqueue(ctx, sk, token, ac.ttl, ac.watchdog)
-	return reply, unanswered(ctx, l.store, l.caps.diagnoser, "the queue entry", ac.ttl, err)
+	return reply, unanswered(boundEnded(ctx), l.store, l.caps.diagnoser, "the queue entry", ac.ttl, err)
 }
 
 // leaveQueue takes token's entry out of the queue, even if opCtx has

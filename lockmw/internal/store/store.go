@@ -67,7 +67,10 @@ type Store interface {
 	// unless renewed. It never waits for the lock. renewed false means the
 	// holding will never be renewed and must end by itself after ttl: a
 	// store that keeps several holdings alive together (one etcd lease per
-	// Locker and TTL) keeps this one apart.
+	// Locker and TTL) keeps this one apart. The store bounds the request
+	// by ttl itself (a context deadline, or shorter client timeouts): the
+	// Locker sets no bound of its own on an acquisition, and names the
+	// error of one that ran out ttl (lockmw's unanswered.go).
 	Acquire(ctx context.Context, k Key, token string, ttl time.Duration, renewed bool) (Reply, error)
 	// Release ends token's holding of the lock, or takes token out of the
 	// lock's queue, if it is there; another token's holding or entry is

@@ -12,22 +12,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // TestUnreachableEtcdIsNamed: against a closed port, New returns a Locker
 // and logs one warning naming the endpoint and the refused dial; an
@@ -36,7 +25,7 @@ func closedAddr(t *testing.T) string {
 // context.DeadlineExceeded; the caller's own context ending first stays
 // the caller's error.
 func TestUnreachableEtcdIsNamed(t *testing.T) {
-	addr := closedAddr(t)
+	addr := servertest.ClosedAddr(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}})
 	if err != nil {
 		t.Fatal(err)

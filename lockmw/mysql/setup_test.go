@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,22 +11,11 @@ import (
 	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/mysql"
 	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
 )
-
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // dsn is a DSN for user (root when "") with password pass on database db
 // at addr.
@@ -66,7 +54,7 @@ func TestFailureThatRanNothingIsNotGivenBack(t *testing.T) {
 		readOnly  bool
 		want      error // besides lockmw.ErrUnavailable, when not nil
 	}{
-		{name: "ConnectionRefused", dsn: dsn(closedAddr(t), "", "", mariatest.Database)},
+		{name: "ConnectionRefused", dsn: dsn(servertest.ClosedAddr(t), "", "", mariatest.Database)},
 		{name: "UnknownDatabase", dsn: dsn(addr, "", "", "no_such_db")},
 		{name: "AccessDenied", dsn: dsn(addr, "", "wrong", mariatest.Database)},
 		{name: "NoDatabase", dsn: dsn(addr, "", "", "")},
@@ -130,7 +118,7 @@ func TestFailureThatRanNothingIsNotGivenBack(t *testing.T) {
 func TestStartupChecks(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
-	closed := closedAddr(t)
+	closed := servertest.ClosedAddr(t)
 	cases := []struct {
 		name, dsn string
 		warn      []string // what the one warning says; none when nil

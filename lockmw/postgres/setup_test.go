@@ -3,27 +3,15 @@ package postgres_test
 import (
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 
 	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 	"github.com/lockmw/lockmw/internal/testkit/pgtest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/postgres"
 )
-
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // An acquisition that failed without running (no connection, a refused
 // login, a missing table, a read-only server) took nothing: the Locker
@@ -40,8 +28,8 @@ func TestFailureThatRanNothingIsNotGivenBack(t *testing.T) {
 		drop      bool  // drop the schema's tables once the Locker is made
 		want      error // besides lockmw.ErrUnavailable, when not nil
 	}{
-		{name: "ConnectionRefused", url: pgtest.URLFor(closedAddr(t))},
-		{name: "TwoHostsRefused", url: "postgres://postgres@" + closedAddr(t) + "," + closedAddr(t) + "/postgres?sslmode=disable"},
+		{name: "ConnectionRefused", url: pgtest.URLFor(servertest.ClosedAddr(t))},
+		{name: "TwoHostsRefused", url: "postgres://postgres@" + servertest.ClosedAddr(t) + "," + servertest.ClosedAddr(t) + "/postgres?sslmode=disable"},
 		{name: "UnknownDatabase", url: "postgres://postgres@" + addr + "/no_such_db?sslmode=disable"},
 		{name: "UnknownRole", url: "postgres://no_such_role@" + addr + "/postgres?sslmode=disable"},
 		{name: "MissingTable", url: srv.URL(), schema: postgres.Schema{Table: "dropped"}, drop: true, want: postgres.ErrNoTable},
@@ -122,7 +110,7 @@ func TestStartupChecks(t *testing.T) {
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
-		addr := closedAddr(t)
+		addr := servertest.ClosedAddr(t)
 		logs := &lockmwtest.Logs{}
 		l, err := postgres.New(newPool(t, pgtest.URLFor(addr)), lockmw.WithTTL(testTTL), lockmw.WithLogger(slog.New(logs)))
 		if err != nil {

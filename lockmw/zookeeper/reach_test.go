@@ -13,22 +13,11 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
+	"github.com/lockmw/lockmw/internal/testkit/servertest"
 	"github.com/lockmw/lockmw/internal/testkit/zktest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/zookeeper"
 )
-
-// closedAddr returns a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // silentAddr returns the address of a listener that accepts connections
 // and never writes to them.
@@ -104,7 +93,7 @@ func TestWrongAddressIsNamed(t *testing.T) {
 		addr func(*testing.T) string
 		why  string
 	}{
-		{"closed port", closedAddr, "connection refused"},
+		{"closed port", func(t *testing.T) string { return servertest.ClosedAddr(t) }, "connection refused"},
 		{"HTTP server", httpAddr, "has not answered the session handshake"}, // it waits for a request line
 		{"silent listener", silentAddr, "has not answered the session handshake"},
 		{"SSH server", sshAddr, `answered "SSH-", not a ZooKeeper connect response`},

@@ -3,6 +3,7 @@ package servertest
 import (
 	"fmt"
 	"net"
+	"testing"
 )
 
 // FreePort asks the kernel for a free 127.0.0.1 port. Someone else may take
@@ -51,4 +52,18 @@ func RetryTakenPorts(start func() (portTaken bool, err error)) error {
 			return fmt.Errorf("attempt %d: %w", attempt, err)
 		}
 	}
+}
+
+// ClosedAddr returns a 127.0.0.1 address nothing listens on (a port the
+// kernel just gave out and that was closed again), for tests of a store
+// that cannot be reached: a dial to it is refused.
+func ClosedAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	mathrand "math/rand/v2"
 	"time"
 
@@ -284,6 +285,9 @@ type queueWay struct {
 	leaveGate func() // a default-mode waiter's gate; nil for Fair
 	settled   bool   // the token took the lock, or was given back whole
 	queued    bool   // an Enqueue of the token was answered: it may have an entry
+	// busyCounter is the highest Reply.Counter of the token's busy
+	// Enqueues: a hand-over whose fence is not above it is stale.
+	busyCounter uint64
 }
 
 func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
@@ -301,6 +305,7 @@ func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
 	}
 	w.queued = true
 	if !reply.Acquired {
+		w.busyCounter = max(w.busyCounter, reply.Counter)
 		return nil, reply, nil
 	}
 	// The lease, or, when its reply came too late, its give-back, ends
@@ -316,15 +321,39 @@ func (w *queueWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Le
 	if left > 0 {
 		d = min(d, left)
 	}
-	err := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
-		return l.caps.queue.WaitTurn(ctx, a.lock, w.token, a.cfg.ttl, r)
+	var handed store.Reply
+	err := l.untilClosed(a.opCtx, d, func(ctx context.Context) (err error) {
+		handed, err = l.caps.queue.WaitTurn(ctx, a.lock, w.token, a.cfg.ttl, r)
+		return err
 	})
-	if err != nil && !isTimeout(err) && !l.closed.Load() && a.opCtx.Err() == nil {
+	switch {
+	case err == nil && handed.Acquired:
+		return w.handed(a, handed)
+	case err != nil && !isTimeout(err) && !l.closed.Load() && a.opCtx.Err() == nil:
 		// The store could not watch the queue: give up the place, as a
 		// store failure ends every other wait.
 		return nil, unavailable("acquire", a.key, err)
 	}
 	return nil, nil
+}
+
+// handed makes the lease for a hand-over that WaitTurn reported: a
+// release made the token's entry the holder in its own step (see
+// store.Queue). The lease becomes live in that step, decided by the store
+// as every acquisition is; its validity counts from the store's ValidFrom,
+// no later than that step. A hand-over whose fence is not above the
+// counter the token's last busy Enqueue saw was made before that request
+// ran, to an earlier queueing of the token, whose holding the Locker cannot
+// date: it is ignored, and the next try asks Enqueue, which reports what
+// the token holds now.
+func (w *queueWay) handed(a *acquisition, h store.Reply) (*Lease, error) {
+	if h.Fence <= w.busyCounter {
+		w.l.logger.Debug("lockmw: ignoring a stale hand-over", slog.String("key", a.key), slog.String("store", w.l.store),
+			slog.Uint64("fence", h.Fence), slog.Uint64("seen", w.busyCounter))
+		return nil, nil
+	}
+	w.settled = true
+	return w.l.newLease(a, w.token, h.Fence, h.ValidFrom, false)
 }
 
 // done takes the entry out of the queue when the wait ended without a

@@ -731,7 +731,7 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 
 // WaitTurn watches D for the deletion of the predecessor or of token's own
 // key, renewing the own key's lease meanwhile.
-func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
+func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	d := dir(k)
 	s.mu.Lock()
 	e := s.held[token]
@@ -741,7 +741,7 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 	}
 	s.mu.Unlock()
 	if le == nil {
-		return nil // not queued: Enqueue again
+		return store.Reply{}, nil // not queued: Enqueue again
 	}
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -751,22 +751,22 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 	for {
 		if time.Since(s.confirmedOf(le)) >= ttl/3 {
 			if err := s.keepAlive(ctx, le); errors.Is(err, errLeaseGone) {
-				return nil // the entry went with its lease: queue anew
+				return store.Reply{}, nil // the entry went with its lease: queue anew
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return store.Reply{}, ctx.Err()
 		case wr, ok := <-wch:
 			if !ok || wr.Err() != nil || wr.Canceled {
 				if ctx.Err() != nil {
-					return ctx.Err()
+					return store.Reply{}, ctx.Err()
 				}
-				return nil // compacted, or no leader: ask again
+				return store.Reply{}, nil // compacted, or no leader: ask again
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE && (string(ev.Kv.Key) == r.Predecessor || string(ev.Kv.Key) == e.name) {
-					return nil
+					return store.Reply{}, nil
 				}
 			}
 		case <-tick.C:

@@ -166,9 +166,9 @@ func (s *sqlStore) turn(ctx context.Context, k store.Key, token string, ttl time
 // So the waiters next in line poll often while the lock changes hands
 // quickly, and every waiter polls at most every BackoffMax while it does
 // not.
-func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
+func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	if r.Predecessor == "" {
-		return nil // ask again at once
+		return store.Reply{}, nil // ask again at once
 	}
 	place := r.Seen // entries before token's; 0: first
 	backoff, left := BackoffMin, r.HolderTTL
@@ -186,31 +186,31 @@ func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl 
 		timer.Reset(d)
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return store.Reply{}, ctx.Err()
 		case <-timer.C:
 		}
 		if !time.Now().Before(renewAt) {
 			alive, err := s.renewEntry(ctx, k, token, ttl)
 			switch {
 			case ctx.Err() != nil:
-				return ctx.Err()
+				return store.Reply{}, ctx.Err()
 			case err != nil:
-				return err
+				return store.Reply{}, err
 			case !alive:
-				return nil // the entry expired: queue anew
+				return store.Reply{}, nil // the entry expired: queue anew
 			}
 			renewAt = time.Now().Add(ttl / 3)
 		}
 		t, err := s.turn(ctx, k, token, ttl)
 		switch {
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return store.Reply{}, ctx.Err()
 		case err != nil:
-			return err
+			return store.Reply{}, err
 		}
 		now := t.reply()
 		if now.Predecessor == "" {
-			return nil // free for token, or its entry ended: ask again
+			return store.Reply{}, nil // free for token, or its entry ended: ask again
 		}
 		since := time.Since(polled)
 		polled = time.Now()

@@ -124,7 +124,7 @@ func TestWaitTurnEndsWhenFirstAndFree(t *testing.T) {
 		t.Fatalf("places %d %d, want 1 2", replies[1].Seen, replies[2].Seen)
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.WaitTurn(ctx, k, "b", ttl, replies[1]) }()
+	go func() { _, err := s.WaitTurn(ctx, k, "b", ttl, replies[1]); done <- err }()
 	notYet := func(what string) {
 		t.Helper()
 		select {

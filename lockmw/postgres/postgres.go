@@ -490,11 +490,11 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 // waiter found it first in the queue), the holder's or predecessor's
 // expiry, or the end of token's own entry, keeping the entry alive
 // meanwhile.
-func (s *pgStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
+func (s *pgStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	row := name(k)
 	wake, connected := s.lis.waiter(token)
 	if wake == nil {
-		return nil // not queued: Enqueue again
+		return store.Reply{}, nil // not queued: Enqueue again
 	}
 	var expiry <-chan time.Time
 	if r.HolderTTL > 0 {
@@ -513,18 +513,18 @@ func (s *pgStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return store.Reply{}, ctx.Err()
 		case <-wake:
-			return nil
+			return store.Reply{}, nil
 		case <-expiry:
-			return nil
+			return store.Reply{}, nil
 		case <-refresh.C:
 			alive, err := s.refresh(ctx, row, token, ttl)
 			if err != nil && ctx.Err() == nil {
-				return err
+				return store.Reply{}, err
 			}
 			if !alive {
-				return nil // the entry expired: queue anew
+				return store.Reply{}, nil // the entry expired: queue anew
 			}
 		}
 	}

@@ -163,16 +163,16 @@ func (s *zkStore) expire(e *entry, ttl time.Duration) {
 
 // WaitTurn watches the predecessor (only it: no herd) until it is
 // deleted, or the session changes (token's own entry went with it).
-func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) error {
+func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	s.mu.Lock()
 	e := s.held[token]
 	s.mu.Unlock()
 	if e == nil || !s.tr.same(e.sess) || r.Predecessor == "" {
-		return nil
+		return store.Reply{}, nil
 	}
 	changed := s.tr.changes()
 	if !s.tr.same(e.sess) {
-		return nil
+		return store.Reply{}, nil
 	}
 	for {
 		var (
@@ -186,27 +186,27 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 		})
 		switch {
 		case err == nil && !exists:
-			return nil
+			return store.Reply{}, nil
 		case err == nil:
 			select {
 			case <-ch:
-				return nil
+				return store.Reply{}, nil
 			case <-changed:
-				return nil
+				return store.Reply{}, nil
 			case <-ctx.Done():
-				return ctx.Err()
+				return store.Reply{}, ctx.Err()
 			}
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return store.Reply{}, ctx.Err()
 		case definite(err):
-			return err
+			return store.Reply{}, err
 		}
 		// The connection is down: wait for it, or for the session's end.
 		select {
 		case <-changed:
-			return nil
+			return store.Reply{}, nil
 		case <-ctx.Done():
-			return ctx.Err()
+			return store.Reply{}, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -108,6 +108,12 @@ type Reply struct {
 	// of the entry queued just before the caller's: Queue.WaitTurn waits
 	// for it to end.
 	Predecessor string
+	// Counter is, for Queue.Enqueue when not first, the lock's fence
+	// counter as the request saw it (or the entry's place, drawn from that
+	// counter): a hand-over that Queue.WaitTurn reports later with a fence
+	// not above it was made before the request ran, to an earlier queueing
+	// of the token, and is stale. 0: the store draws no such counter.
+	Counter uint64
 }
 
 // Ownership is what a compare-and-act step found.
@@ -167,12 +173,22 @@ type Queue interface {
 	// Fence and ValidFrom as for Store.Acquire; else it names the
 	// Predecessor and Seen. renewed is as for Store.Acquire.
 	Enqueue(ctx context.Context, k Key, token string, ttl time.Duration, renewed bool) (Reply, error)
-	// WaitTurn returns nil once the predecessor named by r ended, or
-	// token's own entry ended (expired): the caller calls Enqueue again.
-	// A store may wait on, until the caller is first and the lock free.
-	// The store keeps token's entry alive while WaitTurn waits. It returns
-	// ctx's error when ctx ends first.
-	WaitTurn(ctx context.Context, k Key, token string, ttl time.Duration, r Reply) error
+	// WaitTurn returns once the predecessor named by r ended, or token's
+	// own entry ended (expired, or handed the lock): the caller calls
+	// Enqueue again. A store may wait on, until the caller is first and
+	// the lock free. The store keeps token's entry alive while WaitTurn
+	// waits. It returns ctx's error when ctx ends first.
+	//
+	// A store that learns that the lock was handed to token (a release
+	// made token's entry the holder in its own step) reports it: Acquired,
+	// with Fence and ValidFrom as for Enqueue, ValidFrom no later than the
+	// moment from which the store keeps the handed holding for ttl. The
+	// Locker makes the lease from it, without an Enqueue of its own, unless
+	// the fence is not above the Counter of the waiter's last busy Enqueue
+	// (a stale hand-over: it asks Enqueue then). Without such a report the
+	// reply is zero. Enqueue, asked after a hand-over that WaitTurn did not
+	// report, reports it too.
+	WaitTurn(ctx context.Context, k Key, token string, ttl time.Duration, r Reply) (Reply, error)
 	// Leave takes token's entry out of the queue; if the entry had become
 	// first, that ends the holding. Store.Release does the same.
 	Leave(ctx context.Context, k Key, token string) error

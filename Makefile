@@ -14,6 +14,9 @@ ETCD_MODULE := lockmw/etcd
 ZK_MODULE := lockmw/zookeeper
 MYSQL_MODULE := lockmw/mysql
 PG_MODULE := lockmw/postgres
+# PEERS_MODULE benchmarks lockmw on Redis beside redsync and rueidislock: a
+# module of its own, so that they never enter the root module's requirements.
+PEERS_MODULE := internal/testkit/redispeers
 
 # redis-server: install Debian's redis-server when it is not on PATH. Tests
 # start their own servers on free loopback ports; none needs to be running.
@@ -102,7 +105,7 @@ postgresql:
 # fails if any module failed. The ZooKeeper checker's short run is the one
 # test run without -race (go-zookeeper v1.0.4 races on its own last zxid
 # after reconnects: see lockmw/zookeeper/chaos_test.go).
-TEST_MODULES := . $(ETCD_MODULE) $(PG_MODULE) $(MYSQL_MODULE) $(ZK_MODULE) examples examples/sql examples/zookeeper
+TEST_MODULES := . $(ETCD_MODULE) $(PG_MODULE) $(MYSQL_MODULE) $(ZK_MODULE) examples examples/sql examples/zookeeper $(PEERS_MODULE)
 # TEST_JOBS: how many modules test at once. Each starts its own servers and
 # runs its packages in parallel; all eight at once on a 2-core machine made
 # timing-bound tests (1s TTLs, bounded store requests) fail at random.
@@ -155,6 +158,7 @@ fleet: redis-server
 
 bench: redis-server etcd zookeeper mariadb-server postgresql
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./lockmw/
+	cd $(PEERS_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 	cd $(ETCD_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 	cd $(ZK_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
 	cd $(MYSQL_MODULE) && $(GO) test -run '^$$' -bench . -benchtime 2s .
@@ -175,6 +179,7 @@ lint:
 	cd examples/zookeeper && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd $(PG_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/sql && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd $(PEERS_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 
 # demo: the examples, each bounded. quickstart, flashsale, grpc, cron and
 # cache run on an embedded Redis; zookeeper and sql run through their

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // This file gives back locks that failed acquisitions may have taken.
@@ -81,6 +80,9 @@ type cleanup struct {
 type cleaner struct {
 	logger *slog.Logger
 	store  string // names the store in logs
+	// closedBy reports that a give-back failed because the store's client
+	// was closed (store.ClientCloser); nil when the store cannot tell.
+	closedBy func(error) bool
 
 	mu      sync.Mutex
 	jobs    []*cleanup // waiting for their next try
@@ -92,8 +94,14 @@ type cleaner struct {
 	wg      sync.WaitGroup
 }
 
-func newCleaner(logger *slog.Logger, store string) *cleaner {
-	return &cleaner{logger: logger, store: store, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+func newCleaner(logger *slog.Logger, store string, closedBy func(error) bool) *cleaner {
+	return &cleaner{logger: logger, store: store, closedBy: closedBy, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+}
+
+// clientClosed reports whether err says that the store's client was closed
+// under the Locker: no later try of a give-back can succeed.
+func (c *cleaner) clientClosed(err error) bool {
+	return c.closedBy != nil && c.closedBy(err)
 }
 
 // add hands j over; its first try is due at once. After close, add makes
@@ -200,7 +208,7 @@ func (c *cleaner) run() {
 				j.answered, j.next = true, now // once more, after this answer
 				again = append(again, j)
 			case err == nil:
-			case final, !now.Before(j.until), errors.Is(err, ErrClosed), errors.Is(err, redis.ErrClosed):
+			case final, !now.Before(j.until), errors.Is(err, ErrClosed), c.clientClosed(err):
 				c.gaveUp(j, err)
 			default:
 				j.next = now.Add(j.backoff/2 + mathrand.N(j.backoff/2+1))

@@ -219,6 +219,10 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	c.diagnoser, _ = s.(store.Diagnoser)
 	c.waits, _ = s.(store.Granter)
 	c.wakes, _ = s.(store.WakeQueue)
+	var clientClosed func(error) bool
+	if cc, ok := s.(store.ClientCloser); ok {
+		clientClosed = cc.ClientClosed
+	}
 	if bo, ok := s.(store.Backoff); ok {
 		lo, hi := bo.Backoff()
 		if lo <= 0 || hi < lo {
@@ -237,7 +241,7 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 		rooms:   make(map[store.Key]*room),
 		hot:     make(map[store.Key]time.Time),
 		store:   storeName,
-		cleaner: newCleaner(cfg.logger, storeName),
+		cleaner: newCleaner(cfg.logger, storeName, clientClosed),
 	}
 	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
 	l.keeper = newRenewScheduler(s, storeName, tel, cfg.logger, cfg.drift)

@@ -28,9 +28,10 @@ import (
 // The cleaner tries at once, then retries with a capped, jittered backoff
 // until the store has answered twice, or until the lease TTL has passed
 // since the failure (a lock set by then has expired by then, unless the
-// store stalled longer than the TTL). Why twice: after a stall, Redis (the
-// store whose stalls this was measured on) reads every
-// connection with a request waiting in one turn of its event loop, but in
+// store stalled longer than the TTL). Why twice: after a stall, a store
+// served by one event loop (New's, on whose stalls this was measured)
+// reads every connection with a request waiting in one turn of its event
+// loop, but in
 // no set order, so the cleaner's first answered try may run just before
 // the stalled request in that turn. The second try is sent after the first
 // answer, so it runs in a later turn, after the stalled request. A request
@@ -58,8 +59,8 @@ const (
 	// a cleanup handed over after Close), on top of the client's timeouts,
 	// which bound each store call.
 	cleanCloseWait = time.Second
-	// cleanParallel is how many cleanups run at once; the Redis store's
-	// batcher shares round trips among them.
+	// cleanParallel is how many cleanups run at once; a store that batches
+	// its requests shares round trips among them.
 	cleanParallel = 64
 )
 

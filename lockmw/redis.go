@@ -18,7 +18,10 @@ import (
 // New returns a Locker keeping its locks on one Redis deployment: a
 // *redis.Client (standalone, or Sentinel failover from
 // redis.NewFailoverClient) or a *redis.ClusterClient. All keys of one lock
-// share a hash tag, so they live in one Cluster slot.
+// share a hash tag, so they live in one Cluster slot. On a Cluster a
+// prefix with braces (WithPrefix) sets the hash tag of every lock (all
+// locks then live in one slot), and New refuses one whose first braces are
+// empty ("{}"), since no lock's keys would share a slot.
 //
 // The Locker does not own the client: close the client after the Locker.
 // Redis I/O is bounded by the client's ReadTimeout/WriteTimeout (and by
@@ -60,8 +63,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 // successive holders win different majorities, as long as the masters keep
 // their data (a master restarted without persistence forgets its fence
 // counters); the argument is in package lockmw/internal/redisstore
-// (redlock_safety.go, "Redlock fences"). Redlock's mutual exclusion assumes bounded clock
-// drift, process pauses and network delays; a master restarted without
+// (redlock_safety.go, "Redlock fences"). Redlock's mutual exclusion
+// assumes bounded clock drift, process pauses and network delays; a master restarted without
 // persistence must stay down for at least the longest lease TTL before
 // rejoining, or two holders can overlap (the restart-delay rule, section
 // Redlock of the package documentation). Fence every write to shared state.

@@ -145,8 +145,8 @@ func (b *Store) ClientClosed(err error) bool { return errors.Is(err, redis.ErrCl
 func (b *Store) CheckTTL(time.Duration) error { return nil }
 
 // Acquire makes one acquisition attempt (runAcquire). The lease's validity
-// counts from the moment before the request leaves (lockmw doc.go, "Safety":
-// Acquisition). renewed changes nothing: each Redis lock expires on its
+// counts from the moment before the request leaves (safety.go, "How a
+// lease becomes live": Acquisition). renewed changes nothing: each Redis lock expires on its
 // own.
 func (b *Store) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()

@@ -24,8 +24,8 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 		return nil, store.Reply{}, ErrClosed
 	}
 	token := newToken()
-	// Every store bounds its Acquire by the TTL itself (the Redis stores by
-	// their client's shorter timeouts), so the attempt adds no bound of its
+	// Every store bounds its Acquire by the TTL itself (some by their
+	// client's shorter timeouts), so the attempt adds no bound of its
 	// own, and no timer, on the hot path: the error is named when it is
 	// that bound's (ranOut).
 	sent := time.Now()

@@ -7,12 +7,11 @@ import (
 )
 
 // This file is what the Locker finds in its store beyond store.Store: the
-// capabilities of package store, found once by type assertion
-// (newLocker). Every store, Redis and Redlock included, keeps its locks
-// behind store.Store: the Locker acquires, releases and renews through it
-// alone; a Granter (New's Redis store) also hands the lock to a waiter in
-// the release's own step, and a WakeQueue (NewRedlock's) wakes its waiters
-// one at a time.
+// capabilities of package store, found once by type assertion (newLocker).
+// Every store, New's and NewRedlock's included, keeps its locks behind
+// store.Store: the Locker acquires, releases and renews through it alone; a
+// Granter (New's store) also hands the lock to a waiter in the release's own
+// step, and a WakeQueue (NewRedlock's) wakes its waiters one at a time.
 
 // ownership is what a compare-and-act step found (store.Ownership).
 type ownership = store.Ownership
@@ -43,6 +42,6 @@ type caps struct {
 	// backoffMin and backoffMax bound a waiter's backoff between attempts:
 	// the store's (store.Backoff), else minBackoff and maxBackoff.
 	backoffMin, backoffMax time.Duration
-	waits                  store.Granter   // the Redis store of New: hand-overs and fair queues
-	wakes                  store.WakeQueue // the Redlock store: waiters woken from a queue
+	waits                  store.Granter   // hand-overs and fair queues (New's store)
+	wakes                  store.WakeQueue // waiters woken from a queue on one member (NewRedlock's store)
 }

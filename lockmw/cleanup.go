@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
-	"github.com/redis/go-redis/v9"
 )
 
 // This file gives back locks that failed acquisitions may have taken.
@@ -29,9 +28,10 @@ import (
 // The cleaner tries at once, then retries with a capped, jittered backoff
 // until the store has answered twice, or until the lease TTL has passed
 // since the failure (a lock set by then has expired by then, unless the
-// store stalled longer than the TTL). Why twice: after a stall, Redis (the
-// store whose stalls this was measured on) reads every
-// connection with a request waiting in one turn of its event loop, but in
+// store stalled longer than the TTL). Why twice: after a stall, a store
+// served by one event loop (New's, on whose stalls this was measured)
+// reads every connection with a request waiting in one turn of its event
+// loop, but in
 // no set order, so the cleaner's first answered try may run just before
 // the stalled request in that turn. The second try is sent after the first
 // answer, so it runs in a later turn, after the stalled request. A request
@@ -59,8 +59,8 @@ const (
 	// a cleanup handed over after Close), on top of the client's timeouts,
 	// which bound each store call.
 	cleanCloseWait = time.Second
-	// cleanParallel is how many cleanups run at once; the Redis store's
-	// batcher shares round trips among them.
+	// cleanParallel is how many cleanups run at once; a store that batches
+	// its requests shares round trips among them.
 	cleanParallel = 64
 )
 
@@ -81,6 +81,9 @@ type cleanup struct {
 type cleaner struct {
 	logger *slog.Logger
 	store  string // names the store in logs
+	// closedBy reports that a give-back failed because the store's client
+	// was closed (store.ClientCloser); nil when the store cannot tell.
+	closedBy func(error) bool
 
 	mu      sync.Mutex
 	jobs    []*cleanup // waiting for their next try
@@ -92,8 +95,14 @@ type cleaner struct {
 	wg      sync.WaitGroup
 }
 
-func newCleaner(logger *slog.Logger, store string) *cleaner {
-	return &cleaner{logger: logger, store: store, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+func newCleaner(logger *slog.Logger, store string, closedBy func(error) bool) *cleaner {
+	return &cleaner{logger: logger, store: store, closedBy: closedBy, wake: make(chan struct{}, 1), closing: make(chan struct{})}
+}
+
+// clientClosed reports whether err says that the store's client was closed
+// under the Locker: no later try of a give-back can succeed.
+func (c *cleaner) clientClosed(err error) bool {
+	return c.closedBy != nil && c.closedBy(err)
 }
 
 // add hands j over; its first try is due at once. After close, add makes
@@ -200,7 +209,7 @@ func (c *cleaner) run() {
 				j.answered, j.next = true, now // once more, after this answer
 				again = append(again, j)
 			case err == nil:
-			case final, !now.Before(j.until), errors.Is(err, ErrClosed), errors.Is(err, redis.ErrClosed):
+			case final, !now.Before(j.until), errors.Is(err, ErrClosed), c.clientClosed(err):
 				c.gaveUp(j, err)
 			default:
 				j.next = now.Add(j.backoff/2 + mathrand.N(j.backoff/2+1))

@@ -177,7 +177,7 @@ func TestCleanerDrainsManyFailedAcquisitions(t *testing.T) {
 // the cleaner's ordinary tries do: Close often comes just after a stall,
 // and the first answered try may run before the stalled request.
 func TestCleanerLastTryGoesTwice(t *testing.T) {
-	c := newCleaner(slog.New(slog.DiscardHandler), "Redis")
+	c := newCleaner(slog.New(slog.DiscardHandler), "Redis", nil)
 	var mu sync.Mutex
 	tries, last := 0, 0
 	c.add(&cleanup{key: "k", until: time.Now().Add(time.Hour), try: func(ctx context.Context) error {
@@ -198,5 +198,34 @@ func TestCleanerLastTryGoesTwice(t *testing.T) {
 	c.close()
 	if last != 2 {
 		t.Fatalf("Close's last try ran %d times, want 2 (once more after its answer)", last)
+	}
+}
+
+// TestCleanerGivesUpOnAClosedClient: a give-back that failed because its
+// owner closed the store's client before the Locker (store.ClientCloser)
+// is given up at once, not retried until the lease TTL: no retry can
+// reach the store.
+func TestCleanerGivesUpOnAClosedClient(t *testing.T) {
+	srv := redistest.Start(t)
+	client := srv.Client(t, quickTimeouts)
+	l := newTestLocker(t, client)
+	var mu sync.Mutex
+	var tries []error
+	if err := client.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lock := store.Key{Prefix: l.cfg.prefix, Name: "closed"}
+	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(time.Hour), try: func(ctx context.Context) error {
+		_, err := l.st.Release(ctx, lock, newToken())
+		mu.Lock()
+		tries = append(tries, err)
+		mu.Unlock()
+		return err
+	}})
+	waitFor(t, 5*time.Second, "the cleaner to give up on the closed client", l.cleaner.idle)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(tries) != 1 || !errors.Is(tries[0], redis.ErrClosed) {
+		t.Fatalf("give-back tries on a closed client: %v, want one failing with redis.ErrClosed", tries)
 	}
 }

@@ -45,10 +45,10 @@ var (
 	// was given a nil client.
 	ErrNilClient = errors.New("lockmw: nil client")
 
-	// ErrUnavailable means the store (Redis, etcd, ...) could not be
-	// reached, answered with an error, or answered too slowly for the lease
-	// to be valid. The lock state is unknown to the caller but safe: an
-	// acquisition that may have landed expires after its TTL. The
+	// ErrUnavailable means the store (a server, a quorum, a database) could
+	// not be reached, answered with an error, or answered too slowly for the
+	// lease to be valid. The lock state is unknown to the caller but safe:
+	// an acquisition that may have landed expires after its TTL. The
 	// underlying error is wrapped too.
 	ErrUnavailable = errs.ErrUnavailable
 

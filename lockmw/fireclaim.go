@@ -10,7 +10,7 @@ import (
 // FireClaimsOf tells this repository's cron adapters (cronlock's
 // Scheduler, gocronlock) where l's fire claims are kept (see package
 // internal/fireclaim): in l's own store when it can keep them (a Scheduler
-// given no Redis client claims there), and under l's prefix with l's
+// given no client of its own claims there), and under l's prefix with l's
 // retention. Code outside this repository cannot call it, as it cannot
 // name a fireclaim.Inside.
 func FireClaimsOf(l *Locker, _ fireclaim.Inside) fireclaim.Home {

@@ -9,31 +9,33 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file hands a lock to a waiter of this Locker: one granted to it in
-// Redis (handTo), or one handed over early, before Redis confirms it
+// This file hands a lock to a waiter of this Locker: one the store granted
+// to it (handTo), or one handed over early, before the store confirms it
 // (handEarly, handEarlyFair; see handover).
 //
-// Safety (doc.go, "Redis: how a lease becomes live": Fair grant, Early
-// hand-over). A grant is dated from a time known to precede it, and a grant
-// whose fence is not above the fence counter the waiter's last busy attempt
-// saw is stale and ignored (handTo). An early hand-over's lease is valid
+// Safety (doc.go, "Safety: how a lease becomes live": Transfer, Fair
+// grant, Early hand-over; argued for the one store that hands over, in
+// lockmw/internal/redisstore, safety.go, "How a lease becomes live"). A
+// grant is dated from a time known to precede it, and a grant whose fence
+// is not above the fence counter the waiter's last busy attempt saw is
+// stale and ignored (handTo). An early hand-over's lease is valid
 // until the earlier of the releaser's deadline and the transfer's send time
 // plus the waiter's TTL less drift, fixed before the transfer is sent
 // (earlyDeadline), and is not renewed until the transfer's answer confirms
 // it or ends it as lost (settle).
 
-// handover is a lock handed to a waiter of the same Locker before Redis
+// handover is a lock handed to a waiter of the same Locker before the store
 // confirmed it. The waiter may start at once. Until the transfer that
-// replaces the releaser's token with the waiter's is answered, the key holds
-// one of the two tokens: the releaser's until at least the releaser's
-// deadline, and the waiter's, once the transfer lands, for at least the
-// waiter's TTL from the moment the transfer was sent. So the waiter's lease
-// is valid until the earlier of the releaser's deadline and that send time
-// plus the waiter's TTL less drift (deadline, fixed before the transfer is
-// sent), and is not renewed; the answer confirms it from the send time with
-// the waiter's TTL, or ends it as lost. The waiter's own requests for the
-// lock (its release) wait for that answer (see Lease.release), so none can
-// reach Redis before the transfer does.
+// replaces the releaser's token with the waiter's is answered, the store
+// holds the lock for one of the two tokens: the releaser's until at least
+// the releaser's deadline, and the waiter's, once the transfer lands, for at
+// least the waiter's TTL from the moment the transfer was sent. So the
+// waiter's lease is valid until the earlier of the releaser's deadline and
+// that send time plus the waiter's TTL less drift (deadline, fixed before
+// the transfer is sent), and is not renewed; the answer confirms it from the
+// send time with the waiter's TTL, or ends it as lost. The waiter's own
+// requests for the lock (its release) wait for that answer (see
+// Lease.release), so none can reach the store before the transfer does.
 type handover struct {
 	fence    uint64
 	deadline time.Time
@@ -53,9 +55,9 @@ func newHandover(fence uint64, deadline time.Time) *handover {
 }
 
 // wait returns once h is settled, or its deadline has passed (the
-// releasing lease's token is gone from Redis by then), or ctx ends: a
+// releasing lease's token is gone from the store by then), or ctx ends: a
 // waiter that gives up a lock handed to it early releases it after that,
-// not before the hand-over reaches Redis.
+// not before the hand-over reaches the store.
 func (h *handover) wait(ctx context.Context) {
 	t := time.NewTimer(time.Until(h.deadline))
 	defer t.Stop()
@@ -76,8 +78,8 @@ func (h *handover) attach(l *Locker, s *Lease) {
 	}
 }
 
-// settle records the transfer's answer, applying it if the lease is made.
-// An answer that never came (Redis unreachable) is not settled: the lease
+// settle records the transfer's answer, applying it if the lease is made. An
+// answer that never came (the store unreachable) is not settled: the lease
 // ends at its deadline.
 func (h *handover) settle(l *Locker, sentAt time.Time, reserve uint64, next string, lost *LostError) {
 	h.mu.Lock()
@@ -109,11 +111,11 @@ func (h *handover) apply(l *Locker) {
 var testHookHandedEarly func()
 
 // minEarlyValidity is how much validity a releasing lease must have left
-// for its successor to start before Redis confirms the hand-over.
+// for its successor to start before the store confirms the hand-over.
 func minEarlyValidity(ttl time.Duration) time.Duration { return max(ttl/4, 10*time.Millisecond) }
 
-// handTo gives the lock, just granted to token in Redis, to its waiter in
-// this Locker. validFrom is when the grant's request left, if this Locker
+// handTo gives the lock, just granted to token by the store, to its waiter
+// in this Locker. validFrom is when the grant's request left, if this Locker
 // sent it; zero when only the waiter's own last attempt bounds it. reserved
 // and next are what the grant left for the waiter's own hand-over (see
 // grantInfo). A token nobody here waits for any more is released, so the
@@ -136,9 +138,9 @@ func (l *Locker) handTo(lock store.Key, token string, fence uint64, validFrom ti
 				slog.Uint64("fence", fence), slog.Uint64("seen", w.busyCounter))
 		default:
 			w.delivered = true
-			// Both are lower bounds of when Redis set the lock: the grant
-			// came after w's last busy attempt ran (its fence is above the
-			// counter that attempt saw). Take the later.
+			// Both are lower bounds of when the store set the lock: the
+			// grant came after w's last busy attempt ran (its fence is above
+			// the counter that attempt saw). Take the later.
 			if w.busySent.After(validFrom) {
 				validFrom = w.busySent
 			}
@@ -154,8 +156,8 @@ func (l *Locker) handTo(lock store.Key, token string, fence uint64, validFrom ti
 }
 
 // handEarlyFair hands the lock of keys to this Locker's fair waiter with
-// token, before Redis is told: it returns the hand-over to settle, or nil
-// when that waiter is gone or already has the lock.
+// token, before the store is told: it returns the hand-over to settle, or
+// nil when that waiter is gone or already has the lock.
 func (l *Locker) handEarlyFair(lock store.Key, token string, fence uint64, deadline time.Time) *handover {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
@@ -175,28 +177,30 @@ func (l *Locker) handEarlyFair(lock store.Key, token string, fence uint64, deadl
 }
 
 // handEarly hands the lock of keys to the first default-mode waiter of this
-// Locker, before Redis is told: it returns that waiter and the hand-over to
-// settle, or nil when nobody waits or that waiter may not go first.
+// Locker, before the store is told: it returns that waiter and the hand-over
+// to settle, or nil when nobody waits or that waiter may not go first.
 // reservedAt is when the transfer that gave the releasing lease the lock
 // (and reserved fence) was sent.
 //
-// Fair order (doc.go, "Redis: waiting and hand-overs"): a fair waiter is
-// never overtaken by one that arrived after it. The releaser does not know
-// who queued in Redis since it got the lock, so the waiter goes first only
+// Fair order (doc.go, "Waiting": Fair; how the store that hands over
+// keeps it: lockmw/internal/redisstore, doc.go, "Waiting and hand-overs",
+// Fair order): a fair waiter is never overtaken by one that arrived after
+// it. The releaser does not know who joined the lock's queue since it got
+// the lock, so the waiter goes first only
 // when it is known to have arrived before every fair waiter queued now: a
 // check of the lock made after it arrived found no fair waiter queued
 // (aheadOfQueue), or it was waiting before reservedAt, when the releaser's
 // own transfer found none. Any fair waiter queued now queued after that
 // check, so after the waiter; the transfer keeps its place, and the
-// waiter's release serves it. Otherwise the release goes through Redis
+// waiter's release serves it. Otherwise the release goes through the store
 // (releaseTokenOf), which hands the lock to the queue first.
 func (l *Locker) handEarly(lock store.Key, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	var w *waiter
 	if r := l.rooms[lock]; r != nil && r.fairBusy == 0 {
-		// (With fair waiters of its own queued, the lock goes to them: see
-		// transfer.lua.)
+		// (With fair waiters of its own queued, the lock goes to them: the
+		// store's transfer step gives way to the queue.)
 		w = r.nextDefault()
 	}
 	if w == nil || !(w.aheadOfQueue || w.arrived.Before(reservedAt)) {

@@ -533,7 +533,7 @@ var errRenewalUnanswered = errors.New("the store has not answered the last renew
 var errRenewalLate = errors.New("the store confirmed the last renewal only after the validity deadline")
 
 // named returns err (errRenewalUnanswered or errRenewalLate) naming the
-// Locker's store: "the store" becomes, say, "Redis Cluster" or
+// Locker's store: "the store" becomes its store.Named name, say
 // "ZooKeeper". errors.Is still finds err.
 func (s *renewScheduler) named(err error) error {
 	if s.store == "" {

@@ -12,19 +12,21 @@ import (
 //
 // A Locker's own waiters for a lock it holds wait in its room (rooms.go):
 // its release hands the lock to the first of them, in-process. A waiter
-// whose lock is held by another Locker lines up in the lock's queue in
-// Redis instead, whatever its mode: the holder's release hands the lock
-// straight to the first live entry (grant.lua), and only that entry's
-// Locker is told, on its grant channel. A release thus wakes one waiter,
-// not the first waiter of every process, and the lock is never free while
-// waiters are queued, so nobody barges in between. Default mode keeps what
-// it is for: a lock nobody waits on costs no queue bookkeeping, and a first
-// attempt on a lock that is free takes it at once. The lease of a default
-// waiter that came through the queue is released like a Fair one (by
-// release.lua, which hands over).
+// whose lock is held by another Locker lines up in the lock's queue in the
+// store instead, whatever its mode: the holder's release hands the lock
+// straight to the first live entry in the same step, and only that entry's
+// Locker is told, by the store's grant message. A release thus wakes one
+// waiter, not the first waiter of every process, and the lock is never free
+// while waiters are queued, so nobody barges in between. Default mode keeps
+// what it is for: a lock nobody waits on costs no queue bookkeeping, and a
+// first attempt on a lock that is free takes it at once. The lease of a
+// default waiter that came through the queue is released like a Fair one (by
+// the store's hand-over step).
 //
 // The safety of a lease that becomes live this way is that of every grant
-// (see doc.go, "Safety"): the queue only decides who is next.
+// (doc.go, "Safety: how a lease becomes live": Fair grant; for the store
+// that hands over, lockmw/internal/redisstore, safety.go, "How a lease
+// becomes live"): the queue only decides who is next.
 
 // hotFor is how long a lock stays hot after a release of this Locker
 // handed it on with others still queued.
@@ -35,8 +37,8 @@ const maxHot = 1024
 
 // markHot records that the lock of keys was just handed on with waiters
 // still queued behind the new holder: an Acquire of this Locker for it in
-// the next hotFor joins the queue with one RPUSHX (enqueue) instead of a
-// full attempt that would find the lock held.
+// the next hotFor joins the queue with one enqueue step (Granter's
+// Enqueue) instead of a full attempt that would find the lock held.
 func (l *Locker) markHot(lock store.Key) {
 	now := time.Now()
 	l.roomsMu.Lock()
@@ -105,18 +107,18 @@ func (l *Locker) linesUp(lock store.Key, ac *acquireConfig) bool {
 	return true
 }
 
-// lineUp waits for key in the lock's queue, as a Fair waiter does. While
-// the lock's Cluster slot is being moved, Redis refuses the queue's script
-// (TRYAGAIN: its keys are not all on one node, the queue not existing on
-// either), longer than a waiter retries: the waiter then waits in its room
-// instead, on release notifications, whose attempts need only the lock and
-// its counter.
+// lineUp waits for key in the lock's queue, as a Fair waiter does. While the
+// store moves the lock between its members, it may refuse the queue's steps
+// longer than a waiter retries (Granter's Moving; when and why:
+// lockmw/internal/redisstore, doc.go, Waiting and hand-overs): the
+// waiter then waits in its room instead, on release notices, whose attempts
+// need only the lock and its counter.
 func (l *Locker) lineUp(a *acquisition) (*Lease, error) {
 	lease, err := l.acquireFair(a, true)
 	if err == nil || a.opCtx.Err() != nil || !l.caps.waits.Moving(err) {
 		return lease, err
 	}
-	l.logger.Debug("lockmw: waiting without the queue while the slot moves", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
+	l.logger.Debug("lockmw: waiting without the queue while the store moves the lock", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
 	a.cfg.stayInRoom = true
 	lease, _, err = l.waitDefault(a, 0)
 	return lease, err

@@ -17,7 +17,7 @@ const (
 	// drift must stay positive.
 	MinTTL = 10 * time.Millisecond
 	// DefaultPrefix is prepended to the name of everything lockmw writes in
-	// its store (Redis keys, etcd keys, ZooKeeper nodes, table rows).
+	// its store (keys, nodes, table rows).
 	DefaultPrefix = "lockmw:"
 	// DefaultDriftFactor is the share of the TTL assumed lost to clock drift
 	// between this process and the store; 2ms more are always subtracted.
@@ -72,10 +72,9 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithPrefix sets the prefix of the name of everything lockmw writes in
-// its store (default "lockmw:"). Lockers that must exclude each other need the same prefix.
-// On a Redis Cluster a prefix with braces sets the hash tag of every lock
-// (all locks then live in one slot), and New refuses one whose first
-// braces are empty ("{}"), since no lock's keys would share a slot.
+// its store (default "lockmw:"). Lockers that must exclude each other need
+// the same prefix. A store may refuse a prefix it cannot name its objects
+// with (New on a Cluster: see New).
 func WithPrefix(p string) Option {
 	return optionFunc(func(c *config) {
 		if len(p) > MaxPrefixLen {
@@ -161,7 +160,8 @@ type acquireConfig struct {
 	name     string
 	errs     []error
 	// stayInRoom: a default-mode waiter does not line up in the lock's
-	// queue (Redis refused the queue's script while the slot moved).
+	// queue (the store refused the queue's steps while it moved the lock:
+	// Granter's Moving).
 	stayInRoom bool
 	// storeWide: StoreWideFence.
 	storeWide bool
@@ -230,20 +230,19 @@ func Fair() AcquireOption {
 // for this one.
 //
 // Fences rise per key. A storage row checked against the fences of two keys
-// (a mistake, but an easy one: the row updated under two names) compares
-// two sequences, and on the Redis stores, whose counters are kept per key
-// and seeded from the server clock, a key used for the first time draws a
-// higher fence than a key used for a while: the old key's writes are then
-// refused until its counter catches up, which can take days. With
-// StoreWideFence the Redis stores first raise the key's counter to the
+// (a mistake, but an easy one: the row updated under two names) compares two
+// sequences, and on the stores of New and NewRedlock, whose counters are
+// kept per key and seeded from the server clock, a key used for the first
+// time draws a higher fence than a key used for a while: the old key's
+// writes are then refused until its counter catches up, which can take days.
+// With StoreWideFence those stores first raise the key's counter to the
 // server's clock in microseconds (one more round trip; under Redlock on a
 // quorum of masters, and only as exact as the masters' clocks agree), which
 // no counter runs ahead of, so a write with the fence wins over every write
-// fenced before the acquisition, under any key. The other stores draw
-// fences from one sequence for all keys (etcd's revision, ZooKeeper's zxid,
-// the SQL stores' sequence): theirs are store-wide already. The counter is
-// never lowered, so the key's fences keep rising. cachelock's Update uses
-// it.
+// fenced before the acquisition, under any key. The other stores draw fences
+// from one sequence for all keys (etcd's revision, ZooKeeper's zxid, the SQL
+// stores' sequence): theirs are store-wide already. The counter is never
+// lowered, so the key's fences keep rising. cachelock's Update uses it.
 func StoreWideFence() AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.storeWide = true })
 }

@@ -9,16 +9,19 @@ import (
 )
 
 // This file routes releases: a released lock goes to this Locker's first
-// default-mode waiter (transfer.lua), to the first live waiter of the fair
-// queue (release.lua, grant.lua), early to a waiter of this Locker before
-// the store confirms it (see handover.go), or is freed; and a lock taken for a
-// token that no lease will hold is given back.
+// default-mode waiter (the store's transfer step), to the first live waiter
+// of the lock's queue (the store's hand-over step, Granter's
+// ReleaseHandoff), early to a waiter of this Locker before the store
+// confirms it (see handover.go), or is freed; and a lock taken for a token
+// that no lease will hold is given back.
 //
 // Safety: each hand-over made here is one of the ways a lease becomes live
-// that doc.go's "Redis: how a lease becomes live" argues (Transfer, Fair
-// grant, Early hand-over). A lock handed over early is given back only once
-// the hand-over has reached the store (see handover.wait), so that no
-// request for it reaches the store before the transfer does.
+// of doc.go's "Safety: how a lease becomes live" (Transfer, Fair grant,
+// Early hand-over), argued for the store that hands over in
+// lockmw/internal/redisstore (safety.go, "How a lease becomes live"). A lock
+// handed over early is given back only once the hand-over has reached the
+// store (see handover.wait), so that no request for it reaches the store
+// before the transfer does.
 
 // releaseStray releases a lock granted to a waiter that is gone; when it
 // was handed over early (h), once the hand-over has reached the store.
@@ -44,14 +47,14 @@ func (l *Locker) releaseToken(ctx context.Context, lock store.Key, token string)
 }
 
 // releaseTokenOf is releaseToken; for a lock acquired without Fair (fair
-// false), the short unlock script goes first: it does not hand over, and
-// leaves the lock to releaseHandoff when fair waiters have queued behind
-// it.
+// false), the store's plain release step (Granter's Unlock) goes first: it
+// does not hand over, and leaves the lock to releaseHandoff when fair
+// waiters have queued behind it.
 func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
 	if l.caps.waits == nil {
 		return l.st.Release(ctx, lock, token)
 	}
-	queued := false // fair waiters are known to be queued: release.lua hands over
+	queued := false // fair waiters are known to be queued: the hand-over step serves them
 	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
 		t, err := l.caps.waits.Transfer(ctx, lock, token, to, ttl, false)
@@ -102,7 +105,7 @@ func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, earl
 // waiter), that waiter gets the lock at once and the hand-over on the wire
 // confirms it afterwards.
 func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
-	ctx = store.WithValidity(ctx, deadline) // retries while a slot moves end by s's deadline
+	ctx = store.WithValidity(ctx, deadline) // the store's retries (a lock moving between its members) end by s's deadline
 	reserved := s.reserved.Load()
 	if l.caps.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
 		return l.releaseTokenOf(ctx, s.lock, s.token, s.fair)
@@ -132,7 +135,8 @@ func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time)
 	case t.FairQueue:
 		// (A forced transfer keeps queued waiters' places and hands over,
 		// so this answer does not come; should it, the waiter's lease ends
-		// here, before release.lua hands the lock to one of them.)
+		// here, before the store's hand-over step gives the lock to one of
+		// them.)
 		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
 		sentAt := time.Now()
 		ho, err := l.releaseHandoff(ctx, s.lock, s.token, "", 0)

@@ -5,16 +5,16 @@ import (
 	"time"
 )
 
-// This file is how a lock leaves nothing behind in Redis: the retention
-// after which an idle lock's fence counter and queue expire (the lock key
-// has its lease's TTL), and the one exception (WithPermanentFences). The
-// check that Redis will not evict lock keys, which no expiry can make
-// safe, is the Redis store's (lockmw/internal/redisstore, eviction.go).
+// This file is how a lock leaves nothing behind in its store: the retention
+// after which what an idle lock keeps beyond its holding (a fence counter, a
+// queue) expires, and the one exception (WithPermanentFences). The check
+// that the store will not evict a held lock, which no expiry can make safe,
+// is the store's (lockmw/internal/redisstore, eviction.go).
 //
-// Safety (doc.go, "Redis: how a lease becomes live", Fence counters): a
-// counter that expired, or was lost, is seeded from the server clock in
-// microseconds when it is next drawn from (fence.lua, in
-// lockmw/internal/redisstore/scripts), so fences still rise.
+// Safety (doc.go, "Redis keys"; argued in lockmw/internal/redisstore,
+// safety.go, "Fence counters"): a counter that expired, or was lost, is
+// seeded from the server clock in microseconds when it is next drawn from,
+// so fences still rise.
 
 const (
 	// DefaultRetention is the retention (WithRetention) when WithRetention
@@ -32,20 +32,20 @@ const (
 // (FireClaimsOf) are kept that long; the store packages say what else, if
 // anything, they keep for it.
 //
-// On the Redis stores (New, NewRedlock) it is how long a lock's fence
-// counter and fair queue stay after their last write: a lock released and
-// idle for d leaves no key behind. Every acquisition, hand-over and queued
-// waiter refreshes the expiry; keep d above the longest lease TTL in use
+// On the stores of New and NewRedlock it is how long a lock's fence counter
+// and fair queue stay after their last write: a lock released and idle for d
+// leaves no key behind. Every acquisition, hand-over and queued waiter
+// refreshes the expiry; keep d above the longest lease TTL in use
 // (WithLeaseTTL), so that a queue does not expire under its waiters, who
-// refresh it at least once per holder's TTL. A counter that expired (or
-// was lost otherwise: evicted, deleted, or gone in a restart without
-// persistence) restarts from the Redis server's clock in microseconds, so
-// fences keep rising as long as the clocks of the servers that hold the
-// lock's counter (a promoted replica, the Redlock masters) never step back,
-// nor differ from each other, by more than d minus one second (the package
-// documentation, "Redis: how a lease becomes live", Fence counters). All
-// Lockers that share a prefix must use the same fence mode: with expiring
-// counters, as here, or with WithPermanentFences.
+// refresh it at least once per holder's TTL. A counter that expired (or was
+// lost otherwise: evicted, deleted, or gone in a restart without
+// persistence) restarts from the server's clock in microseconds, so fences
+// keep rising as long as the clocks of the servers that hold the lock's
+// counter (a promoted replica, the Redlock masters) never step back, nor
+// differ from each other, by more than d minus one second (doc.go, "Redis
+// keys"; the argument: lockmw/internal/redisstore, safety.go, "Fence
+// counters"). All Lockers that share a prefix must use the same fence mode:
+// with expiring counters, as here, or with WithPermanentFences.
 func WithRetention(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < MinRetention {

@@ -9,8 +9,8 @@ import (
 )
 
 // This file keeps a Locker's waiting rooms: for each key, this Locker's
-// waiters (and fair holders) in one room, and the routing of the
-// subscriber's messages to them (a release notification to the room's first
+// waiters (and fair holders) in one room, and the routing of the store's
+// messages to them (a release notice to the room's first
 // default-mode waiter, a grant to its fair waiter). How each mode waits is
 // in wait_default.go and wait_fair.go; how a lock is handed to a waiter is
 // in handover.go.
@@ -51,13 +51,14 @@ type waiter struct {
 }
 
 // grantInfo is a hand-over: the waiter's fence, and a time no later than
-// the moment Redis set the lock for it (its validity counts from there).
+// the moment the store set the lock for it (its validity counts from
+// there).
 type grantInfo struct {
 	fence     uint64
 	validFrom time.Time
 	reserved  uint64    // a fence reserved for the next local hand-over, or 0
 	next      string    // fair: the entry of the waiter first in line after this one, or ""
-	early     *handover // set instead when the waiter starts before Redis confirms
+	early     *handover // set instead when the waiter starts before the store confirms
 }
 
 // join returns the room for keys with one more reference. Caller holds
@@ -113,8 +114,8 @@ func signal(c chan struct{}) {
 
 // watchUntil listens for k's events on w (releases, or with grants the
 // grants and wakes for this Locker's waiters), giving up when ctx ends or,
-// for a bounded wait (WithWait), at giveUp. Grants and wakes stay listened
-// to for a while after their last waiter (see subscriptionLinger).
+// for a bounded wait (WithWait), at giveUp. The store may keep listening
+// for grants and wakes a while after their last waiter.
 func watchUntil(ctx context.Context, w store.Watcher, giveUp time.Time, k store.Key, grants bool) error {
 	if !giveUp.IsZero() {
 		var cancel context.CancelFunc

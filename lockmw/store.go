@@ -9,8 +9,8 @@ import (
 )
 
 // This file makes a Locker on a store behind the boundary of package
-// lockmw/internal/store: every store is, Redis (New) and Redlock
-// (NewRedlock) included, and the stores of packages lockmw/etcd,
+// lockmw/internal/store: every store is, New's and NewRedlock's
+// included, and the stores of packages lockmw/etcd,
 // lockmw/zookeeper, lockmw/postgres and lockmw/mysql. The store does one
 // step on its own objects per call; leases, the watchdog, validity
 // deadlines, nesting, waiting and telemetry are the Locker's.
@@ -33,9 +33,10 @@ import (
 //     (keepalive.go).
 //   - Nested lease: it shares the outermost lease's token and fence while
 //     that lease is live (nest.go).
-//   - Hand-overs, on a store that is a store.Granter (New's Redis store):
-//     a transfer, a fair grant, an early hand-over, each argued in doc.go
-//     ("Redis: how a lease becomes live") and beside store.Granter. On
+//   - Hand-overs, on a store that is a store.Granter (New's store): a
+//     transfer, a fair grant, an early hand-over, each argued beside
+//     store.Granter and in lockmw/internal/redisstore (safety.go, "How a lease
+//     becomes live"). On
 //     every other store a waiter's lease comes from its own acquisition or
 //     queue entry, confirmed by the store; a store.WakeQueue (Redlock)
 //     only wakes a waiter, whose lease then comes from its own attempt.

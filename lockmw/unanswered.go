@@ -9,20 +9,20 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file names a store request that ran out its bound. Each request
-// the Locker makes of the store (an acquisition, a queue entry, a release,
-// a renewal) is bounded by the lease TTL: an answer later than that is
+// This file names a store request that ran out its bound. Each request the
+// Locker makes of the store (an acquisition, a queue entry, a release, a
+// renewal) is bounded by the lease TTL: an answer later than that is
 // worthless. The Locker sets that bound itself (bound), except on an
-// acquisition, which every store bounds by the TTL itself (the Redis
-// stores by their client's timeouts, which are shorter): there it is
-// told by the time the error took (ranOut), so that the hot path of a
-// lock+unlock carries one timer context, the release's, not two. When that bound, and not the caller's context, ends a
-// request, the store's client usually returns the bare context error; the
-// Locker replaces it by one that names the store, what it waited for and
-// how long, and the last error the store's client saw reaching the store
-// (store.Diagnoser), such as a refused dial. The error still matches
-// context.DeadlineExceeded, and the caller's own context ending stays the
-// caller's error (storeErr).
+// acquisition, which every store bounds by the TTL itself (some by their
+// client's timeouts, which are shorter): there it is told by the time the
+// error took (ranOut), so that the hot path of a lock+unlock carries one
+// timer context, the release's, not two. When that bound, and not the
+// caller's context, ends a request, the store's client usually returns the
+// bare context error; the Locker replaces it by one that names the store,
+// what it waited for and how long, and the last error the store's client saw
+// reaching the store (store.Diagnoser), such as a refused dial. The error
+// still matches context.DeadlineExceeded, and the caller's own context
+// ending stays the caller's error (storeErr).
 
 // errBound is the cause of a request context whose bound ran out.
 var errBound = errors.New("lockmw: the store request's bound ran out")

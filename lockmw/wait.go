@@ -32,10 +32,10 @@ import (
 //     Locker behind the gate, unless the queue is for Fair waiters only
 //     (store.FairOnly: a polling store, where a turn costs more requests
 //     than an attempt);
-//   - a wake queue (store.WakeQueue: Redlock): the waiter's entry, queued
+//   - a wake queue (store.WakeQueue: NewRedlock's store): the waiter's entry, queued
 //     by the attempt that found the lock held, is woken by a release, one
 //     waiter at a time (wakeWay, wait_wake.go);
-//   - hand-overs (store.Granter: New's Redis store): a default-mode
+//   - hand-overs (store.Granter: New's store): a default-mode
 //     waiter waits in its Locker's room, where only the first tries when
 //     a release is heard, and a release of the same Locker may hand it the
 //     lock (roomWay, wait_default.go); or it lines up in the lock's queue
@@ -48,13 +48,14 @@ import (
 //
 // Waiting adds no way for a lease to become live but the hand-overs of a
 // Granter, each argued in doc.go ("Safety: how a lease becomes live":
-// Transfer, Fair grant, Early hand-over) and in store.Granter: every other
-// lease here comes from an attempt (attempt.go) or a queue's Enqueue,
-// decided by the store.
+// Transfer, Fair grant, Early hand-over), in store.Granter, and for the
+// store that hands over in lockmw/internal/redisstore (safety.go, "How a
+// lease becomes live"): every other lease here comes from an attempt
+// (attempt.go) or a queue's Enqueue, decided by the store.
 
-// Without release notifications, a waiter retries with a jittered,
-// capped exponential backoff, never sleeping past the holder's remaining
-// TTL. This is the default range, tuned for Redis' round trip (Redlock's
+// Without release notifications, a waiter retries with a jittered, capped
+// exponential backoff, never sleeping past the holder's remaining TTL. This
+// is the default range, tuned for an in-memory store's round trip (Redlock's
 // retries after a lost race use it too); a store may choose its own
 // (store.Backoff: a database wants longer).
 const (
@@ -90,7 +91,7 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		// Hand-overs: the Granter's policy.
 		return l.waitGranter(a, wait)
 	case ac.fair && c.wakes != nil:
-		return nil, fmt.Errorf("%w: Fair needs a Locker from New (one Redis deployment)", ErrInvalidOption)
+		return nil, fmt.Errorf("%w: Fair needs a store that serves its waiters in order; %s only wakes them one at a time: acquire without Fair, or use New", ErrInvalidOption, l.store)
 	case ac.fair && c.queue == nil:
 		return nil, fmt.Errorf("%w: Fair needs a store whose locks are queues; this one has none: acquire without Fair", ErrInvalidOption)
 	}

@@ -8,17 +8,19 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file is how Acquire waits in default mode, without polling: a
-// release publishes on the lock's notify channel. Each Locker keeps its
-// waiters for a key in a room, in arrival order; only the first retries
-// when a release is heard (or when the holder's TTL, learnt from the failed
+// This file is how Acquire waits in default mode, without polling: the store
+// sends a release notice for the lock (store.Watcher). Each Locker keeps its
+// waiters for a key in a room, in arrival order; only the first retries when
+// a release is heard (or when the holder's TTL, learnt from the failed
 // attempt, runs out), and later arrivals queue behind it instead of racing
 // it. A release thus costs one retry per waiting process, not one per
 // waiting goroutine.
 //
 // Waiting adds no way to become live (doc.go, "Safety: how a lease becomes
-// live"): a default waiter's lease comes from an attempt (attempt.go), or
-// from a release of this Locker that handed it the lock (handover.go).
+// live", and, for the store's hand-overs, lockmw/internal/redisstore,
+// safety.go, "How a lease becomes live"): a default waiter's lease comes
+// from an attempt (attempt.go), or from a release of this Locker that handed
+// it the lock (handover.go).
 
 // waitGranter acquires on a store whose releases hand the lock over
 // (store.Granter): Fair waiters queue for grants (wait_fair.go); a
@@ -102,7 +104,7 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 	d.r.fair[d.w.token] = d.w
 	l.roomsMu.Unlock()
 
-	// Once subscribed, retry: a release may have come since the attempt.
+	// Once watching, retry: a release may have come since the attempt.
 	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, false); err == nil {
 		d.watching = true
 	} else if a.opCtx.Err() != nil {
@@ -228,9 +230,9 @@ func (d *roomWay) done(*acquisition, *Lease, error) {
 	d.l.leaveDefault(d.r, d.w)
 }
 
-// checkAheadOfQueue asks Redis, once w is in its room and until an answer
-// says so, whether fair waiters are queued for the lock: if none is, w
-// arrived before every fair waiter that queues later, and a release of
+// checkAheadOfQueue asks the store, once w is in its room and until an
+// answer says so, whether fair waiters are queued for the lock: if none is,
+// w arrived before every fair waiter that queues later, and a release of
 // this Locker may hand it the lock ahead of them (see handEarly). An error
 // leaves w as it was: it is then not handed the lock early.
 func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {

@@ -9,20 +9,21 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file is how Acquire waits in fair mode: waiters queue in Redis
-// (fair.lua), and a release hands the lock straight to the first live
-// waiter (grant.lua): the lock is never free in between, and only that
-// waiter is told, on its Locker's grant channel — or directly, when the
-// releasing Locker is its own. Queued waiters also poll now and then, so a
-// lost grant message or a dropped queue entry costs latency, never
-// liveness.
+// This file is how Acquire waits in fair mode: waiters join the lock's
+// queue in the store (Granter's FairAcquire), and a release hands the lock
+// straight to the first live waiter in the same step: the lock is never
+// free in between, and only that waiter is told, by the store's grant
+// message to its Locker — or directly, when the releasing Locker is its
+// own. Queued waiters also poll now and then, so a lost grant message or a
+// dropped queue entry costs latency, never liveness.
 //
-// Safety (doc.go, "Redis: how a lease becomes live": Acquisition, Fair
-// grant, Early hand-over): a fair lease comes from fair.lua taking a free
-// lock, dated from the request's send time; from a grant, dated from a time
-// known to precede it, and confirmed by a renewal first when dated more
-// than TTL/3 back (fairGrantLease); or from an early hand-over
-// (handover.go).
+// Safety (doc.go, "Safety: how a lease becomes live": Acquisition, Fair
+// grant, Early hand-over; for the store that hands over,
+// lockmw/internal/redisstore, safety.go, "How a lease becomes live"): a fair
+// lease comes from a fair attempt taking a free lock, dated from the
+// request's send time; from a grant, dated from a time known to precede it,
+// and confirmed by a renewal first when dated more than TTL/3 back
+// (fairGrantLease); or from an early hand-over (handover.go).
 
 // pollAfter is when a queued fair waiter checks the queue and the lock
 // itself, in case a grant message was lost: when the holder's TTL (or, not
@@ -53,7 +54,7 @@ func (l *Locker) forgetFair(lock store.Key, token string) {
 func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	// Close waits for fair acquisitions under way (a waiter stops waiting
 	// when Close begins): one that was granted the lock, or leaves the
-	// queue, is done with Redis before Close returns.
+	// queue, is done with the store before Close returns.
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
@@ -102,9 +103,9 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 }
 
 // fairWay is a fair waiter on a Granter: its entry queues, and a release
-// hands it the lock (a grant, heard on its Locker's grant channel or
-// directly from a release of this Locker); it also polls now and then,
-// when the holder's TTL runs out, in case a grant message was lost.
+// hands it the lock (a grant, heard in the store's grant message to its
+// Locker or directly from a release of this Locker); it also polls now and
+// then, when the holder's TTL runs out, in case a grant message was lost.
 type fairWay struct {
 	l         *Locker
 	w         *waiter
@@ -178,7 +179,8 @@ func (f *fairWay) done(a *acquisition, lease *Lease, err error) {
 func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
 	defer l.flights.done() // started by the grant's sender
 	if g.early != nil {
-		// Handed over by a release in this Locker, before Redis confirmed it.
+		// Handed over by a release in this Locker, before the store
+		// confirmed it.
 		lease, err = l.newEarlyLease(a, w.token, g.early, true)
 		return lease, false, err
 	}
@@ -277,7 +279,7 @@ func (l *Locker) abandonFair(lock store.Key, w *waiter, entry string, why error)
 		g, err := l.caps.waits.Leave(ctx, lock, entry, w.token)
 		if err != nil {
 			// A failed attempt may yet take the lock or queue the entry:
-			// the cleaner leaves and gives back once Redis answers.
+			// the cleaner leaves and gives back once the store answers.
 			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 			l.takeBack(lock, w.token, entry, true, w.ttl)
 			return

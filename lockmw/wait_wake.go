@@ -14,18 +14,18 @@ import (
 //
 // The first master keeps, beside its copy of the lock, a wait queue of
 // "<locker id> <waiter id>" entries. A waiter's attempt that finds the lock
-// held there queues its entry in the same script (redlock_acquire.lua), so
-// no release can fall between the two; a Locker whose release just woke a
-// waiter knows others wait, and its next Acquire of the lock queues with
-// one RPUSHX instead of an attempt. The holder's release on the first
-// master wakes the first waiter still listening, on its Locker's wake
-// channel (redlock_release.lua), and only that waiter tries. A wake grants
-// nothing: the waiter makes an ordinary attempt, decided by a quorum as
-// every other (see redlock.go), so this file adds no way for a lease to
-// become live. If the attempt loses (its wake came before the release
-// reached the other masters, or a newcomer took the lock first), the
-// waiter retries after a short backoff, or queues again when the first
-// master says the lock is held.
+// held there queues its entry in the same step (WakeQueue's AcquireQueued),
+// so no release can fall between the two; a Locker whose release just woke a
+// waiter knows others wait, and its next Acquire of the lock queues with one
+// enqueue step (EnqueueWake) instead of an attempt. The holder's release on
+// the first master wakes the first waiter still listening, by the store's
+// wake message to its Locker, and only that waiter tries (how:
+// lockmw/internal/redisstore, redlock_safety.go). A wake grants nothing: the
+// waiter makes an ordinary attempt, decided by a quorum as every other (see
+// redlock.go), so this file adds no way for a lease to become live. If the
+// attempt loses (its wake came before the release reached the other masters,
+// or a newcomer took the lock first), the waiter retries after a short
+// backoff, or queues again when the first master says the lock is held.
 //
 // A lost wake (the first master down or restarted, a dropped message, a
 // waiter that gave up as it was woken and could not pass its turn on)
@@ -34,8 +34,8 @@ import (
 //
 // No entry outlives its Locker's Close (while the first master answers).
 // An entry reaches the queue only through a waiter's attempt sent with it
-// (redlock_acquire.lua queues it when the lock is held there) or its
-// RPUSHX. After each, the waiter records what it learnt (wakeWay.try):
+// (AcquireQueued queues it when the lock is held there) or its
+// EnqueueWake. After each, the waiter records what it learnt (wakeWay.try):
 // queued when the first master answered that it queued the entry, or has
 // not answered (acquireQueued waits for that answer a bounded time, and
 // counts an answer still missing as queued); unsure when the first master

@@ -119,9 +119,9 @@ func (b *Store) runAcquire(ctx context.Context, k lockRef, token string, ttl tim
 		// usually is, so the attempt then goes without the queue check
 		// (acquire_moving.lua, two keys: refused only while the lock and
 		// its counter are split), retried as the slot moves. Safety is the
-		// same (lockmw doc.go, Acquisition); only Fair order after a holder's
-		// expiry is not kept during that slot's migration (lockmw doc.go, Fair
-		// order).
+		// same (safety.go, "How a lease becomes live": Acquisition); only
+		// Fair order after a holder's expiry is not kept during that slot's
+		// migration (doc.go, "Waiting and hand-overs": Fair order).
 		r, err = b.runScript(ctx, 0, acquireScript, []string{k.lock, k.fence, k.queue}, token, millis(ttl), b.expiry.counter, k.grants, b.publish)
 		if err != nil && slotMoving(err) {
 			r, err = b.runScript(ctx, ttl/4, acquireMovingScript, []string{k.lock, k.fence}, token, millis(ttl), b.expiry.counter)
@@ -282,8 +282,7 @@ func (c *setNXCall) fail(err error) {
 // never used. And when the SET took a free lock while waiters were queued
 // (the holder's key expired, or a grant went unclaimed), it hands the lock
 // to the first live one (yield.lua), after the seed: a later comer does not
-// overtake the queue (lockmw doc.go, "Redis: waiting and hand-overs", Fair
-// order). Both go in the follow-up round trip of the same batch, so the
+// overtake the queue (doc.go, "Waiting and hand-overs": Fair order). Both go in the follow-up round trip of the same batch, so the
 // lock's next call leaves after them (batch.go).
 func (c *setNXCall) followUp(rs *resend) {
 	if c.keep != "" && c.incr.Err() == nil && c.incr.Val() < seededFloor {

@@ -15,8 +15,8 @@ import (
 // This file is the Redis store's store.Granter: releases that hand the
 // lock to a waiter in the same step (release.lua, transfer.lua, unlock.lua)
 // and the fair queue (fair.lua, leave.lua). Why a hand-over keeps one
-// lease live at a time is argued beside store.Granter and in package
-// lockmw's documentation (doc.go, "Safety: how a lease becomes live").
+// lease live at a time is argued beside store.Granter and in safety.go
+// ("How a lease becomes live": Transfer, Fair grant, Early hand-over).
 
 // Unlock releases the lock held by token, acquired without Fair, with the
 // short script; fair reports that fair waiters have queued behind it, and

@@ -36,9 +36,8 @@ import (
 // recorded while the holder owned the lock there (the second round, raise
 // script, skipped when a quorum of the winning masters already returned M
 // itself). Why that makes fences strictly increase from one holder to the
-// next, and what it needs of the masters' data, is argued once, in the
-// documentation of package lockmw (doc.go, section Redlock, "Redlock
-// fences").
+// next, and what it needs of the masters' data, is argued once, in
+// redlock_safety.go ("Redlock fences").
 
 // Redlock keeps each lock on a quorum of independent masters.
 type Redlock struct {

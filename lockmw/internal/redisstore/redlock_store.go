@@ -18,15 +18,20 @@ import (
 // waiters use it is lockmw's wait_wake.go).
 
 var (
-	_ store.Store       = (*Redlock)(nil)
-	_ store.Named       = (*Redlock)(nil)
-	_ store.LeftNothing = (*Redlock)(nil)
-	_ store.WakeQueue   = (*Redlock)(nil)
-	_ store.FenceRaiser = (*Redlock)(nil)
+	_ store.Store        = (*Redlock)(nil)
+	_ store.Named        = (*Redlock)(nil)
+	_ store.LeftNothing  = (*Redlock)(nil)
+	_ store.WakeQueue    = (*Redlock)(nil)
+	_ store.FenceRaiser  = (*Redlock)(nil)
+	_ store.ClientCloser = (*Redlock)(nil)
 )
 
 // Name names the store in messages.
 func (b *Redlock) Name() string { return "Redlock" }
+
+// ClientClosed reports whether err says that a master's client was closed
+// (store.ClientCloser).
+func (b *Redlock) ClientClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }
 
 // CheckTTL accepts every TTL, as one Redis does.
 func (b *Redlock) CheckTTL(time.Duration) error { return nil }

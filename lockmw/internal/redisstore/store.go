@@ -21,12 +21,13 @@ import (
 // (granter.go).
 
 var (
-	_ store.Store       = (*Store)(nil)
-	_ store.Named       = (*Store)(nil)
-	_ store.LeftNothing = (*Store)(nil)
-	_ store.FireClaimer = (*Store)(nil)
-	_ store.Granter     = (*Store)(nil)
-	_ store.FenceRaiser = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Named        = (*Store)(nil)
+	_ store.LeftNothing  = (*Store)(nil)
+	_ store.FireClaimer  = (*Store)(nil)
+	_ store.Granter      = (*Store)(nil)
+	_ store.ClientCloser = (*Store)(nil)
+	_ store.FenceRaiser  = (*Store)(nil)
 )
 
 // Store keeps locks on one Redis deployment: a standalone server, a
@@ -135,13 +136,17 @@ func (b *Store) Bind(c Config) error {
 // Name names the deployment in messages: "Redis" or "Redis Cluster".
 func (b *Store) Name() string { return redisName(b.client) }
 
+// ClientClosed reports whether err says that the client was closed
+// (store.ClientCloser).
+func (b *Store) ClientClosed(err error) bool { return errors.Is(err, redis.ErrClosed) }
+
 // CheckTTL accepts every TTL: Redis keeps a key for whole milliseconds,
 // rounded up (millis), never shorter than asked.
 func (b *Store) CheckTTL(time.Duration) error { return nil }
 
 // Acquire makes one acquisition attempt (runAcquire). The lease's validity
-// counts from the moment before the request leaves (lockmw doc.go, "Safety":
-// Acquisition). renewed changes nothing: each Redis lock expires on its
+// counts from the moment before the request leaves (safety.go, "How a
+// lease becomes live": Acquisition). renewed changes nothing: each Redis lock expires on its
 // own.
 func (b *Store) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()

@@ -11,15 +11,17 @@ import (
 // kept on one member (WakeQueue: NewRedlock's store). The Locker finds
 // them by type assertion, as it finds Queue and Notifier; what it does
 // with them, and why no two leases of a lock are live at once when it
-// does, is package lockmw's (doc.go, "Redis: how a lease becomes live").
+// does, is package lockmw's (doc.go, "Safety: how a lease becomes live")
+// and, for the Redis store's steps, package redisstore's (safety.go, "How
+// a lease becomes live").
 
 // Granter is a store whose release can hand the lock to a waiter in the
 // same step, and that keeps a fair queue whose releases grant the lock to
 // its first live waiter. Every method is one compare-and-act step on the
 // store, on the lock's objects only.
 //
-// Safety (lockmw doc.go, "Redis: how a lease becomes live": Transfer, Fair
-// grant, Early hand-over). A step that hands the lock over replaces the
+// Safety (lockmw/internal/redisstore, safety.go, "How a lease becomes
+// live": Transfer, Fair grant, Early hand-over). A step that hands the lock over replaces the
 // releasing token's holding with the waiter's only while the releasing
 // token holds it, and draws the waiter's fence from the lock's counter in
 // that step: the two holdings never overlap in the store, and the fence

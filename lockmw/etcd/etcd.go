@@ -67,6 +67,19 @@
 //     keys of D, all deleted before D+t became lowest; later holders' keys
 //     are created, or become lowest, after D+t is gone, with higher
 //     revisions, since a key lower than D+t cannot appear while it exists.
+//   - Fair (a hand-over seen by the watch): a queued entry's Enqueue reads
+//     every key of D below D+t (up to 64; behind a longer queue the entry
+//     asks Enqueue again once its predecessor is gone) at a revision S,
+//     and WaitTurn watches D's deletions from S+1. etcd's watch delivers
+//     every event of D after S, in revision order, a revision's events in
+//     one response; once it has delivered the deletion of each of those
+//     keys, the last at revision R, and none of D+t, then at R D+t existed
+//     and was lowest (no key can be created below an existing one). That
+//     is what Enqueue's own read must see, seen at R instead, and the rest
+//     is as above: ValidFrom from the last confirmed renewal of D+t's
+//     lease (renewed first, after R, if older than TTL/3), fence D+t's
+//     create revision. The lock passes to the next waiter without its
+//     second Enqueue, a round trip through etcd's log.
 //   - Renewal: KeepAliveOnce of the etcd lease, sent at s, and a read of
 //     D+t with the create revision the acquisition saw; both must succeed:
 //     D = max(D, s + TTL − drift). A key that existed at the read and whose
@@ -107,7 +120,9 @@
 // # Waiting
 //
 // Fair mode (lockmw.Fair): waiters queue by create revision, and each
-// watches only the key just before its own (no herd). Default mode takes a
+// waits only for the keys before its own (no herd): its watch of D's
+// deletions tells it when it is first, and it takes the lock without
+// another request. Default mode takes a
 // free lock at once (a lock nobody waits on costs one transaction to take
 // and one to release); a waiter that finds it busy queues like a Fair one,
 // one per key and Locker (the Locker's other waiters wait for it, then try
@@ -159,6 +174,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,6 +190,12 @@ import (
 // MinTTL is the shortest lease TTL the etcd store accepts. TTLs must also
 // be whole seconds.
 const MinTTL = 2 * time.Second
+
+// maxBelow is how many keys below its own a queued entry's Enqueue reads:
+// up to that many, WaitTurn can tell when the entry becomes first (see
+// handOver); behind a longer queue it waits for its predecessor and asks
+// Enqueue again.
+const maxBelow = 64
 
 // maxTxnOps is etcd's default limit on operations in one transaction
 // (--max-txn-ops).
@@ -261,6 +283,13 @@ type entry struct {
 	// created the key, or a release may not have deleted it: the name is
 	// never used again.
 	quarantined bool
+	// below is what the last Enqueue that found the key queued read: the
+	// names of every key of D created before it (all of them, else nil),
+	// at revision seen, when the key's create revision was belowRev.
+	// WaitTurn watches them go (see handOver).
+	below    map[string]struct{}
+	seen     int64
+	belowRev int64
 }
 
 // slots are the key names of one lock in use by this store: a name is
@@ -660,12 +689,15 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 		}
 		elseOps := []clientv3.Op{clientv3.OpGet(e.name)}
 		if rev != 0 {
-			elseOps = append(elseOps, clientv3.OpGet(d, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...))
+			// The keys below the entry's, newest first (etcd fetches them
+			// all to sort them, whatever the limit).
+			elseOps = append(elseOps, clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+				clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(maxBelow)))
 		}
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
 			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id)),
-				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxBelow+1))).
 			Else(elseOps...).
 			Commit()
 		if err != nil {
@@ -690,11 +722,13 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 			e.lease, e.rev = le, rev
 			from := le.confirmed
 			s.mu.Unlock()
-			kvs := resp.Responses[1].GetResponseRange().Kvs
-			if len(kvs) < 2 {
+			rr := resp.Responses[1].GetResponseRange()
+			if len(rr.Kvs) < 2 {
 				return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: from}, nil
 			}
-			return store.Reply{Predecessor: string(kvs[1].Key), Seen: rev}, nil
+			// The first key is the entry's own: the newest of D.
+			s.noteBelow(e, rev, rev, rr.Kvs[1:], rr.More)
+			return store.Reply{Predecessor: string(rr.Kvs[1].Key), Seen: rev}, nil
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs[0]
 		if own.CreateRevision != rev {
@@ -710,8 +744,9 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 			s.mu.Unlock()
 			continue
 		}
-		if below := resp.Responses[1].GetResponseRange().Kvs; len(below) > 0 {
-			return store.Reply{Predecessor: string(below[0].Key), Seen: resp.Header.Revision}, nil
+		if below := resp.Responses[1].GetResponseRange(); len(below.Kvs) > 0 {
+			s.noteBelow(e, rev, resp.Header.Revision, below.Kvs, below.More)
+			return store.Reply{Predecessor: string(below.Kvs[0].Key), Seen: resp.Header.Revision}, nil
 		}
 		// First: the lock is token's. Date it from a renewal of its lease
 		// confirmed after the read, if the last one is not recent.
@@ -729,15 +764,25 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 	}
 }
 
-// WaitTurn watches D for the deletion of the predecessor or of token's own
-// key, renewing the own key's lease meanwhile.
+// WaitTurn watches D for the deletion of token's own key and of the keys
+// below it, renewing the own key's lease meanwhile. When the last Enqueue
+// read every key below token's, it waits until they are all deleted and
+// reports the hand-over (see handOver); else it returns once the
+// predecessor is deleted, for the Locker to ask Enqueue again.
 func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	d := dir(k)
 	s.mu.Lock()
 	e := s.held[token]
-	var le *lease
+	var (
+		le    *lease
+		rev   int64
+		below map[string]struct{} // nil: not all known; wait for the predecessor
+	)
 	if e != nil {
-		le = e.lease
+		le, rev = e.lease, e.rev
+		if e.below != nil && e.belowRev == rev && e.seen == r.Seen {
+			below = maps.Clone(e.below)
+		}
 	}
 	s.mu.Unlock()
 	if le == nil {
@@ -764,13 +809,84 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 				}
 				return store.Reply{}, nil // compacted, or no leader: ask again
 			}
+			// A response holds every event of its revisions (no
+			// WithFragment), so the own key's deletion in the revision that
+			// deleted the last key below is seen here.
+			own, pred := false, false
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE && (string(ev.Kv.Key) == r.Predecessor || string(ev.Kv.Key) == e.name) {
-					return store.Reply{}, nil
+				if ev.Type != mvccpb.DELETE {
+					continue
 				}
+				switch key := string(ev.Kv.Key); {
+				case key == e.name:
+					own = true
+				case below != nil:
+					delete(below, key)
+				case key == r.Predecessor:
+					pred = true
+				}
+			}
+			switch {
+			case own:
+				return store.Reply{}, nil // the entry went (its lease expired): queue anew
+			case below != nil && len(below) == 0:
+				return s.handOver(ctx, le, rev, ttl), nil
+			case pred:
+				return store.Reply{}, nil
 			}
 		case <-tick.C:
 		}
+	}
+}
+
+// handOver is WaitTurn's reply when the watch, which began at the
+// revision where Enqueue read every key of D below token's key (create
+// revision rev, under le), has delivered the deletion of each of them and
+// not of token's key: the lock is token's.
+//
+// Safety (the package documentation, "Fair (queue)": a hand-over seen by
+// the watch). etcd's watch delivers every event of D after that revision,
+// in order, a revision's events together, so at the revision R of the last
+// deletion token's key existed, with create revision rev, and no key of D
+// below it did: no key can be created below an existing one, whose
+// revision is lower than every later one. That is the state Enqueue's own
+// read must see to report the lock acquired, seen at R instead of at a
+// read's revision, and the rest is Enqueue's: the key is lowest from R
+// until deleted; ValidFrom is the send time of the last confirmed renewal
+// of le, renewed first if older than TTL/3 (a renewal confirmed after R
+// proves the key, there at R, was still there: only its lease's expiry or
+// this Locker removes it); the fence is rev, above every earlier holder's
+// key (each created before token's key, and deleted by R). Any doubt (le
+// known gone, a renewal that fails) gives the zero reply: Enqueue then
+// reads etcd.
+func (s *etcdStore) handOver(ctx context.Context, le *lease, rev int64, ttl time.Duration) store.Reply {
+	s.mu.Lock()
+	gone := le.gone
+	s.mu.Unlock()
+	if gone {
+		return store.Reply{}
+	}
+	if time.Since(s.confirmedOf(le)) >= ttl/3 {
+		if err := s.keepAlive(ctx, le); err != nil {
+			return store.Reply{}
+		}
+	}
+	return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: s.confirmedOf(le)}
+}
+
+// noteBelow records, for WaitTurn, the keys below e's key (create revision
+// rev) that an Enqueue read at revision seen; more: the read was cut at
+// maxBelow, so not all are known.
+func (s *etcdStore) noteBelow(e *entry, rev, seen int64, kvs []*mvccpb.KeyValue, more bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.below, e.belowRev, e.seen = nil, rev, seen
+	if more {
+		return
+	}
+	e.below = make(map[string]struct{}, len(kvs))
+	for _, kv := range kvs {
+		e.below[string(kv.Key)] = struct{}{}
 	}
 }
 

@@ -85,22 +85,26 @@
 //     D = max(D, s + TTL − drift). A key that existed at the read and whose
 //     lease was alive when the renewal arrived lives until s + TTL at least.
 //
-// Release and renewal compare the key's create revision with the one the
-// acquisition saw, so they never touch a successor's key (etcd issue
-// 22082: Mutex.Unlock deletes by name). Every acquisition, also two of
-// one Locker on one etcd lease, has a key name of its own while its key
-// may exist, so acquisitions of one Locker exclude each other (10756: two
-// concurrency.Mutex on one session share a key and do not). A name is
-// reused only after a definite answer said its key was deleted or never
-// created; a request that failed without an answer may still have created
-// its key, so its name is quarantined (never reused), the Locker deletes
-// that key by name (no one else has the name), and the store stops adding
-// keys to that etcd lease, so that the lease expires once its holdings end.
+// Every acquisition, also two of one Locker on one etcd lease, has a key
+// name of its own while its key may exist, so acquisitions of one Locker
+// exclude each other (10756: two concurrency.Mutex on one session share a
+// key and do not). A name is reused only after a definite answer said its
+// key was deleted or never created; a request that failed without an
+// answer may still have created its key, so its name is quarantined (never
+// reused), and the store stops adding keys to that etcd lease, so that the
+// lease expires once its holdings end. So a key of an entry's name is the
+// entry's own: release deletes it by name (one delete, no transaction),
+// never touching a successor's key (etcd issue 22082: Mutex.Unlock deletes
+// a name its Session's other acquisitions share), and renewal compares the
+// key's create revision with the one the acquisition saw.
+//
 // A queued waiter whose own key vanished (its lease expired) notices,
 // through its watch on its own key or the failing renewal of its lease,
 // and queues again, rather than waiting on or acquiring through a key that
-// is gone (19597, 11456): acquisition is only ever reported from a read
-// that saw the waiter's own key lowest in D.
+// is gone (19597, 11456): acquisition is only ever reported when etcd
+// showed the waiter's own key lowest in D at one revision (a read, or the
+// watch's deletions up to that revision, its own key's among them if it
+// went).
 //
 // The argument rests on etcd's promise that a lease confirmed by a renewal
 // sent at s lives until s + TTL. etcd servers without the fix for etcd
@@ -134,11 +138,13 @@
 //
 // The etcd client's concurrency.Mutex has traps that this store avoids,
 // each with a test in traps_test.go: two acquisitions of one Locker (one
-// etcd lease) exclude each other (etcd issue 10756); release compares the
-// key's create revision, never deleting a successor's key by name (22082);
-// a fair waiter whose own lease expired queues again instead of blocking on
-// a predecessor (19597); an acquisition is reported only from a read that
-// saw the caller's own key lowest, under a live lease (11456).
+// etcd lease) exclude each other (etcd issue 10756); release deletes a
+// name no other acquisition uses while its key may exist, never a
+// successor's key (22082); a fair waiter whose own lease expired queues
+// again instead of blocking on a predecessor (19597); an acquisition is
+// reported only when etcd showed the caller's own key lowest at one
+// revision (a read, or the watch's deletions up to it), under a live lease
+// (11456).
 //
 // A Mutex learns of a lost session only through Session.Done, dated from
 // the last keepalive reply; a lockmw lease context ends at its deadline,
@@ -509,8 +515,16 @@ func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl 
 	}
 }
 
-// Release deletes the token's key if it is still the key the acquisition
-// created (its create revision).
+// Release deletes the token's key by its name.
+//
+// The name is the entry's alone while a key of that name may exist (a
+// slot is reused only once its key is known to be gone, and a name a
+// request may have left behind is never reused: newEntry, dropEntry), so
+// a key of that name is the entry's own, and deleting it ends token's
+// holding or takes token out of the queue, and nothing else: no compare
+// of the create revision is needed, and a transaction would cost etcd more
+// than the delete. (concurrency.Mutex's names are shared by the
+// acquisitions of one Session: etcd issues 10756, 22082.)
 func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.mu.Lock()
 	e := s.held[token]
@@ -522,41 +536,24 @@ func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (sto
 	if e == nil {
 		return store.Missing, nil // no key was ever sent for token, or it is gone
 	}
-	if rev == 0 {
-		// A request that failed without an answer may have created the
-		// key: its name is quarantined (never reused), so deleting by name
-		// deletes nothing else.
-		resp, err := s.c.Delete(ctx, e.name)
-		if err != nil {
-			return 0, err
-		}
-		s.dropEntry(token, e, false)
-		if resp.Deleted > 0 {
-			return store.Owned, nil
-		}
-		return store.Missing, nil
-	}
-	resp, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", rev)).
-		Then(clientv3.OpDelete(e.name)).
-		Else(clientv3.OpGet(e.name, clientv3.WithKeysOnly())).
-		Commit()
+	resp, err := s.c.Delete(ctx, e.name)
 	if err != nil {
-		// The key may stay; no new key joins it under its lease, which
-		// then expires once the Locker's holdings on it end, and its name
-		// is not used again.
-		s.mu.Lock()
-		e.quarantined = true
-		s.mu.Unlock()
-		s.retire(e.lease)
+		if rev != 0 {
+			// The key may stay; no new key joins it under its lease,
+			// which then expires once the Locker's holdings on it end,
+			// and its name is not used again. (Without a create revision,
+			// a request that failed without an answer may have created
+			// the key: the name is quarantined already.)
+			s.mu.Lock()
+			e.quarantined = true
+			s.mu.Unlock()
+			s.retire(e.lease)
+		}
 		return 0, err
 	}
 	s.dropEntry(token, e, false)
-	if resp.Succeeded {
+	if resp.Deleted > 0 {
 		return store.Owned, nil
-	}
-	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-		return store.Taken, nil
 	}
 	return store.Missing, nil
 }
@@ -653,8 +650,7 @@ func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []stor
 // Enqueue creates the token's key if it is missing and says whether it is
 // the lowest key of D, or which key is just below it.
 func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, ttl)
-	defer cancel()
+	// ctx is bounded by the TTL already: the Locker bounds each Enqueue.
 	d := dir(k)
 	s.mu.Lock()
 	e := s.held[token]

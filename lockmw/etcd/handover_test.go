@@ -14,12 +14,13 @@ import (
 // (WaitTurn): once every key below its own is deleted, and its own is not,
 // the lock is its, without another request.
 
-// txns is how many transactions member m has received: Enqueues,
-// releases, and the reads of renewals, which the Lockers of these tests,
-// with a TTL of quietTTL, do not make within a test.
+// txns is how many transactions and deletes member m has received:
+// Enqueues, releases, and the reads of renewals, which the Lockers of these
+// tests, with a TTL of quietTTL, do not make within a test.
 func txns(t testing.TB, m *etcdtest.Server) int64 {
 	t.Helper()
-	return received(t, m)["Txn"]
+	r := received(t, m)
+	return r["Txn"] + r["DeleteRange"]
 }
 
 // quietTTL is the TTL of Lockers whose transactions a test counts: their
@@ -72,7 +73,7 @@ func TestHandOverTakesNoSecondRequest(t *testing.T) {
 			t.Fatalf("fair %v: the waiter's Acquire: %v", fair, got.err)
 		}
 		if n := txns(t, srv) - before; n != 1 {
-			t.Errorf("fair %v: %d transactions from the release to the waiter's lease, want 1 (the release): the waiter asked etcd again", fair, n)
+			t.Errorf("fair %v: %d requests from the release to the waiter's lease, want 1 (the release): the waiter asked etcd again", fair, n)
 		}
 		es := entries(t, admin, "hand")
 		if len(es) != 1 || uint64(es[0].rev) != got.lease.Fence() || got.lease.Fence() <= holder.Fence() {
@@ -118,7 +119,7 @@ func TestHandOverPastAWaiterThatLeft(t *testing.T) {
 		t.Fatalf("the third waiter's Acquire: %v", got.err)
 	}
 	if n := txns(t, srv) - before; n != 1 {
-		t.Errorf("%d transactions from the release to the third waiter's lease, want 1 (the release)", n)
+		t.Errorf("%d requests from the release to the third waiter's lease, want 1 (the release)", n)
 	}
 	if es := entries(t, admin, "pass"); len(es) != 1 || uint64(es[0].rev) != got.lease.Fence() {
 		t.Errorf("etcd holds %v for the third waiter's lease at fence %d; want its key alone, at that create revision", es, got.lease.Fence())

@@ -126,13 +126,14 @@
 // Fair mode (lockmw.Fair): waiters queue by create revision, and each
 // waits only for the keys before its own (no herd): its watch of D's
 // deletions tells it when it is first, and it takes the lock without
-// another request. Default mode takes a
-// free lock at once (a lock nobody waits on costs one transaction to take
-// and one to release); a waiter that finds it busy queues like a Fair one,
-// one per key and Locker (the Locker's other waiters wait for it, then try
-// once), so a release wakes one waiter across all Lockers rather than
-// every waiting one. A default attempt succeeds only on an empty D, so it
-// never passes a queued waiter.
+// another request, so a hand-over costs the release, and the waiter's
+// watch (its creation and cancellation). Default mode takes a free lock at
+// once (a lock nobody waits on costs one transaction to take and one
+// delete to release, what a concurrency.Mutex sends); a waiter that finds
+// it busy queues like a Fair one, one per key and Locker (the Locker's
+// other waiters wait for it, then try once), so a release wakes one waiter
+// across all Lockers rather than every waiting one. A default attempt
+// succeeds only on an empty D, so it never passes a queued waiter.
 //
 // # Compared with concurrency.Mutex
 //
@@ -156,11 +157,12 @@
 //
 // bench_test.go (make bench) measures both on one etcd member in the same
 // run: uncontended lock+unlock (each one transaction with an fsync to lock
-// and one to unlock, so the two are within noise of each other), and one
-// key contended by 16 independent Lockers (each its own client) holding
-// the lock 2ms, in default mode, Fair and Mutex, reporting acquisitions
-// per second, util, wait p99 and etcd requests per acquisition; the
-// figures are what make bench prints.
+// and one delete to unlock, so the two are within noise of each other:
+// what is left is the Locker's own work, a few percent of a lock+unlock),
+// and one key contended by 16 independent Lockers (each its own client)
+// holding the lock 2ms, in default mode, Fair and Mutex, reporting
+// acquisitions per second, util, wait p99 and etcd requests per
+// acquisition; the figures are what make bench prints.
 //
 // # Scheduled jobs
 //

@@ -67,27 +67,44 @@
 //     keys of D, all deleted before D+t became lowest; later holders' keys
 //     are created, or become lowest, after D+t is gone, with higher
 //     revisions, since a key lower than D+t cannot appear while it exists.
+//   - Fair (a hand-over seen by the watch): a queued entry's Enqueue reads
+//     every key of D below D+t (up to 64; behind a longer queue the entry
+//     asks Enqueue again once its predecessor is gone) at a revision S,
+//     and WaitTurn watches D's deletions from S+1. etcd's watch delivers
+//     every event of D after S, in revision order, a revision's events in
+//     one response; once it has delivered the deletion of each of those
+//     keys, the last at revision R, and none of D+t, then at R D+t existed
+//     and was lowest (no key can be created below an existing one). That
+//     is what Enqueue's own read must see, seen at R instead, and the rest
+//     is as above: ValidFrom from the last confirmed renewal of D+t's
+//     lease (renewed first, after R, if older than TTL/3), fence D+t's
+//     create revision. The lock passes to the next waiter without its
+//     second Enqueue, a round trip through etcd's log.
 //   - Renewal: KeepAliveOnce of the etcd lease, sent at s, and a read of
 //     D+t with the create revision the acquisition saw; both must succeed:
 //     D = max(D, s + TTL − drift). A key that existed at the read and whose
 //     lease was alive when the renewal arrived lives until s + TTL at least.
 //
-// Release and renewal compare the key's create revision with the one the
-// acquisition saw, so they never touch a successor's key (etcd issue
-// 22082: Mutex.Unlock deletes by name). Every acquisition, also two of
-// one Locker on one etcd lease, has a key name of its own while its key
-// may exist, so acquisitions of one Locker exclude each other (10756: two
-// concurrency.Mutex on one session share a key and do not). A name is
-// reused only after a definite answer said its key was deleted or never
-// created; a request that failed without an answer may still have created
-// its key, so its name is quarantined (never reused), the Locker deletes
-// that key by name (no one else has the name), and the store stops adding
-// keys to that etcd lease, so that the lease expires once its holdings end.
+// Every acquisition, also two of one Locker on one etcd lease, has a key
+// name of its own while its key may exist, so acquisitions of one Locker
+// exclude each other (10756: two concurrency.Mutex on one session share a
+// key and do not). A name is reused only after a definite answer said its
+// key was deleted or never created; a request that failed without an
+// answer may still have created its key, so its name is quarantined (never
+// reused), and the store stops adding keys to that etcd lease, so that the
+// lease expires once its holdings end. So a key of an entry's name is the
+// entry's own: release deletes it by name (one delete, no transaction),
+// never touching a successor's key (etcd issue 22082: Mutex.Unlock deletes
+// a name its Session's other acquisitions share), and renewal compares the
+// key's create revision with the one the acquisition saw.
+//
 // A queued waiter whose own key vanished (its lease expired) notices,
 // through its watch on its own key or the failing renewal of its lease,
 // and queues again, rather than waiting on or acquiring through a key that
-// is gone (19597, 11456): acquisition is only ever reported from a read
-// that saw the waiter's own key lowest in D.
+// is gone (19597, 11456): acquisition is only ever reported when etcd
+// showed the waiter's own key lowest in D at one revision (a read, or the
+// watch's deletions up to that revision, its own key's among them if it
+// went).
 //
 // The argument rests on etcd's promise that a lease confirmed by a renewal
 // sent at s lives until s + TTL. etcd servers without the fix for etcd
@@ -107,23 +124,28 @@
 // # Waiting
 //
 // Fair mode (lockmw.Fair): waiters queue by create revision, and each
-// watches only the key just before its own (no herd). Default mode takes a
-// free lock at once (a lock nobody waits on costs one transaction to take
-// and one to release); a waiter that finds it busy queues like a Fair one,
-// one per key and Locker (the Locker's other waiters wait for it, then try
-// once), so a release wakes one waiter across all Lockers rather than
-// every waiting one. A default attempt succeeds only on an empty D, so it
-// never passes a queued waiter.
+// waits only for the keys before its own (no herd): its watch of D's
+// deletions tells it when it is first, and it takes the lock without
+// another request, so a hand-over costs the release, and the waiter's
+// watch (its creation and cancellation). Default mode takes a free lock at
+// once (a lock nobody waits on costs one transaction to take and one
+// delete to release, what a concurrency.Mutex sends); a waiter that finds
+// it busy queues like a Fair one, one per key and Locker (the Locker's
+// other waiters wait for it, then try once), so a release wakes one waiter
+// across all Lockers rather than every waiting one. A default attempt
+// succeeds only on an empty D, so it never passes a queued waiter.
 //
 // # Compared with concurrency.Mutex
 //
 // The etcd client's concurrency.Mutex has traps that this store avoids,
 // each with a test in traps_test.go: two acquisitions of one Locker (one
-// etcd lease) exclude each other (etcd issue 10756); release compares the
-// key's create revision, never deleting a successor's key by name (22082);
-// a fair waiter whose own lease expired queues again instead of blocking on
-// a predecessor (19597); an acquisition is reported only from a read that
-// saw the caller's own key lowest, under a live lease (11456).
+// etcd lease) exclude each other (etcd issue 10756); release deletes a
+// name no other acquisition uses while its key may exist, never a
+// successor's key (22082); a fair waiter whose own lease expired queues
+// again instead of blocking on a predecessor (19597); an acquisition is
+// reported only when etcd showed the caller's own key lowest at one
+// revision (a read, or the watch's deletions up to it), under a live lease
+// (11456).
 //
 // A Mutex learns of a lost session only through Session.Done, dated from
 // the last keepalive reply; a lockmw lease context ends at its deadline,
@@ -135,11 +157,12 @@
 //
 // bench_test.go (make bench) measures both on one etcd member in the same
 // run: uncontended lock+unlock (each one transaction with an fsync to lock
-// and one to unlock, so the two are within noise of each other), and one
-// key contended by 16 independent Lockers (each its own client) holding
-// the lock 2ms, in default mode, Fair and Mutex, reporting acquisitions
-// per second, util, wait p99 and etcd requests per acquisition; the
-// figures are what make bench prints.
+// and one delete to unlock, so the two are within noise of each other:
+// what is left is the Locker's own work, a few percent of a lock+unlock),
+// and one key contended by 16 independent Lockers (each its own client)
+// holding the lock 2ms, in default mode, Fair and Mutex, reporting
+// acquisitions per second, util, wait p99 and etcd requests per
+// acquisition; the figures are what make bench prints.
 //
 // # Scheduled jobs
 //
@@ -159,6 +182,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -174,6 +198,12 @@ import (
 // MinTTL is the shortest lease TTL the etcd store accepts. TTLs must also
 // be whole seconds.
 const MinTTL = 2 * time.Second
+
+// maxBelow is how many keys below its own a queued entry's Enqueue reads:
+// up to that many, WaitTurn can tell when the entry becomes first (see
+// handOver); behind a longer queue it waits for its predecessor and asks
+// Enqueue again.
+const maxBelow = 64
 
 // maxTxnOps is etcd's default limit on operations in one transaction
 // (--max-txn-ops).
@@ -261,6 +291,13 @@ type entry struct {
 	// created the key, or a release may not have deleted it: the name is
 	// never used again.
 	quarantined bool
+	// below is what the last Enqueue that found the key queued read: the
+	// names of every key of D created before it (all of them, else nil),
+	// at revision seen, when the key's create revision was belowRev.
+	// WaitTurn watches them go (see handOver).
+	below    map[string]struct{}
+	seen     int64
+	belowRev int64
 }
 
 // slots are the key names of one lock in use by this store: a name is
@@ -480,8 +517,16 @@ func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl 
 	}
 }
 
-// Release deletes the token's key if it is still the key the acquisition
-// created (its create revision).
+// Release deletes the token's key by its name.
+//
+// The name is the entry's alone while a key of that name may exist (a
+// slot is reused only once its key is known to be gone, and a name a
+// request may have left behind is never reused: newEntry, dropEntry), so
+// a key of that name is the entry's own, and deleting it ends token's
+// holding or takes token out of the queue, and nothing else: no compare
+// of the create revision is needed, and a transaction would cost etcd more
+// than the delete. (concurrency.Mutex's names are shared by the
+// acquisitions of one Session: etcd issues 10756, 22082.)
 func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.mu.Lock()
 	e := s.held[token]
@@ -493,41 +538,24 @@ func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (sto
 	if e == nil {
 		return store.Missing, nil // no key was ever sent for token, or it is gone
 	}
-	if rev == 0 {
-		// A request that failed without an answer may have created the
-		// key: its name is quarantined (never reused), so deleting by name
-		// deletes nothing else.
-		resp, err := s.c.Delete(ctx, e.name)
-		if err != nil {
-			return 0, err
-		}
-		s.dropEntry(token, e, false)
-		if resp.Deleted > 0 {
-			return store.Owned, nil
-		}
-		return store.Missing, nil
-	}
-	resp, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", rev)).
-		Then(clientv3.OpDelete(e.name)).
-		Else(clientv3.OpGet(e.name, clientv3.WithKeysOnly())).
-		Commit()
+	resp, err := s.c.Delete(ctx, e.name)
 	if err != nil {
-		// The key may stay; no new key joins it under its lease, which
-		// then expires once the Locker's holdings on it end, and its name
-		// is not used again.
-		s.mu.Lock()
-		e.quarantined = true
-		s.mu.Unlock()
-		s.retire(e.lease)
+		if rev != 0 {
+			// The key may stay; no new key joins it under its lease,
+			// which then expires once the Locker's holdings on it end,
+			// and its name is not used again. (Without a create revision,
+			// a request that failed without an answer may have created
+			// the key: the name is quarantined already.)
+			s.mu.Lock()
+			e.quarantined = true
+			s.mu.Unlock()
+			s.retire(e.lease)
+		}
 		return 0, err
 	}
 	s.dropEntry(token, e, false)
-	if resp.Succeeded {
+	if resp.Deleted > 0 {
 		return store.Owned, nil
-	}
-	if rr := resp.Responses[0].GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
-		return store.Taken, nil
 	}
 	return store.Missing, nil
 }
@@ -624,8 +652,7 @@ func (s *etcdStore) Renew(ctx context.Context, reqs []store.RenewRequest) []stor
 // Enqueue creates the token's key if it is missing and says whether it is
 // the lowest key of D, or which key is just below it.
 func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, ttl)
-	defer cancel()
+	// ctx is bounded by the TTL already: the Locker bounds each Enqueue.
 	d := dir(k)
 	s.mu.Lock()
 	e := s.held[token]
@@ -660,12 +687,15 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 		}
 		elseOps := []clientv3.Op{clientv3.OpGet(e.name)}
 		if rev != 0 {
-			elseOps = append(elseOps, clientv3.OpGet(d, append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...))
+			// The keys below the entry's, newest first (etcd fetches them
+			// all to sort them, whatever the limit).
+			elseOps = append(elseOps, clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+				clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(maxBelow)))
 		}
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
 			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id)),
-				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))).
+				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxBelow+1))).
 			Else(elseOps...).
 			Commit()
 		if err != nil {
@@ -690,11 +720,13 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 			e.lease, e.rev = le, rev
 			from := le.confirmed
 			s.mu.Unlock()
-			kvs := resp.Responses[1].GetResponseRange().Kvs
-			if len(kvs) < 2 {
+			rr := resp.Responses[1].GetResponseRange()
+			if len(rr.Kvs) < 2 {
 				return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: from}, nil
 			}
-			return store.Reply{Predecessor: string(kvs[1].Key), Seen: rev}, nil
+			// The first key is the entry's own: the newest of D.
+			s.noteBelow(e, rev, rev, rr.Kvs[1:], rr.More)
+			return store.Reply{Predecessor: string(rr.Kvs[1].Key), Seen: rev}, nil
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs[0]
 		if own.CreateRevision != rev {
@@ -710,8 +742,9 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 			s.mu.Unlock()
 			continue
 		}
-		if below := resp.Responses[1].GetResponseRange().Kvs; len(below) > 0 {
-			return store.Reply{Predecessor: string(below[0].Key), Seen: resp.Header.Revision}, nil
+		if below := resp.Responses[1].GetResponseRange(); len(below.Kvs) > 0 {
+			s.noteBelow(e, rev, resp.Header.Revision, below.Kvs, below.More)
+			return store.Reply{Predecessor: string(below.Kvs[0].Key), Seen: resp.Header.Revision}, nil
 		}
 		// First: the lock is token's. Date it from a renewal of its lease
 		// confirmed after the read, if the last one is not recent.
@@ -729,15 +762,25 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 	}
 }
 
-// WaitTurn watches D for the deletion of the predecessor or of token's own
-// key, renewing the own key's lease meanwhile.
+// WaitTurn watches D for the deletion of token's own key and of the keys
+// below it, renewing the own key's lease meanwhile. When the last Enqueue
+// read every key below token's, it waits until they are all deleted and
+// reports the hand-over (see handOver); else it returns once the
+// predecessor is deleted, for the Locker to ask Enqueue again.
 func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	d := dir(k)
 	s.mu.Lock()
 	e := s.held[token]
-	var le *lease
+	var (
+		le    *lease
+		rev   int64
+		below map[string]struct{} // nil: not all known; wait for the predecessor
+	)
 	if e != nil {
-		le = e.lease
+		le, rev = e.lease, e.rev
+		if e.below != nil && e.belowRev == rev && e.seen == r.Seen {
+			below = maps.Clone(e.below)
+		}
 	}
 	s.mu.Unlock()
 	if le == nil {
@@ -764,13 +807,84 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 				}
 				return store.Reply{}, nil // compacted, or no leader: ask again
 			}
+			// A response holds every event of its revisions (no
+			// WithFragment), so the own key's deletion in the revision that
+			// deleted the last key below is seen here.
+			own, pred := false, false
 			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE && (string(ev.Kv.Key) == r.Predecessor || string(ev.Kv.Key) == e.name) {
-					return store.Reply{}, nil
+				if ev.Type != mvccpb.DELETE {
+					continue
 				}
+				switch key := string(ev.Kv.Key); {
+				case key == e.name:
+					own = true
+				case below != nil:
+					delete(below, key)
+				case key == r.Predecessor:
+					pred = true
+				}
+			}
+			switch {
+			case own:
+				return store.Reply{}, nil // the entry went (its lease expired): queue anew
+			case below != nil && len(below) == 0:
+				return s.handOver(ctx, le, rev, ttl), nil
+			case pred:
+				return store.Reply{}, nil
 			}
 		case <-tick.C:
 		}
+	}
+}
+
+// handOver is WaitTurn's reply when the watch, which began at the
+// revision where Enqueue read every key of D below token's key (create
+// revision rev, under le), has delivered the deletion of each of them and
+// not of token's key: the lock is token's.
+//
+// Safety (the package documentation, "Fair (queue)": a hand-over seen by
+// the watch). etcd's watch delivers every event of D after that revision,
+// in order, a revision's events together, so at the revision R of the last
+// deletion token's key existed, with create revision rev, and no key of D
+// below it did: no key can be created below an existing one, whose
+// revision is lower than every later one. That is the state Enqueue's own
+// read must see to report the lock acquired, seen at R instead of at a
+// read's revision, and the rest is Enqueue's: the key is lowest from R
+// until deleted; ValidFrom is the send time of the last confirmed renewal
+// of le, renewed first if older than TTL/3 (a renewal confirmed after R
+// proves the key, there at R, was still there: only its lease's expiry or
+// this Locker removes it); the fence is rev, above every earlier holder's
+// key (each created before token's key, and deleted by R). Any doubt (le
+// known gone, a renewal that fails) gives the zero reply: Enqueue then
+// reads etcd.
+func (s *etcdStore) handOver(ctx context.Context, le *lease, rev int64, ttl time.Duration) store.Reply {
+	s.mu.Lock()
+	gone := le.gone
+	s.mu.Unlock()
+	if gone {
+		return store.Reply{}
+	}
+	if time.Since(s.confirmedOf(le)) >= ttl/3 {
+		if err := s.keepAlive(ctx, le); err != nil {
+			return store.Reply{}
+		}
+	}
+	return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: s.confirmedOf(le)}
+}
+
+// noteBelow records, for WaitTurn, the keys below e's key (create revision
+// rev) that an Enqueue read at revision seen; more: the read was cut at
+// maxBelow, so not all are known.
+func (s *etcdStore) noteBelow(e *entry, rev, seen int64, kvs []*mvccpb.KeyValue, more bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e.below, e.belowRev, e.seen = nil, rev, seen
+	if more {
+		return
+	}
+	e.below = make(map[string]struct{}, len(kvs))
+	for _, kv := range kvs {
+		e.below[string(kv.Key)] = struct{}{}
 	}
 }
 

@@ -90,8 +90,8 @@ func TestTrapOneLeaseStillExcludes(t *testing.T) {
 }
 
 // etcd issue 22082: Mutex.Unlock deletes its key by name, whoever holds it
-// by then. A lockmw release compares the key's create revision, and key
-// names carry each acquisition's own token: a holder whose lock was lost
+// by then. A lockmw release deletes its key by a name that no other
+// acquisition uses while the key may exist: a holder whose lock was lost
 // never deletes its successor's, even the successor on the same Locker and
 // lease TTL.
 func TestTrapReleaseSparesSuccessor(t *testing.T) {

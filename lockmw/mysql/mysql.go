@@ -374,7 +374,12 @@ func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (stor
 	if err := s.dequeue(ctx, k, token); err != nil {
 		return 0, err
 	}
-	res, err := s.exec(ctx, time.Minute, s.releaseStmt(k, token))
+	q := "UPDATE " + s.n.locks + " SET token = X'', expires_at = UTC_TIMESTAMP(6) WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name) +
+		" AND token = " + hexLit(token) + " AND expires_at > UTC_TIMESTAMP(6)"
+	if s.contended(k) {
+		q = s.releaseStmt(k, token)
+	}
+	res, err := s.exec(ctx, time.Minute, q)
 	if err != nil {
 		return 0, err
 	}
@@ -390,19 +395,30 @@ func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (stor
 	return found[k].ownership(token), nil
 }
 
-// releaseStmt ends token's holding of k's row in one UPDATE, under the
+// releaseStmt, for a lock that waiters of this store queued for (a plain
+// release, which leaves the row free, costs the server less: the
+// hand-over's subqueries cost more to plan than to run, and an
+// uncontended lock has nobody to hand to; a waiter of another Locker
+// then finds the lock free at its next poll), ends token's holding of k's row in one UPDATE, under the
 // row's lock, matched on token and an unexpired row: when the first live
 // queue entry of another token takes hand-overs, the row becomes that
 // token's, with a fence drawn in the statement and the entry's expiry;
 // otherwise the row is left free (no token, expired now). See the package
 // documentation, "Safety: how a lease becomes live", Hand-over.
 func (s *sqlStore) releaseStmt(k store.Key, token string) string {
-	first := "SELECT q.token, q.expires_at, q.handover FROM " + s.n.queue + " q WHERE " + keyWhere("q", k) +
+	// The assignments run left to right, later ones seeing earlier ones'
+	// results (as in take): token becomes the first live entry's of
+	// another token, if that entry takes hand-overs, else "" (free); the
+	// fence is drawn only for a hand-over, and the expiry is that entry's
+	// (a primary-key read), else now. Two subqueries: each costs the
+	// statement more to plan than to run.
+	first := "SELECT IF(q.handover = 1, q.token, NULL) FROM " + s.n.queue + " q WHERE " + keyWhere("q", k) +
 		" AND q.expires_at > UTC_TIMESTAMP(6) AND q.token <> " + hexLit(token) + " ORDER BY q.seq LIMIT 1"
-	return "UPDATE " + s.n.locks + " l LEFT JOIN (" + first + ") f ON f.handover = 1" +
-		" SET l.fence = IF(f.token IS NULL, l.fence, NEXTVAL(" + s.n.fence + ")), l.token = IFNULL(f.token, X''), " +
-		"l.expires_at = IFNULL(f.expires_at, UTC_TIMESTAMP(6))" +
-		" WHERE " + keyWhere("l", k) + " AND l.token = " + hexLit(token) + " AND l.expires_at > UTC_TIMESTAMP(6)"
+	expiry := "SELECT e.expires_at FROM " + s.n.queue + " e WHERE " + keyWhere("e", k) + " AND e.token = " + s.n.locks + ".token"
+	return "UPDATE " + s.n.locks + " SET token = IFNULL((" + first + "), X''), " +
+		"fence = IF(token = X'', fence, NEXTVAL(" + s.n.fence + ")), " +
+		"expires_at = IF(token = X'', UTC_TIMESTAMP(6), (" + expiry + "))" +
+		" WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name) + " AND token = " + hexLit(token) + " AND expires_at > UTC_TIMESTAMP(6)"
 }
 
 // own reports token's live holding of k's row, read at once: Acquired

@@ -61,6 +61,7 @@ func (s *sqlStore) Enqueue(ctx context.Context, k store.Key, token string, ttl t
 		return r, err
 	}
 	s.mark(token)
+	s.sawWaiter(k)
 	// An expired entry (its waiter was slow to renew it, or the sweep
 	// deleted it) queues anew, last; a live one keeps its seq. seq is
 	// assigned first, reading expires_at before it changes.
@@ -300,13 +301,13 @@ func (w *poller) next() time.Duration {
 		if w.firstAt.IsZero() {
 			w.firstAt = time.Now()
 		}
-		early := time.Until(w.began.Add(w.per)) - pollFast/2
+		early := time.Until(w.began.Add(w.per / 2))
 		switch {
 		case w.per > 0 && w.precise && early > d:
 			d = early
 		case w.per > 0 && time.Since(w.firstAt) < 2*w.per:
 		default:
-			w.backoff = min(w.backoff*3/2, BackoffMax)
+			w.backoff = min(w.backoff*3/2, max(w.per/2, pollFast), BackoffMax)
 		}
 	default:
 		w.backoff = min(2*w.backoff, BackoffMax)
@@ -332,9 +333,12 @@ func (w *poller) saw(sent time.Time, place int64, fence uint64, left time.Durati
 func (w *poller) sample(end time.Time) time.Duration {
 	s := end.Sub(w.from) / time.Duration(w.first+1)
 	if w.per == 0 {
-		return s
+		return min(s, BackoffMax)
 	}
-	return (3*w.per + s) / 4
+	// A stall (a waiter slow to learn its hand-over) counts at most
+	// twice the pace, so that one does not make the next waiters sleep
+	// through theirs.
+	return (3*w.per + min(s, 2*w.per)) / 4
 }
 
 // maxPaces bounds the keys whose pace the store keeps; past it, the paces
@@ -349,10 +353,33 @@ func (s *sqlStore) paceOf(k store.Key) time.Duration {
 	return s.paces[k]
 }
 
+// sawWaiter notes that a waiter of the store queued for k: releases of k
+// hand the lock over from now on (contended).
+func (s *sqlStore) sawWaiter(k store.Key) {
+	s.pacesMu.Lock()
+	defer s.pacesMu.Unlock()
+	if _, ok := s.paces[k]; !ok {
+		s.keepPaceLocked(k, 0)
+	}
+}
+
+// contended reports whether a waiter of the store queued for k (since
+// the store last forgot its paces).
+func (s *sqlStore) contended(k store.Key) bool {
+	s.pacesMu.Lock()
+	defer s.pacesMu.Unlock()
+	_, ok := s.paces[k]
+	return ok
+}
+
 // keepPace keeps per as k's pace.
 func (s *sqlStore) keepPace(k store.Key, per time.Duration) {
 	s.pacesMu.Lock()
 	defer s.pacesMu.Unlock()
+	s.keepPaceLocked(k, per)
+}
+
+func (s *sqlStore) keepPaceLocked(k store.Key, per time.Duration) {
 	if s.paces == nil || len(s.paces) >= maxPaces {
 		s.paces = make(map[store.Key]time.Duration)
 	}

@@ -32,9 +32,10 @@ const (
 	// MaxTTL is the longest lease TTL the store accepts.
 	MaxTTL = Retention
 
-	// BackoffMin and BackoffMax bound how long a waiter sleeps between
-	// attempts on a busy lock (jittered, doubling), never past the
-	// holder's expiry: MariaDB cannot notify, so waiters poll.
+	// BackoffMin and BackoffMax bound lockmw's backoff between plain
+	// attempts on a busy lock (jittered, doubling), where it makes them
+	// (store.Backoff); BackoffMax also bounds a queued waiter's sleep
+	// between polls (see Waiting): MariaDB cannot notify, so waiters poll.
 	BackoffMin = 5 * time.Millisecond
 	BackoffMax = 100 * time.Millisecond
 )

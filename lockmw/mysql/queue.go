@@ -12,9 +12,10 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file is the Fair waiters' queue (lockmw.Fair): the table T_queue,
-// one row per waiting token, ordered by seq. See the package
-// documentation, "Waiting" and "Safety".
+// This file is the waiters' queue (both modes: lockmw.Fair and the one
+// default-mode waiter per key and Locker): the table T_queue, one row per
+// waiting token, ordered by seq, and the polls that learn a hand-over.
+// See the package documentation, "Waiting" and "Safety".
 //
 // The queue decides only who may try: a queued waiter's attempt is the
 // same statement on the lock's row as a plain one (take), with one more
@@ -262,16 +263,17 @@ func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl 
 
 // poller is WaitTurn's schedule. per, how long one hand-over takes, comes
 // from the waits before (the store keeps it per key: paceOf): a wait that
-// began with p entries before the waiter's and ended after time w saw p+1
+// began with p entries before the waiter's and ended after time d saw p+1
 // hand-overs. With p entries before it, a waiter sleeps half of p·per (its
-// place moves meanwhile, and it looks again). First in line, it sleeps
-// until shortly before the holding it saw begin has lasted per, then polls
-// every pollFast, backing off (×1.5, jittered) while the hand-over does
-// not come; without per, from pollFast doubling. Never past BackoffMax,
-// nor past the expiry of what it waits for. So the waiter next in line
-// polls a few times per hand-over, around when it is due, the others a
-// few times per wait, and every waiter at most every BackoffMax while the
-// lock does not change hands.
+// place moves meanwhile, and it looks again). First in line, when its
+// polls saw the holding it waits for begin (a new fence in the row, seen
+// within 2·pollFast), it sleeps until half of per has passed since, then
+// polls every pollFast; after twice per, or without per, it backs off
+// (×1.5, jittered). Before it knows per, a waiter further back polls from
+// pollFast doubling. Never past BackoffMax, nor past the expiry of what it
+// waits for. So the waiter next in line polls a few times per hand-over,
+// around when it is due, the others a few times per wait, and every waiter
+// polls at least every BackoffMax while the lock does not change hands.
 type poller struct {
 	from    time.Time     // when the wait began
 	first   int64         // entries before the waiter's when it began
@@ -295,8 +297,9 @@ func (w *poller) next() time.Duration {
 	case w.place == 0:
 		// First in line: the hand-over comes when the holding ends. When
 		// the poll that saw it begin came soon after the one before, the
-		// waiter knows when it began and sleeps until shortly before
-		// per has passed; else it polls every pollFast for two per, then
+		// waiter knows when it began and sleeps until half of per has
+		// passed (a pace that overestimates costs polls, not a hand-over
+		// left waiting); else it polls every pollFast for two per, then
 		// backs off.
 		if w.firstAt.IsZero() {
 			w.firstAt = time.Now()
@@ -307,7 +310,7 @@ func (w *poller) next() time.Duration {
 			d = early
 		case w.per > 0 && time.Since(w.firstAt) < 2*w.per:
 		default:
-			w.backoff = min(w.backoff*3/2, max(w.per/2, pollFast), BackoffMax)
+			w.backoff = min(w.backoff*3/2, BackoffMax)
 		}
 	default:
 		w.backoff = min(2*w.backoff, BackoffMax)

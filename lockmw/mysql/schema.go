@@ -21,7 +21,7 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
 // names are the store's objects for one base table name.
 type names struct {
 	locks, fence, claims string // quoted
-	queue                string // quoted: Fair waiters' entries
+	queue                string // quoted: waiters' entries
 	plain                string // the base name, unquoted
 }
 
@@ -100,7 +100,7 @@ func (n names) statements() []string {
 // Schema returns the SQL that creates the store's objects for table (""
 // for DefaultTable), for migrations of one's own: the lock table, the
 // sequence table+"_fence" that issues fences, the table table+"_queue"
-// of Fair waiters, and the table table+"_claims" of cronlock's fire
+// of waiters, and the table table+"_claims" of cronlock's fire
 // claims. Every statement is
 // idempotent (IF NOT EXISTS); the ALTER TABLE is the migration of a queue
 // table made by an earlier version (the column handover), which New

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"context"
 	"database/sql"
 	"testing"
 	"time"
@@ -72,7 +73,9 @@ func TestHandOverLearnedByPoll(t *testing.T) {
 	k := store.Key{Prefix: "p:", Name: "handed-poll"}
 	ttl := 5 * time.Second
 	r, fence, _ := handedSetup(t, s, admin, k, ttl)
-	got, err := s.WaitTurn(ctx, k, "w", ttl, r)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	got, err := s.WaitTurn(wctx, k, "w", ttl, r)
 	if err != nil || !got.Acquired || got.Fence != fence {
 		t.Fatalf("WaitTurn after the hand-over: %+v, %v; want Acquired with the release's fence %d", got, err, fence)
 	}

@@ -41,9 +41,10 @@ func TestConformanceMariaDB(t *testing.T) {
 			}
 			return out
 		},
-		// Fair waiters queue; default waiters poll (store.FairOnly).
-		Fair:   true,
-		Queued: func(t testing.TB, key string) int { return len(queueTokens(t, admin, key, true)) },
-		MinTTL: mysql.MinTTL,
+		// Waiters of both modes queue.
+		Fair:                 true,
+		Queued:               func(t testing.TB, key string) int { return len(queueTokens(t, admin, key, true)) },
+		QueuesDefaultWaiters: true,
+		MinTTL:               mysql.MinTTL,
 	})
 }

@@ -213,8 +213,9 @@
 // First in line, it saw the holding it waits for begin (a new fence in the
 // row); it sleeps until half of per has passed since, then polls every
 // 250µs (jittered), backing off (×1.5, up to BackoffMax) once twice per
-// has passed. Before it knows per, from 250µs doubling. Never past the
-// expiry of what it waits for. So the waiter next in line polls a few
+// has passed, or at once without per; a waiter further back that knows no
+// per yet polls from 250µs doubling. Never past
+// the expiry of what it waits for. So the waiter next in line polls a few
 // times per hand-over, around when it is due, the others a few times per
 // wait; while the lock does not change hands, every waiter backs off to
 // polling every BackoffMax. A waiter that gives up (WithWait, its

@@ -41,10 +41,9 @@ func TestConformanceMariaDB(t *testing.T) {
 			}
 			return out
 		},
-		// Waiters of both modes queue.
-		Fair:                 true,
-		Queued:               func(t testing.TB, key string) int { return len(queueTokens(t, admin, key, true)) },
-		QueuesDefaultWaiters: true,
-		MinTTL:               mysql.MinTTL,
+		// Fair waiters queue; default waiters poll (store.FairOnly).
+		Fair:   true,
+		Queued: func(t testing.TB, key string) int { return len(queueTokens(t, admin, key, true)) },
+		MinTTL: mysql.MinTTL,
 	})
 }

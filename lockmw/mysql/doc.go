@@ -184,29 +184,33 @@
 //
 // # Waiting
 //
-// MariaDB cannot notify a waiter of a release, so waiters poll, and queue
-// (both modes: one default-mode waiter per key and Locker, the others
-// waiting at the Locker's gate, and every Fair waiter): a waiter is never
-// overtaken by one that arrived after its entry was queued, whatever that
-// one's mode or Locker, since every attempt (default, TryAcquire, Fair)
-// passes no unexpired entry queued before it. A wait's longest part is
-// its place in line, not a backoff's luck. An acquisition first tries as
-// above (one statement when the lock is free and nobody queues); when busy
-// it queues an entry (its place drawn from T_fence; a live entry keeps its
-// place) and reads what it waits for: the entry just before it, or the
-// holder when first (the holder's own entry, until its Locker deletes it,
-// is no place). It then polls, keeping its entry alive every TTL/3:
-// first in line, one SELECT of the lock's row by its key; further back,
-// one SELECT that reads its own entry, the one before it, its place and
-// the row. A release by a Locker whose waiters queued for the lock hands
-// it to the first entry in the release's own statement (Safety,
-// Hand-over), and the waiter's next poll finds its token in the row: the
-// lease, without another statement. Otherwise (a release of a Locker that
-// saw no waiter of its own on the key, or of an earlier version, or an
-// expiry) the poll finds the lock free, and the waiter's attempt takes it.
-// A winner's entry is deleted while its lease runs.
+// MariaDB cannot notify a waiter of a release, so waiters poll. A
+// default-mode waiter retries its attempt (one statement) after a jittered
+// backoff from BackoffMin doubling to BackoffMax, never past the holder's
+// expiry (store.FairOnly: a turn in the queue costs several statements,
+// and its hand-over waits for one chosen waiter's poll while the lock sits
+// idle, which under load kept it busy little more than half the time).
+// Fair waiters queue: a Fair waiter is never overtaken by one that
+// arrived after its entry was queued, whatever that one's mode or Locker,
+// since every attempt (default, TryAcquire, Fair) passes no unexpired
+// entry queued before it (default waiters wait while Fair ones are
+// queued). A Fair acquisition first tries as above (one statement when
+// the lock is free and nobody queues); when busy it queues an entry (its
+// place drawn from T_fence; a live entry keeps its place) and reads what
+// it waits for: the entry just before it, or the holder when first (the
+// holder's own entry, until its Locker deletes it, is no place). It then
+// polls, keeping its entry alive every TTL/3: first in line, one SELECT of
+// the lock's row by its key; further back, one SELECT that reads its own
+// entry, the one before it, its place and the row. A release by a Locker
+// whose waiters queued for the lock hands it to the first entry in the
+// release's own statement (Safety, Hand-over), and the waiter's next poll
+// finds its token in the row: the lease, without another statement.
+// Otherwise (a release of a Locker that saw no waiter of its own on the
+// key, or of an earlier version, or an expiry) the poll finds the lock
+// free, and the waiter's attempt takes it. A winner's entry is deleted
+// while its lease runs.
 //
-// When a waiter polls: each Locker learns per key how long a hand-over
+// When a Fair waiter polls: each Locker learns per key how long a hand-over
 // takes (per: a wait that began with p entries before it and ended after
 // time d saw p+1; a slow one counts at most twice the pace), and a waiter
 // p places back sleeps half of p·per, never more than BackoffMax (100ms).
@@ -226,17 +230,14 @@
 //
 // # Rolling upgrades
 //
-// Lockers of the version before hand-overs (whose default-mode waiters
-// polled with plain attempts, and whose Fair waiters queued) and of this
-// one exclude each other on one migrated table: every lease comes from the
+// Lockers of the version before hand-overs and of this one (in both, Fair
+// waiters queue and default-mode waiters poll with plain attempts)
+// exclude each other on one migrated table: every lease comes from the
 // same row under the same conditions, and the earlier version's
 // statements name only the columns they know. Neither strands the other's
 // waiters: a release never hands the lock to an earlier version's entry
 // (handover = 0), and an earlier version's release leaves the row free,
-// which a waiter of this one finds at its next poll. The earlier
-// version's default-mode waiters wait while entries are queued (as they
-// waited for Fair waiters), so while both run, they get the lock when
-// the queue empties, behind this version's waiters.
+// which a waiter of this one finds at its next poll.
 //
 // # Errors
 //

@@ -205,6 +205,7 @@ var (
 	_ store.Logging     = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
 	_ store.Queue       = (*sqlStore)(nil)
+	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)
 )
 

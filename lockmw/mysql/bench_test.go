@@ -14,9 +14,11 @@ import (
 	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
 )
 
-// Benchmarks of lockmw on MariaDB beside a ShedLock-style table lock (one
-// row per lock, taken by UPDATE … WHERE lock_until <= NOW(6), polled), on
-// the same server in the same run (make bench), with the harness of
+// Benchmarks of lockmw on MariaDB beside two loops a team would write
+// instead: a ShedLock-style table lock (one row per lock, taken by UPDATE
+// … WHERE lock_until <= NOW(6), polled) and GET_LOCK polled (a lock held
+// by a connection: each contender keeps one), on the same server in the
+// same run (make bench), with the harness of
 // internal/testkit/lockmwtest/benchsuite.
 
 // shedPoll is how often the ShedLock-style loop tries again (ShedLock
@@ -50,6 +52,26 @@ func (m shedLock) Lock(ctx context.Context, key string) (func(), error) {
 	}.Lock(ctx, key)
 }
 
+// getLockPoll is GET_LOCK polled as the ShedLock-style loop polls its
+// row: a lock held by one connection, so every contender keeps its own.
+type getLockPoll struct{ conn *sql.Conn }
+
+func (m getLockPoll) Lock(ctx context.Context, key string) (func(), error) {
+	return benchsuite.Poll{
+		Try: func(ctx context.Context, key string) (bool, error) {
+			var got sql.NullInt64
+			if err := m.conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", key).Scan(&got); err != nil {
+				return false, err
+			}
+			return got.Int64 == 1, nil
+		},
+		Unlock: func(ctx context.Context, key string) {
+			_, _ = m.conn.ExecContext(ctx, "DO RELEASE_LOCK(?)", key)
+		},
+		Every: shedPoll,
+	}.Lock(ctx, key)
+}
+
 // kinds are the implementations compared, each contender on a pool of its
 // own (as separate processes would be).
 func kinds(srv *mariatest.Server) []benchsuite.Kind {
@@ -73,6 +95,14 @@ func kinds(srv *mariatest.Server) []benchsuite.Kind {
 		}},
 		{Name: "shedlock-poll", New: func(tb testing.TB) benchsuite.Mutex {
 			return shedLock{db: srv.DB(tb, "", "interpolateParams=true"), id: "c" + strconv.FormatInt(contender.Add(1), 10)}
+		}},
+		{Name: "getlock-poll", New: func(tb testing.TB) benchsuite.Mutex {
+			conn, err := srv.DB(tb, "", "interpolateParams=true").Conn(context.Background())
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(func() { _ = conn.Close() })
+			return getLockPoll{conn: conn}
 		}},
 	}
 }

@@ -21,12 +21,16 @@
 // base name T (DefaultTable, "lockmw_locks", unless NewWithTable names
 // another): the table T, one row per lock (prefix and name as the primary
 // key, the holder's token, the fence, and expires_at, a DATETIME(6) in
-// UTC); the sequence T_fence (NOCACHE); the table T_queue of Fair
-// waiters (one row per waiting token: its place seq and an expires_at);
-// and the table T_claims of cronlock's fire claims. New fails with
-// ErrMissingTable, saying how to create them, when the server says they
-// are missing (tables made before T_queue existed lack it: CreateTable,
-// idempotent, adds it); a server New cannot reach, or that refuses the
+// UTC); the sequence T_fence (NOCACHE); the table T_queue of waiters (one
+// row per waiting token: its place seq, an expires_at, and handover, 1
+// when its waiter takes hand-overs); and the table T_claims of cronlock's
+// fire claims. New fails with ErrMissingTable, saying how to create them,
+// when the server says they are missing (tables made before T_queue
+// existed lack it: CreateTable, idempotent, adds it), and with
+// ErrOldSchema when T_queue lacks the column handover (made by a version
+// before hand-overs: CreateTable, or the ALTER TABLE of Schema, adds it;
+// Lockers of that version keep working on the migrated table, see
+// Rolling upgrades); a server New cannot reach, or that refuses the
 // login, is warned about once (with the address when the driver's error
 // names it, and the cause), and the Locker is made all the same, since
 // services often start before their database. Tables missing later make
@@ -67,9 +71,14 @@
 // new fence, or, with a flag bit, the holder's remaining TTL; the rows
 // affected (1 inserted, 2 taken over; 0 busy, with clientFoundRows off)
 // are checked against it; a statement the queue held back (WHERE false)
-// writes nothing and answers 0 and 0: busy. A Fair waiter's attempt is the
+// writes nothing and answers 0 and 0: busy. A waiter's attempt is the
 // same statement, held back only by an unexpired entry queued before its
-// own. The statement is bounded by the server at four
+// own. When the live row holds the caller's token already (a release
+// handed it the lock, and its waiter did not learn it from a poll), the
+// statement writes nothing: the busy branch marks the insert id with
+// another flag, and one SELECT reads the row's fence and what it has left;
+// the holding is reported as it is (see Safety, Hand-over), never with a
+// new fence or a later expiry. The statement is bounded by the server at four
 // fifths of the TTL (SET STATEMENT max_statement_time), so a statement
 // stuck in a lock wait ends with ErrStatementTimeout before the caller's
 // deadline. A statement InnoDB rolls back as a deadlock's victim (the
@@ -117,16 +126,41 @@
 //     Retention ≥ TTL from its send to its write, so its own row was
 //     expired when written and its reply comes after its lease's
 //     deadline: that lease is never live. Hence MaxTTL = Retention.
-//   - Fair waiters' queue: it decides only who may try. A Fair waiter's
-//     attempt is the acquisition statement above, with one more condition
-//     in its WHERE (no unexpired entry before its own); a plain attempt's
-//     condition is that no unexpired entry is queued. A condition can only
-//     hold a statement back: what the statement writes, when it writes,
-//     is decided by the row as above. So whatever the queue holds (a stale
-//     entry, a delete that was lost, a read racing an insert), no two
-//     leases of a lock are live together, and every fence is drawn the
-//     same way: on takeover under the row lock, on insert subject to
-//     Retention. Entries are never read as holdings.
+//   - The waiters' queue: it decides only who may try, and whom a release
+//     hands the lock to. A waiter's attempt is the acquisition statement
+//     above, with one more condition in its WHERE (no unexpired entry
+//     before its own); a plain attempt's condition is that no unexpired
+//     entry is queued. A condition can only hold a statement back: what
+//     the statement writes, when it writes, is decided by the row as
+//     above. So whatever the queue holds (a stale entry, a delete that
+//     was lost, a read racing an insert), no two leases of a lock are
+//     live together, and every fence is drawn the same way: on takeover
+//     under the row lock, on insert subject to Retention. Entries are
+//     never read as holdings.
+//   - Hand-over (releaseStmt, on a lock this store's waiters queued for):
+//     the release is one UPDATE of the row, matched on the releasing
+//     token t and an unexpired row, under the row's lock: it replaces t by
+//     the token w of the first unexpired entry of another token, when that
+//     entry takes hand-overs (handover = 1), draws the fence in the same
+//     statement (NEXTVAL under the row lock, after every earlier holder's
+//     write: higher, as on takeover), and sets the row's expiry to the
+//     entry's (no later than w's last renewal of it plus its TTL: a waiter
+//     that died blocks no longer than its entry would). Until then t held
+//     the row, and t's lease ends with its Release, which this statement
+//     is: so at most one token holds the row unexpired, as before. w's
+//     Locker learns the hand-over by a poll that finds w in the live row
+//     (WaitTurn) or by an attempt that does (take, above): sent at s, it
+//     reads the fence and what the row has left, L, at the server's time
+//     r ≥ s; the lease counts from s + min(L, TTL) - TTL, so it ends by
+//     s + L ≤ r + L, the row's expiry: no later than the row, and never
+//     extended by the read (a later expiry would revive a lease past the
+//     hand-over). An entry whose waiter does not learn the hand-over (it
+//     gave up: its Leave releases the row as any holder's Release does,
+//     handing it on; it died: the row expires with its entry) leaves the
+//     lock held at most until the entry's expiry. Entries queued by a
+//     Locker of an earlier version (handover = 0), whose waiters would not
+//     learn it, are never handed the lock: the release leaves the row free
+//     when such an entry is first.
 //
 // The argument rests on one server's committed data: InnoDB with a
 // durable log (innodb_flush_log_at_trx_commit=1 for machine crashes; the
@@ -150,35 +184,60 @@
 //
 // # Waiting
 //
-// MariaDB cannot notify a waiter of a release, so waiters poll: a jittered
-// backoff from BackoffMin (5ms) doubling to BackoffMax (100ms), never past
-// the holder's remaining TTL (each busy attempt reads it), so an expiry is
-// noticed at once and a release within about BackoffMax. Each attempt of a
-// default-mode waiter is one statement (an InnoDB write and a sequence
-// draw); default waiters do not queue.
+// MariaDB cannot notify a waiter of a release, so waiters poll. A
+// default-mode waiter retries its attempt (one statement) after a jittered
+// backoff from BackoffMin doubling to BackoffMax, never past the holder's
+// expiry (store.FairOnly: a turn in the queue costs several statements,
+// and its hand-over waits for one chosen waiter's poll while the lock sits
+// idle, which under load kept it busy little more than half the time).
+// Fair waiters queue: a Fair waiter is never overtaken by one that
+// arrived after its entry was queued, whatever that one's mode or Locker,
+// since every attempt (default, TryAcquire, Fair) passes no unexpired
+// entry queued before it (default waiters wait while Fair ones are
+// queued). A Fair acquisition first tries as above (one statement when
+// the lock is free and nobody queues); when busy it queues an entry (its
+// place drawn from T_fence; a live entry keeps its place) and reads what
+// it waits for: the entry just before it, or the holder when first (the
+// holder's own entry, until its Locker deletes it, is no place). It then
+// polls, keeping its entry alive every TTL/3: first in line, one SELECT of
+// the lock's row by its key; further back, one SELECT that reads its own
+// entry, the one before it, its place and the row. A release by a Locker
+// whose waiters queued for the lock hands it to the first entry in the
+// release's own statement (Safety, Hand-over), and the waiter's next poll
+// finds its token in the row: the lease, without another statement.
+// Otherwise (a release of a Locker that saw no waiter of its own on the
+// key, or of an earlier version, or an expiry) the poll finds the lock
+// free, and the waiter's attempt takes it. A winner's entry is deleted
+// while its lease runs.
 //
-// Fair (lockmw.Fair) waiters queue in T_queue: a waiter is never overtaken
-// by one that arrived after its entry was queued, whatever that one's mode
-// or Locker, since every attempt (default waiter, TryAcquire, Fair) passes
-// no unexpired entry queued before it. A Fair acquisition first tries as
-// above (one statement when the lock is free and nobody queues); when busy
-// it queues an entry (its place drawn from T_fence; a live entry keeps its
-// place) and reads what it waits for: the entry just before it, or the
-// holder when first. It then polls, one SELECT per poll that reads only
-// its own entry, the one before it, its place and the lock's row, and
-// renews its own entry every TTL/3, until it is first and the lock is
-// free; then it tries again, and winning deletes its entry (while the
-// lease runs). The first and second in line poll from BackoffMin doubling
-// to BackoffMax, reset when they become so; a waiter further back sleeps
-// half the time the hand-overs it saw suggest its place needs, within
-// [BackoffMin, BackoffMax]; never past the expiry of what it waits for. So
-// the waiters next in line poll often while the lock changes hands
-// quickly, and nobody polls more often than every BackoffMax while it
-// does not. A waiter that gives up (WithWait, its context, Close) deletes
-// its entry. An entry whose waiter stops renewing it (a crash, a cut link)
+// When a Fair waiter polls: each Locker learns per key how long a hand-over
+// takes (per: a wait that began with p entries before it and ended after
+// time d saw p+1; a slow one counts at most twice the pace), and a waiter
+// p places back sleeps half of p·per, never more than BackoffMax (100ms).
+// First in line, it saw the holding it waits for begin (a new fence in the
+// row); it sleeps until half of per has passed since, then polls every
+// 250µs (jittered), backing off (×1.5, up to BackoffMax) once twice per
+// has passed, or at once without per; a waiter further back that knows no
+// per yet polls from 250µs doubling. Never past
+// the expiry of what it waits for. So the waiter next in line polls a few
+// times per hand-over, around when it is due, the others a few times per
+// wait; while the lock does not change hands, every waiter backs off to
+// polling every BackoffMax. A waiter that gives up (WithWait, its
+// context, Close) deletes its entry, and releases the lock if it had been
+// handed it. An entry whose waiter stops renewing it (a crash, a cut link)
 // expires after the lease TTL, and blocks others at most that long; every
 // Locker deletes expired entries once a minute (with the long-ended rows).
-// While Fair waiters are queued, default waiters keep polling and wait.
+//
+// # Rolling upgrades
+//
+// Lockers of the version before hand-overs and of this one (in both, Fair
+// waiters queue and default-mode waiters poll with plain attempts)
+// exclude each other on one migrated table: every lease comes from the
+// same row under the same conditions, and the earlier version's
+// statements name only the columns they know. Neither strands the other's
+// waiters: a release never hands the lock to an earlier version's entry
+// (handover = 0), and an earlier version's release leaves the row free,
+// which a waiter of this one finds at its next poll.
 //
 // # Errors
 //
@@ -186,7 +245,7 @@
 // one applies: ErrReadOnly (read_only: a replica or a demoted primary),
 // ErrStatementTimeout, ErrConnectionKilled (KILL CONNECTION, a restart, a
 // proxy failing over), ErrPoolExhausted (no connection of the pool became
-// free in time); ErrMissingTable and ErrNotMariaDB wrap
+// free in time); ErrMissingTable, ErrOldSchema and ErrNotMariaDB wrap
 // lockmw.ErrStoreSetup instead. A lease whose renewals fail ends at its
 // deadline, as on any store.
 //

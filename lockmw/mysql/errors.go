@@ -23,6 +23,11 @@ var (
 	// the SQL of Schema in a migration. It matches lockmw.ErrStoreSetup,
 	// not lockmw.ErrUnavailable: waiting does not mend it.
 	ErrMissingTable error = &setupError{"lockmw/mysql: the store's table is missing"}
+	// ErrOldSchema means the store's tables were made by an earlier
+	// version and lack what this one needs (the queue's column
+	// handover): migrate them with CreateTable, which is idempotent, or
+	// the ALTER TABLE of Schema. It matches lockmw.ErrStoreSetup.
+	ErrOldSchema error = &setupError{"lockmw/mysql: the store's tables need a migration"}
 	// ErrReadOnly means the server refused a write: it runs with
 	// read_only (a replica, or a primary demoted by a failover), or the
 	// session is in a read-only transaction. Point the pool at the
@@ -50,6 +55,7 @@ var (
 const (
 	erBadTable              = 1051
 	erNoSuchTable           = 1146
+	erBadField              = 1054 // unknown column
 	erNotSequence           = 4089
 	erNotSequence2          = 4090
 	erOptionPreventsStmt    = 1290 // --read-only
@@ -88,6 +94,8 @@ func classify(err error) error {
 		switch me.Number {
 		case erNoSuchTable, erBadTable, erNotSequence, erNotSequence2:
 			return fmt.Errorf("%w (create it with lockmw/mysql's CreateTable, or the SQL of its Schema): %w", ErrMissingTable, err)
+		case erBadField:
+			return fmt.Errorf("%w (migrate with lockmw/mysql's CreateTable, or the ALTER TABLE of its Schema): %w", ErrOldSchema, err)
 		case erOptionPreventsStmt, erReadOnlyTransaction, erCantExecuteInReadOnly, erInnodbReadOnly:
 			return fmt.Errorf("%w (read_only: a replica, or a demoted primary; point the pool at the primary): %w", ErrReadOnly, err)
 		case erStatementTimeout, erMySQLQueryTimeout, erLockWaitTimeout:
@@ -136,7 +144,7 @@ func notRun(err error) bool {
 	}
 	switch me.Number {
 	case erAccessDenied, erDBAccessDenied, erBadDB, erTooManyConnections, erHostNotPrivileged,
-		erNoDB, erTableAccessDenied, erNoSuchTable, erBadTable, erNotSequence, erNotSequence2,
+		erNoDB, erTableAccessDenied, erNoSuchTable, erBadTable, erBadField, erNotSequence, erNotSequence2,
 		erOptionPreventsStmt, erReadOnlyTransaction, erCantExecuteInReadOnly, erInnodbReadOnly, erLockDeadlock:
 		return true
 	}

@@ -87,8 +87,8 @@ func TestFairWaiterNotOvertaken(t *testing.T) {
 		t.Fatalf("fence %d after %d", first.lease.Fence(), h.Fence())
 	}
 	// The holder's entry is deleted while its lease runs, in the
-	// background (Enqueue does not wait for the delete): wait for it, live
-	// or expired, to be gone.
+	// background (the lease does not wait for the delete): wait for it,
+	// live or expired, to be gone.
 	deadline := time.Now().Add(10 * time.Second)
 	for n := len(queueTokens(t, admin, k, false)); n != 0; n = len(queueTokens(t, admin, k, false)) {
 		if time.Now().After(deadline) {

@@ -32,16 +32,22 @@ const (
 	// MaxTTL is the longest lease TTL the store accepts.
 	MaxTTL = Retention
 
-	// BackoffMin and BackoffMax bound how long a waiter sleeps between
-	// attempts on a busy lock (jittered, doubling), never past the
-	// holder's expiry: MariaDB cannot notify, so waiters poll.
+	// BackoffMin and BackoffMax bound lockmw's backoff between plain
+	// attempts on a busy lock (jittered, doubling), where it makes them
+	// (store.Backoff); BackoffMax also bounds a queued waiter's sleep
+	// between polls (see Waiting): MariaDB cannot notify, so waiters poll.
 	BackoffMin = 5 * time.Millisecond
 	BackoffMax = 100 * time.Millisecond
 )
 
 // busyFlag marks an acquisition's LAST_INSERT_ID as "busy": the bits below
-// are the holder's remaining TTL in microseconds. Fences stay far below it.
-const busyFlag = 1 << 62
+// are the holder's remaining TTL in microseconds. ownFlag marks it as
+// "held by the caller's token already" (a hand-over), with the same bits.
+// Fences stay far below both.
+const (
+	busyFlag = 1 << 62
+	ownFlag  = 1 << 61
+)
 
 // cleanupEvery is how often a Locker deletes rows whose holding ended more
 // than Retention ago; cleanupBatch bounds one DELETE.
@@ -119,6 +125,15 @@ func (s *sqlStore) check() error {
 			return nil
 		}
 	}
+	// Hand-overs need the queue's column handover (schema.go): a queue
+	// without it was made by an earlier version.
+	if _, err := db.ExecContext(ctx, "SELECT handover FROM "+n.queue+" LIMIT 0"); err != nil {
+		var me *driver.MySQLError
+		if errors.As(err, &me) && me.Number == erBadField {
+			return fmt.Errorf("%w: %s has no column handover (made before waiters took hand-overs); migrate with mysql.CreateTable(ctx, db, %q), idempotent, or run the ALTER TABLE of mysql.Schema(%q): Lockers of the earlier version keep working beside it", ErrOldSchema, n.queue, n.plain, n.plain)
+		}
+		s.warnUnreachable(classify(err))
+	}
 	return nil
 }
 
@@ -179,6 +194,9 @@ type sqlStore struct {
 	queuedMu  sync.Mutex
 	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
 	dequeuing sync.WaitGroup       // winners' entries being deleted (Close waits)
+
+	pacesMu sync.Mutex
+	paces   map[store.Key]time.Duration // what waiters saw of each key's hand-overs (queue.go)
 }
 
 var (
@@ -186,6 +204,7 @@ var (
 	_ store.LeftNothing = (*sqlStore)(nil)
 	_ store.Logging     = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
+	_ store.Queue       = (*sqlStore)(nil)
 	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)
 )
@@ -305,7 +324,8 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 		"token = IF("+expired+", VALUES(token), token), "+
 		"fence = IF("+expired+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
 		"expires_at = IF("+expired+", VALUES(expires_at), "+
-		"IF(LAST_INSERT_ID("+strconv.FormatInt(busyFlag, 10)+" + TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
+		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
 	sent := time.Now()
 	res, err := s.send(ctx, ttl, token, q)
 	if err != nil {
@@ -322,8 +342,14 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if err != nil {
 		return store.Reply{}, err
 	}
-	if id&busyFlag != 0 {
+	switch {
+	case id&busyFlag != 0:
 		return store.Reply{HolderTTL: time.Duration(id&^busyFlag) * time.Microsecond}, nil
+	case id&ownFlag != 0:
+		// The row holds token, live: a release handed it the lock (see
+		// Release), and its waiter did not learn it from a poll. The
+		// statement wrote nothing; the holding is reported as it is.
+		return s.own(ctx, k, token, ttl)
 	}
 	if id == 0 && n == 0 {
 		// The queue held the statement back: it wrote nothing.
@@ -350,9 +376,12 @@ func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (stor
 	if err := s.dequeue(ctx, k, token); err != nil {
 		return 0, err
 	}
-	where := " WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name)
-	res, err := s.exec(ctx, time.Minute, "UPDATE "+s.n.locks+" SET token = X'', expires_at = UTC_TIMESTAMP(6)"+
-		where+" AND token = "+hexLit(token)+" AND expires_at > UTC_TIMESTAMP(6)")
+	q := "UPDATE " + s.n.locks + " SET token = X'', expires_at = UTC_TIMESTAMP(6) WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name) +
+		" AND token = " + hexLit(token) + " AND expires_at > UTC_TIMESTAMP(6)"
+	if s.contended(k) {
+		q = s.releaseStmt(k, token)
+	}
+	res, err := s.exec(ctx, time.Minute, q)
 	if err != nil {
 		return 0, err
 	}
@@ -366,6 +395,61 @@ func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (stor
 		return 0, err
 	}
 	return found[k].ownership(token), nil
+}
+
+// releaseStmt, for a lock that waiters of this store queued for (a plain
+// release, which leaves the row free, costs the server less: the
+// hand-over's subqueries cost more to plan than to run, and an
+// uncontended lock has nobody to hand to; a waiter of another Locker
+// then finds the lock free at its next poll), ends token's holding of k's row in one UPDATE, under the
+// row's lock, matched on token and an unexpired row: when the first live
+// queue entry of another token takes hand-overs, the row becomes that
+// token's, with a fence drawn in the statement and the entry's expiry;
+// otherwise the row is left free (no token, expired now). See the package
+// documentation, "Safety: how a lease becomes live", Hand-over.
+func (s *sqlStore) releaseStmt(k store.Key, token string) string {
+	// The assignments run left to right, later ones seeing earlier ones'
+	// results (as in take): token becomes the first live entry's of
+	// another token, if that entry takes hand-overs, else "" (free); the
+	// fence is drawn only for a hand-over, and the expiry is that entry's
+	// (a primary-key read), else now. Two subqueries: each costs the
+	// statement more to plan than to run.
+	first := "SELECT IF(q.handover = 1, q.token, NULL) FROM " + s.n.queue + " q WHERE " + keyWhere("q", k) +
+		" AND q.expires_at > UTC_TIMESTAMP(6) AND q.token <> " + hexLit(token) + " ORDER BY q.seq LIMIT 1"
+	expiry := "SELECT e.expires_at FROM " + s.n.queue + " e WHERE " + keyWhere("e", k) + " AND e.token = " + s.n.locks + ".token"
+	return "UPDATE " + s.n.locks + " SET token = IFNULL((" + first + "), X''), " +
+		"fence = IF(token = X'', fence, NEXTVAL(" + s.n.fence + ")), " +
+		"expires_at = IF(token = X'', UTC_TIMESTAMP(6), (" + expiry + "))" +
+		" WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name) + " AND token = " + hexLit(token) + " AND expires_at > UTC_TIMESTAMP(6)"
+}
+
+// own reports token's live holding of k's row, read at once: Acquired
+// with the row's fence, its validity dated from the read's send time plus
+// what the row says is left, minus ttl (so it ends no later than the row);
+// a zero reply when the row no longer holds token.
+func (s *sqlStore) own(ctx context.Context, k store.Key, token string, ttl time.Duration) (store.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	var fence uint64
+	var leftUs int64
+	sent := time.Now()
+	err := s.db.QueryRowContext(ctx, "SELECT fence, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM "+s.n.locks+
+		" WHERE prefix = "+hexLit(k.Prefix)+" AND name = "+hexLit(k.Name)+" AND token = "+hexLit(token)+" AND expires_at > UTC_TIMESTAMP(6)").Scan(&fence, &leftUs)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Reply{}, nil
+	}
+	if err != nil {
+		return store.Reply{}, s.classify(ctx, err)
+	}
+	return handedReply(sent, fence, time.Duration(leftUs)*time.Microsecond, ttl), nil
+}
+
+// handedReply is the reply for a holding of token that a read sent at
+// sent found with left to run: valid from sent + left - ttl, so that the
+// lease ends no later than the row (the read ran after sent, and the row
+// then had left to run).
+func handedReply(sent time.Time, fence uint64, left, ttl time.Duration) store.Reply {
+	return store.Reply{Acquired: true, Fence: fence, ValidFrom: sent.Add(min(left, ttl) - ttl)}
 }
 
 // holder is what a lock's row says.

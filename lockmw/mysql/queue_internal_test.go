@@ -41,24 +41,31 @@ func TestDeadFairWaiterBlocksAtMostItsTTL(t *testing.T) {
 	if err != nil || r2.Acquired || r2.Predecessor != "dead" {
 		t.Fatalf("second waiter: %+v, %v; want to wait for the first", r2, err)
 	}
+	// Its waiter never renews it: the entry expires (its expiry is cut
+	// to 2s from now, as if its last renewal was long ago).
+	if _, err := admin.ExecContext(ctx, "UPDATE lockmw_locks_queue SET expires_at = UTC_TIMESTAMP(6) + INTERVAL 2 SECOND WHERE token = 'dead'"); err != nil {
+		t.Fatal(err)
+	}
 	if o, err := s.Release(ctx, k, "holder"); err != nil || o != store.Owned {
 		t.Fatalf("release: %v, %v", o, err)
 	}
-	// The lock is free, "dead" is first: neither a plain attempt nor the
-	// second waiter may take it while the entry lives.
-	if _, live := queueRows(t, admin, k); live != 2 {
-		t.Fatalf("%d live entries before the checks, want 2 (test too slow?)", live)
+	// The release handed the lock to "dead", first in line, until its
+	// entry's expiry and no later: neither a plain attempt nor the second
+	// waiter may take it meanwhile.
+	var handed string
+	var sameExpiry bool
+	if err := admin.QueryRowContext(ctx, "SELECT l.token, l.expires_at = q.expires_at FROM lockmw_locks l JOIN lockmw_locks_queue q ON q.prefix = l.prefix AND q.name = l.name AND q.token = 'dead' WHERE l.prefix = ? AND l.name = ?",
+		k.Prefix, k.Name).Scan(&handed, &sameExpiry); err != nil {
+		t.Fatal(err)
+	}
+	if handed != "dead" || !sameExpiry {
+		t.Fatalf("after the release the row holds %q (expiring with the entry: %v), want the dead waiter's token, with its entry's expiry", handed, sameExpiry)
 	}
 	if r, err := s.Acquire(ctx, k, "plain", time.Second, true); err != nil || r.Acquired {
-		t.Fatalf("plain attempt with a live entry queued: %+v, %v; want busy", r, err)
+		t.Fatalf("plain attempt with the lock handed to a queued waiter: %+v, %v; want busy", r, err)
 	}
 	if r, err := s.Enqueue(ctx, k, "second", time.Minute, true); err != nil || r.Acquired {
-		t.Fatalf("second waiter before the first's entry expired: %+v, %v; want busy", r, err)
-	}
-	// Its waiter never renews it: the entry expires. (Its TTL is cut to
-	// 200ms from now, so that the checks above did not race it.)
-	if _, err := admin.ExecContext(ctx, "UPDATE lockmw_locks_queue SET expires_at = UTC_TIMESTAMP(6) + INTERVAL 200000 MICROSECOND WHERE token = 'dead'"); err != nil {
-		t.Fatal(err)
+		t.Fatalf("second waiter while the first holds the handed lock: %+v, %v; want busy", r, err)
 	}
 	// Once "dead"'s entry expired, the second waiter is first.
 	deadline := time.Now().Add(10 * time.Second)

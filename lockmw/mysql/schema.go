@@ -21,7 +21,7 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
 // names are the store's objects for one base table name.
 type names struct {
 	locks, fence, claims string // quoted
-	queue                string // quoted: Fair waiters' entries
+	queue                string // quoted: waiters' entries
 	plain                string // the base name, unquoted
 }
 
@@ -59,19 +59,26 @@ func (n names) statements() []string {
 		// Fences of every lock of the table: NOCACHE, so that values are
 		// handed out in the order of the calls across all connections.
 		"CREATE SEQUENCE IF NOT EXISTS " + n.fence + " START WITH 1 MINVALUE 1 INCREMENT BY 1 NOCACHE NOCYCLE ENGINE=InnoDB",
-		// Fair waiters: one row per waiting token, in the order of seq
-		// (drawn from the fence sequence), each expiring unless its
-		// waiter keeps it alive.
+		// Waiters: one row per waiting token, in the order of seq (drawn
+		// from the fence sequence), each expiring unless its waiter keeps
+		// it alive. handover is 1 for the entries of waiters that take a
+		// hand-over (they learn it by their poll); entries of Lockers
+		// made before it are 0, and a release never hands them the lock.
 		"CREATE TABLE IF NOT EXISTS " + n.queue + ` (
   prefix VARBINARY(512) NOT NULL,
   name VARBINARY(512) NOT NULL,
   token VARBINARY(64) NOT NULL,
   seq BIGINT UNSIGNED NOT NULL,
   expires_at DATETIME(6) NOT NULL,
+  handover TINYINT NOT NULL DEFAULT 0,
   PRIMARY KEY (prefix, name, token),
   KEY turn (prefix, name, seq),
   KEY expires_at (expires_at)
 ) ENGINE=InnoDB`,
+		// The migration of a queue table made before hand-overs (an
+		// instant ALTER: existing entries read 0, and Lockers made before
+		// it, which do not name the column, keep working beside it).
+		"ALTER TABLE " + n.queue + " ADD COLUMN IF NOT EXISTS handover TINYINT NOT NULL DEFAULT 0",
 		// cronlock's fire claims: one row per job of a Locker prefix,
 		// deleted once keep_until passed (the job idle for the Locker's
 		// retention).
@@ -93,9 +100,11 @@ func (n names) statements() []string {
 // Schema returns the SQL that creates the store's objects for table (""
 // for DefaultTable), for migrations of one's own: the lock table, the
 // sequence table+"_fence" that issues fences, the table table+"_queue"
-// of Fair waiters, and the table table+"_claims" of cronlock's fire
+// of waiters, and the table table+"_claims" of cronlock's fire
 // claims. Every statement is
-// idempotent (IF NOT EXISTS). It fails, with an error matching
+// idempotent (IF NOT EXISTS); the ALTER TABLE is the migration of a queue
+// table made by an earlier version (the column handover), which New
+// requires. It fails, with an error matching
 // lockmw.ErrInvalidOption, on a table name that is not 1 to 48 letters,
 // digits and underscores.
 func Schema(table string) (string, error) {

@@ -265,11 +265,14 @@ func (s *Server) exec(query string, args ...any) error {
 // KillConnections kills (KILL CONNECTION) every client connection but the
 // one it runs on, and returns how many it killed: what an administrator,
 // a proxy failing over or a server restart does to a pool's connections.
+// It returns after a failure it reports, for a t whose Fatalf does not
+// end the goroutine (the chaos checker's fault goroutines).
 func (s *Server) KillConnections(t testing.TB) int {
 	t.Helper()
 	c, err := mysql.NewConnector(s.config())
 	if err != nil {
 		t.Fatalf("mariatest: %v", err)
+		return 0
 	}
 	db := sql.OpenDB(c)
 	defer db.Close()
@@ -278,17 +281,20 @@ func (s *Server) KillConnections(t testing.TB) int {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatalf("mariatest: %v", err)
+		return 0
 	}
 	defer conn.Close()
 	rows, err := conn.QueryContext(ctx, "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID() AND COMMAND <> 'Daemon' AND USER <> 'system user'")
 	if err != nil {
 		t.Fatalf("mariatest: listing connections: %v", err)
+		return 0
 	}
 	var ids []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
 			t.Fatalf("mariatest: %v", err)
+			break
 		}
 		ids = append(ids, id)
 	}

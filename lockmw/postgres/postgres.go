@@ -174,14 +174,16 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 		// entry was written by a Locker that understands a hand-over, or
 		// deletes it and wakes the first waiter, by its token, when the
 		// lock is free (only it may take the lock).
-		release: `WITH o AS (
-	SELECT expires_at > clock_timestamp() AS live FROM ` + n.table + ` WHERE name = $1 AND token = $2 FOR UPDATE
-), m AS (
-	UPDATE ` + n.table + ` SET expires_at = ` + released + ` WHERE name = $1 AND token = $2 AND EXISTS (SELECT 1 FROM o)
+		// (SET reads the row as it was: the fence, which handOver
+		// replaces or deletes, carries whether it was live.)
+		release: `WITH m AS (
+	UPDATE ` + n.table + ` SET expires_at = ` + released + `,
+		fence = CASE WHEN expires_at > clock_timestamp() THEN -1 ELSE -2 END
+	WHERE name = $1 AND token = $2 RETURNING fence = -1 AS live
 ), dq AS (
 	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
 )
-SELECT (SELECT live FROM o)`,
+SELECT (SELECT live FROM m)`,
 		// The hand-over (see "Hand-over" for its argument): f is the first
 		// unexpired entry in this statement's snapshot; lk locks it, when
 		// token's row is marked released and the entry takes hand-overs,

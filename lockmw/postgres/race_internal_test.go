@@ -101,6 +101,10 @@ func TestReleaseWakesWaiterEnqueuedMeanwhile(t *testing.T) {
 	if woke := releaseDuring(t, ctx, pool, s, k, "h", commit); woke != 1 {
 		t.Fatalf("h's release woke %d waiters, want 1 (w, first in the queue): w would wait for h's TTL", woke)
 	}
+	// The release's second statement saw w's entry, and handed w the lock.
+	if tok, _, _ := leaseRow(t, ctx, pool, k); tok != "w" {
+		t.Fatalf("after h's release the row is %q's, want w's (handed in the release's transaction)", tok)
+	}
 }
 
 // TestLeaveWakesWaiterEnqueuedMeanwhile: the first waiter leaves a free

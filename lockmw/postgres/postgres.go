@@ -535,15 +535,19 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 //
 // The release race: a waiter W whose transaction is under way while the
 // holder H releases must either take the lock or be named by H's
-// notification, else it waits for H's expiry, up to a TTL. H's release
-// deletes the row in one statement and reads the queue in the next, with
-// a snapshot taken after the deletion. W, when no entry is before its own,
-// tries the row first (insertLeaseQueued), and either
-//   - finds it deleted by H: the insert waits for H's transaction to end
-//     (the unique index), then takes the free lock; or
-//   - finds it held: the conflict locks the row until W's transaction
-//     ends, so H's deletion waits for W to commit, and H's queue read then
-//     sees W's entry and names W, the first waiter.
+// notification (or handed the lock), else it waits for H's expiry, up to
+// a TTL. H's release locks (marks) the row in one statement and reads the
+// queue in the next, with a snapshot taken after the marking. W, when no
+// entry is before its own, tries the row first (insertLeaseQueued), and
+// either
+//   - finds it locked by H's release: the insert waits for H's
+//     transaction to end (the row's lock), then takes the free lock, or
+//     finds it handed (to W itself: its own row, see "Hand-over" in
+//     doc.go; to another: W queues behind it); or
+//   - finds it held before H's release locked it: the conflict locks the
+//     row until W's transaction ends, so H's marking waits for W to
+//     commit, and H's queue read then sees W's entry and hands W the lock
+//     (or names W), the first waiter.
 //
 // A waiter with an entry before its own is not the one to wake. The same
 // holds for a waiter E before W leaving the queue: W's reading of the

@@ -158,11 +158,12 @@
 //  2. In a new snapshot (taken after statement 1 locked the row, so that
 //     a waiter whose acquisition held the row's lock meanwhile is seen:
 //     "the release race" at Enqueue): f, the first unexpired entry; when
-//     r's row is the marked one and f's entry has handover (its Locker
-//     understands grants), lock f's entry FOR UPDATE, reading its latest
-//     expiry e; UPDATE the marked row SET token = f, fence =
-//     nextval(T_fence), expires_at = e; DELETE f's entry; and
-//     pg_notify(T, 'g <f> <fence> <seq of f's entry>'). Otherwise the
+//     r's row is the marked one and f's entry names a channel in handover
+//     (its Locker understands grants, and listens on that channel of its
+//     own), lock f's entry FOR UPDATE, reading its latest expiry e;
+//     UPDATE the marked row SET token = f, fence = nextval(T_fence),
+//     expires_at = e; DELETE f's entry; and pg_notify(handover, 'g <f>
+//     <fence> <seq of f's entry>'), which wakes f's Locker alone. Otherwise the
 //     marked row is deleted and, when the lock is free, f is woken by its
 //     token alone, as before hand-overs.
 //
@@ -201,14 +202,14 @@
 //
 // Lockers of releases before hand-overs on the same (migrated) tables:
 // they insert queue entries without the handover column, so those
-// entries get false, and a new release only wakes them by their token, as
+// entries get NULL, and a new release only wakes them by their token, as
 // old releases do (an old waiter handed a row would not understand the
 // grant, and its next Enqueue would draw a new fence and date its lease
 // from that later request, past the row's expiry). An old release before
-// a new waiter deletes its row and wakes the waiter by its token, and the
-// waiter takes the lock with an Enqueue. Grant payloads start with "g ",
-// which no token does: old listeners look them up as tokens and ignore
-// them (TestOldEntryWokenNotHanded).
+// a new waiter deletes its row and wakes the waiter by its token on T's
+// channel, which new Lockers listen on too, and the waiter takes the lock
+// with an Enqueue. Grants go only to a new Locker's own channel, and
+// start with "g ", which no token does (TestOldEntryWokenNotHanded).
 //
 // # Errors
 //

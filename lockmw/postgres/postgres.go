@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -68,6 +70,9 @@ type pgStore struct {
 	pool *pgxpool.Pool
 	n    names
 	sql  statements
+	// grants is the channel this Locker hears its waiters' grants on,
+	// its own (see "Hand-over"): its entries name it.
+	grants string
 
 	lis    *listener
 	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
@@ -136,8 +141,8 @@ SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o
 		// A queued attempt that took the lock (or found it its own) draws
 		// its fence and takes its queue entry out; one that did not puts
 		// its entry in the queue (an expired entry queues anew, with a
-		// new seq; a live one keeps its place), marked as one that
-		// understands a hand-over, and reports the unexpired entry just
+		// new seq; a live one keeps its place), with the channel its
+		// Locker hears grants on ($5: see "Hand-over"), and reports the unexpired entry just
 		// before it and its own entry's seq.
 		enqueueFence: `WITH u AS (` + drawFence + `
 ), o AS (` + own + `
@@ -145,10 +150,10 @@ SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o
 	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 AND (EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM o))
 ), e AS (
 	INSERT INTO ` + n.queue + ` AS q (name, token, seq, expires_at, handover)
-	SELECT $1, $2, nextval(` + n.seqLit + `), ` + until + `, true WHERE NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM o)
+	SELECT $1, $2, nextval(` + n.seqLit + `), ` + until + `, $5 WHERE NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM o)
 	ON CONFLICT (name, token) DO UPDATE SET
 		seq = CASE WHEN q.expires_at > clock_timestamp() THEN q.seq ELSE excluded.seq END,
-		expires_at = excluded.expires_at, handover = true
+		expires_at = excluded.expires_at, handover = excluded.handover
 	RETURNING seq
 ), h AS (` + holder + `)
 SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o), (SELECT us FROM h),
@@ -171,7 +176,8 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 		// (so with a snapshot taken after the marking, see "the release
 		// race" in Enqueue, and "Hand-over"), then either hands the
 		// marked row to the first unexpired waiter when that waiter's
-		// entry was written by a Locker that understands a hand-over, or
+		// entry names a channel for grants (its Locker understands
+		// hand-overs), or
 		// deletes it and wakes the first waiter, by its token, when the
 		// lock is free (only it may take the lock).
 		// (SET reads the row as it was: the fence, which handOver
@@ -186,13 +192,15 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 SELECT (SELECT live FROM m)`,
 		// The hand-over (see "Hand-over" for its argument): f is the first
 		// unexpired entry in this statement's snapshot; lk locks it, when
-		// token's row is marked released and the entry takes hand-overs,
+		// token's row is marked released and the entry names a channel
+		// for grants,
 		// reading its latest expiry (a refresh that committed meanwhile
 		// is waited for and seen; a later one finds the entry gone); h
 		// gives the marked row to lk's token with a fence drawn here, under
 		// the row's lock, and lk's expiry; dq deletes the entry; dr deletes
-		// the marked row when nothing was handed. The grant's notification
-		// names the token, fence and the entry's seq; otherwise, when the
+		// the marked row when nothing was handed. The grant's notification,
+		// on the entry's channel (its Locker's alone: no other Locker is
+		// woken), names the token, fence and the entry's seq; otherwise, when the
 		// lock is free, the first waiter is woken by its token, as
 		// releases before hand-overs did.
 		handOver: `WITH f AS (
@@ -201,23 +209,23 @@ SELECT (SELECT live FROM m)`,
 ), mk AS (
 	SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND expires_at = ` + released + `
 ), lk AS (
-	SELECT q.token, q.seq, q.expires_at FROM ` + n.queue + ` q JOIN f ON q.token = f.token AND q.seq = f.seq
-	WHERE q.name = $1 AND q.handover AND q.expires_at > clock_timestamp() AND EXISTS (SELECT 1 FROM mk)
+	SELECT q.token, q.seq, q.expires_at, q.handover FROM ` + n.queue + ` q JOIN f ON q.token = f.token AND q.seq = f.seq
+	WHERE q.name = $1 AND q.handover IS NOT NULL AND q.expires_at > clock_timestamp() AND EXISTS (SELECT 1 FROM mk)
 	FOR UPDATE OF q
 ), h AS (
 	UPDATE ` + n.table + ` l SET token = lk.token, fence = nextval(` + n.seqLit + `), expires_at = lk.expires_at
 	FROM lk WHERE l.name = $1 AND l.token = $2 AND l.expires_at = ` + released + `
-	RETURNING l.token, l.fence, lk.seq
+	RETURNING l.token, l.fence, lk.seq, lk.handover
 ), dq AS (
 	DELETE FROM ` + n.queue + ` q USING h WHERE q.name = $1 AND q.token = h.token
 ), dr AS (
 	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND expires_at = ` + released + ` AND NOT EXISTS (SELECT 1 FROM lk)
 )
 SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
-	(SELECT count(pg_notify($3, w.payload)) FROM (
-		SELECT 'g ' || h.token || ' ' || h.fence || ' ' || h.seq AS payload FROM h
+	(SELECT count(pg_notify(w.channel, w.payload)) FROM (
+		SELECT h.handover AS channel, 'g ' || h.token || ' ' || h.fence || ' ' || h.seq AS payload FROM h
 		UNION ALL
-		SELECT f.token FROM f WHERE NOT EXISTS (SELECT 1 FROM h)
+		SELECT $3, f.token FROM f WHERE NOT EXISTS (SELECT 1 FROM h)
 			AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())) w),
 	(SELECT fence FROM h)`,
 		renew: `WITH r AS (
@@ -247,7 +255,7 @@ var (
 
 func newStore(pool *pgxpool.Pool, n names) *pgStore {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &pgStore{pool: pool, n: n, sql: newStatements(n), stop: cancel, stopped: ctx}
+	s := &pgStore{pool: pool, n: n, sql: newStatements(n), grants: grantChannel(), stop: cancel, stopped: ctx}
 	s.lis = newListener(s)
 	s.sweeping.Go(s.sweep)
 	return s
@@ -325,7 +333,7 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *
 	b := &pgx.Batch{}
 	if queued {
 		b.Queue(s.sql.insertLeaseQueued, row, token, micros(ttl))
-		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel)
+		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
 	} else {
 		b.Queue(s.sql.insertLease, row, token, micros(ttl))
 		b.Queue(s.sql.fence, row, token)
@@ -728,11 +736,20 @@ type waiter struct {
 // of the entry it was handed to.
 type grant struct{ fence, seq int64 }
 
+// grantChannel names a Locker's own channel for grants: lockmw_grant_ and
+// 16 random hex digits (a channel name is at most 63 bytes, whatever the
+// table's name).
+func grantChannel() string {
+	var b [8]byte
+	_, _ = cryptorand.Read(b[:])
+	return "lockmw_grant_" + hex.EncodeToString(b[:])
+}
+
 // grantPrefix starts a grant's payload: "g <token> <fence> <seq>". A blind
 // wake-up's payload is the token alone (tokens have no spaces), as
-// releases before hand-overs sent, so Lockers of those releases, which
-// look payloads up as tokens, ignore grants (none is ever sent to their
-// entries: see "Hand-over").
+// releases before hand-overs sent. Grants go to the waiter's Locker's own
+// channel, which Lockers of those releases do not listen on (and none is
+// sent to their entries: see "Hand-over").
 const grantPrefix = "g "
 
 // parseGrant reads a grant's payload.
@@ -910,6 +927,9 @@ func (l *listener) listenOnce(ctx context.Context) error {
 	}()
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = conn.Exec(lctx, "LISTEN "+l.s.n.listen)
+	if err == nil {
+		_, err = conn.Exec(lctx, "LISTEN "+pgx.Identifier{l.s.grants}.Sanitize())
+	}
 	cancel()
 	if err != nil {
 		return err

@@ -122,7 +122,7 @@ func TestLeaveWakesWaiterEnqueuedMeanwhile(t *testing.T) {
 	// e's entry as a Locker before hand-overs writes it, so that h's
 	// release leaves the lock free, e first (a release hands the lock to
 	// an entry that takes hand-overs).
-	if _, err := pool.Exec(ctx, "UPDATE lockmw_locks_queue SET handover = false WHERE token = 'e'"); err != nil {
+	if _, err := pool.Exec(ctx, "UPDATE lockmw_locks_queue SET handover = NULL WHERE token = 'e'"); err != nil {
 		t.Fatal(err)
 	}
 	r, commit := openEnqueue(t, ctx, pool, s, k, "w")

@@ -152,9 +152,10 @@
 // transaction, so that the waiter holds the lock without a request of its
 // own. The release's batch (one implicit transaction) is two statements:
 //
-//  1. UPDATE T SET expires_at = '-infinity' … WHERE token = r (the
-//     releasing token r; the old fence's sign keeps whether the row was
-//     live, for the reply), locking the row, and DELETE r's queue entry.
+//  1. UPDATE T SET fence = -1 (or -2 when the row had expired) … WHERE
+//     token = r (the releasing token r), locking the row and marking it
+//     (a negative fence, in a column no index holds: a heap-only update),
+//     and DELETE r's queue entry.
 //  2. In a new snapshot (taken after statement 1 locked the row, so that
 //     a waiter whose acquisition held the row's lock meanwhile is seen:
 //     "the release race" at Enqueue): f, the first unexpired entry; when

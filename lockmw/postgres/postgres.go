@@ -91,10 +91,12 @@ type statements struct {
 	renew, refresh, sweepLeases, sweepQueue string
 }
 
-// released is the expires_at a release's first statement gives its row
-// before the second statement hands the row over or deletes it (both in
-// one transaction: no other session ever sees it).
-const released = `'-infinity'::timestamptz`
+// released marks the row a release's first statement locked, for the
+// second statement, which hands the row over or deletes it (both in one
+// transaction: no other session ever sees the mark). The mark is a
+// negative fence, a column no index holds, so that marking the row is a
+// heap-only update.
+const released = `fence < 0`
 
 func newStatements(n names) statements {
 	// $3 (or the ttl argument) is microseconds: validity is computed by
@@ -180,11 +182,9 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 		// hand-overs), or
 		// deletes it and wakes the first waiter, by its token, when the
 		// lock is free (only it may take the lock).
-		// (SET reads the row as it was: the fence, which handOver
-		// replaces or deletes, carries whether it was live.)
+		// (The mark, a negative fence, carries whether the row was live.)
 		release: `WITH m AS (
-	UPDATE ` + n.table + ` SET expires_at = ` + released + `,
-		fence = CASE WHEN expires_at > clock_timestamp() THEN -1 ELSE -2 END
+	UPDATE ` + n.table + ` SET fence = CASE WHEN expires_at > clock_timestamp() THEN -1 ELSE -2 END
 	WHERE name = $1 AND token = $2 RETURNING fence = -1 AS live
 ), dq AS (
 	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
@@ -207,19 +207,19 @@ SELECT (SELECT live FROM m)`,
 	SELECT token, seq FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
 	ORDER BY seq LIMIT 1
 ), mk AS (
-	SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND expires_at = ` + released + `
+	SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + `
 ), lk AS (
 	SELECT q.token, q.seq, q.expires_at, q.handover FROM ` + n.queue + ` q JOIN f ON q.token = f.token AND q.seq = f.seq
 	WHERE q.name = $1 AND q.handover IS NOT NULL AND q.expires_at > clock_timestamp() AND EXISTS (SELECT 1 FROM mk)
 	FOR UPDATE OF q
 ), h AS (
 	UPDATE ` + n.table + ` l SET token = lk.token, fence = nextval(` + n.seqLit + `), expires_at = lk.expires_at
-	FROM lk WHERE l.name = $1 AND l.token = $2 AND l.expires_at = ` + released + `
+	FROM lk WHERE l.name = $1 AND l.token = $2 AND l.` + released + `
 	RETURNING l.token, l.fence, lk.seq, lk.handover
 ), dq AS (
 	DELETE FROM ` + n.queue + ` q USING h WHERE q.name = $1 AND q.token = h.token
 ), dr AS (
-	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND expires_at = ` + released + ` AND NOT EXISTS (SELECT 1 FROM lk)
+	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + ` AND NOT EXISTS (SELECT 1 FROM lk)
 )
 SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
 	(SELECT count(pg_notify(w.channel, w.payload)) FROM (

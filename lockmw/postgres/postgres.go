@@ -179,10 +179,9 @@ FROM (SELECT 1) one LEFT JOIN LATERAL (
 		// race" in Enqueue, and "Hand-over"), then either hands the
 		// marked row to the first unexpired waiter when that waiter's
 		// entry names a channel for grants (its Locker understands
-		// hand-overs), or
-		// deletes it and wakes the first waiter, by its token, when the
-		// lock is free (only it may take the lock).
-		// (The mark, a negative fence, carries whether the row was live.)
+		// hand-overs), or deletes it and wakes the first waiter, by its
+		// token, when the lock is free (only it may take the lock). The
+		// mark, a negative fence, carries whether the row was live.
 		release: `WITH m AS (
 	UPDATE ` + n.table + ` SET fence = CASE WHEN expires_at > clock_timestamp() THEN -1 ELSE -2 END
 	WHERE name = $1 AND token = $2 RETURNING fence = -1 AS live

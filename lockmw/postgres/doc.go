@@ -16,7 +16,7 @@
 // CreateTable (or SQL, for a migration of one's own) creates, for the
 // lease table T (DefaultTable, or Schema.Table): T, one row per held lock
 // (name, token, fence, expires_at); T_queue, one row per waiter (name,
-// token, seq, expires_at); T_claims, cronlock's fire claims; and the
+// token, seq, expires_at, handover); T_claims, cronlock's fire claims; and the
 // sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
 // position is drawn. A lock's row name is the length of the Locker's
 // prefix, a colon, the prefix and the key ("7:lockmw:order-1"), so that
@@ -73,7 +73,8 @@
 //     row, so only one of them writes. The lease's validity counts from
 //     the batch's send time v (lockmw then subtracts drift), and the row's
 //     expires_at is at least v + TTL on the database's clock. Nothing but
-//     t's release (DELETE … WHERE token = t) ends the row before then: an
+//     t's release (UPDATE … WHERE token = t, which hands the row on or
+//     deletes it: see "Hand-over") ends the row before then: an
 //     acquisition does not write an unexpired row, a renewal writes only
 //     its own token's, the sweep deletes only expired rows.
 //   - Fences rise: the fence is drawn by the second statement, while the
@@ -97,6 +98,12 @@
 //     TestRenewalNeverExtendsAnother shows it here). Sent at s, it extends
 //     the deadline to s + TTL − drift.
 //
+// Upgrading from a release before hand-overs: its T_queue lacks the
+// handover column. Run CreateTable again (or the new SQL(): its ALTER
+// TABLE … ADD COLUMN IF NOT EXISTS) before starting the new Lockers; a new
+// Locker on an unmigrated table fails New with ErrNoTable saying so. Old
+// and new Lockers may then share the tables (see "Hand-over").
+//
 // # Waiting
 //
 // Every waiter, default-mode or Fair (lockmw.Fair), has a row in T_queue
@@ -112,9 +119,11 @@
 //
 // Waiters are woken by LISTEN/NOTIFY: each Locker holds one connection of
 // its own (outside the pool) listening on the channel named after T,
-// started by its first waiting acquisition. A release, or a waiter
-// leaving the queue, deletes its rows and then, in a second statement of
-// the same transaction, sends pg_notify naming the token of the first
+// started by its first waiting acquisition. A release hands the lock to
+// the first waiter and notifies it of the grant (see "Hand-over"); a
+// waiter leaving the queue (or a release to a waiter that takes no
+// hand-overs) deletes its rows and then, in a second statement of the
+// same transaction, sends pg_notify naming the token of the first
 // waiter still queued, when the lock is free and only when there is one
 // (NOTIFY takes a database-wide lock at commit: a lock nobody waits for
 // costs no notification): only that waiter asks again, not every waiting
@@ -122,9 +131,10 @@
 // the waiter before it leaves) is not missed: the first waiter's attempt
 // locks the held row (the conflict of its INSERT), and every waiter's
 // reading of the entry before its own locks that entry, so the release's
-// deletion either waits for the waiter's commit, and its second
-// statement then sees the waiter's entry, or goes first, and the waiter
-// then finds the lock free (the argument is at Enqueue in postgres.go;
+// first statement (its marking of the row, or a leaving waiter's
+// deletion of its entry) either waits for the waiter's commit, and its
+// second statement then sees the waiter's entry, or goes first, and the
+// waiter then finds the lock free or handed (the argument is at Enqueue in postgres.go;
 // TestReleaseWakesWaiterEnqueuedMeanwhile and
 // TestLeaveWakesWaiterEnqueuedMeanwhile hold the interleavings).
 // A waiter that asks and finds the lock free but others queued before it
@@ -135,6 +145,72 @@
 // again (with backoff), and every waiter is woken, since notifications
 // may have been missed meanwhile; while it is down, waiters ask every
 // 50–100ms.
+//
+// # Hand-over
+//
+// A release hands the lock to the first queued waiter in its own
+// transaction, so that the waiter holds the lock without a request of its
+// own. The release's batch (one implicit transaction) is two statements:
+//
+//  1. UPDATE T SET fence = -1 (or -2 when the row had expired) … WHERE
+//     token = r (the releasing token r), locking the row and marking it
+//     (a negative fence, in a column no index holds: a heap-only update),
+//     and DELETE r's queue entry.
+//  2. In a new snapshot (taken after statement 1 locked the row, so that
+//     a waiter whose acquisition held the row's lock meanwhile is seen:
+//     "the release race" at Enqueue): f, the first unexpired entry; when
+//     r's row is the marked one and f's entry names a channel in handover
+//     (its Locker understands grants, and listens on that channel of its
+//     own), lock f's entry FOR UPDATE, reading its latest expiry e;
+//     UPDATE the marked row SET token = f, fence = nextval(T_fence),
+//     expires_at = e; DELETE f's entry; and pg_notify(handover, 'g <f>
+//     <fence> <seq of f's entry>'), which wakes f's Locker alone. Otherwise the
+//     marked row is deleted and, when the lock is free, f is woken by its
+//     token alone, as before hand-overs.
+//
+// Why the lease is safe. It becomes live only in statement 2's UPDATE,
+// a compare-and-act step on r's row while r's transaction holds the
+// row's lock (r held it, or its row had expired: then the step takes an
+// expired row, as an acquisition may, and f is the first waiter, so it
+// passes nobody). Its fence is drawn in that step, under the row's lock,
+// after every earlier holder's commit, so it is above every earlier
+// fence (and above f's seq, drawn from the same sequence before). No
+// other session ever sees the marked row: it is replaced or deleted
+// before the commit. The handed row expires at e, f's entry's expiry,
+// which the last of f's requests to set it wrote: an Enqueue or a
+// refresh, sent at s, wrote e >= s + TTL on the database's clock (the
+// entry's lock makes a refresh that commits after the release's read
+// wait for it, and then find the entry gone). f's store records, per
+// token, the send time s of the last request whose answer confirmed the
+// entry's expiry, with the entry's seq; a grant is dated from s (never
+// from the notification's arrival, which comes after the hand-over), so
+// the lease's validity s + TTL − drift ends no later than the row. A
+// grant naming another seq than the one recorded (a hand-over made to an
+// earlier queueing of the token, whose confirmations the store no longer
+// keeps) is refused by the store; one whose fence is not above the seq
+// its last busy Enqueue reported (Reply.Counter) is refused by the Locker.
+// Then, or when no grant was heard (the listener was reconnecting), the
+// waiter's next Enqueue finds its own token in the live row: it reports
+// the row's fence, draws none, extends nothing, and dates the lease
+// sent + (expires_at − clock_timestamp()) − TTL, so it ends no later than
+// the row. (A plain attempt that finds its own token's live row, a
+// request whose answer was lost, does the same.) A grant nobody takes
+// (the waiter's Locker crashed or gave up) leaves a row that ends at e;
+// a waiter that gave up deletes it with its leave, which hands the lock
+// on again. TestReleaseHandsOver, TestHandOverDatedFromLastRefresh,
+// TestGrantToldFromBlindWake, TestStaleGrantRefusedByLocker and
+// TestOwnRowReportedAsItIs hold these cases.
+//
+// Lockers of releases before hand-overs on the same (migrated) tables:
+// they insert queue entries without the handover column, so those
+// entries get NULL, and a new release only wakes them by their token, as
+// old releases do (an old waiter handed a row would not understand the
+// grant, and its next Enqueue would draw a new fence and date its lease
+// from that later request, past the row's expiry). An old release before
+// a new waiter deletes its row and wakes the waiter by its token on T's
+// channel, which new Lockers listen on too, and the waiter takes the lock
+// with an Enqueue. Grants go only to a new Locker's own channel, and
+// start with "g ", which no token does (TestOldEntryWokenNotHanded).
 //
 // # Errors
 //

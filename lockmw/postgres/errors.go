@@ -26,7 +26,10 @@ var (
 	// missing; a request that finds one missing later fails with it too.
 	// It matches lockmw.ErrStoreSetup, not lockmw.ErrUnavailable (it did
 	// before: a missing table is a setup mistake, which waiting does not
-	// mend).
+	// mend). A queue table made by a release before hand-overs (without
+	// the handover column) fails New with it too, saying to migrate: run
+	// CreateTable again, or the new SQL() (ALTER TABLE … ADD COLUMN IF
+	// NOT EXISTS).
 	ErrNoTable error = &setupError{"postgres: lockmw's table is missing: create it with postgres.CreateTable(ctx, pool), or run postgres.SQL() in a migration"}
 	// ErrReadOnly: the server refuses writes (a replica, a demoted
 	// primary, or default_transaction_read_only = on): point the pool at
@@ -44,6 +47,10 @@ var (
 	// one was in use. Raise MaxConns, or hold fewer connections elsewhere.
 	ErrPoolExhausted = errors.New("postgres: every connection of the pool is in use (raise pool_max_conns)")
 )
+
+// migrateHint says what to do about a queue table made by a release before
+// hand-overs (no handover column).
+const migrateHint = "lacks the handover column (made by a release before hand-overs): migrate it by running postgres.CreateTable(ctx, pool) again, or the ALTER TABLE of the new SQL()"
 
 // classify returns err wrapped in the store's error for its kind, if any,
 // in one line; nil for nil.
@@ -74,6 +81,8 @@ func kindOf(err error) error {
 		switch pgErr.Code {
 		case "42P01", "42704": // undefined_table, undefined_object (the sequence)
 			return fmt.Errorf("%w (%w)", ErrNoTable, err)
+		case "42703": // undefined_column: a table of an older release
+			return fmt.Errorf("%w: %s (%w)", ErrNoTable, migrateHint, err)
 		case "25006": // read_only_sql_transaction
 			return fmt.Errorf("%w (%w)", ErrReadOnly, err)
 		case "57014", "55P03": // query_canceled, lock_not_available
@@ -118,7 +127,7 @@ func notRun(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case "42P01", "42704", "42501", "3F000", "25006": // undefined table or object, insufficient privilege, no such schema, read-only transaction
+	case "42P01", "42704", "42703", "42501", "3F000", "25006": // undefined table, object or column, insufficient privilege, no such schema, read-only transaction
 		return true
 	}
 	return false

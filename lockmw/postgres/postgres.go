@@ -2,10 +2,14 @@ package postgres
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	mathrand "math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,6 +70,9 @@ type pgStore struct {
 	pool *pgxpool.Pool
 	n    names
 	sql  statements
+	// grants is the channel this Locker hears its waiters' grants on,
+	// its own (see "Hand-over"): its entries name it.
+	grants string
 
 	lis    *listener
 	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
@@ -80,9 +87,16 @@ type pgStore struct {
 
 // statements are the store's SQL, with the Schema's names in.
 type statements struct {
-	insertLease, insertLeaseQueued, fence, enqueueFence, release, releaseWake,
+	insertLease, insertLeaseQueued, fence, enqueueFence, release, handOver,
 	renew, refresh, sweepLeases, sweepQueue string
 }
+
+// released marks the row a release's first statement locked, for the
+// second statement, which hands the row over or deletes it (both in one
+// transaction: no other session ever sees the mark). The mark is a
+// negative fence, a column no index holds, so that marking the row is a
+// heap-only update.
+const released = `fence < 0`
 
 func newStatements(n names) statements {
 	// $3 (or the ttl argument) is microseconds: validity is computed by
@@ -97,8 +111,14 @@ ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at =
 WHERE l.expires_at <= clock_timestamp()`
 	}
 	// The fence is drawn while the row is locked by the statement before,
-	// in the same transaction (see "Safety").
-	drawFence := `UPDATE ` + n.table + ` SET fence = nextval(` + n.seqLit + `) WHERE name = $1 AND token = $2 RETURNING fence`
+	// in the same transaction (see "Safety"), and only for a row that
+	// statement wrote (fence 0): a committed row has a fence above 0.
+	drawFence := `UPDATE ` + n.table + ` SET fence = nextval(` + n.seqLit + `) WHERE name = $1 AND token = $2 AND fence = 0 RETURNING fence`
+	// The token's own live row, written by an earlier transaction (a
+	// release's hand-over, or an earlier request of the token whose answer
+	// was lost): the attempt reports it as it is, with what is left of it,
+	// and neither draws a fence nor extends it (see "Hand-over").
+	own := `SELECT fence, ` + left + ` AS us FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND fence <> 0 AND expires_at > clock_timestamp()`
 	// The holder's remaining TTL, if the lock is held.
 	holder := `SELECT ` + left + ` AS us FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()`
 	return statements{
@@ -114,52 +134,99 @@ WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.expire
 WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.token <> $2 AND q.expires_at > clock_timestamp()
 	AND q.seq < coalesce((SELECT me.seq FROM ` + n.queue + ` me
 		WHERE me.name = $1 AND me.token = $2 AND me.expires_at > clock_timestamp()), 9223372036854775807))`),
-		fence: `WITH u AS (` + drawFence + `)
-SELECT (SELECT fence FROM u), (` + holder + `), NULL::text, NULL::bigint, 0::bigint`,
-		// A queued attempt that took the lock draws its fence and takes
-		// its queue entry out; one that did not puts its entry in the
-		// queue (an expired entry queues anew, with a new seq; a live one
-		// keeps its place) and reports the unexpired entry just before
-		// it.
+		// Columns (as enqueueFence's): fence, what is left of the token's
+		// own row (when reported as it is), the holder's TTL, the entry
+		// before the token's and its TTL, waiters woken, the entry's seq.
+		fence: `WITH u AS (` + drawFence + `), o AS (` + own + `)
+SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o), (` + holder + `),
+	NULL::text, NULL::bigint, 0::bigint, NULL::bigint`,
+		// A queued attempt that took the lock (or found it its own) draws
+		// its fence and takes its queue entry out; one that did not puts
+		// its entry in the queue (an expired entry queues anew, with a
+		// new seq; a live one keeps its place), with the channel its
+		// Locker hears grants on ($5: see "Hand-over"), and reports the unexpired entry just
+		// before it and its own entry's seq.
 		enqueueFence: `WITH u AS (` + drawFence + `
+), o AS (` + own + `
 ), dq AS (
-	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 AND EXISTS (SELECT 1 FROM u)
+	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 AND (EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM o))
 ), e AS (
-	INSERT INTO ` + n.queue + ` AS q (name, token, seq, expires_at)
-	SELECT $1, $2, nextval(` + n.seqLit + `), ` + until + ` WHERE NOT EXISTS (SELECT 1 FROM u)
+	INSERT INTO ` + n.queue + ` AS q (name, token, seq, expires_at, handover)
+	SELECT $1, $2, nextval(` + n.seqLit + `), ` + until + `, $5 WHERE NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM o)
 	ON CONFLICT (name, token) DO UPDATE SET
 		seq = CASE WHEN q.expires_at > clock_timestamp() THEN q.seq ELSE excluded.seq END,
-		expires_at = excluded.expires_at
+		expires_at = excluded.expires_at, handover = excluded.handover
 	RETURNING seq
 ), h AS (` + holder + `)
-SELECT (SELECT fence FROM u), (SELECT us FROM h), p.token, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint,
+SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o), (SELECT us FROM h),
+	p.token, (extract(epoch FROM p.expires_at - clock_timestamp()) * 1e6)::bigint,
 	-- A queued waiter that finds the lock free but others before it
 	-- wakes the first (a release's notification may have missed it: it
 	-- named the first waiter the release saw).
 	(SELECT count(pg_notify($4, f.token)) FROM (
 		SELECT token FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
 		ORDER BY seq LIMIT 1) f
-	WHERE p.token IS NOT NULL AND NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM h))
+	WHERE p.token IS NOT NULL AND NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM o) AND NOT EXISTS (SELECT 1 FROM h)),
+	(SELECT seq FROM e)
 FROM (SELECT 1) one LEFT JOIN LATERAL (
 	SELECT q.token, q.expires_at FROM ` + n.queue + ` q
 	WHERE q.name = $1 AND q.token <> $2 AND q.seq < (SELECT seq FROM e) AND q.expires_at > clock_timestamp()
 	ORDER BY q.seq DESC LIMIT 1 FOR KEY SHARE) p ON true`,
-		// A release, or a waiter leaving, deletes token's row and entry;
-		// releaseWake, the next statement of its transaction (so with a
-		// snapshot taken after the deletion, see "the release race" in
-		// Enqueue), wakes the first waiter still queued (only it may take
-		// the lock), by its token, when the lock is free.
-		release: `WITH d AS (
-	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 RETURNING expires_at > clock_timestamp() AS live
+		// A release, or a waiter leaving, locks token's row, marking it
+		// released (it reports whether the row was live), and deletes
+		// token's entry. handOver, the next statement of its transaction
+		// (so with a snapshot taken after the marking, see "the release
+		// race" in Enqueue, and "Hand-over"), then either hands the
+		// marked row to the first unexpired waiter when that waiter's
+		// entry names a channel for grants (its Locker understands
+		// hand-overs), or deletes it and wakes the first waiter, by its
+		// token, when the lock is free (only it may take the lock). The
+		// mark, a negative fence, carries whether the row was live.
+		release: `WITH m AS (
+	UPDATE ` + n.table + ` SET fence = CASE WHEN expires_at > clock_timestamp() THEN -1 ELSE -2 END
+	WHERE name = $1 AND token = $2 RETURNING fence = -1 AS live
 ), dq AS (
 	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
 )
-SELECT (SELECT live FROM d)`,
-		releaseWake: `SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
-	(SELECT count(pg_notify($3, f.token)) FROM (
-		SELECT token FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
-		ORDER BY seq LIMIT 1) f
-	WHERE NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()))`,
+SELECT (SELECT live FROM m)`,
+		// The hand-over (see "Hand-over" for its argument): f is the first
+		// unexpired entry in this statement's snapshot; lk locks it, when
+		// token's row is marked released and the entry names a channel
+		// for grants,
+		// reading its latest expiry (a refresh that committed meanwhile
+		// is waited for and seen; a later one finds the entry gone); h
+		// gives the marked row to lk's token with a fence drawn here, under
+		// the row's lock, and lk's expiry; dq deletes the entry; dr deletes
+		// the marked row when nothing was handed. The grant's notification,
+		// on the entry's channel (its Locker's alone: no other Locker is
+		// woken), names the token, fence and the entry's seq; otherwise, when the
+		// lock is free, the first waiter is woken by its token, as
+		// releases before hand-overs did.
+		handOver: `WITH f AS (
+	SELECT token, seq FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
+	ORDER BY seq LIMIT 1
+), mk AS (
+	SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + `
+), lk AS (
+	SELECT q.token, q.seq, q.expires_at, q.handover FROM ` + n.queue + ` q JOIN f ON q.token = f.token AND q.seq = f.seq
+	WHERE q.name = $1 AND q.handover IS NOT NULL AND q.expires_at > clock_timestamp() AND EXISTS (SELECT 1 FROM mk)
+	FOR UPDATE OF q
+), h AS (
+	UPDATE ` + n.table + ` l SET token = lk.token, fence = nextval(` + n.seqLit + `), expires_at = lk.expires_at
+	FROM lk WHERE l.name = $1 AND l.token = $2 AND l.` + released + `
+	RETURNING l.token, l.fence, lk.seq, lk.handover
+), dq AS (
+	DELETE FROM ` + n.queue + ` q USING h WHERE q.name = $1 AND q.token = h.token
+), dr AS (
+	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + ` AND NOT EXISTS (SELECT 1 FROM lk)
+)
+SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
+	(SELECT count(pg_notify(w.channel, w.payload)) FROM (
+		SELECT h.handover AS channel, 'g ' || h.token || ' ' || h.fence || ' ' || h.seq AS payload FROM h
+		UNION ALL
+		SELECT $3, f.token FROM f WHERE NOT EXISTS (SELECT 1 FROM h)
+			AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())) w),
+	(SELECT fence FROM h)`,
 		renew: `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, token, us, i)
 ), u AS (
@@ -171,7 +238,7 @@ SELECT EXISTS (SELECT 1 FROM u WHERE u.token = r.token),
 	EXISTS (SELECT 1 FROM ` + n.table + ` l WHERE l.name = r.name AND l.token <> r.token AND l.expires_at > clock_timestamp())
 FROM r ORDER BY r.i`,
 		refresh: `UPDATE ` + n.queue + ` SET expires_at = ` + until + `
-WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp()`,
+WHERE name = $1 AND token = $2 AND expires_at > clock_timestamp() RETURNING seq`,
 		sweepLeases: `DELETE FROM ` + n.table + ` WHERE ctid = ANY (ARRAY (
 	SELECT ctid FROM ` + n.table + ` WHERE expires_at < clock_timestamp() LIMIT 1000))`,
 		sweepQueue: `DELETE FROM ` + n.queue + ` WHERE ctid = ANY (ARRAY (
@@ -187,7 +254,7 @@ var (
 
 func newStore(pool *pgxpool.Pool, n names) *pgStore {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &pgStore{pool: pool, n: n, sql: newStatements(n), stop: cancel, stopped: ctx}
+	s := &pgStore{pool: pool, n: n, sql: newStatements(n), grants: grantChannel(), stop: cancel, stopped: ctx}
 	s.lis = newListener(s)
 	s.sweeping.Go(s.sweep)
 	return s
@@ -241,7 +308,12 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	b := s.takeBatch(row, token, ttl, queued)
 	be := backendOf(c)
 	sent := time.Now()
-	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, queued)
+	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, ttl, queued)
+	if err == nil && queued && !r.Acquired {
+		// The entry's expiry was confirmed by this request (a hand-over
+		// is dated from it: see "Hand-over").
+		s.lis.confirmed(token, int64(r.Counter), sent)
+	}
 	switch {
 	case err == nil:
 	case notRun(err):
@@ -260,7 +332,7 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *
 	b := &pgx.Batch{}
 	if queued {
 		b.Queue(s.sql.insertLeaseQueued, row, token, micros(ttl))
-		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel)
+		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
 	} else {
 		b.Queue(s.sql.insertLease, row, token, micros(ttl))
 		b.Queue(s.sql.fence, row, token)
@@ -269,18 +341,20 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *
 }
 
 // takeResult reads a takeBatch's results; sent is when it was sent.
-func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, queued bool) (store.Reply, string, error) {
+func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Duration, queued bool) (store.Reply, string, error) {
 	var (
 		fence    *int64
+		ownUs    *int64
 		holderUs *int64
 		pred     *string
 		predUs   *int64
 		woken    int64
+		seq      *int64
 	)
 	_, execErr := res.Exec()
 	var qrErr error
 	if execErr == nil {
-		qrErr = res.QueryRow().Scan(&fence, &holderUs, &pred, &predUs, &woken)
+		qrErr = res.QueryRow().Scan(&fence, &ownUs, &holderUs, &pred, &predUs, &woken, &seq)
 	}
 	closeErr := res.Close()
 	if err := errors.Join(execErr, qrErr); err != nil {
@@ -289,10 +363,21 @@ func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, queued bool) 
 	if closeErr != nil {
 		return store.Reply{}, "", classify(closeErr)
 	}
+	if fence != nil && ownUs != nil {
+		// The token's own row, written before this request (a hand-over
+		// it did not hear of): what is left of it counts from the send,
+		// so the lease ends no later than the row (see "Hand-over").
+		return store.Reply{Acquired: true, Fence: uint64(*fence), ValidFrom: sent.Add(time.Duration(*ownUs)*time.Microsecond - ttl)}, "", nil
+	}
 	if fence != nil {
 		return store.Reply{Acquired: true, Fence: uint64(*fence), ValidFrom: sent}, "", nil
 	}
 	r := store.Reply{}
+	if seq != nil {
+		// The entry's place, drawn from the fence sequence: a hand-over
+		// with a fence not above it was made to an earlier queueing.
+		r.Counter = uint64(*seq)
+	}
 	if holderUs != nil {
 		r.HolderTTL = time.Duration(*holderUs) * time.Microsecond
 	}
@@ -330,10 +415,11 @@ func (s *pgStore) isClosed() bool {
 	return s.closed
 }
 
-// Release deletes token's row and queue entry and, when the lock is then
-// free and a waiter is queued, notifies the lock's channel naming the
-// first, in one round trip (a batch: one transaction of two statements,
-// see "the release race" in Enqueue).
+// Release ends token's holding and takes out its queue entry, and hands
+// the lock to the first queued waiter (when its Locker understands
+// hand-overs) or, when the lock is then free, notifies the lock's channel
+// naming the first waiter, in one round trip (a batch: one transaction of
+// two statements, see "the release race" in Enqueue and "Hand-over").
 func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.lis.unregister(token)
 	// A batch of token that was never answered must not run after this
@@ -346,7 +432,7 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 		return 0, err
 	}
 	defer c.Release()
-	o, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
+	o, _, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
 	return o, err
 }
 
@@ -354,34 +440,40 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 func (s *pgStore) releaseBatch(row, token string) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue(s.sql.release, row, token)
-	b.Queue(s.sql.releaseWake, row, token, s.n.channel)
+	b.Queue(s.sql.handOver, row, token, s.n.channel)
 	return b
 }
 
 // releaseResult reads a releaseBatch's results: the ownership token had,
-// and how many waiters it woke (0 or 1).
-func releaseResult(res pgx.BatchResults) (store.Ownership, int64, error) {
+// how many waiters it notified (0 or 1), and the fence of the holding it
+// handed over (0: none).
+func releaseResult(res pgx.BatchResults) (store.Ownership, int64, uint64, error) {
 	var live *bool
 	var other bool
 	var notified int64
+	var handed *int64
 	err := res.QueryRow().Scan(&live)
 	if err == nil {
-		err = res.QueryRow().Scan(&other, &notified)
+		err = res.QueryRow().Scan(&other, &notified, &handed)
 	}
 	// Close reports the batch's first error again: keep one.
 	if closeErr := res.Close(); err == nil {
 		err = closeErr
 	}
 	if err != nil {
-		return 0, 0, classify(err)
+		return 0, 0, 0, classify(err)
+	}
+	var fence uint64
+	if handed != nil {
+		fence = uint64(*handed)
 	}
 	switch {
 	case live != nil && *live:
-		return store.Owned, notified, nil
+		return store.Owned, notified, fence, nil
 	case other:
-		return store.Taken, notified, nil
+		return store.Taken, notified, fence, nil
 	}
-	return store.Missing, notified, nil
+	return store.Missing, notified, fence, nil
 }
 
 // Renew extends every request's row whose token still holds it unexpired,
@@ -450,15 +542,19 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 //
 // The release race: a waiter W whose transaction is under way while the
 // holder H releases must either take the lock or be named by H's
-// notification, else it waits for H's expiry, up to a TTL. H's release
-// deletes the row in one statement and reads the queue in the next, with
-// a snapshot taken after the deletion. W, when no entry is before its own,
-// tries the row first (insertLeaseQueued), and either
-//   - finds it deleted by H: the insert waits for H's transaction to end
-//     (the unique index), then takes the free lock; or
-//   - finds it held: the conflict locks the row until W's transaction
-//     ends, so H's deletion waits for W to commit, and H's queue read then
-//     sees W's entry and names W, the first waiter.
+// notification (or handed the lock), else it waits for H's expiry, up to
+// a TTL. H's release locks (marks) the row in one statement and reads the
+// queue in the next, with a snapshot taken after the marking. W, when no
+// entry is before its own, tries the row first (insertLeaseQueued), and
+// either
+//   - finds it locked by H's release: the insert waits for H's
+//     transaction to end (the row's lock), then takes the free lock, or
+//     finds it handed (to W itself: its own row, see "Hand-over" in
+//     doc.go; to another: W queues behind it); or
+//   - finds it held before H's release locked it: the conflict locks the
+//     row until W's transaction ends, so H's marking waits for W to
+//     commit, and H's queue read then sees W's entry and hands W the lock
+//     (or names W), the first waiter.
 //
 // A waiter with an entry before its own is not the one to wake. The same
 // holds for a waiter E before W leaving the queue: W's reading of the
@@ -489,7 +585,11 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 // WaitTurn waits for a notification naming token (a release or a departing
 // waiter found it first in the queue), the holder's or predecessor's
 // expiry, or the end of token's own entry, keeping the entry alive
-// meanwhile.
+// meanwhile. A notification that carries a grant (a release handed the
+// lock to token's entry) is reported as Acquired, dated from the send of
+// the last request that confirmed the entry's expiry (see "Hand-over");
+// a grant to another queueing of the token than the one those requests
+// confirmed is not (Enqueue then reports what token holds).
 func (s *pgStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	row := name(k)
 	wake, connected := s.lis.waiter(token)
@@ -515,7 +615,7 @@ func (s *pgStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 		case <-ctx.Done():
 			return store.Reply{}, ctx.Err()
 		case <-wake:
-			return store.Reply{}, nil
+			return s.lis.granted(token), nil
 		case <-expiry:
 			return store.Reply{}, nil
 		case <-refresh.C:
@@ -539,11 +639,17 @@ func (s *pgStore) refresh(ctx context.Context, row, token string, ttl time.Durat
 		return false, err
 	}
 	defer c.Release()
-	tag, err := c.Exec(ctx, s.sql.refresh, row, token, micros(ttl))
-	if err != nil {
+	sent := time.Now()
+	var seq int64
+	err = c.QueryRow(ctx, s.sql.refresh, row, token, micros(ttl)).Scan(&seq)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
 		return false, classify(err)
 	}
-	return tag.RowsAffected() == 1, nil
+	s.lis.confirmed(token, seq, sent)
+	return true, nil
 }
 
 // Leave deletes token's queue entry (and its row, if it holds the lock).
@@ -612,9 +718,51 @@ type listener struct {
 	done      chan struct{}
 }
 
-// waiter is one queued token's wake-up.
+// waiter is one queued token's wake-up, and what dates a hand-over to it.
 type waiter struct {
 	wake chan struct{} // buffered 1
+	// grant is the last grant notified to the token, if any: kept apart
+	// from wake, so that a blind wake-up never stands for it (nor hides it).
+	grant *grant
+	// seq and sent: the entry's seq, as the last request that confirmed
+	// the entry's expiry (an Enqueue, a refresh) reported it, and that
+	// request's send time; sent is zero until one did.
+	seq  int64
+	sent time.Time
+}
+
+// grant is a hand-over's notification: the handed row's fence and the seq
+// of the entry it was handed to.
+type grant struct{ fence, seq int64 }
+
+// grantChannel names a Locker's own channel for grants: lockmw_grant_ and
+// 16 random hex digits (a channel name is at most 63 bytes, whatever the
+// table's name).
+func grantChannel() string {
+	var b [8]byte
+	_, _ = cryptorand.Read(b[:])
+	return "lockmw_grant_" + hex.EncodeToString(b[:])
+}
+
+// grantPrefix starts a grant's payload: "g <token> <fence> <seq>". A blind
+// wake-up's payload is the token alone (tokens have no spaces), as
+// releases before hand-overs sent. Grants go to the waiter's Locker's own
+// channel, which Lockers of those releases do not listen on (and none is
+// sent to their entries: see "Hand-over").
+const grantPrefix = "g "
+
+// parseGrant reads a grant's payload.
+func parseGrant(payload string) (token string, g grant, ok bool) {
+	f := strings.Fields(strings.TrimPrefix(payload, grantPrefix))
+	if !strings.HasPrefix(payload, grantPrefix) || len(f) != 3 {
+		return "", grant{}, false
+	}
+	fence, err1 := strconv.ParseInt(f[1], 10, 64)
+	seq, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil || fence <= 0 {
+		return "", grant{}, false
+	}
+	return f[0], grant{fence: fence, seq: seq}, true
 }
 
 func newListener(s *pgStore) *listener {
@@ -632,6 +780,7 @@ func (l *listener) register(token string) {
 		case <-w.wake:
 		default:
 		}
+		w.grant = nil
 		return
 	}
 	l.byToken[token] = &waiter{wake: make(chan struct{}, 1)}
@@ -660,6 +809,36 @@ func (l *listener) unregister(token string) {
 	delete(l.byToken, token)
 }
 
+// confirmed records that the request sent at sent confirmed the expiry of
+// token's entry, whose seq is seq.
+func (l *listener) confirmed(token string, seq int64, sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.byToken[token]; w != nil {
+		w.seq, w.sent = seq, sent
+	}
+}
+
+// granted returns the hand-over notified to token, as WaitTurn reports it,
+// and unregisters token; or, for a blind wake-up, a grant to an entry of
+// another seq than the one last confirmed (an earlier queueing), or a
+// token whose entry was never confirmed, the zero Reply.
+func (l *listener) granted(token string) store.Reply {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.byToken[token]
+	if w == nil || w.grant == nil {
+		return store.Reply{}
+	}
+	g := w.grant
+	w.grant = nil
+	if w.sent.IsZero() || g.seq != w.seq {
+		return store.Reply{}
+	}
+	delete(l.byToken, token)
+	return store.Reply{Acquired: true, Fence: uint64(g.fence), ValidFrom: w.sent}
+}
+
 // wakeAll wakes every waiter (the connection changed: notifications may
 // have been missed); with connected it records the new state.
 func (l *listener) wakeAll(connected bool) {
@@ -675,11 +854,19 @@ func (l *listener) wakeAll(connected bool) {
 }
 
 // notify wakes the waiter whose token a notification names, if it is
-// this Locker's (every Locker listening on the channel receives it).
-func (l *listener) notify(token string) {
+// this Locker's (every Locker listening on the channel receives it), and
+// keeps the grant the notification carries, if any.
+func (l *listener) notify(payload string) {
+	token, g, isGrant := parseGrant(payload)
+	if !isGrant {
+		token = payload
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.byToken[token]; w != nil {
+		if isGrant {
+			w.grant = &g
+		}
 		select {
 		case w.wake <- struct{}{}:
 		default:
@@ -739,6 +926,9 @@ func (l *listener) listenOnce(ctx context.Context) error {
 	}()
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err = conn.Exec(lctx, "LISTEN "+l.s.n.listen)
+	if err == nil {
+		_, err = conn.Exec(lctx, "LISTEN "+pgx.Identifier{l.s.grants}.Sanitize())
+	}
 	cancel()
 	if err != nil {
 		return err

@@ -25,7 +25,7 @@ func openEnqueue(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgSto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	r, _, err := s.takeResult(tx.SendBatch(ctx, s.takeBatch(name(k), token, 10*time.Second, true)), time.Now(), true)
+	r, _, err := s.takeResult(tx.SendBatch(ctx, s.takeBatch(name(k), token, 10*time.Second, true)), time.Now(), 10*time.Second, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func releaseDuring(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgS
 			return
 		}
 		defer c.Release()
-		_, woke, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
+		_, woke, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
 		done <- result{woke, err}
 	}()
 	var r *result
@@ -101,6 +101,10 @@ func TestReleaseWakesWaiterEnqueuedMeanwhile(t *testing.T) {
 	if woke := releaseDuring(t, ctx, pool, s, k, "h", commit); woke != 1 {
 		t.Fatalf("h's release woke %d waiters, want 1 (w, first in the queue): w would wait for h's TTL", woke)
 	}
+	// The release's second statement saw w's entry, and handed w the lock.
+	if tok, _, _ := leaseRow(t, ctx, pool, k); tok != "w" {
+		t.Fatalf("after h's release the row is %q's, want w's (handed in the release's transaction)", tok)
+	}
 }
 
 // TestLeaveWakesWaiterEnqueuedMeanwhile: the first waiter leaves a free
@@ -114,6 +118,12 @@ func TestLeaveWakesWaiterEnqueuedMeanwhile(t *testing.T) {
 	}
 	if r, err := s.Enqueue(ctx, k, "e", 10*time.Second, true); err != nil || r.Acquired {
 		t.Fatalf("e's enqueue: %+v, %v", r, err)
+	}
+	// e's entry as a Locker before hand-overs writes it, so that h's
+	// release leaves the lock free, e first (a release hands the lock to
+	// an entry that takes hand-overs).
+	if _, err := pool.Exec(ctx, "UPDATE lockmw_locks_queue SET handover = NULL WHERE token = 'e'"); err != nil {
+		t.Fatal(err)
 	}
 	r, commit := openEnqueue(t, ctx, pool, s, k, "w")
 	if r.Acquired {

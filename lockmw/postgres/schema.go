@@ -86,13 +86,18 @@ CREATE TABLE IF NOT EXISTS %[1]s (
 );
 CREATE INDEX IF NOT EXISTS %[5]s ON %[1]s (expires_at);
 -- One row per waiter; the lowest unexpired seq of a name goes first.
+-- handover: the channel the waiter's Locker hears a release's grant on
+-- (NULL: a Locker before hand-overs, woken by its token on the table's).
 CREATE TABLE IF NOT EXISTS %[2]s (
 	name       text        NOT NULL,
 	token      text        NOT NULL,
 	seq        bigint      NOT NULL,
 	expires_at timestamptz NOT NULL,
+	handover   text,
 	PRIMARY KEY (name, token)
 );
+-- Migration from releases before hand-overs (their Lockers leave it false).
+ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS handover text;
 CREATE INDEX IF NOT EXISTS %[6]s ON %[2]s (name, seq);
 CREATE INDEX IF NOT EXISTS %[7]s ON %[2]s (expires_at);
 -- cronlock's fire claims: one row per Locker prefix and job, swept once

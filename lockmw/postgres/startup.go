@@ -44,8 +44,10 @@ func (s *pgStore) checkStart() error {
 	}()
 	objs := []string{s.n.table, s.n.queue, s.n.claims, s.n.seq}
 	var absent [4]bool
-	err = c.QueryRow(ctx, `SELECT to_regclass($1) IS NULL, to_regclass($2) IS NULL, to_regclass($3) IS NULL, to_regclass($4) IS NULL`,
-		objs[0], objs[1], objs[2], objs[3]).Scan(&absent[0], &absent[1], &absent[2], &absent[3])
+	var migrated bool
+	err = c.QueryRow(ctx, `SELECT to_regclass($1) IS NULL, to_regclass($2) IS NULL, to_regclass($3) IS NULL, to_regclass($4) IS NULL,
+	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'handover' AND NOT attisdropped)`,
+		objs[0], objs[1], objs[2], objs[3]).Scan(&absent[0], &absent[1], &absent[2], &absent[3], &migrated)
 	if err != nil {
 		s.warnUnreachable(classify(err))
 		return nil
@@ -56,12 +58,17 @@ func (s *pgStore) checkStart() error {
 			missing = append(missing, objs[i])
 		}
 	}
-	if len(missing) == 0 {
-		return nil
-	}
 	how := ""
 	if s.n.channel != DefaultTable {
 		how = fmt.Sprintf(" (for this Schema: postgres.Schema{Table: %q}.CreateTable(ctx, pool), or its SQL())", s.n.channel)
+	}
+	if len(missing) == 0 && !absent[1] && !migrated {
+		// A queue table of a release before hand-overs: this Locker's
+		// statements need its handover column.
+		return fmt.Errorf("%w%s: %s in database %q at %s %s", ErrNoTable, how, s.n.queue, s.pool.Config().ConnConfig.Database, s.address(), migrateHint)
+	}
+	if len(missing) == 0 {
+		return nil
 	}
 	return fmt.Errorf("%w%s: missing in database %q at %s: %s", ErrNoTable, how, s.pool.Config().ConnConfig.Database, s.address(), strings.Join(missing, ", "))
 }

@@ -112,7 +112,11 @@ type Reply struct {
 	// counter as the request saw it (or the entry's place, drawn from that
 	// counter): a hand-over that Queue.WaitTurn reports later with a fence
 	// not above it was made before the request ran, to an earlier queueing
-	// of the token, and is stale. 0: the store draws no such counter.
+	// of the token, and is stale. (A fence above it proves less where the
+	// request draws its place before it waits on the lock's row, as
+	// PostgreSQL's does: such a store also refuses, in WaitTurn, a
+	// hand-over to another queueing than the one it last confirmed.) 0:
+	// the store draws no such counter.
 	Counter uint64
 }
 

@@ -94,16 +94,26 @@
 //     client write the guard (the server refuses the write, and the Multi
 //     creates nothing), the Multi checks the guard's version instead, and
 //     N's stat is read beside the children: its czxid, and its owner S.
-//   - Hand-over seen by the waiter (Queue.WaitTurn): when the node just
-//     before N is deleted, the waiter reads the parent's children once, in
-//     S, exactly the read of Enqueue above, and decides the same way: N
-//     among them with no lower lock node is live from v, that read's send
-//     time (not the watch event's arrival), with N's czxid as fence, known
-//     since the create. The Locker makes the lease from this report
-//     without an Enqueue (store.Queue). An answer read after S changed is
-//     never counted; a failed read reports nothing (the Locker asks
-//     Enqueue); when another node is now just before N, the waiter watches
-//     it.
+//   - Hand-over seen by the waiter (Queue.WaitTurn): N watches the node P
+//     just before it. When the last read of the queue in S (Enqueue's
+//     above, or WaitTurn's own) found P the only lock node below N, P's
+//     deletion (the watch's NodeDeleted event, or its answer that P does
+//     not exist; no other event) makes N first: every lower node that
+//     still existed was in that read, later nodes have higher sequences,
+//     so the nodes below N only go, and P was the last. N is then live
+//     from v, the send time of the watch: a request answered in S (S is
+//     the session before it and at the event), so S lives until
+//     v + 2T/3 − tick as under Validity, and N with it; v comes before the
+//     hand-over, so the lease's validity ends no later than the holding
+//     kept for it.
+//     When v would leave less than 3/4 of the TTL, or another node was
+//     below N, the waiter reads the parent's children once, in S, exactly
+//     the read of Enqueue above, and decides the same way, N live from
+//     that read's send time. The fence is N's czxid, known since the
+//     create. The Locker makes the lease from this report without an
+//     Enqueue (store.Queue). A report is made only while S is the session;
+//     a failed read reports nothing (the Locker asks Enqueue); when
+//     another node is now just before N, the waiter watches it.
 //   - Renewal: one Multi of version checks, sent at s, answered in S: N
 //     existed after s, and S was alive then: D = max(D, s + TTL − drift).
 //     An answer after S changed is never counted.
@@ -124,12 +134,13 @@
 // # Waiting
 //
 // A waiter's node watches only the node just before it (exists watch: no
-// herd); when that one is deleted, the waiter reads the parent's children
-// once: first, it holds the lock (Safety: Hand-over seen by the waiter);
-// else it watches the node now just before it. Fair and default waiters
-// queue alike (lockmw's default mode asks for a place in the queue once a
-// lock is busy), so a release wakes one waiter across all Lockers, and no
-// waiter is overtaken.
+// herd). When that one is deleted, the waiter holds the lock if it was the
+// only node before it at the waiter's last read of the queue; else the
+// waiter reads the parent's children once: first, it holds the lock; else
+// it watches the node now just before it (Safety: Hand-over seen by the
+// waiter). Fair and default waiters queue alike (lockmw's default mode asks
+// for a place in the queue once a lock is busy), so a release wakes one
+// waiter across all Lockers, and no waiter is overtaken.
 //
 // # Compatibility
 //
@@ -143,9 +154,12 @@
 //
 // # Compared with zk.Lock
 //
-// An acquisition sends zk.Lock's requests: the create (a Multi with the
-// guard), one read of the children, and, while waiting, the watch on the
-// predecessor and one read of the children per wake-up; then the delete.
+// An acquisition sends no more requests than zk.Lock: the create (a Multi
+// with the guard), one read of the children, and, while waiting, the watch
+// on the predecessor; then the delete. zk.Lock reads the children again
+// after every wake-up; here the next waiter takes the lock at the watch's
+// event, with no round trip, and reads again only when a waiter ahead of it
+// left the queue.
 //
 // go-zookeeper's zk.Lock has no context, leaves its node behind when a
 // call after the create fails (everyone then waits for the session to

@@ -22,24 +22,24 @@ import (
 // queueing, Hand-over seen by the waiter), each on a real server.
 
 // opCounter counts a store's requests on one lock's nodes by operation,
-// and keeps when each "children" reply came back.
+// and keeps when each answered one came back.
 type opCounter struct {
-	mu       sync.Mutex
-	ops      map[string]int
-	children []time.Time // arrival of each answered "children" read
+	mu  sync.Mutex
+	ops map[string]int
+	at  map[string][]time.Time // arrival of each answer without error
 }
 
 // count installs the counter as s's hook, for the requests on parent and
 // its nodes; renewals ("multi") are not counted. Install it before the
 // store's first request (the hook is read unlocked).
 func count(s *zkStore, parent string) *opCounter {
-	c := &opCounter{ops: map[string]int{}}
+	c := &opCounter{ops: map[string]int{}, at: map[string][]time.Time{}}
 	s.hook = func(op, p string, err error) error {
 		if op != "multi" && (p == parent || strings.HasPrefix(p, parent+"/")) {
 			c.mu.Lock()
 			c.ops[op]++
-			if op == "children" && err == nil {
-				c.children = append(c.children, time.Now())
+			if err == nil {
+				c.at[op] = append(c.at[op], time.Now())
 			}
 			c.mu.Unlock()
 		}
@@ -48,13 +48,13 @@ func count(s *zkStore, parent string) *opCounter {
 	return c
 }
 
-// take returns the counts so far, and starts again from zero.
-func (c *opCounter) take() (map[string]int, []time.Time) {
+// take returns the counts and arrivals so far, and starts again from zero.
+func (c *opCounter) take() (map[string]int, map[string][]time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ops, ch := c.ops, c.children
-	c.ops, c.children = map[string]int{}, nil
-	return ops, ch
+	ops, at := c.ops, c.at
+	c.ops, c.at = map[string]int{}, map[string][]time.Time{}
+	return ops, at
 }
 
 func (c *opCounter) get(op string) int {
@@ -94,14 +94,15 @@ func nameOf(s *zkStore, token string) string {
 	return ""
 }
 
-// An acquisition sends zk.Lock's requests: a free lock costs the create,
-// one read of the children and the delete; a waiter's costs the create,
-// the read, the watch on its predecessor, one read when the predecessor is
-// deleted (WaitTurn reports the holding: no Enqueue again) and the delete.
-// The fence, which the create's answer carries, is the node's czxid. Before
-// the fence came with the create, each read of the queue was two requests
-// (the children and the node's stat), and a waiter asked Enqueue again
-// after its wake-up: 4 and 7 requests.
+// An acquisition sends no more requests than zk.Lock's: a free lock costs
+// the create, one read of the children and the delete (as zk.Lock); the
+// next waiter's costs the create, the read, the watch on its predecessor
+// (whose deletion makes it first: WaitTurn reports the holding, with no
+// read and no Enqueue again) and the delete, where zk.Lock reads the
+// children again. The fence, which the create's answer carries, is the
+// node's czxid. Before the fence came with the create, each read of the
+// queue was two requests (the children and the node's stat), and a waiter
+// asked Enqueue again after its wake-up: 4 and 7 requests.
 func TestRequestsPerAcquisition(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
@@ -177,144 +178,226 @@ func TestRequestsPerAcquisition(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops, _ := wc.take()
-	if want := map[string]int{"create": 1, "children": 2, "existsw": 1, "delete": 1}; !maps.Equal(ops, want) {
+	if want := map[string]int{"create": 1, "children": 1, "existsw": 1, "delete": 1}; !maps.Equal(ops, want) {
 		t.Fatalf("waiter: requests %v, want %v", ops, want)
 	}
 }
 
-// WaitTurn reports the holding when the predecessor's node is deleted and
-// token's node is first, dated from the send time of the read that found
-// it first (no later than that read's answer, and after the deletion), with
-// the node's czxid as fence; the holding is the store's (Renew keeps it).
-// Before, WaitTurn returned nothing and the Locker asked Enqueue again.
+// line is a queue of n entries, "tok0" first (holding), each of its own
+// Locker's store; every store counts its requests from the start.
+type line struct {
+	k       store.Key
+	parent  string
+	stores  []*zkStore
+	counts  []*opCounter
+	replies []store.Reply
+}
+
+func queueUp(t *testing.T, addr, key string, n int) *line {
+	t.Helper()
+	q := &line{k: store.Key{Prefix: lockmw.DefaultPrefix, Name: key}}
+	for i := range n {
+		_, s := testLocker(t, []string{addr})
+		q.parent = s.parentOf(q.k)
+		c := count(s, q.parent)
+		r, err := s.Enqueue(context.Background(), q.k, tok(i), time.Second, true)
+		if err != nil || r.Acquired != (i == 0) || (i > 0 && path.Base(r.Predecessor) != nameOf(q.stores[i-1], tok(i-1))) {
+			t.Fatalf("Enqueue %d: %+v, %v; want first, or busy behind %s", i, r, err, tok(i-1))
+		}
+		c.take()
+		q.stores, q.counts, q.replies = append(q.stores, s), append(q.counts, c), append(q.replies, r)
+	}
+	return q
+}
+
+func tok(i int) string { return "tok" + string(rune('0'+i)) }
+
+// waitTurn runs entry i's WaitTurn, and returns its outcome on a channel.
+func (q *line) waitTurn(t *testing.T, i int) <-chan store.Reply {
+	done := make(chan store.Reply, 1)
+	go func() {
+		r, err := q.stores[i].WaitTurn(context.Background(), q.k, tok(i), time.Second, q.replies[i])
+		if err != nil {
+			t.Errorf("WaitTurn of %s: %v", tok(i), err)
+		}
+		done <- r
+	}()
+	return done
+}
+
+// release ends entry i (Release: its holding, or its place).
+func (q *line) release(t *testing.T, i int) {
+	t.Helper()
+	if own, err := q.stores[i].Release(context.Background(), q.k, tok(i)); own != store.Owned || err != nil {
+		t.Fatalf("Release of %s: %v, %v", tok(i), own, err)
+	}
+}
+
+// handed waits for a WaitTurn's report and checks it is the holding of
+// entry i: fenced by its node's czxid, above the first entry's, and kept
+// by the store (Renew).
+func (q *line) handed(t *testing.T, adm *zk.Conn, i int, done <-chan store.Reply) store.Reply {
+	t.Helper()
+	var r store.Reply
+	select {
+	case r = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("WaitTurn of %s did not return within 10s", tok(i))
+	}
+	if !r.Acquired {
+		t.Fatalf("WaitTurn of %s: %+v; want the hand-over reported (Acquired)", tok(i), r)
+	}
+	if want := czxidOf(t, adm, q.parent, tok(i)); int64(r.Fence) != want || r.Fence <= q.replies[0].Fence {
+		t.Fatalf("hand-over fence %d, want %s's czxid %d, above tok0's %d", r.Fence, tok(i), want, q.replies[0].Fence)
+	}
+	rr := q.stores[i].Renew(context.Background(), []store.RenewRequest{{Key: q.k, Token: tok(i), TTL: time.Second}})
+	if rr[0].Err != nil || rr[0].Ownership != store.Owned {
+		t.Fatalf("Renew of the handed holding: %+v, want Owned", rr[0])
+	}
+	return r
+}
+
+// When the node just before token's was the only one below it at the last
+// read, its deletion makes token's first: WaitTurn reports the holding at
+// the watch's event, with no read, dated from the watch's send time (a
+// request answered in the session, before the hand-over: no later than its
+// answer), with the node's czxid as fence. Before, WaitTurn returned
+// nothing and the Locker asked Enqueue again (two requests, one round trip
+// after the event).
 func TestWaitTurnReportsHandOver(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
 	adm := adminConn(t, srv.Addr())
-	_, s1 := testLocker(t, []string{srv.Addr()})
-	_, s2 := testLocker(t, []string{srv.Addr()})
-	ctx := context.Background()
-	k := store.Key{Prefix: lockmw.DefaultPrefix, Name: "handover"}
-	parent := s1.parentOf(k)
-	c2 := count(s2, parent)
-	r1, err := s1.Enqueue(ctx, k, "tokA", time.Second, true)
-	if err != nil || !r1.Acquired {
-		t.Fatalf("first Enqueue: %+v, %v", r1, err)
+	q := queueUp(t, srv.Addr(), "handover", 2)
+	asked := time.Now()
+	done := q.waitTurn(t, 1)
+	waitUntil(t, 10*time.Second, "WaitTurn watching tok0's node", func() bool { return q.counts[1].get("existsw") == 1 })
+	q.release(t, 0)
+	r := q.handed(t, adm, 1, done)
+	ops, at := q.counts[1].take()
+	if want := map[string]int{"existsw": 1}; !maps.Equal(ops, want) {
+		t.Fatalf("WaitTurn's requests %v, want %v", ops, want)
 	}
-	r2, err := s2.Enqueue(ctx, k, "tokB", time.Second, true)
-	if err != nil || r2.Acquired || path.Base(r2.Predecessor) != nameOf(s1, "tokA") {
-		t.Fatalf("second Enqueue: %+v, %v; want busy behind tokA", r2, err)
+	if v := r.ValidFrom; v.Before(asked) || v.After(at["existsw"][0]) {
+		t.Fatalf("ValidFrom %v: want the watch's send time (WaitTurn called %v, watch answered %v)",
+			v.Format(time.StampMicro), asked.Format(time.StampMicro), at["existsw"][0].Format(time.StampMicro))
 	}
-	c2.take()
-	type result struct {
-		r   store.Reply
-		err error
+	q.release(t, 1)
+}
+
+// When the deleted node was not the only one below token's at the last
+// read (here the holder left first, unseen by this waiter, which watches
+// the second), WaitTurn reads the queue once, finds token's node first,
+// and dates the holding from that read's send time (after the deletion, no
+// later than the read's answer).
+func TestWaitTurnReadsWhenOthersWereBelow(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	q := queueUp(t, srv.Addr(), "others-below", 3)
+	done := q.waitTurn(t, 2)
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's node", func() bool { return q.counts[2].get("existsw") == 1 })
+	q.release(t, 0)
+	left := time.Now()
+	q.release(t, 1)
+	r := q.handed(t, adm, 2, done)
+	ops, at := q.counts[2].take()
+	if want := map[string]int{"existsw": 1, "children": 1}; !maps.Equal(ops, want) {
+		t.Fatalf("WaitTurn's requests %v, want %v", ops, want)
 	}
-	done := make(chan result, 1)
-	go func() {
-		r, err := s2.WaitTurn(ctx, k, "tokB", time.Second, r2)
-		done <- result{r, err}
-	}()
-	waitUntil(t, 10*time.Second, "WaitTurn watching tokA's node", func() bool { return c2.get("existsw") == 1 })
+	if v := r.ValidFrom; v.Before(left) || v.After(at["children"][0]) {
+		t.Fatalf("ValidFrom %v: want the send time of the read after the deletion (deleted %v, read answered %v)",
+			v.Format(time.StampMicro), left.Format(time.StampMicro), at["children"][0].Format(time.StampMicro))
+	}
+	q.release(t, 2)
+}
+
+// A watch sent so long before the hand-over that it would leave less than
+// 3/4 of the TTL does not date the holding: WaitTurn reads the queue and
+// dates it from that read.
+func TestWaitTurnDatesALongWaitByARead(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	q := queueUp(t, srv.Addr(), "long-wait", 2)
+	done := q.waitTurn(t, 1)
+	waitUntil(t, 10*time.Second, "WaitTurn watching tok0's node", func() bool { return q.counts[1].get("existsw") == 1 })
+	time.Sleep(time.Second / 4) // a quarter of the TTL
 	released := time.Now()
-	if own, err := s1.Release(ctx, k, "tokA"); own != store.Owned || err != nil {
-		t.Fatalf("Release: %v, %v", own, err)
+	q.release(t, 0)
+	r := q.handed(t, adm, 1, done)
+	ops, at := q.counts[1].take()
+	if ops["children"] != 1 {
+		t.Fatalf("WaitTurn's requests %v, want one read of the children", ops)
 	}
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitTurn did not return within 10s of the holder's release")
-	}
-	if res.err != nil || !res.r.Acquired {
-		t.Fatalf("WaitTurn after the holder's release: %+v, %v; want the hand-over reported (Acquired)", res.r, res.err)
-	}
-	if want := czxidOf(t, adm, parent, "tokB"); int64(res.r.Fence) != want || res.r.Fence <= r1.Fence {
-		t.Fatalf("hand-over fence %d, want tokB's czxid %d, above tokA's %d", res.r.Fence, want, r1.Fence)
-	}
-	_, reads := c2.take()
-	if len(reads) != 1 {
-		t.Fatalf("WaitTurn read the children %d times, want once", len(reads))
-	}
-	if v := res.r.ValidFrom; v.Before(released) || v.After(reads[0]) {
+	if v := r.ValidFrom; v.Before(released) || v.After(at["children"][0]) {
 		t.Fatalf("ValidFrom %v: want the send time of the read after the release (released %v, read answered %v)",
-			v.Format(time.StampMicro), released.Format(time.StampMicro), reads[0].Format(time.StampMicro))
+			v.Format(time.StampMicro), released.Format(time.StampMicro), at["children"][0].Format(time.StampMicro))
 	}
-	rr := s2.Renew(ctx, []store.RenewRequest{{Key: k, Token: "tokB", TTL: time.Second}})
-	if rr[0].Err != nil || rr[0].Ownership != store.Owned {
-		t.Fatalf("Renew of the handed holding: %+v, want Owned", rr[0])
-	}
-	if own, err := s2.Release(ctx, k, "tokB"); own != store.Owned || err != nil {
-		t.Fatalf("Release of the handed holding: %v, %v", own, err)
-	}
+	q.release(t, 1)
 }
 
 // When the node before token's is deleted but token's is not first (a
-// waiter ahead left the queue), WaitTurn reports nothing and watches the
-// node now before it, with one read; it reports the holding once that one
-// is deleted. Before, it returned at the first deletion and the Locker
-// asked Enqueue again.
+// waiter ahead left the queue while the lock is held), WaitTurn reports
+// nothing: it reads the queue once and watches the node now before it,
+// and reports the holding when that one is deleted. Before, it returned at
+// the first deletion and the Locker asked Enqueue again; a WaitTurn that
+// took every deletion of its predecessor for a hand-over would report a
+// holding here while tok0 holds.
 func TestWaitTurnWatchesTheNewPredecessor(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
-	_, sa := testLocker(t, []string{srv.Addr()})
-	_, sb := testLocker(t, []string{srv.Addr()})
-	_, sc := testLocker(t, []string{srv.Addr()})
-	ctx := context.Background()
-	k := store.Key{Prefix: lockmw.DefaultPrefix, Name: "newpred"}
-	cc := count(sc, sc.parentOf(k))
-	ra, err := sa.Enqueue(ctx, k, "tokA", time.Second, true)
-	if err != nil || !ra.Acquired {
-		t.Fatalf("A's Enqueue: %+v, %v", ra, err)
-	}
-	if rb, err := sb.Enqueue(ctx, k, "tokB", time.Second, true); err != nil || rb.Acquired {
-		t.Fatalf("B's Enqueue: %+v, %v", rb, err)
-	}
-	rc, err := sc.Enqueue(ctx, k, "tokC", time.Second, true)
-	if err != nil || rc.Acquired || path.Base(rc.Predecessor) != nameOf(sb, "tokB") {
-		t.Fatalf("C's Enqueue: %+v, %v; want busy behind B", rc, err)
-	}
-	cc.take()
-	done := make(chan store.Reply, 1)
-	go func() {
-		r, err := sc.WaitTurn(ctx, k, "tokC", time.Second, rc)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- r
-	}()
-	waitUntil(t, 10*time.Second, "C watching B's node", func() bool { return cc.get("existsw") == 1 })
-	if err := sb.Leave(ctx, k, "tokB"); err != nil {
-		t.Fatal(err)
-	}
+	adm := adminConn(t, srv.Addr())
+	q := queueUp(t, srv.Addr(), "newpred", 3)
+	done := q.waitTurn(t, 2)
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's node", func() bool { return q.counts[2].get("existsw") == 1 })
+	q.release(t, 1)
 	deadline := time.Now().Add(10 * time.Second)
-	for cc.get("existsw") < 2 {
+	for q.counts[2].get("existsw") < 2 {
 		select {
 		case r := <-done:
-			t.Fatalf("WaitTurn returned %+v when B left while A holds; want it to watch A's node", r)
+			t.Fatalf("WaitTurn returned %+v when tok1 left while tok0 holds; want it to watch tok0's node", r)
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("C did not watch A's node within 10s of B leaving")
+			t.Fatal("tok2 did not watch tok0's node within 10s of tok1 leaving")
 		}
 	}
-	if own, err := sa.Release(ctx, k, "tokA"); own != store.Owned || err != nil {
-		t.Fatalf("A's Release: %v, %v", own, err)
+	q.release(t, 0)
+	q.handed(t, adm, 2, done)
+	if ops, _ := q.counts[2].take(); ops["children"] != 1 || ops["existsw"] != 2 {
+		t.Fatalf("tok2's requests %v, want 2 watches and 1 read", ops)
 	}
-	select {
-	case r := <-done:
-		if !r.Acquired || r.Fence <= ra.Fence {
-			t.Fatalf("WaitTurn after A's release: %+v; want the hand-over, fence above A's %d", r, ra.Fence)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitTurn did not return within 10s of A's release")
-	}
-	if ops, _ := cc.take(); ops["children"] != 2 || ops["existsw"] != 2 {
-		t.Fatalf("C's requests %v, want 2 watches and 2 reads", ops)
-	}
-	if _, err := sc.Release(ctx, k, "tokC"); err != nil {
+	q.release(t, 2)
+}
+
+// Only the predecessor's deletion hands the lock on: another event of its
+// watch (its data written, here by another client) is read as no more than
+// a reason to look at the queue again.
+func TestWaitTurnOnlyDeletionHandsOver(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	q := queueUp(t, srv.Addr(), "data-event", 2)
+	done := q.waitTurn(t, 1)
+	waitUntil(t, 10*time.Second, "WaitTurn watching tok0's node", func() bool { return q.counts[1].get("existsw") == 1 })
+	if _, err := adm.Set(q.parent+"/"+nameOf(q.stores[0], tok(0)), []byte("x"), -1); err != nil {
 		t.Fatal(err)
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for q.counts[1].get("existsw") < 2 {
+		select {
+		case r := <-done:
+			t.Fatalf("WaitTurn returned %+v when tok0's data changed while it holds; want it to watch again", r)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("tok1 did not watch tok0's node again within 10s of the data change")
+		}
+	}
+	q.release(t, 0)
+	q.handed(t, adm, 1, done)
+	q.release(t, 1)
 }
 
 // Where Config.ACL does not let the client write the guard, the create's

@@ -183,10 +183,11 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 	pred := r.Predecessor
 	for {
 		var (
-			exists bool
-			ch     <-chan zk.Event
+			exists  bool
+			ch      <-chan zk.Event
+			deleted bool // the answer or the event says pred is gone
 		)
-		_, err := s.do(ctx, "existsw", pred, func() error {
+		sent, err := s.do(ctx, "existsw", pred, func() error {
 			var err error
 			exists, _, ch, err = s.conn.ExistsW(pred)
 			return err
@@ -194,13 +195,15 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 		switch {
 		case err == nil && exists:
 			select {
-			case <-ch:
+			case ev := <-ch:
+				deleted = ev.Type == zk.EventNodeDeleted
 			case <-changed:
 				return store.Reply{}, nil
 			case <-ctx.Done():
 				return store.Reply{}, ctx.Err()
 			}
 		case err == nil:
+			deleted = true
 		case ctx.Err() != nil:
 			return store.Reply{}, ctx.Err()
 		case definite(err):
@@ -217,8 +220,21 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 			}
 			continue
 		}
-		// The predecessor is gone (or changed): where is token's node now?
-		pos, err := s.position(ctx, e)
+		// The predecessor is gone. If it was the only lock node below
+		// token's at the last read of the queue, token's is first now
+		// (doc.go, "Safety": Hand-over seen by the waiter), and the watch,
+		// a request answered in e's session, dates the holding; unless
+		// that leaves less than 3/4 of the TTL (then a read dates it).
+		s.mu.Lock()
+		first := deleted && e.head != "" && pred == e.parent+"/"+e.head && e.fence != 0
+		pos := position{czxid: e.fence, sent: sent}
+		s.mu.Unlock()
+		if first && s.tr.same(e.sess) && time.Since(sent) < ttl/4 {
+			s.acquired(e, pos, ttl, true)
+			return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
+		}
+		// Where is token's node now?
+		pos, err = s.position(ctx, e)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return store.Reply{}, ctx.Err()
@@ -730,7 +746,14 @@ func (s *zkStore) position(ctx context.Context, e *entry) (position, error) {
 			sent = exSent
 		}
 	}
-	return position{pred: predecessor(children, own), czxid: fence, sent: sent}, nil
+	pred, below := predecessor(children, own)
+	s.mu.Lock()
+	e.head = ""
+	if below == 1 {
+		e.head = pred
+	}
+	s.mu.Unlock()
+	return position{pred: pred, czxid: fence, sent: sent}, nil
 }
 
 // sweep deletes nodes of abandoned creates found among children, and

@@ -166,8 +166,12 @@ type entry struct {
 	// guard's mzxid: one transaction, one zxid) or from a read of its
 	// stat; 0 while unknown.
 	fence int64
-	czxid int64        // the fence, once the node holds the lock; 0 before
-	sess  sessionState // the session it was created in
+	czxid int64 // the fence, once the node holds the lock; 0 before
+	// head is, when the last read of the queue found exactly one lock
+	// node below this one, that node's name: its deletion makes this one
+	// first (see WaitTurn); "" otherwise.
+	head string
+	sess sessionState // the session it was created in
 	// unknown: a create was sent whose outcome is unknown; the node may
 	// exist under a name the store does not know.
 	unknown bool
@@ -377,22 +381,23 @@ func parseNode(name string) (lockNode, bool) {
 func before(a, b int32) bool { return int32(uint32(b)-uint32(a)) > 0 }
 
 // predecessor returns the lock node queued just before own among
-// children, "" when own is first. Names that are not lock nodes are
-// ignored.
-func predecessor(children []string, own lockNode) string {
+// children, "" when own is first, and how many lock nodes are before own.
+// Names that are not lock nodes are ignored.
+func predecessor(children []string, own lockNode) (string, int) {
 	var pred lockNode
-	found := false
+	below := 0
 	for _, c := range children {
 		n, ok := parseNode(c)
 		if !ok || n.name == own.name || !before(n.seq, own.seq) {
 			continue
 		}
-		if !found || before(pred.seq, n.seq) {
-			pred, found = n, true
+		if below == 0 || before(pred.seq, n.seq) {
+			pred = n
 		}
+		below++
 	}
-	if !found {
-		return ""
+	if below == 0 {
+		return "", 0
 	}
-	return pred.name
+	return pred.name, below
 }

@@ -162,13 +162,15 @@ func (s *zkStore) expire(e *entry, ttl time.Duration) {
 	}
 }
 
-// WaitTurn watches the predecessor (only it: no herd) until it is
-// deleted, then reads the queue once (one request, as zk.Lock does): when
-// token's node is first, it reports the holding (doc.go, "Safety":
-// Hand-over seen by the waiter); when another node is now just before it,
-// it watches that one. It returns a zero reply, for the Locker to ask
-// Enqueue, when the session changes (token's own entry went with it) or
-// the read fails.
+// WaitTurn watches the predecessor (only it: no herd) until it is deleted.
+// If the predecessor was the only node below token's at the last read of
+// the queue, token's is first then, and WaitTurn reports the holding with
+// no request more; else (or after another event of the watch) it reads
+// the queue once: when token's node is first, it reports the holding; when
+// another node is now just before it, it watches that one (doc.go,
+// "Safety": Hand-over seen by the waiter). It returns a zero reply, for
+// the Locker to ask Enqueue, when the session changes (token's own entry
+// went with it) or the read fails.
 func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	s.mu.Lock()
 	e := s.held[token]
@@ -220,11 +222,10 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 			}
 			continue
 		}
-		// The predecessor is gone. If it was the only lock node below
-		// token's at the last read of the queue, token's is first now
-		// (doc.go, "Safety": Hand-over seen by the waiter), and the watch,
-		// a request answered in e's session, dates the holding; unless
-		// that leaves less than 3/4 of the TTL (then a read dates it).
+		// If the predecessor is gone and was the only lock node below
+		// token's at the last read of the queue, token's is first now, and
+		// the watch, a request answered in e's session, dates the holding;
+		// unless that leaves less than 3/4 of the TTL (a read dates it).
 		s.mu.Lock()
 		first := deleted && e.head != "" && pred == e.parent+"/"+e.head && e.fence != 0
 		pos := position{czxid: e.fence, sent: sent}

@@ -110,6 +110,13 @@ func TestRequestsPerAcquisition(t *testing.T) {
 	ctx := context.Background()
 	const key = "reqs"
 	parent := parentOfKey(key)
+	// A persistent parent: the server's container reaper would otherwise
+	// delete the empty parent between two acquisitions, and the next
+	// create would make it again (requests counted here).
+	if _, err := adm.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Delete(parent, -1) })
 	holder, hs := testLocker(t, []string{srv.Addr()})
 	waiter, ws := testLocker(t, []string{srv.Addr()})
 	hc, wc := count(hs, parent), count(ws, parent)

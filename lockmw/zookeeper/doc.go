@@ -69,32 +69,63 @@
 // sequence. Two live leases would need two nodes each lowest, which cannot
 // be. Every way a lease becomes live keeps it:
 //
-//   - Acquisition and queueing (Acquire, Queue.Enqueue): one Multi checks
-//     that the session's guard node exists and creates N (ephemeral,
-//     sequential) in the session S that the store has now; then the
-//     parent's children and N's stat are read together, in S. The lease is
-//     live only when N is among them with owner S, and no lock node has a
-//     lower sequence. ZooKeeper answers a session's requests in order, from
-//     a server that has applied the session's earlier writes, so every node
-//     created before N (a lower sequence) that still existed is seen; nodes
-//     created later have higher sequences, and the parent cannot be deleted
-//     while N is in it. So N stays lowest while it exists. N exists until
-//     this store deletes it or S expires, not before v + 2T/3 − tick (see
-//     Validity), v being the send time of those reads: ValidFrom, with
-//     TTL ≤ 2T/3 − tick. Fence: N's czxid; every earlier holder's node was
-//     created before N (it was lower, or deleted before N was created), so
-//     its czxid is lower.
+//   - Acquisition and queueing (Acquire, Queue.Enqueue): one Multi writes
+//     the session's guard node (its empty data again, at any version: the
+//     write fails, as a version check does, once the guard is gone) and
+//     creates N (ephemeral, sequential) in the session S that the store
+//     has now; then the parent's children are read, in S. The lease is
+//     live only when N is among them and no lock node has a lower
+//     sequence. N's owner is S: the Multi succeeded only while S's guard
+//     existed, and a Multi that go-zookeeper sends on a later session
+//     finds that guard deleted by S's expiry (see the lost reply below).
+//     ZooKeeper answers a session's requests in order, from a server that
+//     has applied the session's earlier writes, so every node created
+//     before N (a lower sequence) that still existed is seen; nodes
+//     created later have higher sequences, and the parent cannot be
+//     deleted while N is in it. So N stays lowest while it exists. N
+//     exists until this store deletes it or S expires, not before v + 2T/3
+//     − tick (see Validity), v being the send time of that read:
+//     ValidFrom, with TTL ≤ 2T/3 − tick. Fence: N's czxid; every earlier
+//     holder's node was created before N (it was lower, or deleted before
+//     N was created), so its czxid is lower. The Multi's answer carries
+//     it: a Multi is one transaction with one zxid, which is N's czxid and
+//     the guard's new mzxid, and the guard's write answers with the
+//     guard's stat (checked to be S's). Where Config.ACL does not let the
+//     client write the guard (the server refuses the write, and the Multi
+//     creates nothing), the Multi checks the guard's version instead, and
+//     N's stat is read beside the children: its czxid, and its owner S.
+//   - Hand-over seen by the waiter (Queue.WaitTurn): N watches the node P
+//     just before it. When the last read of the queue in S (Enqueue's
+//     above, or WaitTurn's own) found P the only lock node below N, P's
+//     deletion (the watch's NodeDeleted event, or its answer that P does
+//     not exist; no other event) makes N first: every lower node that
+//     still existed was in that read, later nodes have higher sequences,
+//     so the nodes below N only go, and P was the last. N is then live
+//     from v, the send time of the watch: a request answered in S (S is
+//     the session before it and at the event), so S lives until
+//     v + 2T/3 − tick as under Validity, and N with it; v comes before the
+//     hand-over, so the lease's validity ends no later than the holding
+//     kept for it.
+//     When v would leave less than 3/4 of the TTL, or another node was
+//     below N, the waiter reads the parent's children once, in S, exactly
+//     the read of Enqueue above, and decides the same way, N live from
+//     that read's send time. The fence is N's czxid, known since the
+//     create. The Locker makes the lease from this report without an
+//     Enqueue (store.Queue). A report is made only while S is the session;
+//     a failed read reports nothing (the Locker asks Enqueue); when
+//     another node is now just before N, the waiter watches it.
 //   - Renewal: one Multi of version checks, sent at s, answered in S: N
 //     existed after s, and S was alive then: D = max(D, s + TTL − drift).
 //     An answer after S changed is never counted.
-//   - A create whose reply is lost is found again by t in the names of
-//     the parent's children, and taken only when its ephemeral owner is S
-//     and S is still the session (CURATOR-498: a node of another session
-//     is deleted, never held). go-zookeeper queues requests across
-//     reconnections and sends them on whatever session it has then, also
-//     a new one after an expiry: the create's Multi checks S's guard node
-//     (an ephemeral node of S, created once per session and checked to be
-//     S's), which S's expiry deleted, so such a create creates nothing.
+//   - A create whose reply is lost is found again by t in the names of the
+//     parent's children, and taken only when its ephemeral owner is S and
+//     S is still the session (CURATOR-498: a node of another session is
+//     deleted, never held); the fence is the czxid of the stat read then.
+//     go-zookeeper queues requests across reconnections and sends them on
+//     whatever session it has then, also a new one after an expiry: the
+//     create's Multi writes (or checks) S's guard node (an ephemeral node
+//     of S, created once per session and checked to be S's), which S's
+//     expiry deleted, so such a create creates nothing.
 //   - Every failure after a create deletes the node (and lockmw's
 //     give-back, Release, retries); a single attempt that is not first
 //     deletes its node before reporting busy. Release deletes by name,
@@ -103,12 +134,32 @@
 // # Waiting
 //
 // A waiter's node watches only the node just before it (exists watch: no
-// herd); when that one is deleted, the waiter reads the queue again. Fair
-// and default waiters queue alike (lockmw's default mode asks for a place
-// in the queue once a lock is busy), so a release wakes one waiter across
-// all Lockers, and no waiter is overtaken.
+// herd). When that one is deleted, the waiter holds the lock if it was the
+// only node before it at the waiter's last read of the queue; else the
+// waiter reads the parent's children once: first, it holds the lock; else
+// it watches the node now just before it (Safety: Hand-over seen by the
+// waiter). Fair and default waiters queue alike (lockmw's default mode asks
+// for a place in the queue once a lock is busy), so a release wakes one
+// waiter across all Lockers, and no waiter is overtaken.
+//
+// # Compatibility
+//
+// Lock nodes, their names and contents, the queue's order and the watch
+// on the predecessor are those of earlier versions of this package, whose
+// creates checked the guard's version rather than writing it; only the
+// guard's version moves now (its data stays empty), and a guard is its
+// session's own, read by no other Locker. So Lockers of either version on
+// one ensemble queue in one queue: they exclude each other, and a release
+// wakes the next waiter whichever version it runs.
 //
 // # Compared with zk.Lock
+//
+// An acquisition sends no more requests than zk.Lock: the create (a Multi
+// with the guard), one read of the children, and, while waiting, the watch
+// on the predecessor; then the delete. zk.Lock reads the children again
+// after every wake-up; here the next waiter takes the lock at the watch's
+// event, with no round trip, and reads again only when a waiter ahead of it
+// left the queue.
 //
 // go-zookeeper's zk.Lock has no context, leaves its node behind when a
 // call after the create fails (everyone then waits for the session to

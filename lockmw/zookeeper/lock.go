@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,8 +162,15 @@ func (s *zkStore) expire(e *entry, ttl time.Duration) {
 	}
 }
 
-// WaitTurn watches the predecessor (only it: no herd) until it is
-// deleted, or the session changes (token's own entry went with it).
+// WaitTurn watches the predecessor (only it: no herd) until it is deleted.
+// If the predecessor was the only node below token's at the last read of
+// the queue, token's is first then, and WaitTurn reports the holding with
+// no request more; else (or after another event of the watch) it reads
+// the queue once: when token's node is first, it reports the holding; when
+// another node is now just before it, it watches that one (doc.go,
+// "Safety": Hand-over seen by the waiter). It returns a zero reply, for
+// the Locker to ask Enqueue, when the session changes (token's own entry
+// went with it) or the read fails.
 func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	s.mu.Lock()
 	e := s.held[token]
@@ -174,41 +182,71 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 	if !s.tr.same(e.sess) {
 		return store.Reply{}, nil
 	}
+	pred := r.Predecessor
 	for {
 		var (
-			exists bool
-			ch     <-chan zk.Event
+			exists  bool
+			ch      <-chan zk.Event
+			deleted bool // the answer or the event says pred is gone
 		)
-		_, err := s.do(ctx, "existsw", r.Predecessor, func() error {
+		sent, err := s.do(ctx, "existsw", pred, func() error {
 			var err error
-			exists, _, ch, err = s.conn.ExistsW(r.Predecessor)
+			exists, _, ch, err = s.conn.ExistsW(pred)
 			return err
 		})
 		switch {
-		case err == nil && !exists:
-			return store.Reply{}, nil
-		case err == nil:
+		case err == nil && exists:
 			select {
-			case <-ch:
-				return store.Reply{}, nil
+			case ev := <-ch:
+				deleted = ev.Type == zk.EventNodeDeleted
 			case <-changed:
 				return store.Reply{}, nil
 			case <-ctx.Done():
 				return store.Reply{}, ctx.Err()
 			}
+		case err == nil:
+			deleted = true
 		case ctx.Err() != nil:
 			return store.Reply{}, ctx.Err()
 		case definite(err):
 			return store.Reply{}, err
+		default:
+			// The connection is down: wait for it, or for the session's
+			// end.
+			select {
+			case <-changed:
+				return store.Reply{}, nil
+			case <-ctx.Done():
+				return store.Reply{}, ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
-		// The connection is down: wait for it, or for the session's end.
-		select {
-		case <-changed:
-			return store.Reply{}, nil
-		case <-ctx.Done():
+		// If the predecessor is gone and was the only lock node below
+		// token's at the last read of the queue, token's is first now, and
+		// the watch, a request answered in e's session, dates the holding;
+		// unless that leaves less than 3/4 of the TTL (a read dates it).
+		s.mu.Lock()
+		first := deleted && e.head != "" && pred == e.parent+"/"+e.head && e.fence != 0
+		pos := position{czxid: e.fence, sent: sent}
+		s.mu.Unlock()
+		if first && s.tr.same(e.sess) && time.Since(sent) < ttl/4 {
+			s.acquired(e, pos, ttl, true)
+			return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
+		}
+		// Where is token's node now?
+		pos, err = s.position(ctx, e)
+		switch {
+		case err != nil && ctx.Err() != nil:
 			return store.Reply{}, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case err != nil:
+			return store.Reply{}, nil // Enqueue asks again, and says why
+		case pos.pred != "":
+			pred = e.parent + "/" + pos.pred
+			continue
 		}
+		s.acquired(e, pos, ttl, true)
+		return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
 	}
 }
 
@@ -440,10 +478,20 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 	s.mu.Unlock()
 	prefix := parent + "/" + nodePrefix(token)
 	for try := 0; ; try++ {
+		s.mu.Lock()
+		ro := s.guardRO
+		s.mu.Unlock()
+		// The guard's op: a SetData of its (empty) data, which fails as a
+		// version check does when the guard is gone, and whose answer
+		// carries the guard's new mzxid: the zxid of this transaction,
+		// the node's czxid (the fence, without a read of the node's stat).
+		var check any = &zk.SetDataRequest{Path: guard, Version: -1}
+		if ro {
+			check = &zk.CheckVersionRequest{Path: guard, Version: -1}
+		}
 		out := make(chan []zk.MultiResponse, 1)
 		_, err := s.do(ctx, "create", prefix, func() error {
-			mr, err := s.conn.Multi(
-				&zk.CheckVersionRequest{Path: guard, Version: -1},
+			mr, err := s.conn.Multi(check,
 				&zk.CreateRequest{Path: prefix, Acl: s.acl, Flags: zk.FlagEphemeral | zk.FlagSequence})
 			out <- mr
 			return err
@@ -455,6 +503,13 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 		}
 		if len(mr) == 2 {
 			switch {
+			case !ro && errors.Is(mr[0].Error, zk.ErrNoAuth) && try < 3:
+				// Config.ACL does not let this client write the guard:
+				// nothing was created; check its version from now on.
+				s.mu.Lock()
+				s.guardRO = true
+				s.mu.Unlock()
+				continue
 			case mr[0].Error != nil && !isInconsistency(mr[0].Error):
 				// st's guard is gone: st ended, and this went out on a
 				// later session. Nothing was created.
@@ -464,14 +519,20 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 				err = mr[1].Error
 			}
 		}
-		var name string
+		var (
+			name  string
+			fence int64
+		)
 		if err == nil && len(mr) == 2 {
 			name = mr[1].String
+			if !ro && mr[0].Stat != nil && mr[0].Stat.EphemeralOwner == st.id {
+				fence = mr[0].Stat.Mzxid
+			}
 		}
 		switch {
 		case err == nil && name != "":
 			s.mu.Lock()
-			e.name = path.Base(name)
+			e.name, e.fence = path.Base(name), fence
 			s.mu.Unlock()
 			if !s.tr.same(st) {
 				s.giveUp(e) // cannot be, by the guard; never kept
@@ -611,7 +672,7 @@ func (s *zkStore) find(ctx context.Context, e *entry) (bool, error) {
 		}
 		if stat.EphemeralOwner == e.sess.id && s.tr.same(e.sess) {
 			s.mu.Lock()
-			e.name, e.unknown = c, false
+			e.name, e.unknown, e.fence = c, false, stat.Czxid
 			s.mu.Unlock()
 			return true, nil
 		}
@@ -628,35 +689,39 @@ type position struct {
 	sent  time.Time // send time of the confirmed reads
 }
 
-// position reads e's parent's children and e's node (two requests, one
-// round trip) after e's create. The node's czxid is its fence.
+// position reads e's parent's children after e's create: one request
+// when e's fence (its node's czxid) is known from the create's answer;
+// else the node's stat too (two requests, one round trip), for the fence.
 func (s *zkStore) position(ctx context.Context, e *entry) (position, error) {
 	own, ok := parseNode(e.name)
 	if !ok {
 		return position{}, errEntryGone
 	}
+	s.mu.Lock()
+	fence := e.fence
+	s.mu.Unlock()
 	p := e.parent + "/" + e.name
 	var (
 		wg                sync.WaitGroup
 		children          []string
-		exists            bool
+		exists            = true
 		stat              *zk.Stat
 		childErr, exErr   error
 		childSent, exSent time.Time
 	)
-	wg.Go(func() {
-		childSent, childErr = s.do(ctx, "children", e.parent, func() error {
-			var err error
-			children, _, err = s.conn.Children(e.parent)
-			return err
+	if fence == 0 {
+		wg.Go(func() {
+			exSent, exErr = s.do(ctx, "exists", p, func() error {
+				var err error
+				exists, stat, err = s.conn.Exists(p)
+				return err
+			})
 		})
-	})
-	wg.Go(func() {
-		exSent, exErr = s.do(ctx, "exists", p, func() error {
-			var err error
-			exists, stat, err = s.conn.Exists(p)
-			return err
-		})
+	}
+	childSent, childErr = s.do(ctx, "children", e.parent, func() error {
+		var err error
+		children, _, err = s.conn.Children(e.parent)
+		return err
 	})
 	wg.Wait()
 	switch {
@@ -666,17 +731,30 @@ func (s *zkStore) position(ctx context.Context, e *entry) (position, error) {
 		return position{}, exErr
 	case !s.tr.same(e.sess):
 		return position{}, errSessionChanged
-	case !exists || errors.Is(childErr, zk.ErrNoNode):
+	case !exists || errors.Is(childErr, zk.ErrNoNode) || !slices.Contains(children, e.name):
 		return position{}, errEntryGone
-	case stat.EphemeralOwner != e.sess.id:
+	case stat != nil && stat.EphemeralOwner != e.sess.id:
 		return position{}, errEntryGone // cannot be: its name is token's
 	}
 	s.sweep(ctx, e.parent, children)
 	sent := childSent
-	if exSent.Before(sent) {
-		sent = exSent
+	if stat != nil {
+		fence = stat.Czxid
+		s.mu.Lock()
+		e.fence = fence
+		s.mu.Unlock()
+		if exSent.Before(sent) {
+			sent = exSent
+		}
 	}
-	return position{pred: predecessor(children, own), czxid: stat.Czxid, sent: sent}, nil
+	pred, below := predecessor(children, own)
+	s.mu.Lock()
+	e.head = ""
+	if below == 1 {
+		e.head = pred
+	}
+	s.mu.Unlock()
+	return position{pred: pred, czxid: fence, sent: sent}, nil
 }
 
 // sweep deletes nodes of abandoned creates found among children, and

@@ -311,12 +311,12 @@ func TestSequenceWrapAndSiblings(t *testing.T) {
 	// The unit-level order across the wrap, and siblings ignored.
 	names := []string{"readme", "lock-" + a + "-2147483646", "lock-" + b + "-2147483647", own, "lock-" + strings.Repeat("d", 32) + "--2147483647"}
 	first, _ := parseNode("lock-" + a + "-2147483646")
-	if p := predecessor(names, first); p != "" {
-		t.Errorf("the oldest node has predecessor %q", p)
+	if p, n := predecessor(names, first); p != "" || n != 0 {
+		t.Errorf("the oldest node has predecessor %q, %d nodes before it", p, n)
 	}
 	last, _ := parseNode(names[4])
-	if p := predecessor(names, last); p != own {
-		t.Errorf("predecessor of %s: %q, want %q", names[4], p, own)
+	if p, n := predecessor(names, last); p != own || n != 3 {
+		t.Errorf("predecessor of %s: %q with %d nodes before it, want %q with 3", names[4], p, n, own)
 	}
 }
 

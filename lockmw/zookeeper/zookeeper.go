@@ -144,9 +144,13 @@ type zkStore struct {
 	noContain bool              // the servers have no container nodes
 	noTTL     bool              // the servers have no TTL nodes (fire claim records persist)
 	guarded   uint64            // the session epoch whose guard node exists
-	closed    bool
-	logger    *slog.Logger                     // the Locker's (store.Logging)
-	lost      func(tokens []string, why error) // the Locker's (store.LossNotifier)
+	// guardRO: the guard cannot be written under Config.ACL, so a create
+	// checks its version instead of setting its data, and the node's
+	// czxid is read after it (see createIn).
+	guardRO bool
+	closed  bool
+	logger  *slog.Logger                     // the Locker's (store.Logging)
+	lost    func(tokens []string, why error) // the Locker's (store.LossNotifier)
 
 	// hook, set by tests, sees each request's outcome and may replace its
 	// error (as a lost reply would).
@@ -158,8 +162,16 @@ type entry struct {
 	token  string
 	parent string
 	name   string // the node's name in parent; "" while unknown
-	czxid  int64
-	sess   sessionState // the session it was created in
+	// fence is the node's czxid, learned from its create's answer (the
+	// guard's mzxid: one transaction, one zxid) or from a read of its
+	// stat; 0 while unknown.
+	fence int64
+	czxid int64 // the fence, once the node holds the lock; 0 before
+	// head is, when the last read of the queue found exactly one lock
+	// node below this one, that node's name: its deletion makes this one
+	// first (see WaitTurn); "" otherwise.
+	head string
+	sess sessionState // the session it was created in
 	// unknown: a create was sent whose outcome is unknown; the node may
 	// exist under a name the store does not know.
 	unknown bool
@@ -369,22 +381,23 @@ func parseNode(name string) (lockNode, bool) {
 func before(a, b int32) bool { return int32(uint32(b)-uint32(a)) > 0 }
 
 // predecessor returns the lock node queued just before own among
-// children, "" when own is first. Names that are not lock nodes are
-// ignored.
-func predecessor(children []string, own lockNode) string {
+// children, "" when own is first, and how many lock nodes are before own.
+// Names that are not lock nodes are ignored.
+func predecessor(children []string, own lockNode) (string, int) {
 	var pred lockNode
-	found := false
+	below := 0
 	for _, c := range children {
 		n, ok := parseNode(c)
 		if !ok || n.name == own.name || !before(n.seq, own.seq) {
 			continue
 		}
-		if !found || before(pred.seq, n.seq) {
-			pred, found = n, true
+		if below == 0 || before(pred.seq, n.seq) {
+			pred = n
 		}
+		below++
 	}
-	if !found {
-		return ""
+	if below == 0 {
+		return "", 0
 	}
-	return pred.name
+	return pred.name, below
 }

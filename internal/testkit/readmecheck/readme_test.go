@@ -2,6 +2,7 @@ package readmecheck
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -114,12 +115,95 @@ func TestREADME(t *testing.T) {
 		}
 	}
 
-	// A figure in the README must be one make bench prints on today's code;
-	// none can be kept in step by hand, so the README quotes none.
+	// A figure in the README must be one make bench prints on today's code:
+	// figures stand only in the Performance section (its table, see
+	// TestPerformanceTableIsCurrent), and nowhere a footnote.
 	figure := regexp.MustCompile(`\d[\d.,–-]*\s*(k )?(ops/s|acq/s|acquisitions/s|cmds/acq|commands per|statements per)|util 0\.\d|p99 \d|[†‡§¶◊]`)
+	perf := performance(t, readme)
 	for i, l := range strings.Split(readme, "\n") {
-		if f := figure.FindString(l); f != "" {
-			t.Errorf("README line %d quotes a benchmark figure or footnote (%q): %s", i+1, f, l)
+		if f := figure.FindString(l); f != "" && !strings.Contains(perf, l) {
+			t.Errorf("README line %d quotes a benchmark figure or footnote (%q) outside its Performance section: %s", i+1, f, l)
 		}
 	}
+}
+
+// performance returns the README's Performance section.
+func performance(t *testing.T, readme string) string {
+	t.Helper()
+	_, after, ok := strings.Cut(readme, "\n## Performance\n")
+	if !ok {
+		t.Fatal("README has no Performance section")
+	}
+	section, _, _ := strings.Cut(after, "\n## ")
+	return section
+}
+
+// benchedCode is what the Performance table's figures depend on: the
+// stores' and the core's Go code, and the benchmarks that measure them
+// (test files of the stores hold their benchmarks too).
+var benchedCode = []string{"lockmw", "internal/testkit/lockmwtest/benchsuite", "internal/testkit/redispeers", "internal/testkit/redistest", "internal/testkit/pgtest", "internal/testkit/zktest"}
+
+// TestPerformanceTableIsCurrent holds the README's Performance table to the
+// code it measured: the section names the commit make bench ran on
+// ("main at commit H"), and no Go file of the benched code may differ from
+// that commit (a doc.go, or another file of comments only, may: see
+// codeChanged), so that no row predates a later change of what it
+// measures. Re-run make bench and rewrite the table, with the new commit,
+// after such a change.
+func TestPerformanceTableIsCurrent(t *testing.T) {
+	perf := performance(t, read(t, "README.md"))
+	m := regexp.MustCompile(`main at commit ([0-9a-f]{7,40})`).FindStringSubmatch(perf)
+	if m == nil {
+		t.Fatal("README's Performance section does not name the commit make bench ran on (\"main at commit H\")")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git: cannot compare the table's commit with the tree")
+	}
+	if err := exec.Command("git", "-C", root, "rev-parse", "--git-dir").Run(); err != nil {
+		t.Skip("not a git checkout: cannot compare the table's commit with the tree")
+	}
+	if err := exec.Command("git", "-C", root, "cat-file", "-e", m[1]+"^{commit}").Run(); err != nil {
+		t.Fatalf("README's Performance table names commit %s, which this checkout does not have (a shallow clone?): %v", m[1], err)
+	}
+	args := append([]string{"-C", root, "diff", "--name-only", m[1], "--"}, benchedCode...)
+	out, err := exec.Command("git", args...).Output()
+	if err != nil {
+		t.Fatalf("git diff against the table's commit %s: %v", m[1], err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasSuffix(f, ".go") && codeChanged(t, m[1], f) {
+			t.Errorf("%s changed since commit %s, on which the README's Performance table was measured: re-run make bench and rewrite the table (with the new commit)", f, m[1])
+		}
+	}
+}
+
+// codeChanged reports whether file f differs from its version at commit
+// in more than comments: a file with comment edits only (a doc.go, a
+// reworded doc comment) leaves the figures as they were.
+func codeChanged(t *testing.T, commit, f string) bool {
+	t.Helper()
+	old, err := exec.Command("git", "-C", root, "show", commit+":"+f).Output()
+	if err != nil {
+		return true // new, or renamed
+	}
+	now, err := os.ReadFile(filepath.Join(root, f))
+	if err != nil {
+		return true // deleted
+	}
+	return stripComments(string(old)) != stripComments(string(now))
+}
+
+// stripComments drops // comments and blank lines (enough for gofmt'ed Go:
+// the test compares code, not formatting).
+func stripComments(src string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(src, "\n") {
+		if i := strings.Index(l, "//"); i >= 0 && !strings.Contains(l[:i], "\"") && !strings.Contains(l[:i], "`") {
+			l = l[:i]
+		}
+		if l = strings.TrimSpace(l); l != "" {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }

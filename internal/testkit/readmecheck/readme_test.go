@@ -138,9 +138,9 @@ func performance(t *testing.T, readme string) string {
 	return section
 }
 
-// benchedCode is what the Performance table's figures depend on: the
+// benchedCode is where the Performance table's figures come from: the
 // stores' and the core's Go code, and the benchmarks that measure them
-// (test files of the stores hold their benchmarks too).
+// (see benched).
 var benchedCode = []string{"lockmw", "internal/testkit/lockmwtest/benchsuite", "internal/testkit/redispeers", "internal/testkit/redistest", "internal/testkit/pgtest", "internal/testkit/zktest"}
 
 // TestPerformanceTableIsCurrent holds the README's Performance table to the
@@ -171,10 +171,27 @@ func TestPerformanceTableIsCurrent(t *testing.T) {
 		t.Fatalf("git diff against the table's commit %s: %v", m[1], err)
 	}
 	for _, f := range strings.Fields(string(out)) {
-		if strings.HasSuffix(f, ".go") && codeChanged(t, m[1], f) {
+		if benched(f) && codeChanged(t, m[1], f) {
 			t.Errorf("%s changed since commit %s, on which the README's Performance table was measured: re-run make bench and rewrite the table (with the new commit)", f, m[1])
 		}
 	}
+}
+
+// benched reports whether the figures depend on file f: a Go file that
+// is not a test, or a benchmark's (bench*_test.go), or any Go file of the
+// packages that only serve benchmarks (benchsuite, redispeers). Other
+// tests measure nothing.
+func benched(f string) bool {
+	switch {
+	case !strings.HasSuffix(f, ".go"):
+		return false
+	case !strings.HasSuffix(f, "_test.go"),
+		strings.HasPrefix(filepath.Base(f), "bench"),
+		strings.HasPrefix(f, "internal/testkit/lockmwtest/benchsuite/"),
+		strings.HasPrefix(f, "internal/testkit/redispeers/"):
+		return true
+	}
+	return false
 }
 
 // codeChanged reports whether file f differs from its version at commit

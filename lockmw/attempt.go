@@ -34,7 +34,7 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 		if !l.leftNothing(err) {
 			// The request may have taken the lock all the same: give back
 			// whatever token holds (no lease will hold it).
-			l.takeBack(a.lock, token, "", false, a.cfg.ttl)
+			l.takeBack(a.lock, token, false, a.cfg.ttl)
 		}
 		err = unanswered(ranOut(a.opCtx, sent, a.cfg.ttl, err), l.store, l.caps.diagnoser, "the acquisition", a.cfg.ttl, err)
 		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)

@@ -123,7 +123,7 @@ func TestCloseStopsPendingCleanups(t *testing.T) {
 		t.Fatal("cleaner still running after Close")
 	}
 	// A cleanup handed over after Close is tried once, in the caller.
-	l.takeBack(store.Key{Prefix: l.cfg.prefix, Name: "late"}, newToken(), "", false, time.Second)
+	l.takeBack(store.Key{Prefix: l.cfg.prefix, Name: "late"}, newToken(), false, time.Second)
 	if !l.cleaner.idle() {
 		t.Fatal("cleaner restarted after Close")
 	}

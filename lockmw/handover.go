@@ -155,6 +155,16 @@ func (l *Locker) handTo(lock store.Key, token string, fence uint64, validFrom ti
 	go l.releaseStray(lock, token, nil)
 }
 
+// granted wakes the fair waiter k was handed to (g); ok false: the store's
+// message could not be read.
+func (l *Locker) granted(k store.Key, g store.Grant, ok bool) {
+	if !ok {
+		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.store))
+		return
+	}
+	l.handTo(k, g.Token, g.Fence, time.Time{}, g.Reserved, g.Next)
+}
+
 // handEarlyFair hands the lock of keys to this Locker's fair waiter with
 // token, before the store is told: it returns the hand-over to settle, or
 // nil when that waiter is gone or already has the lock.

@@ -188,9 +188,7 @@ func (s *Lease) release(ctx context.Context) error {
 				testHookReleaseEnding(s.lock)
 			}
 			l.keeper.released(s)
-			if l.caps.waits != nil {
-				l.holdEnded(s.lock)
-			}
+			l.policy.holdEnded(s.lock)
 		}()
 	}
 
@@ -215,12 +213,12 @@ func (s *Lease) release(ctx context.Context) error {
 	}
 	ctx, span := l.tel.startSpan(ctx, spanRelease, s.name)
 	rctx, cancel := bound(ctx, s.ttl)
-	found, err := l.releaseLease(rctx, s, deadline)
+	// The store's retries (a lock moving between its members) end by s's
+	// deadline.
+	found, err := l.policy.releaseLease(store.WithValidity(rctx, deadline), s, deadline)
 	err = unanswered(boundEnded(rctx), l.store, l.caps.diagnoser, "the release", s.ttl, err)
 	cancel()
-	if s.fair {
-		l.forgetFair(s.lock, s.token)
-	}
+	l.policy.released(s.lock, s.token, s.fair)
 
 	switch {
 	case lost != nil:

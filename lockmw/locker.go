@@ -34,6 +34,7 @@ type Locker struct {
 	id      string      // names this Locker to its store (its waiters' grants)
 	st      store.Store // where the locks are kept
 	caps    caps        // what st offers beyond store.Store (caps.go)
+	policy  policy      // how st's waiters wait and its locks are handed on (policy.go)
 	store   string      // names the store in messages: see newLocker
 	keeper  *renewScheduler
 	cleaner *cleaner // gives back locks that failed acquisitions may have taken
@@ -118,6 +119,7 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 		cleaner: newCleaner(cfg.logger, storeName, clientClosed),
 	}
 	l.closedCtx, l.closeCause = context.WithCancelCause(context.Background())
+	l.policy = newPolicy(l)
 	l.keeper = newRenewScheduler(s, storeName, tel, cfg.logger, cfg.drift)
 	if lg, ok := s.(store.Logging); ok {
 		lg.UseLogger(cfg.logger)
@@ -227,7 +229,7 @@ func (l *Locker) releaseAll(held []*Lease) error {
 			if s.early != nil {
 				s.early.wait(ctx) // the release goes after the hand-over
 			}
-			if _, err := l.releaseTokenOf(ctx, s.lock, s.token, s.fair); err != nil {
+			if _, err := l.policy.release(ctx, s.lock, s.token, s.fair); err != nil {
 				mu.Lock()
 				errs = append(errs, unavailable("release", s.key, err))
 				mu.Unlock()

@@ -1,8 +1,11 @@
 package lockmw
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file turns a lock that the store set for a token into a Lease held by
@@ -80,4 +83,20 @@ func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredA
 	s.keep.index = -1
 	s.bindContext(a.leaseParent)
 	return s
+}
+
+// giveBack releases a lock taken for token that will not become a lease;
+// one handed over early (h), once the hand-over has reached the store.
+func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h *handover) {
+	l.flights.start()
+	defer l.flights.done()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
+	defer cancel()
+	if h != nil {
+		h.wait(ctx)
+	}
+	if _, err := l.policy.release(ctx, lock, token, fair); err != nil {
+		l.takeBack(lock, token, fair, ttl)
+	}
+	l.policy.released(lock, token, fair)
 }

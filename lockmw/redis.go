@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -142,4 +143,9 @@ func (l *Locker) redisConfig() redisstore.Config {
 		},
 		OnWake: l.markHot,
 	}
+}
+
+// events returns where the Locker's store sends what it hears.
+func (l *Locker) events() store.Events {
+	return store.Events{Released: l.released, Granted: l.granted, Woken: l.woken}
 }

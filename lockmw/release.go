@@ -51,9 +51,6 @@ func (l *Locker) releaseToken(ctx context.Context, lock store.Key, token string)
 // does not hand over, and leaves the lock to releaseHandoff when fair
 // waiters have queued behind it.
 func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
-	if l.caps.waits == nil {
-		return l.st.Release(ctx, lock, token)
-	}
 	queued := false // fair waiters are known to be queued: the hand-over step serves them
 	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
@@ -98,16 +95,15 @@ func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, earl
 	return h, err
 }
 
-// releaseLease releases s, whose validity ends at deadline (zero when
+// releaseGranted releases s, whose validity ends at deadline (zero when
 // unknown or lost). When s holds a reserved fence and has validity to
 // spare, and a waiter of this Locker is next (a fair lease: the one first
 // in line when s was granted; a default one: the first default-mode
 // waiter), that waiter gets the lock at once and the hand-over on the wire
 // confirms it afterwards.
-func (l *Locker) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
-	ctx = store.WithValidity(ctx, deadline) // the store's retries (a lock moving between its members) end by s's deadline
+func (l *Locker) releaseGranted(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
 	reserved := s.reserved.Load()
-	if l.caps.waits == nil || reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
+	if reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
 		return l.releaseTokenOf(ctx, s.lock, s.token, s.fair)
 	}
 	if s.fair {
@@ -178,22 +174,4 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 	}
 	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.Ownership)})
 	return ho.Ownership, nil
-}
-
-// giveBack releases a lock taken for token that will not become a lease;
-// one handed over early (h), once the hand-over has reached the store.
-func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h *handover) {
-	l.flights.start()
-	defer l.flights.done()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
-	defer cancel()
-	if h != nil {
-		h.wait(ctx)
-	}
-	if _, err := l.releaseTokenOf(ctx, lock, token, fair); err != nil {
-		l.takeBack(lock, token, "", fair, ttl)
-	}
-	if fair {
-		l.forgetFair(lock, token)
-	}
 }

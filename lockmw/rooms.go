@@ -2,7 +2,6 @@ package lockmw
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -80,11 +79,6 @@ func (l *Locker) unref(r *room) {
 	}
 }
 
-// events returns where the Locker's store sends what it hears.
-func (l *Locker) events() store.Events {
-	return store.Events{Released: l.released, Granted: l.granted, Woken: l.woken}
-}
-
 // released wakes the first default waiter of k: k was released.
 func (l *Locker) released(k store.Key) {
 	l.roomsMu.Lock()
@@ -92,16 +86,6 @@ func (l *Locker) released(k store.Key) {
 		signal(r.defaults[0].wake)
 	}
 	l.roomsMu.Unlock()
-}
-
-// granted wakes the fair waiter k was handed to (g); ok false: the store's
-// message could not be read.
-func (l *Locker) granted(k store.Key, g store.Grant, ok bool) {
-	if !ok {
-		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.store))
-		return
-	}
-	l.handTo(k, g.Token, g.Fence, time.Time{}, g.Reserved, g.Next)
 }
 
 // signal wakes a waiter without blocking; a wake already pending is enough.

@@ -63,20 +63,9 @@ const (
 	maxBackoff = 8 * time.Millisecond
 )
 
-// acquisition is one Acquire or TryAcquire call under way: what each step
-// of its wait needs, made once by wait.
-type acquisition struct {
-	opCtx       context.Context // carries the acquire span; requests are made under it
-	leaseParent context.Context // the caller's context: the lease context derives from it
-	key         string
-	lock        store.Key
-	cfg         *acquireConfig
-	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
-}
-
-// wait runs attempts until one succeeds, fails, or the wait ends. opCtx
-// carries the acquire span; leaseParent is the caller's context the lease
-// context derives from.
+// wait runs attempts until one succeeds, fails, or the wait ends, as the
+// Locker's policy waits. opCtx carries the acquire span; leaseParent is the
+// caller's context the lease context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
 	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, lock: store.Key{Prefix: l.cfg.prefix, Name: key}, cfg: ac}
 	if ac.hasWait {
@@ -85,28 +74,23 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		}
 		a.giveUp = start.Add(ac.wait)
 	}
-	c := &l.caps
-	switch {
-	case c.waits != nil:
-		// Hand-overs: the Granter's policy.
-		return l.waitGranter(a, wait)
-	case ac.fair && c.wakes != nil:
-		return nil, fmt.Errorf("%w: Fair needs a store that serves its waiters in order; %s only wakes them one at a time: acquire without Fair, or use New", ErrInvalidOption, l.store)
-	case ac.fair && c.queue == nil:
+	return l.policy.acquire(a, wait)
+}
+
+// storePolicy is the policy of every store but Redis's: attempts, and
+// waits by backoff, the store's notifications or its queue (see the top of
+// this file); a release is the store's.
+type storePolicy struct{ l *Locker }
+
+func (p storePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
+	l, ac, c := p.l, a.cfg, &p.l.caps
+	if ac.fair && c.queue == nil {
 		return nil, fmt.Errorf("%w: Fair needs a store whose locks are queues; this one has none: acquire without Fair", ErrInvalidOption)
 	}
 	if err := l.st.CheckTTL(ac.ttl); err != nil {
 		return nil, err
 	}
 	switch {
-	case c.wakes != nil && wait:
-		w, err := l.joinWakeQueue(a)
-		if err != nil {
-			return nil, err
-		}
-		return l.waitLoop(a, true, w)
-	case c.wakes != nil:
-		return l.waitLoop(a, false, &wakeWay{l: l, ctx: a.opCtx, single: true})
 	case c.queue != nil && wait && (ac.fair || !c.fairOnly):
 		// A Fair waiter queues; so does the one default-mode waiter per
 		// key and Locker (the others wait at the gate), whose place in
@@ -129,6 +113,17 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 	// queues for it: exactly what a default attempt does on a queue.
 	return l.waitLoop(a, wait, &backoffWay{l: l, backoff: c.backoffMin})
 }
+
+func (p storePolicy) release(ctx context.Context, lock store.Key, token string, _ bool) (ownership, error) {
+	return p.l.st.Release(ctx, lock, token)
+}
+
+func (p storePolicy) releaseLease(ctx context.Context, s *Lease, _ time.Time) (ownership, error) {
+	return p.l.st.Release(ctx, s.lock, s.token)
+}
+
+func (storePolicy) released(store.Key, string, bool) {}
+func (storePolicy) holdEnded(store.Key)              {}
 
 // waitWay is how a waiter waits between its attempts on a store; waitLoop
 // runs it.
@@ -300,7 +295,7 @@ func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
 		// left nothing (store.LeftNothing).
 		w.settled = true
 		if w.queued || !l.leftNothing(err) {
-			l.takeBack(a.lock, w.token, "", false, a.cfg.ttl)
+			l.takeBack(a.lock, w.token, false, a.cfg.ttl)
 		}
 		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}
@@ -420,7 +415,7 @@ func (l *Locker) leaveQueue(opCtx context.Context, lock store.Key, token string,
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
 	defer cancel()
 	if err := l.caps.queue.Leave(ctx, lock, token); err != nil {
-		l.takeBack(lock, token, "", false, ttl)
+		l.takeBack(lock, token, false, ttl)
 	}
 }
 

@@ -67,7 +67,7 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)
 		if err != nil {
 			if !l.leftNothing(err) {
-				l.takeBack(a.lock, token, "", true, a.cfg.ttl) // it may take the lock yet
+				l.takeBack(a.lock, token, true, a.cfg.ttl) // it may take the lock yet
 			}
 			return nil, storeErr(a.opCtx, a.key, err)
 		}
@@ -281,7 +281,9 @@ func (l *Locker) abandonFair(lock store.Key, w *waiter, entry string, why error)
 			// A failed attempt may yet take the lock or queue the entry:
 			// the cleaner leaves and gives back once the store answers.
 			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
-			l.takeBack(lock, w.token, entry, true, w.ttl)
+			l.takeBackAfter(lock, w.token, true, w.ttl, func(ctx context.Context) (bool, error) {
+				return l.caps.waits.Leave(ctx, lock, entry, w.token)
+			})
 			return
 		}
 		granted = g
@@ -290,7 +292,7 @@ func (l *Locker) abandonFair(lock store.Key, w *waiter, entry string, why error)
 		if _, err := l.releaseToken(ctx, lock, w.token); err != nil {
 			l.logger.Debug("lockmw: could not pass on a lock granted to a waiter that gave up; retrying",
 				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err), slog.Any("reason", why))
-			l.takeBack(lock, w.token, "", true, w.ttl)
+			l.takeBack(lock, w.token, true, w.ttl)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package lockmw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -71,6 +72,40 @@ import (
 // listens, so PUBLISH reaches nobody and the next entry is tried), or is
 // taken with the queue when the queue expires. A paused master runs a
 // leave already sent when it resumes.
+
+// wakePolicy is the policy of a store with a WakeQueue (NewRedlock's):
+// its waiters wait on wakes (wakeWay); a release is the store's, whose
+// release step wakes the next waiter.
+type wakePolicy struct{ l *Locker }
+
+func (p wakePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
+	l := p.l
+	if a.cfg.fair {
+		return nil, fmt.Errorf("%w: Fair needs a store that serves its waiters in order; %s only wakes them one at a time: acquire without Fair, or use New", ErrInvalidOption, l.store)
+	}
+	if err := l.st.CheckTTL(a.cfg.ttl); err != nil {
+		return nil, err
+	}
+	if !wait {
+		return l.waitLoop(a, false, &wakeWay{l: l, ctx: a.opCtx, single: true})
+	}
+	w, err := l.joinWakeQueue(a)
+	if err != nil {
+		return nil, err
+	}
+	return l.waitLoop(a, true, w)
+}
+
+func (p wakePolicy) release(ctx context.Context, lock store.Key, token string, _ bool) (ownership, error) {
+	return p.l.st.Release(ctx, lock, token)
+}
+
+func (p wakePolicy) releaseLease(ctx context.Context, s *Lease, _ time.Time) (ownership, error) {
+	return p.l.st.Release(ctx, s.lock, s.token)
+}
+
+func (wakePolicy) released(store.Key, string, bool) {}
+func (wakePolicy) holdEnded(store.Key)              {}
 
 // woken routes a wake from the first master to its waiter; a wake for a
 // waiter that is gone is passed on to the next.

@@ -7,11 +7,9 @@ import (
 )
 
 // This file is what the Locker finds in its store beyond store.Store: the
-// capabilities of package store, found once by type assertion (newLocker).
-// Every store, New's and NewRedlock's included, keeps its locks behind
-// store.Store: the Locker acquires, releases and renews through it alone; a
-// Granter (New's store) also hands the lock to a waiter in the release's own
-// step, and a WakeQueue (NewRedlock's) wakes its waiters one at a time.
+// capabilities of package store that its generic parts use, found once by
+// type assertion (newLocker). Those that only one way of waiting uses are
+// found by its policy (newPolicy).
 
 // ownership is what a compare-and-act step found (store.Ownership).
 type ownership = store.Ownership
@@ -42,6 +40,4 @@ type caps struct {
 	// backoffMin and backoffMax bound a waiter's backoff between attempts:
 	// the store's (store.Backoff), else minBackoff and maxBackoff.
 	backoffMin, backoffMax time.Duration
-	waits                  store.Granter   // hand-overs and fair queues (New's store)
-	wakes                  store.WakeQueue // waiters woken from a queue on one member (NewRedlock's store)
 }

@@ -12,27 +12,30 @@ import (
 // wait_fair.go, lineup.go, in the rooms of rooms.go), and how its releases
 // hand the lock on (release.go, handover.go).
 
-// grantPolicy is the policy of a Granter.
-type grantPolicy struct{ l *Locker }
-
-func (p grantPolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
-	return p.l.waitGranter(a, wait)
+// grantPolicy is the policy of a Granter: the Locker's generic parts, and
+// the rooms where its waiters wait.
+type grantPolicy struct {
+	*Locker
+	*roomSet
+	waits store.Granter // the Locker's store
 }
 
-func (p grantPolicy) release(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
-	return p.l.releaseTokenOf(ctx, lock, token, fair)
+func (l *grantPolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
+	return l.waitGranter(a, wait)
 }
 
-func (p grantPolicy) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
-	return p.l.releaseGranted(ctx, s, deadline)
+func (l *grantPolicy) release(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
+	return l.releaseTokenOf(ctx, lock, token, fair)
+}
+
+func (l *grantPolicy) releaseLease(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
+	return l.releaseGranted(ctx, s, deadline)
 }
 
 // released drops a fair lease, or a fair waiter's lock given back, from
 // its room.
-func (p grantPolicy) released(lock store.Key, token string, fair bool) {
+func (l *grantPolicy) released(lock store.Key, token string, fair bool) {
 	if fair {
-		p.l.forgetFair(lock, token)
+		l.forgetFair(lock, token)
 	}
 }
-
-func (p grantPolicy) holdEnded(lock store.Key) { p.l.holdEnded(lock) }

@@ -120,7 +120,7 @@ func minEarlyValidity(ttl time.Duration) time.Duration { return max(ttl/4, 10*ti
 // and next are what the grant left for the waiter's own hand-over (see
 // grantInfo). A token nobody here waits for any more is released, so the
 // lock moves on.
-func (l *Locker) handTo(lock store.Key, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
+func (l *grantPolicy) handTo(lock store.Key, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
 	l.roomsMu.Lock()
 	var w *waiter
 	if r := l.rooms[lock]; r != nil {
@@ -157,7 +157,7 @@ func (l *Locker) handTo(lock store.Key, token string, fence uint64, validFrom ti
 
 // granted wakes the fair waiter k was handed to (g); ok false: the store's
 // message could not be read.
-func (l *Locker) granted(k store.Key, g store.Grant, ok bool) {
+func (l *grantPolicy) granted(k store.Key, g store.Grant, ok bool) {
 	if !ok {
 		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.store))
 		return
@@ -168,7 +168,7 @@ func (l *Locker) granted(k store.Key, g store.Grant, ok bool) {
 // handEarlyFair hands the lock of keys to this Locker's fair waiter with
 // token, before the store is told: it returns the hand-over to settle, or
 // nil when that waiter is gone or already has the lock.
-func (l *Locker) handEarlyFair(lock store.Key, token string, fence uint64, deadline time.Time) *handover {
+func (l *grantPolicy) handEarlyFair(lock store.Key, token string, fence uint64, deadline time.Time) *handover {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	r := l.rooms[lock]
@@ -204,7 +204,7 @@ func (l *Locker) handEarlyFair(lock store.Key, token string, fence uint64, deadl
 // check, so after the waiter; the transfer keeps its place, and the
 // waiter's release serves it. Otherwise the release goes through the store
 // (releaseTokenOf), which hands the lock to the queue first.
-func (l *Locker) handEarly(lock store.Key, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
+func (l *grantPolicy) handEarly(lock store.Key, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	var w *waiter
@@ -227,7 +227,7 @@ func (l *Locker) handEarly(lock store.Key, fence uint64, deadline, reservedAt ti
 // valid until releaserDeadline, to a waiter with TTL ttl, the transfer not
 // yet sent: see handover. Called before the transfer is sent, so now is no
 // later than its send time.
-func (l *Locker) earlyDeadline(releaserDeadline time.Time, ttl time.Duration) time.Time {
+func (l *grantPolicy) earlyDeadline(releaserDeadline time.Time, ttl time.Duration) time.Time {
 	d := time.Now().Add(ttl - l.cfg.drift(ttl))
 	if releaserDeadline.Before(d) {
 		return releaserDeadline

@@ -78,9 +78,10 @@ func tryUntil(t *testing.T, l *Locker, key string) *Lease {
 // roomWaiters counts l's default-mode and fair waiters for key.
 func roomWaiters(l *Locker, key string) (defaults, fair int) {
 	keys := newLockRef(l.cfg.prefix, key)
-	l.roomsMu.Lock()
-	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.Key]
+	rs := roomsOf(l)
+	rs.roomsMu.Lock()
+	defer rs.roomsMu.Unlock()
+	r := rs.rooms[keys.Key]
 	if r == nil {
 		return 0, 0
 	}
@@ -148,9 +149,10 @@ func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair b
 // then hand it the lock early.
 func aheadOfQueue(l *Locker, key string) bool {
 	keys := newLockRef(l.cfg.prefix, key)
-	l.roomsMu.Lock()
-	defer l.roomsMu.Unlock()
-	r := l.rooms[keys.Key]
+	rs := roomsOf(l)
+	rs.roomsMu.Lock()
+	defer rs.roomsMu.Unlock()
+	r := rs.rooms[keys.Key]
 	return r != nil && len(r.defaults) == 1 && r.defaults[0].aheadOfQueue
 }
 
@@ -439,4 +441,16 @@ func TestCloseDuringHandOversLeavesNoLock(t *testing.T) {
 			t.Errorf("round %d: %v", round, err)
 		}
 	}
+}
+
+// roomsOf returns the rooms of l's policy (New's and NewRedlock's Lockers
+// have them).
+func roomsOf(l *Locker) *roomSet {
+	switch p := l.policy.(type) {
+	case *grantPolicy:
+		return p.roomSet
+	case *wakePolicy:
+		return p.roomSet
+	}
+	panic("lockmw: this Locker's waiters wait in no rooms")
 }

@@ -39,46 +39,46 @@ const maxHot = 1024
 // still queued behind the new holder: an Acquire of this Locker for it in
 // the next hotFor joins the queue with one enqueue step (Granter's
 // Enqueue) instead of a full attempt that would find the lock held.
-func (l *Locker) markHot(lock store.Key) {
+func (rs *roomSet) markHot(lock store.Key) {
 	now := time.Now()
-	l.roomsMu.Lock()
-	defer l.roomsMu.Unlock()
-	if len(l.hot) >= maxHot {
-		for k, t := range l.hot {
+	rs.roomsMu.Lock()
+	defer rs.roomsMu.Unlock()
+	if len(rs.hot) >= maxHot {
+		for k, t := range rs.hot {
 			if now.Sub(t) >= hotFor {
-				delete(l.hot, k)
+				delete(rs.hot, k)
 			}
 		}
-		if len(l.hot) >= maxHot {
-			clear(l.hot)
+		if len(rs.hot) >= maxHot {
+			clear(rs.hot)
 		}
 	}
-	l.hot[lock] = now
+	rs.hot[lock] = now
 }
 
 // isHotLocked reports whether the lock of keys is hot, forgetting it once
 // it is not. Caller holds l.roomsMu.
-func (l *Locker) isHotLocked(lock store.Key) bool {
-	t, ok := l.hot[lock]
+func (rs *roomSet) isHotLocked(lock store.Key) bool {
+	t, ok := rs.hot[lock]
 	if ok && time.Since(t) >= hotFor {
-		delete(l.hot, lock)
+		delete(rs.hot, lock)
 		return false
 	}
 	return ok
 }
 
 // isHot is isHotLocked for a caller that does not hold l.roomsMu.
-func (l *Locker) isHot(lock store.Key) bool {
-	l.roomsMu.Lock()
-	defer l.roomsMu.Unlock()
-	return l.isHotLocked(lock)
+func (rs *roomSet) isHot(lock store.Key) bool {
+	rs.roomsMu.Lock()
+	defer rs.roomsMu.Unlock()
+	return rs.isHotLocked(lock)
 }
 
 // wakeDefaultHead wakes the first default-mode waiter of keys, if any,
 // after a release handed the lock to a queued waiter: the lock did not
 // become free, so no release notification comes. The woken waiter retries
 // and, finding the lock held by another Locker, lines up in the queue.
-func (l *Locker) wakeDefaultHead(lock store.Key) {
+func (l *grantPolicy) wakeDefaultHead(lock store.Key) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	if r := l.rooms[lock]; r != nil && len(r.defaults) > 0 {
@@ -91,7 +91,7 @@ func (l *Locker) wakeDefaultHead(lock store.Key) {
 // would hand it over in-process) nor being handed to one of its waiters
 // (between a release's transfer and the waiter's lease), and the waiter has
 // not fallen back to its room (see lineUp).
-func (l *Locker) linesUp(lock store.Key, ac *acquireConfig) bool {
+func (l *grantPolicy) linesUp(lock store.Key, ac *acquireConfig) bool {
 	if ac.stayInRoom || l.keeper.holds(lock) {
 		return false
 	}
@@ -113,9 +113,9 @@ func (l *Locker) linesUp(lock store.Key, ac *acquireConfig) bool {
 // lockmw/internal/redisstore, doc.go, Waiting and hand-overs): the
 // waiter then waits in its room instead, on release notices, whose attempts
 // need only the lock and its counter.
-func (l *Locker) lineUp(a *acquisition) (*Lease, error) {
+func (l *grantPolicy) lineUp(a *acquisition) (*Lease, error) {
 	lease, err := l.acquireFair(a, true)
-	if err == nil || a.opCtx.Err() != nil || !l.caps.waits.Moving(err) {
+	if err == nil || a.opCtx.Err() != nil || !l.waits.Moving(err) {
 		return lease, err
 	}
 	l.logger.Debug("lockmw: waiting without the queue while the store moves the lock", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))

@@ -44,10 +44,6 @@ type Locker struct {
 	gatesMu sync.Mutex
 	gates   map[store.Key]*gate // store waiters by lock (see enterGate)
 
-	roomsMu sync.Mutex
-	rooms   map[store.Key]*room     // by lock
-	hot     map[store.Key]time.Time // by lock: see markHot
-
 	// flights counts releases and hand-overs under way; Close waits for
 	// them, so that it leaves no lock of its own behind.
 	flights flights
@@ -92,8 +88,6 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	_, c.fairOnly = s.(store.FairOnly)
 	c.leftNothing, _ = s.(store.LeftNothing)
 	c.diagnoser, _ = s.(store.Diagnoser)
-	c.waits, _ = s.(store.Granter)
-	c.wakes, _ = s.(store.WakeQueue)
 	var clientClosed func(error) bool
 	if cc, ok := s.(store.ClientCloser); ok {
 		clientClosed = cc.ClientClosed
@@ -113,8 +107,6 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 		tel:     tel,
 		logger:  cfg.logger,
 		closing: make(chan struct{}),
-		rooms:   make(map[store.Key]*room),
-		hot:     make(map[store.Key]time.Time),
 		store:   storeName,
 		cleaner: newCleaner(cfg.logger, storeName, clientClosed),
 	}

@@ -56,13 +56,14 @@ type acquisition struct {
 	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
 }
 
-// newPolicy returns the policy for the Locker's store (l.caps).
+// newPolicy returns the policy for the Locker's store, found by type
+// assertion.
 func newPolicy(l *Locker) policy {
-	switch {
-	case l.caps.waits != nil:
-		return grantPolicy{l}
-	case l.caps.wakes != nil:
-		return wakePolicy{l}
+	switch s := l.st.(type) {
+	case store.Granter:
+		return &grantPolicy{Locker: l, roomSet: newRoomSet(), waits: s}
+	case store.WakeQueue:
+		return &wakePolicy{Locker: l, roomSet: newRoomSet(), wakes: s}
 	}
 	return storePolicy{l}
 }

@@ -141,11 +141,22 @@ func (l *Locker) redisConfig() redisstore.Config {
 		GiveBack: func(key string, until time.Time, try func(context.Context) error) bool {
 			return l.cleaner.offer(&cleanup{key: key, until: until, try: try})
 		},
-		OnWake: l.markHot,
+		OnWake: func(k store.Key) {
+			if p, ok := l.policy.(*wakePolicy); ok {
+				p.markHot(k)
+			}
+		},
 	}
 }
 
-// events returns where the Locker's store sends what it hears.
+// events returns where the Locker's store sends what it hears: to its
+// policy (newPolicy).
 func (l *Locker) events() store.Events {
-	return store.Events{Released: l.released, Granted: l.granted, Woken: l.woken}
+	switch p := l.policy.(type) {
+	case *grantPolicy:
+		return store.Events{Released: p.releaseHeard, Granted: p.granted}
+	case *wakePolicy:
+		return store.Events{Woken: p.woken}
+	}
+	return store.Events{}
 }

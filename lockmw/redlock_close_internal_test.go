@@ -38,15 +38,16 @@ func TestRedlockLeaveAfterClose(t *testing.T) {
 	if err := clients[0].RPush(ctx, keys.queue, entry).Err(); err != nil {
 		t.Fatal(err)
 	}
-	l.roomsMu.Lock()
-	r := l.join(keys.Key)
+	p := l.policy.(*wakePolicy)
+	p.roomsMu.Lock()
+	r := p.join(keys.Key)
 	r.fair[w.token] = w
-	l.roomsMu.Unlock()
+	p.roomsMu.Unlock()
 
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l.leaveWakeQueue(r, w, entry, true) // the waiter, done after Close
+	p.leaveWakeQueue(r, w, entry, true) // the waiter, done after Close
 	left, err := clients[0].LRange(ctx, keys.queue, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ import (
 // releaseStray releases a lock granted to a waiter that is gone; when it
 // was handed over early (h), once the hand-over has reached the store.
 // The caller has started a flight for it (see flights).
-func (l *Locker) releaseStray(lock store.Key, token string, h *handover) {
+func (l *grantPolicy) releaseStray(lock store.Key, token string, h *handover) {
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 	defer cancel()
@@ -42,7 +42,7 @@ func (l *Locker) releaseStray(lock store.Key, token string, h *handover) {
 // releaseToken releases the lock held by token, handing it over if fair
 // waiters are queued; a hand-over to this Locker's own waiter is delivered
 // here, without a message.
-func (l *Locker) releaseToken(ctx context.Context, lock store.Key, token string) (ownership, error) {
+func (l *grantPolicy) releaseToken(ctx context.Context, lock store.Key, token string) (ownership, error) {
 	return l.releaseTokenOf(ctx, lock, token, true)
 }
 
@@ -50,11 +50,11 @@ func (l *Locker) releaseToken(ctx context.Context, lock store.Key, token string)
 // false), the store's plain release step (Granter's Unlock) goes first: it
 // does not hand over, and leaves the lock to releaseHandoff when fair
 // waiters have queued behind it.
-func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
+func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
 	queued := false // fair waiters are known to be queued: the hand-over step serves them
 	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
-		t, err := l.caps.waits.Transfer(ctx, lock, token, to, ttl, false)
+		t, err := l.waits.Transfer(ctx, lock, token, to, ttl, false)
 		switch {
 		case err != nil:
 			return 0, err
@@ -67,7 +67,7 @@ func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token strin
 		queued = true
 	}
 	if !fair && !queued {
-		o, queued, err := l.caps.waits.Unlock(ctx, lock, token)
+		o, queued, err := l.waits.Unlock(ctx, lock, token)
 		if err != nil || !queued {
 			return o, err
 		}
@@ -84,8 +84,8 @@ func (l *Locker) releaseTokenOf(ctx context.Context, lock store.Key, token strin
 // waiter with others queued behind it is hot (see markHot); this Locker's
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
-func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
-	h, err := l.caps.waits.ReleaseHandoff(ctx, lock, token, early, earlyFence)
+func (l *grantPolicy) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+	h, err := l.waits.ReleaseHandoff(ctx, lock, token, early, earlyFence)
 	if err == nil && h.To != "" {
 		if h.More {
 			l.markHot(lock)
@@ -101,7 +101,7 @@ func (l *Locker) releaseHandoff(ctx context.Context, lock store.Key, token, earl
 // in line when s was granted; a default one: the first default-mode
 // waiter), that waiter gets the lock at once and the hand-over on the wire
 // confirms it afterwards.
-func (l *Locker) releaseGranted(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
+func (l *grantPolicy) releaseGranted(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
 	reserved := s.reserved.Load()
 	if reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
 		return l.releaseTokenOf(ctx, s.lock, s.token, s.fair)
@@ -121,19 +121,19 @@ func (l *Locker) releaseGranted(ctx context.Context, s *Lease, deadline time.Tim
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	t, err := l.caps.waits.Transfer(ctx, s.lock, s.token, w.token, w.ttl, true)
+	t, err := l.waits.Transfer(ctx, s.lock, s.token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
 	case t.Done:
-		h.settle(l, sentAt, t.Reserve(), "", nil)
+		h.settle(l.Locker, sentAt, t.Reserve(), "", nil)
 		return owned, nil
 	case t.FairQueue:
 		// (A forced transfer keeps queued waiters' places and hands over,
 		// so this answer does not come; should it, the waiter's lease ends
 		// here, before the store's hand-over step gives the lock to one of
 		// them.)
-		h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
+		h.settle(l.Locker, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
 		sentAt := time.Now()
 		ho, err := l.releaseHandoff(ctx, s.lock, s.token, "", 0)
 		if err == nil && ho.Local {
@@ -141,18 +141,18 @@ func (l *Locker) releaseGranted(ctx context.Context, s *Lease, deadline time.Tim
 		}
 		return ho.Ownership, err
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(t.Ownership)})
+	h.settle(l.Locker, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(t.Ownership)})
 	return t.Ownership, nil
 }
 
 // releaseFairEarly releases the fair lease s, handing the lock at once to
 // the waiter first in line if it is this Locker's.
-func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64, deadline time.Time) (ownership, error) {
+func (l *grantPolicy) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64, deadline time.Time) (ownership, error) {
 	next := s.next.Load()
 	if next == nil || *next == "" {
 		return l.releaseToken(ctx, s.lock, s.token)
 	}
-	id, token := l.caps.waits.EntryOwner(*next)
+	id, token := l.waits.EntryOwner(*next)
 	if id != l.id {
 		return l.releaseToken(ctx, s.lock, s.token)
 	}
@@ -169,9 +169,9 @@ func (l *Locker) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64
 	case err != nil:
 		return 0, err
 	case ho.Local && ho.To == token:
-		h.settle(l, sentAt, ho.Reserved, ho.Next, nil)
+		h.settle(l.Locker, sentAt, ho.Reserved, ho.Next, nil)
 		return owned, nil
 	}
-	h.settle(l, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.Ownership)})
+	h.settle(l.Locker, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.Ownership)})
 	return ho.Ownership, nil
 }

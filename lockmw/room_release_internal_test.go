@@ -78,10 +78,11 @@ func TestRoomWaiterWokenDuringReleaseLinesUp(t *testing.T) {
 	}()
 	// a2 waits in a's room.
 	var w *waiter
+	ar := roomsOf(a)
 	if err := until(10*time.Second, func() error {
-		a.roomsMu.Lock()
-		defer a.roomsMu.Unlock()
-		if r := a.rooms[k.Key]; r != nil && len(r.defaults) == 1 {
+		ar.roomsMu.Lock()
+		defer ar.roomsMu.Unlock()
+		if r := ar.rooms[k.Key]; r != nil && len(r.defaults) == 1 {
 			w = r.defaults[0]
 			return nil
 		}
@@ -96,8 +97,8 @@ func TestRoomWaiterWokenDuringReleaseLinesUp(t *testing.T) {
 		// The release handed the lock to b and woke a2: let a2 take the
 		// wake and make its attempt while the lease still counts as a's.
 		_ = until(10*time.Second, func() error {
-			a.roomsMu.Lock()
-			defer a.roomsMu.Unlock()
+			ar.roomsMu.Lock()
+			defer ar.roomsMu.Unlock()
 			if len(w.wake) > 0 {
 				return fmt.Errorf("a2 has not taken its wake yet")
 			}

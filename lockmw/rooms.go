@@ -2,6 +2,7 @@ package lockmw
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -14,8 +15,21 @@ import (
 // in wait_default.go and wait_fair.go; how a lock is handed to a waiter is
 // in handover.go.
 
+// roomSet is a Locker's rooms, and the locks it found hot (see markHot):
+// the state of the policies whose waiters wait in rooms (grantPolicy,
+// wakePolicy).
+type roomSet struct {
+	roomsMu sync.Mutex
+	rooms   map[store.Key]*room     // by lock
+	hot     map[store.Key]time.Time // by lock: see markHot
+}
+
+func newRoomSet() *roomSet {
+	return &roomSet{rooms: make(map[store.Key]*room), hot: make(map[store.Key]time.Time)}
+}
+
 // room is a Locker's waiters (and fair holders) for one key. Guarded by
-// Locker.roomsMu.
+// roomSet.roomsMu.
 type room struct {
 	lock     store.Key
 	refs     int                // waiters and fair holders in the room
@@ -61,26 +75,26 @@ type grantInfo struct {
 }
 
 // join returns the room for keys with one more reference. Caller holds
-// l.roomsMu.
-func (l *Locker) join(lock store.Key) *room {
-	r := l.rooms[lock]
+// rs.roomsMu.
+func (rs *roomSet) join(lock store.Key) *room {
+	r := rs.rooms[lock]
 	if r == nil {
 		r = &room{lock: lock, fair: make(map[string]*waiter)}
-		l.rooms[lock] = r
+		rs.rooms[lock] = r
 	}
 	r.refs++
 	return r
 }
 
-// unref drops one reference to r. Caller holds l.roomsMu.
-func (l *Locker) unref(r *room) {
+// unref drops one reference to r. Caller holds rs.roomsMu.
+func (rs *roomSet) unref(r *room) {
 	if r.refs--; r.refs == 0 {
-		delete(l.rooms, r.lock)
+		delete(rs.rooms, r.lock)
 	}
 }
 
-// released wakes the first default waiter of k: k was released.
-func (l *Locker) released(k store.Key) {
+// releaseHeard wakes the first default waiter of k: k was released.
+func (l *grantPolicy) releaseHeard(k store.Key) {
 	l.roomsMu.Lock()
 	if r := l.rooms[k]; r != nil && len(r.defaults) > 0 {
 		signal(r.defaults[0].wake)

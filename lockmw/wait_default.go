@@ -28,7 +28,7 @@ import (
 // rather than race them, or lines up behind other Lockers' (lineup.go),
 // or makes an attempt and, finding the lock held, waits in its room
 // (waitDefault).
-func (l *Locker) waitGranter(a *acquisition, wait bool) (*Lease, error) {
+func (l *grantPolicy) waitGranter(a *acquisition, wait bool) (*Lease, error) {
 	ac := a.cfg
 	if ac.fair {
 		return l.acquireFair(a, wait)
@@ -64,7 +64,7 @@ func (l *Locker) waitGranter(a *acquisition, wait bool) (*Lease, error) {
 
 // defaultHead returns the token and TTL of the first default-mode waiter for
 // keys in this Locker, if any: a release hands the lock straight to it.
-func (l *Locker) defaultHead(lock store.Key) (string, time.Duration) {
+func (l *grantPolicy) defaultHead(lock store.Key) (string, time.Duration) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	if r := l.rooms[lock]; r != nil {
@@ -95,7 +95,7 @@ func (r *room) nextDefault() *waiter {
 // lock held by another Locker: the caller lines up in the lock's queue
 // instead (see lineup.go), and the room's next waiter is woken to do the
 // same.
-func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
+func (l *grantPolicy) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
 	d := &roomWay{l: l, holderTTL: holderTTL, retry: true}
 	d.w = &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1), arrived: time.Now()}
 	l.roomsMu.Lock()
@@ -105,7 +105,7 @@ func (l *Locker) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Le
 	l.roomsMu.Unlock()
 
 	// Once watching, retry: a release may have come since the attempt.
-	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, false); err == nil {
+	if err := watchUntil(a.opCtx, l.waits, a.giveUp, a.lock, false); err == nil {
 		d.watching = true
 	} else if a.opCtx.Err() != nil {
 		d.done(a, nil, nil)
@@ -129,7 +129,7 @@ var errLineUp = errors.New("lockmw: line up in the lock's queue")
 // (or the holder's TTL, learnt from its attempt, runs out); a release of
 // this Locker may hand it the lock instead (handover.go).
 type roomWay struct {
-	l         *Locker
+	l         *grantPolicy
 	r         *room
 	w         *waiter
 	holderTTL time.Duration // from the room's last attempt of w
@@ -182,7 +182,7 @@ func (d *roomWay) try(a *acquisition) (*Lease, store.Reply, error) {
 // first default-mode waiter, if its last attempt stayed in the room for
 // that release's hand-over (heldHere) and the release did not hand it the
 // lock, tries again, and lines up if the lock went to another Locker.
-func (l *Locker) holdEnded(lock store.Key) {
+func (l *grantPolicy) holdEnded(lock store.Key) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	r := l.rooms[lock]
@@ -225,7 +225,7 @@ func (d *roomWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lea
 
 func (d *roomWay) done(*acquisition, *Lease, error) {
 	if d.watching {
-		d.l.caps.waits.Unwatch(d.r.lock, false)
+		d.l.waits.Unwatch(d.r.lock, false)
 	}
 	d.l.leaveDefault(d.r, d.w)
 }
@@ -235,14 +235,14 @@ func (d *roomWay) done(*acquisition, *Lease, error) {
 // w arrived before every fair waiter that queues later, and a release of
 // this Locker may hand it the lock ahead of them (see handEarly). An error
 // leaves w as it was: it is then not handed the lock early.
-func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
+func (l *grantPolicy) checkAheadOfQueue(a *acquisition, w *waiter) {
 	l.roomsMu.Lock()
 	known := w.aheadOfQueue || w.delivered // (handed the lock meanwhile: take it)
 	l.roomsMu.Unlock()
 	if known {
 		return
 	}
-	queued, err := l.caps.waits.FairQueued(a.opCtx, a.lock)
+	queued, err := l.waits.FairQueued(a.opCtx, a.lock)
 	if err != nil {
 		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
 		return
@@ -255,7 +255,7 @@ func (l *Locker) checkAheadOfQueue(a *acquisition, w *waiter) {
 }
 
 // leads reports whether w is the first default waiter of r.
-func (l *Locker) leads(r *room, w *waiter) bool {
+func (l *grantPolicy) leads(r *room, w *waiter) bool {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	return len(r.defaults) > 0 && r.defaults[0] == w
@@ -264,7 +264,7 @@ func (l *Locker) leads(r *room, w *waiter) bool {
 // leaveDefault takes w out of r. If w led the room, the next waiter leads
 // now; it is woken to retry unless w took the lock (then the next release
 // will wake it). A lock handed to w that it did not take is passed on.
-func (l *Locker) leaveDefault(r *room, w *waiter) {
+func (l *grantPolicy) leaveDefault(r *room, w *waiter) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	delete(r.fair, w.token)
@@ -290,7 +290,7 @@ func (l *Locker) leaveDefault(r *room, w *waiter) {
 
 // hasDefaultWaiters reports whether this Locker already has default-mode
 // waiters for keys: a new Acquire then queues behind them without trying.
-func (l *Locker) hasDefaultWaiters(lock store.Key) bool {
+func (l *grantPolicy) hasDefaultWaiters(lock store.Key) bool {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	r := l.rooms[lock]

@@ -39,7 +39,7 @@ func pollAfter(holderTTL, ttl time.Duration) time.Duration {
 }
 
 // forgetFair drops a released fair lease from its room.
-func (l *Locker) forgetFair(lock store.Key, token string) {
+func (l *grantPolicy) forgetFair(lock store.Key, token string) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	if r := l.rooms[lock]; r != nil && r.fair[token] != nil {
@@ -51,7 +51,7 @@ func (l *Locker) forgetFair(lock store.Key, token string) {
 
 // acquireFair takes key in arrival order: one attempt when !wait, else a
 // place in the queue and a wait for the hand-over.
-func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
+func (l *grantPolicy) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	// Close waits for fair acquisitions under way (a waiter stops waiting
 	// when Close begins): one that was granted the lock, or leaves the
 	// queue, is done with the store before Close returns.
@@ -61,10 +61,10 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 		return nil, ErrClosed
 	}
 	token := newToken()
-	entry := l.caps.waits.FairEntry(l.id, token, a.cfg.ttl)
+	entry := l.waits.FairEntry(l.id, token, a.cfg.ttl)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)
+		reply, err := l.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)
 		if err != nil {
 			if !l.leftNothing(err) {
 				l.takeBack(a.lock, token, true, a.cfg.ttl) // it may take the lock yet
@@ -88,7 +88,7 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 	l.roomsMu.Unlock()
 
 	f := &fairWay{l: l, w: w, entry: entry, known: known}
-	if err := watchUntil(a.opCtx, l.caps.waits, a.giveUp, a.lock, true); err == nil {
+	if err := watchUntil(a.opCtx, l.waits, a.giveUp, a.lock, true); err == nil {
 		f.watching = true
 	} else if a.opCtx.Err() != nil {
 		err = ctxErr(a.opCtx, a.key)
@@ -107,7 +107,7 @@ func (l *Locker) acquireFair(a *acquisition, wait bool) (*Lease, error) {
 // Locker or directly from a release of this Locker); it also polls now and
 // then, when the holder's TTL runs out, in case a grant message was lost.
 type fairWay struct {
-	l         *Locker
+	l         *grantPolicy
 	w         *waiter
 	entry     string
 	known     bool // the queue likely exists: enqueue without an attempt
@@ -128,7 +128,7 @@ func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
 		// grant.
 		l.setBusy(w, time.Now(), 0)
 		if f.known {
-			ok, err := l.caps.waits.Enqueue(a.opCtx, a.lock, f.entry)
+			ok, err := l.waits.Enqueue(a.opCtx, a.lock, f.entry)
 			if err != nil {
 				return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 			}
@@ -138,7 +138,7 @@ func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
 		}
 	}
 	sentAt := time.Now()
-	reply, err := l.caps.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, f.entry, mode)
+	reply, err := l.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, f.entry, mode)
 	if err != nil {
 		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
 	}
@@ -166,7 +166,7 @@ func (f *fairWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lea
 // holds the lease.
 func (f *fairWay) done(a *acquisition, lease *Lease, err error) {
 	if f.watching {
-		f.l.caps.waits.Unwatch(a.lock, true)
+		f.l.waits.Unwatch(a.lock, true)
 	}
 	if lease == nil {
 		f.l.abandonFair(a.lock, f.w, f.entry, err)
@@ -176,7 +176,7 @@ func (f *fairWay) done(a *acquisition, lease *Lease, err error) {
 // fairGrantLease turns a grant delivered to the fair waiter w into its
 // lease. again reports a grant that had expired before w saw it: w waits on
 // and should poll at once.
-func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
+func (l *grantPolicy) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
 	defer l.flights.done() // started by the grant's sender
 	if g.early != nil {
 		// Handed over by a release in this Locker, before the store
@@ -209,7 +209,7 @@ func (l *Locker) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *
 
 // fairReplyLease turns a fair attempt's reply into a lease, or records that
 // the lock was still busy when the attempt (sent at sentAt) ran.
-func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply store.FairReply, sentAt time.Time) (*Lease, error) {
+func (l *grantPolicy) fairReplyLease(a *acquisition, w *waiter, reply store.FairReply, sentAt time.Time) (*Lease, error) {
 	switch {
 	case reply.Acquired:
 		l.claim(w)
@@ -225,14 +225,14 @@ func (l *Locker) fairReplyLease(a *acquisition, w *waiter, reply store.FairReply
 }
 
 // reopen lets w receive a grant again, after one it got had expired.
-func (l *Locker) reopen(w *waiter) {
+func (l *grantPolicy) reopen(w *waiter) {
 	l.roomsMu.Lock()
 	w.delivered = false
 	l.roomsMu.Unlock()
 }
 
 // claim marks w as holding the lock, so a late grant message is ignored.
-func (l *Locker) claim(w *waiter) {
+func (l *grantPolicy) claim(w *waiter) {
 	l.roomsMu.Lock()
 	w.delivered = true
 	l.roomsMu.Unlock()
@@ -241,7 +241,7 @@ func (l *Locker) claim(w *waiter) {
 // setBusy records that the lock was not w's when an attempt sent at t ran
 // and saw the fence counter at counter, unless a grant was already
 // delivered.
-func (l *Locker) setBusy(w *waiter, t time.Time, counter uint64) {
+func (l *grantPolicy) setBusy(w *waiter, t time.Time, counter uint64) {
 	l.roomsMu.Lock()
 	if !w.delivered {
 		w.busySent = t
@@ -252,7 +252,7 @@ func (l *Locker) setBusy(w *waiter, t time.Time, counter uint64) {
 
 // abandonFair takes a fair waiter that gives up out of its room and out of
 // the queue; a lock granted to it meanwhile is passed on.
-func (l *Locker) abandonFair(lock store.Key, w *waiter, entry string, why error) {
+func (l *grantPolicy) abandonFair(lock store.Key, w *waiter, entry string, why error) {
 	l.roomsMu.Lock()
 	r := l.rooms[lock]
 	delivered := w.delivered
@@ -276,13 +276,13 @@ func (l *Locker) abandonFair(lock store.Key, w *waiter, entry string, why error)
 		default:
 		}
 	} else {
-		g, err := l.caps.waits.Leave(ctx, lock, entry, w.token)
+		g, err := l.waits.Leave(ctx, lock, entry, w.token)
 		if err != nil {
 			// A failed attempt may yet take the lock or queue the entry:
 			// the cleaner leaves and gives back once the store answers.
 			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 			l.takeBackAfter(lock, w.token, true, w.ttl, func(ctx context.Context) (bool, error) {
-				return l.caps.waits.Leave(ctx, lock, entry, w.token)
+				return l.waits.Leave(ctx, lock, entry, w.token)
 			})
 			return
 		}

@@ -74,12 +74,15 @@ import (
 // leave already sent when it resumes.
 
 // wakePolicy is the policy of a store with a WakeQueue (NewRedlock's):
-// its waiters wait on wakes (wakeWay); a release is the store's, whose
-// release step wakes the next waiter.
-type wakePolicy struct{ l *Locker }
+// its waiters wait on wakes (wakeWay), in rooms where the wakes find them;
+// a release is the store's, whose release step wakes the next waiter.
+type wakePolicy struct {
+	*Locker
+	*roomSet
+	wakes store.WakeQueue // the Locker's store
+}
 
-func (p wakePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
-	l := p.l
+func (l *wakePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
 	if a.cfg.fair {
 		return nil, fmt.Errorf("%w: Fair needs a store that serves its waiters in order; %s only wakes them one at a time: acquire without Fair, or use New", ErrInvalidOption, l.store)
 	}
@@ -96,20 +99,20 @@ func (p wakePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
 	return l.waitLoop(a, true, w)
 }
 
-func (p wakePolicy) release(ctx context.Context, lock store.Key, token string, _ bool) (ownership, error) {
-	return p.l.st.Release(ctx, lock, token)
+func (l *wakePolicy) release(ctx context.Context, lock store.Key, token string, _ bool) (ownership, error) {
+	return l.st.Release(ctx, lock, token)
 }
 
-func (p wakePolicy) releaseLease(ctx context.Context, s *Lease, _ time.Time) (ownership, error) {
-	return p.l.st.Release(ctx, s.lock, s.token)
+func (l *wakePolicy) releaseLease(ctx context.Context, s *Lease, _ time.Time) (ownership, error) {
+	return l.st.Release(ctx, s.lock, s.token)
 }
 
-func (wakePolicy) released(store.Key, string, bool) {}
-func (wakePolicy) holdEnded(store.Key)              {}
+func (*wakePolicy) released(store.Key, string, bool) {}
+func (*wakePolicy) holdEnded(store.Key)              {}
 
 // woken routes a wake from the first master to its waiter; a wake for a
 // waiter that is gone is passed on to the next.
-func (l *Locker) woken(k store.Key, token string) {
+func (l *wakePolicy) woken(k store.Key, token string) {
 	l.roomsMu.Lock()
 	var w *waiter
 	if r := l.rooms[k]; r != nil {
@@ -125,13 +128,13 @@ func (l *Locker) woken(k store.Key, token string) {
 }
 
 // passWakeOn wakes the next waiter of keys, in the background.
-func (l *Locker) passWakeOn(lock store.Key) {
+func (l *wakePolicy) passWakeOn(lock store.Key) {
 	l.flights.start()
 	go func() {
 		defer l.flights.done()
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
 		defer cancel()
-		if err := l.caps.wakes.PassWake(ctx, lock); err != nil {
+		if err := l.wakes.PassWake(ctx, lock); err != nil {
 			l.logger.Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
 				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
 		}
@@ -143,7 +146,7 @@ func (l *Locker) passWakeOn(lock store.Key) {
 // waits for the wake of a release (see the top of this file). A single
 // attempt (TryAcquire) is a wakeWay without an entry.
 type wakeWay struct {
-	l      *Locker
+	l      *wakePolicy
 	ctx    context.Context // requests: a.opCtx, also ending when Close begins
 	single bool            // one attempt, no entry: no room, no queue
 	w      *waiter
@@ -166,7 +169,7 @@ type wakeWay struct {
 // room (where wakes find it) and listens for wakes; if this Locker's
 // release just woke a waiter of the lock, its entry queues at once,
 // without an attempt that would find the lock held.
-func (l *Locker) joinWakeQueue(a *acquisition) (*wakeWay, error) {
+func (l *wakePolicy) joinWakeQueue(a *acquisition) (*wakeWay, error) {
 	// Close waits for waiting acquisitions (a waiter stops when Close
 	// begins): one that may be queued leaves the queue before the store
 	// closes.
@@ -175,7 +178,7 @@ func (l *Locker) joinWakeQueue(a *acquisition) (*wakeWay, error) {
 		l.flights.done()
 		return nil, ErrClosed
 	}
-	b := l.caps.wakes
+	b := l.wakes
 	w := &wakeWay{l: l, w: &waiter{token: newToken(), wake: make(chan struct{}, 1)}, backoff: l.caps.backoffMin}
 	w.entry = b.WakeEntry(l.id, w.w.token)
 	l.roomsMu.Lock()
@@ -230,7 +233,7 @@ func (w *wakeWay) try(a *acquisition) (*Lease, store.Reply, error) {
 	}
 	if w.single && reply.HolderTTL == 0 {
 		// Masters asked with a plain SET do not tell the holder's TTL.
-		reply.HolderTTL = w.l.caps.wakes.HolderTTL(a.opCtx, a.lock)
+		reply.HolderTTL = w.l.wakes.HolderTTL(a.opCtx, a.lock)
 	}
 	return nil, reply.Reply, nil
 }
@@ -257,7 +260,7 @@ func (w *wakeWay) done(*acquisition, *Lease, error) {
 		return
 	}
 	if w.watching {
-		w.l.caps.wakes.Unwatch(w.r.lock, true)
+		w.l.wakes.Unwatch(w.r.lock, true)
 	}
 	w.stop()
 	w.l.leaveWakeQueue(w.r, w.w, w.entry, w.queued || w.unsure)
@@ -266,7 +269,7 @@ func (w *wakeWay) done(*acquisition, *Lease, error) {
 
 // leaveWakeQueue takes w out of its room and, if it is still queued, out of
 // the wait queue; a wake w got and did not use goes to the next waiter.
-func (l *Locker) leaveWakeQueue(r *room, w *waiter, entry string, queued bool) {
+func (l *wakePolicy) leaveWakeQueue(r *room, w *waiter, entry string, queued bool) {
 	l.roomsMu.Lock()
 	delete(r.fair, w.token)
 	woken := len(w.wake) > 0
@@ -286,14 +289,14 @@ func (l *Locker) leaveWakeQueue(r *room, w *waiter, entry string, queued bool) {
 	// (and queue the entry).
 	lock := r.lock
 	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
-		return l.caps.wakes.LeaveWake(ctx, lock, entry)
+		return l.wakes.LeaveWake(ctx, lock, entry)
 	}})
 }
 
 // attemptQueued is attempt on a WakeQueue, its requests made under ctx
 // (a.opCtx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, store.QueuedReply, error) {
+func (l *wakePolicy) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, store.QueuedReply, error) {
 	l.flights.start()
 	defer l.flights.done()
 	if l.closed.Load() {
@@ -301,7 +304,7 @@ func (l *Locker) attemptQueued(ctx context.Context, a *acquisition, entry string
 	}
 	token := newToken()
 	sentAt := time.Now()
-	reply, err := l.caps.wakes.AcquireQueued(ctx, a.lock, token, a.cfg.ttl, entry)
+	reply, err := l.wakes.AcquireQueued(ctx, a.lock, token, a.cfg.ttl, entry)
 	if err != nil {
 		if a.opCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
 			return nil, reply, ErrClosed

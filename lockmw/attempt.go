@@ -1,8 +1,9 @@
 package lockmw
 
 import (
-	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file makes one acquisition attempt, on every store.

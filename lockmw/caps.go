@@ -11,24 +11,6 @@ import (
 // type assertion (newLocker). Those that only one way of waiting uses are
 // found by its policy (newPolicy).
 
-// ownership is what a compare-and-act step found (store.Ownership).
-type ownership = store.Ownership
-
-// What a compare-and-act step found.
-const (
-	owned   = store.Owned   // the caller's token: the action was done
-	missing = store.Missing // no lock: expired or deleted
-	taken   = store.Taken   // another owner's token: left untouched
-)
-
-// lostReason maps a failed compare-and-act to the reason the lease is lost.
-func lostReason(o ownership) LostReason {
-	if o == taken {
-		return LostTaken
-	}
-	return LostExpired
-}
-
 // caps are the optional capabilities of a Locker's store, found once by
 // type assertion (newLocker).
 type caps struct {

@@ -7,8 +7,6 @@ import (
 	mathrand "math/rand/v2"
 	"sync"
 	"time"
-
-	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file gives back locks that failed acquisitions may have taken.
@@ -279,31 +277,10 @@ func (c *cleaner) answered() {
 	c.mu.Unlock()
 }
 
-// takeBack hands the cleaner the lock that token may hold on lock, taken
-// by a request that failed (or a lock given back whose release failed),
-// with lease TTL ttl; fair whether the token was a fair waiter's. No lease
-// may exist for token.
-func (l *Locker) takeBack(lock store.Key, token string, fair bool, ttl time.Duration) {
-	l.takeBackAfter(lock, token, fair, ttl, nil)
-}
-
-// takeBackAfter is takeBack for a token that may also have a place in the
-// store's queue: leave, until it succeeds, takes it out first, and reports
-// whether the lock had been handed to token meanwhile (else token holds
-// nothing, and nothing is released).
-func (l *Locker) takeBackAfter(lock store.Key, token string, fair bool, ttl time.Duration, leave func(context.Context) (granted bool, err error)) {
-	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
-		if leave != nil {
-			granted, err := leave(ctx)
-			if err != nil {
-				return err
-			}
-			leave = nil // out of the queue: nothing can be handed to token any more
-			if !granted {
-				return nil // and the lock is not token's
-			}
-		}
-		_, err := l.policy.release(ctx, lock, token, fair)
-		return err
-	}})
+// signal wakes a waiter without blocking; a wake already pending is enough.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }

@@ -1,11 +1,13 @@
 package lockmw
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/errs"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // Errors returned by lockmw. Match them with errors.Is: the returned errors
@@ -163,4 +165,46 @@ func unavailable(op, key string, err error) error {
 		return fmt.Errorf("lockmw: %s %q: %w", op, key, err)
 	}
 	return fmt.Errorf("%w: %s %q: %w", ErrUnavailable, op, key, err)
+}
+
+// ctxErr is the error for an acquisition stopped by ctx: it matches
+// ctx.Err() and, when different, the context's cause.
+func ctxErr(ctx context.Context, key string) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause != nil && cause != err {
+		return fmt.Errorf("lockmw: acquire %q: %w: %w", key, err, cause)
+	}
+	return fmt.Errorf("lockmw: acquire %q: %w", key, err)
+}
+
+// storeErr is the error for a store call of an acquisition that failed:
+// the context's when it ended, the store's own when it already matches a
+// lockmw sentinel (an option the store cannot use), else ErrUnavailable
+// (ErrStoreSetup for a store not set up: unavailable).
+func storeErr(opCtx context.Context, key string, err error) error {
+	switch {
+	case opCtx.Err() != nil:
+		return ctxErr(opCtx, key)
+	case errors.Is(err, ErrInvalidOption), errors.Is(err, ErrClosed), errors.Is(err, ErrInvalidKey):
+		return err
+	}
+	return unavailable("acquire", key, err)
+}
+
+// ownership is what a compare-and-act step found (store.Ownership).
+type ownership = store.Ownership
+
+// What a compare-and-act step found.
+const (
+	owned   = store.Owned   // the caller's token: the action was done
+	missing = store.Missing // no lock: expired or deleted
+	taken   = store.Taken   // another owner's token: left untouched
+)
+
+// lostReason maps a failed compare-and-act to the reason the lease is lost.
+func lostReason(o ownership) LostReason {
+	if o == taken {
+		return LostTaken
+	}
+	return LostExpired
 }

@@ -8,17 +8,10 @@ import (
 )
 
 // This file is the policy of a store whose releases hand the lock over
-// (store.Granter: New's store): how its waiters wait (wait_default.go,
-// wait_fair.go, lineup.go, in the rooms of rooms.go), and how its releases
-// hand the lock on (release.go, handover.go).
-
-// grantPolicy is the policy of a Granter: the Locker's generic parts, and
-// the rooms where its waiters wait.
-type grantPolicy struct {
-	*Locker
-	*roomSet
-	waits store.Granter // the Locker's store
-}
+// (store.Granter: New's store): what the Locker's generic parts call. How
+// its waiters wait is in wait_default.go, wait_fair.go and lineup.go, in
+// the rooms of rooms.go (where grantPolicy is declared); how its releases
+// hand the lock on, in release.go and handover.go.
 
 func (l *grantPolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
 	return l.waitGranter(a, wait)

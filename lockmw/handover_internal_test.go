@@ -177,7 +177,7 @@ func TestEarlyHandOverLastsNoLongerThanTheWaitersTTL(t *testing.T) {
 			if c.early == nil {
 				t.Fatal("c was not handed the lock early")
 			}
-			<-c.early.done // the transfer has landed: the key holds c's token, for 100 ms
+			<-c.early.(*handover).done // the transfer has landed: the key holds c's token, for 100 ms
 			o := tryUntil(t, other, key)
 			if liveAfter(c, time.Now()) {
 				t.Fatalf("another Locker holds the lock (fence %d) while c's lease (fence %d, TTL 100ms) is live", o.Fence(), c.Fence())
@@ -211,9 +211,9 @@ func TestEarlyHandOverEndsWhenItsLinkIsCut(t *testing.T) {
 			if c.early == nil {
 				t.Fatal("c was not handed the lock early")
 			}
-			<-c.early.done // confirmed: the key holds c's token
-			if c.early.lost != nil {
-				t.Fatalf("the hand-over to c failed: %v", c.early.lost)
+			<-c.early.(*handover).done // confirmed: the key holds c's token
+			if c.early.(*handover).lost != nil {
+				t.Fatalf("the hand-over to c failed: %v", c.early.(*handover).lost)
 			}
 			proxy.Cut(t)
 			o := tryUntil(t, other, key)

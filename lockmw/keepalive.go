@@ -515,7 +515,7 @@ func (s *renewScheduler) finishLost(lost []*Lease) {
 		cause := l.keep.lost // written under s.mu before l was handed here; never changed after
 		l.lost.Store(cause)
 		l.cancel(cause)
-		s.tel.leaseLost(context.Background(), l, cause)
+		s.tel.leaseLost(context.Background(), &l.leaseRecord, cause)
 		attrs := []any{slog.String("key", l.key), slog.String("store", s.store), slog.String("reason", string(cause.Reason)), slog.Uint64("fence", l.fence)}
 		if cause.Err != nil {
 			attrs = append(attrs, slog.Any("error", cause.Err))

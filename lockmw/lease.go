@@ -3,72 +3,10 @@ package lockmw
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
-
-// A Lease is one holding of a lock. It is kept alive by the Locker's
-// watchdog until Release, and its Context ends as soon as the lock is
-// released or lost. A Lease is safe for concurrent use.
-type Lease struct {
-	locker     *Locker
-	key        string
-	name       string // telemetry name
-	lock       store.Key
-	token      string // random 128-bit owner id, hex
-	fence      uint64
-	ttl        time.Duration
-	watchdog   bool
-	fair       bool // acquired with Fair: its Locker tracks it until release
-	acquiredAt time.Time
-	// reserved is a fence the counter already passed, set when the lock
-	// came by a transfer that saw nobody else waiting: a waiter of this
-	// Locker may get it, and start before the store confirms its hand-over.
-	reserved atomic.Uint64
-	// reservedAt is when the transfer that reserved it was sent (nil until
-	// known): that transfer found no fair waiter queued, so a waiter of
-	// this Locker already waiting then arrived before every fair waiter
-	// queued since.
-	reservedAt atomic.Pointer[time.Time]
-	// next is, for a fair lease handed over by a release, the queue entry
-	// of the waiter first in line then (that waiter is next unless it gives
-	// up); "" or nil when none was known.
-	next atomic.Pointer[string]
-	// early is the hand-over this lease came by before the store confirmed it,
-	// or nil: the lease's release waits until it is settled, so that the
-	// release never reaches the store before the transfer it depends on.
-	early *handover
-
-	ctx  context.Context
-	stop context.CancelCauseFunc // cancels ctx; see cancel
-
-	// outer is the outermost lease this one is nested in (reentrant
-	// acquisition through the context), nil for an outermost lease. A
-	// nested lease shares its outermost lease's lock, token and fence.
-	outer *Lease
-	// enclosing is the innermost lease on the context chain this lease's
-	// context was made from, of any key or Locker: the chain nestIn walks.
-	enclosing *Lease
-
-	// The end of the lease, apart from its context, which also ends with
-	// the context passed to Acquire while the lease is still held.
-	endMu    sync.Mutex
-	ended    bool                // released, lost or closed (nested: or its outer lease ended)
-	endCause error               // when ended: context.Canceled (released), a *LostError, ErrClosed
-	nested   map[*Lease]struct{} // outermost lease: its nested leases not yet ended
-
-	keep keepState                 // owned by the Locker's renewScheduler
-	lost atomic.Pointer[LostError] // set once the lock is known lost
-	// validUntil is keep.deadline as an offset from monoEpoch, readable
-	// without the scheduler's lock (Deadline, Valid).
-	validUntil atomic.Int64
-
-	releaseOnce sync.Once
-	releaseErr  error
-}
 
 // Key returns the lock key, as passed to Acquire.
 func (s *Lease) Key() string { return s.key }
@@ -224,23 +162,23 @@ func (s *Lease) release(ctx context.Context) error {
 	case lost != nil:
 		// Already reported lost; the delete above only cleared our own key if
 		// it was still there (say, the deadline passed while the store was away).
-		l.tel.releaseSpanDone(span, s, outcomeLost, lost)
+		l.tel.releaseSpanDone(span, &s.leaseRecord, outcomeLost, lost)
 		return lost
 	case err != nil:
 		err = unavailable("release", s.key, err)
-		l.tel.releaseSpanDone(span, s, outcomeError, err)
-		l.tel.leaseEnded(ctx, s, outcomeError)
+		l.tel.releaseSpanDone(span, &s.leaseRecord, outcomeError, err)
+		l.tel.leaseEnded(ctx, &s.leaseRecord, outcomeError)
 		return err
 	case found != owned:
 		// Lost between two renewals, unnoticed until now.
 		lost = &LostError{Key: s.key, Reason: lostReason(found)}
 		s.lost.Store(lost)
-		l.tel.releaseSpanDone(span, s, outcomeLost, lost)
-		l.tel.leaseLost(ctx, s, lost)
+		l.tel.releaseSpanDone(span, &s.leaseRecord, outcomeLost, lost)
+		l.tel.leaseLost(ctx, &s.leaseRecord, lost)
 		return lost
 	}
-	l.tel.releaseSpanDone(span, s, outcomeOK, nil)
-	l.tel.leaseEnded(ctx, s, outcomeOK)
+	l.tel.releaseSpanDone(span, &s.leaseRecord, outcomeOK, nil)
+	l.tel.leaseEnded(ctx, &s.leaseRecord, outcomeOK)
 	return nil
 }
 
@@ -251,32 +189,6 @@ func (s *Lease) lostCause() error {
 		return lost
 	}
 	return nil
-}
-
-// cancel ends s: it cancels s's context with cause (nil: released) and, for
-// an outermost lease, the leases nested in it, with the same cause, first:
-// whoever sees s's context ended finds its nested leases ended too, so no
-// nested lease outlives its outermost one, however late a goroutine runs.
-// Every end of a lease (release, loss, Close) comes through here.
-func (s *Lease) cancel(cause error) {
-	ended := cause
-	if ended == nil {
-		ended = context.Canceled // what context.Cause of a released lease says
-	}
-	s.endMu.Lock()
-	if s.ended {
-		s.endMu.Unlock()
-		s.stop(cause)
-		return
-	}
-	s.ended, s.endCause = true, ended
-	nested := s.nested
-	s.nested = nil
-	s.endMu.Unlock()
-	for n := range nested {
-		n.cancel(cause)
-	}
-	s.stop(cause)
 }
 
 // live reports whether s has not ended: not released, lost or closed (a

@@ -1,9 +1,6 @@
 package lockmw
 
 import (
-	"log/slog"
-	"time"
-
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -27,52 +24,6 @@ import (
 // (doc.go, "Safety: how a lease becomes live": Fair grant; for the store
 // that hands over, lockmw/internal/redisstore, safety.go, "How a lease
 // becomes live"): the queue only decides who is next.
-
-// hotFor is how long a lock stays hot after a release of this Locker
-// handed it on with others still queued.
-const hotFor = time.Second
-
-// maxHot bounds the hot locks a Locker remembers.
-const maxHot = 1024
-
-// markHot records that the lock of keys was just handed on with waiters
-// still queued behind the new holder: an Acquire of this Locker for it in
-// the next hotFor joins the queue with one enqueue step (Granter's
-// Enqueue) instead of a full attempt that would find the lock held.
-func (rs *roomSet) markHot(lock store.Key) {
-	now := time.Now()
-	rs.roomsMu.Lock()
-	defer rs.roomsMu.Unlock()
-	if len(rs.hot) >= maxHot {
-		for k, t := range rs.hot {
-			if now.Sub(t) >= hotFor {
-				delete(rs.hot, k)
-			}
-		}
-		if len(rs.hot) >= maxHot {
-			clear(rs.hot)
-		}
-	}
-	rs.hot[lock] = now
-}
-
-// isHotLocked reports whether the lock of keys is hot, forgetting it once
-// it is not. Caller holds l.roomsMu.
-func (rs *roomSet) isHotLocked(lock store.Key) bool {
-	t, ok := rs.hot[lock]
-	if ok && time.Since(t) >= hotFor {
-		delete(rs.hot, lock)
-		return false
-	}
-	return ok
-}
-
-// isHot is isHotLocked for a caller that does not hold l.roomsMu.
-func (rs *roomSet) isHot(lock store.Key) bool {
-	rs.roomsMu.Lock()
-	defer rs.roomsMu.Unlock()
-	return rs.isHotLocked(lock)
-}
 
 // wakeDefaultHead wakes the first default-mode waiter of keys, if any,
 // after a release handed the lock to a queued waiter: the lock did not
@@ -105,21 +56,4 @@ func (l *grantPolicy) linesUp(lock store.Key, ac *acquireConfig) bool {
 		}
 	}
 	return true
-}
-
-// lineUp waits for key in the lock's queue, as a Fair waiter does. While the
-// store moves the lock between its members, it may refuse the queue's steps
-// longer than a waiter retries (Granter's Moving; when and why:
-// lockmw/internal/redisstore, doc.go, Waiting and hand-overs): the
-// waiter then waits in its room instead, on release notices, whose attempts
-// need only the lock and its counter.
-func (l *grantPolicy) lineUp(a *acquisition) (*Lease, error) {
-	lease, err := l.acquireFair(a, true)
-	if err == nil || a.opCtx.Err() != nil || !l.waits.Moving(err) {
-		return lease, err
-	}
-	l.logger.Debug("lockmw: waiting without the queue while the store moves the lock", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
-	a.cfg.stayInRoom = true
-	lease, _, err = l.waitDefault(a, 0)
-	return lease, err
 }

@@ -2,60 +2,19 @@ package lockmw
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file is the Locker: newLocker (the constructors are New and
-// NewRedlock in redis.go, NewWithStore in store.go), its API (Acquire,
-// TryAcquire, Do, Close), and the dispatch of an acquisition to the way it
-// waits.
-
-// A Locker hands out leases on named locks kept in one store: one of the
-// two constructors of redis.go (New, NewRedlock), or a store of the
-// packages beside this one (etcd, ZooKeeper, PostgreSQL, MariaDB).
-// Create one per process (or per store) and share it: it is safe for
-// concurrent use, and it runs a single watchdog for all of its leases.
-//
-// Lockers exclude each other when they use the same store and the same key
-// prefix; leases of one Locker exclude each other too, except a nested lease
-// acquired through a lease's context (see Lease.Context).
-type Locker struct {
-	cfg     config
-	id      string      // names this Locker to its store (its waiters' grants)
-	st      store.Store // where the locks are kept
-	caps    caps        // what st offers beyond store.Store (caps.go)
-	policy  policy      // how st's waiters wait and its locks are handed on (policy.go)
-	store   string      // names the store in messages: see newLocker
-	keeper  *renewScheduler
-	cleaner *cleaner // gives back locks that failed acquisitions may have taken
-	tel     *telemetry
-	logger  *slog.Logger
-
-	gatesMu sync.Mutex
-	gates   map[store.Key]*gate // store waiters by lock (see enterGate)
-
-	// flights counts releases and hand-overs under way; Close waits for
-	// them, so that it leaves no lock of its own behind.
-	flights flights
-
-	closed    atomic.Bool
-	closing   chan struct{}
-	closeOnce sync.Once
-	// closedCtx ends, with cause ErrClosed, when Close begins: requests
-	// that Close must not wait out are made under endAtClose.
-	closedCtx  context.Context
-	closeCause context.CancelCauseFunc
-}
+// This file is the Locker's API: newLocker, behind the constructors (New
+// and NewRedlock in redis.go, NewWithStore in store.go), with the policy
+// its store's waiters wait by (newPolicy); Acquire, TryAcquire, Do and
+// Close. What a Locker holds is in state.go.
 
 // newLocker returns a Locker on s, and finds what s offers beyond
 // store.Store. It closes s when it fails.
@@ -226,7 +185,7 @@ func (l *Locker) releaseAll(held []*Lease) error {
 				errs = append(errs, unavailable("release", s.key, err))
 				mu.Unlock()
 			}
-			l.tel.leaseEnded(ctx, s, outcomeOK)
+			l.tel.leaseEnded(ctx, &s.leaseRecord, outcomeOK)
 		}()
 	}
 	wg.Wait()
@@ -289,79 +248,14 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	return lease, err
 }
 
-// endAtClose returns a context derived from ctx that also ends, with
-// cause ErrClosed, when Close begins.
-func (l *Locker) endAtClose(ctx context.Context) (context.Context, context.CancelFunc) {
-	c, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(l.closedCtx, func() { cancel(ErrClosed) })
-	return c, func() { stop(); cancel(nil) }
-}
-
-// ctxErr is the error for an acquisition stopped by ctx: it matches
-// ctx.Err() and, when different, the context's cause.
-func ctxErr(ctx context.Context, key string) error {
-	err, cause := ctx.Err(), context.Cause(ctx)
-	if cause != nil && cause != err {
-		return fmt.Errorf("lockmw: acquire %q: %w: %w", key, err, cause)
+// newPolicy returns the policy for the Locker's store, found by type
+// assertion.
+func newPolicy(l *Locker) policy {
+	switch s := l.st.(type) {
+	case store.Granter:
+		return &grantPolicy{Locker: l, roomSet: newRoomSet(), waits: s}
+	case store.WakeQueue:
+		return &wakePolicy{Locker: l, roomSet: newRoomSet(), wakes: s}
 	}
-	return fmt.Errorf("lockmw: acquire %q: %w", key, err)
-}
-
-// newToken returns a random 128-bit owner token.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails: crypto/rand panics instead
-	return hex.EncodeToString(b[:])
-}
-
-// isNil reports whether v is nil or a typed nil pointer.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	rv := reflect.ValueOf(v)
-	return rv.Kind() == reflect.Pointer && rv.IsNil()
-}
-
-// flights counts work under way that must reach the store before Close
-// returns: releases, and locks handed to waiters until each becomes a lease
-// or is given back. Unlike a sync.WaitGroup, it may be started while
-// waited for.
-type flights struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{} // closed when n drops to 0, while someone waits
-}
-
-func (f *flights) start() {
-	f.mu.Lock()
-	f.n++
-	f.mu.Unlock()
-}
-
-func (f *flights) done() {
-	f.mu.Lock()
-	if f.n--; f.n == 0 && f.idle != nil {
-		close(f.idle)
-		f.idle = nil
-	}
-	f.mu.Unlock()
-}
-
-// wait returns when no flight is under way, or when ctx ends.
-func (f *flights) wait(ctx context.Context) {
-	f.mu.Lock()
-	if f.n == 0 {
-		f.mu.Unlock()
-		return
-	}
-	if f.idle == nil {
-		f.idle = make(chan struct{})
-	}
-	idle := f.idle
-	f.mu.Unlock()
-	select {
-	case <-idle:
-	case <-ctx.Done():
-	}
+	return storePolicy{l}
 }

@@ -39,16 +39,14 @@ func (l *Locker) nest(ctx context.Context, found *Lease) *Lease {
 		outer = found.outer
 	}
 	s := &Lease{
-		locker:     l,
-		key:        outer.key,
-		name:       outer.name,
-		lock:       outer.lock,
-		token:      outer.token,
-		fence:      outer.fence,
-		ttl:        outer.ttl,
-		watchdog:   outer.watchdog,
-		acquiredAt: time.Now(),
-		outer:      outer,
+		leaseRecord: leaseRecord{name: outer.name, fence: outer.fence, acquiredAt: time.Now()},
+		locker:      l,
+		key:         outer.key,
+		lock:        outer.lock,
+		token:       outer.token,
+		ttl:         outer.ttl,
+		watchdog:    outer.watchdog,
+		outer:       outer,
 	}
 	s.keep.index = -1
 	s.bindContext(ctx)

@@ -9,12 +9,13 @@ import (
 )
 
 // This file turns a lock that the store set for a token into a Lease held by
-// the watchdog: the last step of every way a lease becomes live (doc.go,
-// "Safety: how a lease becomes live"). Its validity counts from validFrom,
-// a time no later than the moment the store set the lock for the token; a lock
-// whose validity is already over when the answer comes is given back,
-// never returned; a lease handed over early is held pending until its
-// hand-over is settled (see handover).
+// the watchdog, or gives it back: the last step of every way a lease
+// becomes live (doc.go, "Safety: how a lease becomes live"). Its validity
+// counts from validFrom, a time no later than the moment the store set the
+// lock for the token; a lock whose validity is already over when the
+// answer comes is given back, never returned (giveBack; a give-back that
+// fails goes to the cleaner, takeBack). A lease handed over early is made
+// in handover.go (newEarlyLease).
 
 // newLease makes the lease for a lock the store set for token no earlier than
 // validFrom, and hands it to the watchdog. A lease whose validity is already
@@ -36,49 +37,18 @@ func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom 
 	return s, nil
 }
 
-// newEarlyLease makes the lease for a lock handed over by h before the store
-// confirmed it (see handover). A hand-over whose deadline has passed when
-// the waiter gets to it (a late goroutine) is given back, never returned.
-func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair bool) (*Lease, error) {
-	if late := l.keeper.now().Sub(h.deadline); late >= 0 {
-		// The transfer may still be on the wire: give the lock back once
-		// its answer is in (h.wait no longer waits, its deadline passed),
-		// or after the TTL at most.
-		settled := time.NewTimer(a.cfg.ttl)
-		select {
-		case <-h.done:
-		case <-settled.C:
-		}
-		settled.Stop()
-		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
-		return nil, unavailable("acquire", a.key,
-			fmt.Errorf("the lock was handed over, but its validity had ended %v before the waiter took it", late))
-	}
-	s := l.makeLease(a, token, h.fence, time.Now(), fair)
-	s.early = h
-	if !l.keeper.addPending(s, h.deadline) {
-		s.cancel(ErrClosed)
-		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
-		return nil, ErrClosed
-	}
-	h.attach(l, s)
-	return s, nil
-}
-
 // makeLease returns a new outermost lease, its context made under
 // a.leaseParent.
 func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredAt time.Time, fair bool) *Lease {
 	s := &Lease{
-		locker:     l,
-		key:        a.key,
-		name:       a.cfg.name,
-		lock:       a.lock,
-		token:      token,
-		fence:      fence,
-		ttl:        a.cfg.ttl,
-		watchdog:   a.cfg.watchdog,
-		fair:       fair,
-		acquiredAt: acquiredAt,
+		leaseRecord: leaseRecord{name: a.cfg.name, fence: fence, acquiredAt: acquiredAt},
+		locker:      l,
+		key:         a.key,
+		lock:        a.lock,
+		token:       token,
+		ttl:         a.cfg.ttl,
+		watchdog:    a.cfg.watchdog,
+		fair:        fair,
 	}
 	s.keep.index = -1
 	s.bindContext(a.leaseParent)
@@ -87,7 +57,7 @@ func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredA
 
 // giveBack releases a lock taken for token that will not become a lease;
 // one handed over early (h), once the hand-over has reached the store.
-func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h *handover) {
+func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h settling) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
@@ -99,4 +69,33 @@ func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, t
 		l.takeBack(lock, token, fair, ttl)
 	}
 	l.policy.released(lock, token, fair)
+}
+
+// takeBack hands the cleaner the lock that token may hold on lock, taken
+// by a request that failed (or a lock given back whose release failed),
+// with lease TTL ttl; fair whether the token was a fair waiter's. No lease
+// may exist for token.
+func (l *Locker) takeBack(lock store.Key, token string, fair bool, ttl time.Duration) {
+	l.takeBackAfter(lock, token, fair, ttl, nil)
+}
+
+// takeBackAfter is takeBack for a token that may also have a place in the
+// store's queue: leave, until it succeeds, takes it out first, and reports
+// whether the lock had been handed to token meanwhile (else token holds
+// nothing, and nothing is released).
+func (l *Locker) takeBackAfter(lock store.Key, token string, fair bool, ttl time.Duration, leave func(context.Context) (granted bool, err error)) {
+	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(ttl), try: func(ctx context.Context) error {
+		if leave != nil {
+			granted, err := leave(ctx)
+			if err != nil {
+				return err
+			}
+			leave = nil // out of the queue: nothing can be handed to token any more
+			if !granted {
+				return nil // and the lock is not token's
+			}
+		}
+		_, err := l.policy.release(ctx, lock, token, fair)
+		return err
+	}})
 }

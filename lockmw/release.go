@@ -8,20 +8,24 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file routes releases: a released lock goes to this Locker's first
-// default-mode waiter (the store's transfer step), to the first live waiter
-// of the lock's queue (the store's hand-over step, Granter's
-// ReleaseHandoff), early to a waiter of this Locker before the store
-// confirms it (see handover.go), or is freed; and a lock taken for a token
-// that no lease will hold is given back.
+// This file routes a Granter's releases and grants: a released lock goes to
+// this Locker's first default-mode waiter (the store's transfer step), to
+// the first live waiter of the lock's queue (the store's hand-over step,
+// Granter's ReleaseHandoff), early to a waiter of this Locker before the
+// store confirms it (handEarly, handEarlyFair; see handover.go), or is
+// freed; a lock the store granted to a waiter of this Locker is handed to
+// it (handTo, granted); and a lock handed to a waiter that is gone is given
+// back (releaseStray).
 //
 // Safety: each hand-over made here is one of the ways a lease becomes live
 // of doc.go's "Safety: how a lease becomes live" (Transfer, Fair grant,
 // Early hand-over), argued for the store that hands over in
-// lockmw/internal/redisstore (safety.go, "How a lease becomes live"). A lock
-// handed over early is given back only once the hand-over has reached the
-// store (see handover.wait), so that no request for it reaches the store
-// before the transfer does.
+// lockmw/internal/redisstore (safety.go, "How a lease becomes live"). A
+// grant is dated from a time known to precede it, and a grant whose fence
+// is not above the fence counter the waiter's last busy attempt saw is
+// stale and ignored (handTo). A lock handed over early is given back only
+// once the hand-over has reached the store (see handover.wait), so that no
+// request for it reaches the store before the transfer does.
 
 // releaseStray releases a lock granted to a waiter that is gone; when it
 // was handed over early (h), once the hand-over has reached the store.
@@ -174,4 +178,125 @@ func (l *grantPolicy) releaseFairEarly(ctx context.Context, s *Lease, reserved u
 	}
 	h.settle(l.Locker, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.Ownership)})
 	return ho.Ownership, nil
+}
+
+// handTo gives the lock, just granted to token by the store, to its waiter
+// in this Locker. validFrom is when the grant's request left, if this Locker
+// sent it; zero when only the waiter's own last attempt bounds it. reserved
+// and next are what the grant left for the waiter's own hand-over (see
+// grantInfo). A token nobody here waits for any more is released, so the
+// lock moves on.
+func (l *grantPolicy) handTo(lock store.Key, token string, fence uint64, validFrom time.Time, reserved uint64, next string) {
+	l.roomsMu.Lock()
+	var w *waiter
+	if r := l.rooms[lock]; r != nil {
+		w = r.fair[token]
+	}
+	if w != nil {
+		switch {
+		case w.delivered:
+			// A duplicate: the waiter already has the lock.
+		case fence <= w.busyCounter:
+			// Made before an attempt of w's that found the lock held by
+			// another owner: this grant had ended by then (a message that
+			// came late). The lock is not w's; w waits on.
+			l.logger.Debug("lockmw: ignoring a stale grant", slog.String("key", lock.Name), slog.String("store", l.store),
+				slog.Uint64("fence", fence), slog.Uint64("seen", w.busyCounter))
+		default:
+			w.delivered = true
+			// Both are lower bounds of when the store set the lock: the
+			// grant came after w's last busy attempt ran (its fence is above
+			// the counter that attempt saw). Take the later.
+			if w.busySent.After(validFrom) {
+				validFrom = w.busySent
+			}
+			l.flights.start() // done once w has made its lease or given the lock back
+			w.grant <- grantInfo{fence: fence, validFrom: validFrom, reserved: reserved, next: next}
+		}
+		l.roomsMu.Unlock()
+		return
+	}
+	l.roomsMu.Unlock()
+	l.flights.start()
+	go l.releaseStray(lock, token, nil)
+}
+
+// granted wakes the fair waiter k was handed to (g); ok false: the store's
+// message could not be read.
+func (l *grantPolicy) granted(k store.Key, g store.Grant, ok bool) {
+	if !ok {
+		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.store))
+		return
+	}
+	l.handTo(k, g.Token, g.Fence, time.Time{}, g.Reserved, g.Next)
+}
+
+// handEarlyFair hands the lock of keys to this Locker's fair waiter with
+// token, before the store is told: it returns the hand-over to settle, or
+// nil when that waiter is gone or already has the lock.
+func (l *grantPolicy) handEarlyFair(lock store.Key, token string, fence uint64, deadline time.Time) *handover {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	r := l.rooms[lock]
+	if r == nil {
+		return nil
+	}
+	w := r.fair[token]
+	if w == nil || w.wake != nil || w.delivered {
+		return nil // gone, a default-mode waiter, or granted already
+	}
+	w.delivered = true
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
+	l.flights.start() // done once w has made its lease or given the lock back
+	w.grant <- grantInfo{early: h}
+	return h
+}
+
+// handEarly hands the lock of keys to the first default-mode waiter of this
+// Locker, before the store is told: it returns that waiter and the hand-over
+// to settle, or nil when nobody waits or that waiter may not go first.
+// reservedAt is when the transfer that gave the releasing lease the lock
+// (and reserved fence) was sent.
+//
+// Fair order (doc.go, "Waiting": Fair; how the store that hands over
+// keeps it: lockmw/internal/redisstore, doc.go, "Waiting and hand-overs",
+// Fair order): a fair waiter is never overtaken by one that arrived after
+// it. The releaser does not know who joined the lock's queue since it got
+// the lock, so the waiter goes first only
+// when it is known to have arrived before every fair waiter queued now: a
+// check of the lock made after it arrived found no fair waiter queued
+// (aheadOfQueue), or it was waiting before reservedAt, when the releaser's
+// own transfer found none. Any fair waiter queued now queued after that
+// check, so after the waiter; the transfer keeps its place, and the
+// waiter's release serves it. Otherwise the release goes through the store
+// (releaseTokenOf), which hands the lock to the queue first.
+func (l *grantPolicy) handEarly(lock store.Key, fence uint64, deadline, reservedAt time.Time) (*waiter, *handover) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	var w *waiter
+	if r := l.rooms[lock]; r != nil && r.fairBusy == 0 {
+		// (With fair waiters of its own queued, the lock goes to them: the
+		// store's transfer step gives way to the queue.)
+		w = r.nextDefault()
+	}
+	if w == nil || !(w.aheadOfQueue || w.arrived.Before(reservedAt)) {
+		return nil, nil
+	}
+	w.delivered = true
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
+	l.flights.start() // done once w has made its lease or given the lock back
+	w.grant <- grantInfo{early: h}
+	return w, h
+}
+
+// earlyDeadline is the validity of a lease handed over early by a lease
+// valid until releaserDeadline, to a waiter with TTL ttl, the transfer not
+// yet sent: see handover. Called before the transfer is sent, so now is no
+// later than its send time.
+func (l *grantPolicy) earlyDeadline(releaserDeadline time.Time, ttl time.Duration) time.Time {
+	d := time.Now().Add(ttl - l.cfg.drift(ttl))
+	if releaserDeadline.Before(d) {
+		return releaserDeadline
+	}
+	return d
 }

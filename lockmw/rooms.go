@@ -8,12 +8,12 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file keeps a Locker's waiting rooms: for each key, this Locker's
-// waiters (and fair holders) in one room, and the routing of the store's
-// messages to them (a release notice to the room's first
-// default-mode waiter, a grant to its fair waiter). How each mode waits is
-// in wait_default.go and wait_fair.go; how a lock is handed to a waiter is
-// in handover.go.
+// This file keeps the waiting rooms of the policies whose waiters wait in
+// rooms (grantPolicy, wakePolicy): for each key, this Locker's waiters (and
+// fair holders) in one room, and the locks this Locker found hot (markHot).
+// How each mode waits in them is in wait_default.go, wait_fair.go and
+// wait_wake.go; how a lock is handed to a waiter is in release.go and
+// handover.go.
 
 // roomSet is a Locker's rooms, and the locks it found hot (see markHot):
 // the state of the policies whose waiters wait in rooms (grantPolicy,
@@ -93,23 +93,6 @@ func (rs *roomSet) unref(r *room) {
 	}
 }
 
-// releaseHeard wakes the first default waiter of k: k was released.
-func (l *grantPolicy) releaseHeard(k store.Key) {
-	l.roomsMu.Lock()
-	if r := l.rooms[k]; r != nil && len(r.defaults) > 0 {
-		signal(r.defaults[0].wake)
-	}
-	l.roomsMu.Unlock()
-}
-
-// signal wakes a waiter without blocking; a wake already pending is enough.
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
-
 // watchUntil listens for k's events on w (releases, or with grants the
 // grants and wakes for this Locker's waiters), giving up when ctx ends or,
 // for a bounded wait (WithWait), at giveUp. The store may keep listening
@@ -121,4 +104,84 @@ func watchUntil(ctx context.Context, w store.Watcher, giveUp time.Time, k store.
 		defer cancel()
 	}
 	return w.Watch(ctx, k, grants)
+}
+
+// hotFor is how long a lock stays hot after a release of this Locker
+// handed it on with others still queued.
+const hotFor = time.Second
+
+// maxHot bounds the hot locks a Locker remembers.
+const maxHot = 1024
+
+// markHot records that the lock of keys was just handed on with waiters
+// still queued behind the new holder: an Acquire of this Locker for it in
+// the next hotFor joins the queue with one enqueue step (Granter's
+// Enqueue) instead of a full attempt that would find the lock held.
+func (rs *roomSet) markHot(lock store.Key) {
+	now := time.Now()
+	rs.roomsMu.Lock()
+	defer rs.roomsMu.Unlock()
+	if len(rs.hot) >= maxHot {
+		for k, t := range rs.hot {
+			if now.Sub(t) >= hotFor {
+				delete(rs.hot, k)
+			}
+		}
+		if len(rs.hot) >= maxHot {
+			clear(rs.hot)
+		}
+	}
+	rs.hot[lock] = now
+}
+
+// isHotLocked reports whether the lock of keys is hot, forgetting it once
+// it is not. Caller holds l.roomsMu.
+func (rs *roomSet) isHotLocked(lock store.Key) bool {
+	t, ok := rs.hot[lock]
+	if ok && time.Since(t) >= hotFor {
+		delete(rs.hot, lock)
+		return false
+	}
+	return ok
+}
+
+// isHot is isHotLocked for a caller that does not hold l.roomsMu.
+func (rs *roomSet) isHot(lock store.Key) bool {
+	rs.roomsMu.Lock()
+	defer rs.roomsMu.Unlock()
+	return rs.isHotLocked(lock)
+}
+
+// defaultHead returns the token and TTL of the first default-mode waiter for
+// keys in this Locker, if any: a release hands the lock straight to it.
+func (l *grantPolicy) defaultHead(lock store.Key) (string, time.Duration) {
+	l.roomsMu.Lock()
+	defer l.roomsMu.Unlock()
+	if r := l.rooms[lock]; r != nil {
+		if w := r.nextDefault(); w != nil {
+			return w.token, w.ttl
+		}
+	}
+	return "", 0
+}
+
+// nextDefault returns the first default-mode waiter of r that has not been
+// handed the lock yet, or nil. One that has may still be in r, giving the
+// lock back: a release must not hand it the lock again. Caller holds
+// Locker.roomsMu.
+func (r *room) nextDefault() *waiter {
+	for _, w := range r.defaults {
+		if !w.delivered {
+			return w
+		}
+	}
+	return nil
+}
+
+// grantPolicy is the policy of a Granter: the Locker's generic parts, and
+// the rooms where its waiters wait.
+type grantPolicy struct {
+	*Locker
+	*roomSet
+	waits store.Granter // the Locker's store
 }

@@ -1,8 +1,6 @@
 package lockmw
 
 import (
-	"context"
-	"errors"
 	"fmt"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -73,18 +71,4 @@ func newStoreLocker(s store.Store, opts []Option) (*Locker, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-// storeErr is the error for a store call of an acquisition that failed:
-// the context's when it ended, the store's own when it already matches a
-// lockmw sentinel (an option the store cannot use), else ErrUnavailable
-// (ErrStoreSetup for a store not set up: unavailable).
-func storeErr(opCtx context.Context, key string, err error) error {
-	switch {
-	case opCtx.Err() != nil:
-		return ctxErr(opCtx, key)
-	case errors.Is(err, ErrInvalidOption), errors.Is(err, ErrClosed), errors.Is(err, ErrInvalidKey):
-		return err
-	}
-	return unavailable("acquire", key, err)
 }

@@ -158,9 +158,17 @@ func (t *telemetry) acquireDone(ctx context.Context, span trace.Span, name, outc
 	}
 }
 
+// leaseRecord is what telemetry records of a lease (each lease holds one):
+// the name it is measured by, its fence, and when it was acquired.
+type leaseRecord struct {
+	name       string // telemetry name: WithName's, else the key
+	fence      uint64
+	acquiredAt time.Time
+}
+
 // releaseSpanDone ends a release's span; outcome is outcomeOK, outcomeLost
 // or outcomeError.
-func (t *telemetry) releaseSpanDone(span trace.Span, s *Lease, outcome string, err error) {
+func (t *telemetry) releaseSpanDone(span trace.Span, s *leaseRecord, outcome string, err error) {
 	if span != nil {
 		span.SetAttributes(attrOutcome.String(outcome), attrFence.Int64(int64(s.fence)))
 		if outcome == outcomeError {
@@ -172,7 +180,7 @@ func (t *telemetry) releaseSpanDone(span trace.Span, s *Lease, outcome string, e
 }
 
 // leaseEnded records the end of a held lease, released or lost.
-func (t *telemetry) leaseEnded(ctx context.Context, s *Lease, outcome string) {
+func (t *telemetry) leaseEnded(ctx context.Context, s *leaseRecord, outcome string) {
 	if t.holdDuration.Enabled(ctx) {
 		t.holdDuration.Record(ctx, time.Since(s.acquiredAt).Seconds(),
 			metric.WithAttributes(attrName.String(s.name), attrOutcome.String(outcome)))
@@ -203,7 +211,7 @@ func (t *telemetry) renewed(ctx context.Context, ok, failed int, err error) {
 }
 
 // leaseLost records a lease lost before release, with a span saying why.
-func (t *telemetry) leaseLost(ctx context.Context, s *Lease, lost *LostError) {
+func (t *telemetry) leaseLost(ctx context.Context, s *leaseRecord, lost *LostError) {
 	if tr := t.currentTracer(); tr != nil {
 		_, span := tr.Start(ctx, spanRenew, trace.WithAttributes(
 			attrName.String(s.name), attrOutcome.String(outcomeLost),

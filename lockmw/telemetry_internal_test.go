@@ -13,15 +13,15 @@ import (
 // With no provider configured, the telemetry on the acquire, release and
 // renew paths allocates nothing; with one, the same calls record spans.
 func TestTelemetryDisabledAllocatesNothing(t *testing.T) {
-	s := &Lease{name: "order:{id}", fence: 7, acquiredAt: time.Now()}
+	s := &Lease{leaseRecord: leaseRecord{name: "order:{id}", fence: 7, acquiredAt: time.Now()}}
 	fail := errors.New("renewal failed")
 	run := func(tel *telemetry) {
 		ctx := context.Background()
 		opCtx, span := tel.startSpan(ctx, spanAcquire, s.name)
 		tel.acquireDone(opCtx, span, s.name, outcomeAcquired, time.Millisecond, s.fence, nil)
 		rctx, span := tel.startSpan(ctx, spanRelease, s.name)
-		tel.releaseSpanDone(span, s, outcomeOK, nil)
-		tel.leaseEnded(rctx, s, outcomeOK)
+		tel.releaseSpanDone(span, &s.leaseRecord, outcomeOK, nil)
+		tel.leaseEnded(rctx, &s.leaseRecord, outcomeOK)
 		tel.renewed(ctx, 10, 1, fail)
 	}
 

@@ -11,12 +11,12 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file is how Acquire waits for a busy lock. wait picks the way from
-// what the store offers (caps.go), and one loop, waitLoop, runs every way:
-// it makes an attempt, returns the lease, the error, or (a single attempt,
-// or a wait that ran out) ErrNotAcquired, and otherwise pauses as the way
-// says before the next attempt, until the caller's context ends or the
-// Locker closes. The ways:
+// This file is how Acquire waits for a busy lock on every store but Redis's
+// (storePolicy), and the loop that every policy's waiters run: waitLoop
+// makes an attempt, returns the lease, the error, or (a single attempt, or a
+// wait that ran out) ErrNotAcquired, and otherwise pauses as its way says
+// before the next attempt, until the caller's context ends or the Locker
+// closes. storePolicy's ways, picked from what the store offers (caps.go):
 //
 //   - backoff (no notifications): the next attempt after a capped,
 //     jittered backoff in the store's range (store.Backoff, else
@@ -27,31 +27,25 @@ import (
 //     release sets off one attempt per Locker, and every waiting Locker
 //     tries (they barge);
 //   - a queue (store.Queue): the waiter's entry waits for the entry just
-//     before it only (no herd), then asks again; the first entry holds the
-//     lock. Fair waiters wait so; default-mode waiters too, one per key and
-//     Locker behind the gate, unless the queue is for Fair waiters only
-//     (store.FairOnly: a polling store, where a turn costs more requests
-//     than an attempt);
-//   - a wake queue (store.WakeQueue: NewRedlock's store): the waiter's entry, queued
-//     by the attempt that found the lock held, is woken by a release, one
-//     waiter at a time (wakeWay, wait_wake.go);
-//   - hand-overs (store.Granter: New's store): a default-mode
-//     waiter waits in its Locker's room, where only the first tries when
-//     a release is heard, and a release of the same Locker may hand it the
-//     lock (roomWay, wait_default.go); or it lines up in the lock's queue
-//     behind other Lockers' waiters (lineup.go) as a Fair waiter does,
-//     whose release grants it the lock (fairWay, wait_fair.go).
+//     before it only (no herd), then asks again, unless the store reports
+//     that a release handed it the lock (queueWay.handed); the first entry
+//     holds the lock. Fair waiters wait so; default-mode waiters too, one
+//     per key and Locker behind the gate, unless the queue is for Fair
+//     waiters only (store.FairOnly: a polling store, where a turn costs
+//     more requests than an attempt).
+//
+// The Redis stores' policies wait their own ways (wakePolicy, wait_wake.go;
+// grantPolicy, granter.go), with this file's loop.
 //
 // Every pause that waits for the store's word is bounded by the holder's
 // TTL (or the waiter's own), so a lost notification, turn, wake or grant
 // costs latency, never liveness.
 //
-// Waiting adds no way for a lease to become live but the hand-overs of a
-// Granter, each argued in doc.go ("Safety: how a lease becomes live":
-// Transfer, Fair grant, Early hand-over), in store.Granter, and for the
-// store that hands over in lockmw/internal/redisstore (safety.go, "How a
-// lease becomes live"): every other lease here comes from an attempt
-// (attempt.go) or a queue's Enqueue, decided by the store.
+// This file adds no way for a lease to become live: every lease here comes
+// from an attempt (attempt.go) or a queue's Enqueue, decided by the store,
+// or from a hand-over that the queue's store made in the release's own
+// step and reports (queueWay.handed; doc.go, "Safety: how a lease becomes
+// live").
 
 // Without release notifications, a waiter retries with a jittered, capped
 // exponential backoff, never sleeping past the holder's remaining TTL. This
@@ -425,14 +419,6 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// gate lets one default-mode waiter per key and Locker wait for the
-// store's notification and retry; the others wait for the gate, so that a
-// release sets off one attempt per Locker, not one per waiting goroutine.
-type gate struct {
-	turn chan struct{} // holds a token while nobody is through the gate
-	refs int           // waiters through or at the gate; guarded by Locker.gatesMu
-}
-
 // enterGate waits until the caller is the one waiter through key's gate,
 // or opCtx ends, giveUp passes (errGaveUp) or the Locker closes
 // (ErrClosed). waited says whether it had to wait; leave lets the next one
@@ -488,3 +474,16 @@ func (l *Locker) enterGate(opCtx context.Context, key store.Key, giveUp time.Tim
 
 // errGaveUp is enterGate's error when WithWait ran out.
 var errGaveUp = errors.New("lockmw: the wait ran out")
+
+// pollAfter is when a queued fair waiter checks the queue and the lock
+// itself, in case a grant message was lost: when the holder's TTL (or, not
+// knowing it, the waiter's own) runs out, plus up to 1/8 of jitter so that
+// waiters behind a crashed holder do not all come at once.
+func pollAfter(holderTTL, ttl time.Duration) time.Duration {
+	d := holderTTL
+	if d <= 0 {
+		d = ttl
+	}
+	d = max(d, 10*time.Millisecond)
+	return d + mathrand.N(d/8+1)
+}

@@ -20,7 +20,8 @@ import (
 // live", and, for the store's hand-overs, lockmw/internal/redisstore,
 // safety.go, "How a lease becomes live"): a default waiter's lease comes
 // from an attempt (attempt.go), or from a release of this Locker that handed
-// it the lock (handover.go).
+// it the lock (release.go, handover.go). A waiter that lines up in the
+// lock's queue (lineUp, at the end of this file) waits as a Fair one does.
 
 // waitGranter acquires on a store whose releases hand the lock over
 // (store.Granter): Fair waiters queue for grants (wait_fair.go); a
@@ -62,32 +63,6 @@ func (l *grantPolicy) waitGranter(a *acquisition, wait bool) (*Lease, error) {
 	return lease, err
 }
 
-// defaultHead returns the token and TTL of the first default-mode waiter for
-// keys in this Locker, if any: a release hands the lock straight to it.
-func (l *grantPolicy) defaultHead(lock store.Key) (string, time.Duration) {
-	l.roomsMu.Lock()
-	defer l.roomsMu.Unlock()
-	if r := l.rooms[lock]; r != nil {
-		if w := r.nextDefault(); w != nil {
-			return w.token, w.ttl
-		}
-	}
-	return "", 0
-}
-
-// nextDefault returns the first default-mode waiter of r that has not been
-// handed the lock yet, or nil. One that has may still be in r, giving the
-// lock back: a release must not hand it the lock again. Caller holds
-// Locker.roomsMu.
-func (r *room) nextDefault() *waiter {
-	for _, w := range r.defaults {
-		if !w.delivered {
-			return w
-		}
-	}
-	return nil
-}
-
 // waitDefault waits in key's room for a release and retries, as the room's
 // first waiter, until it gets the lock. holderTTL is what the failed first
 // attempt reported (0 when the call skipped it to queue behind others).
@@ -127,7 +102,7 @@ var errLineUp = errors.New("lockmw: line up in the lock's queue")
 // roomWay is a default-mode waiter in its Locker's room for a key, on a
 // Granter: only the room's first waiter tries, when a release is heard
 // (or the holder's TTL, learnt from its attempt, runs out); a release of
-// this Locker may hand it the lock instead (handover.go).
+// this Locker may hand it the lock instead (release.go).
 type roomWay struct {
 	l         *grantPolicy
 	r         *room
@@ -295,4 +270,30 @@ func (l *grantPolicy) hasDefaultWaiters(lock store.Key) bool {
 	defer l.roomsMu.Unlock()
 	r := l.rooms[lock]
 	return r != nil && len(r.defaults) > 0
+}
+
+// releaseHeard wakes the first default waiter of k: k was released.
+func (l *grantPolicy) releaseHeard(k store.Key) {
+	l.roomsMu.Lock()
+	if r := l.rooms[k]; r != nil && len(r.defaults) > 0 {
+		signal(r.defaults[0].wake)
+	}
+	l.roomsMu.Unlock()
+}
+
+// lineUp waits for key in the lock's queue, as a Fair waiter does. While the
+// store moves the lock between its members, it may refuse the queue's steps
+// longer than a waiter retries (Granter's Moving; when and why:
+// lockmw/internal/redisstore, doc.go, Waiting and hand-overs): the
+// waiter then waits in its room instead, on release notices, whose attempts
+// need only the lock and its counter.
+func (l *grantPolicy) lineUp(a *acquisition) (*Lease, error) {
+	lease, err := l.acquireFair(a, true)
+	if err == nil || a.opCtx.Err() != nil || !l.waits.Moving(err) {
+		return lease, err
+	}
+	l.logger.Debug("lockmw: waiting without the queue while the store moves the lock", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
+	a.cfg.stayInRoom = true
+	lease, _, err = l.waitDefault(a, 0)
+	return lease, err
 }

@@ -3,7 +3,6 @@ package lockmw
 import (
 	"context"
 	"log/slog"
-	mathrand "math/rand/v2"
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -24,19 +23,6 @@ import (
 // request's send time; from a grant, dated from a time known to precede it,
 // and confirmed by a renewal first when dated more than TTL/3 back
 // (fairGrantLease); or from an early hand-over (handover.go).
-
-// pollAfter is when a queued fair waiter checks the queue and the lock
-// itself, in case a grant message was lost: when the holder's TTL (or, not
-// knowing it, the waiter's own) runs out, plus up to 1/8 of jitter so that
-// waiters behind a crashed holder do not all come at once.
-func pollAfter(holderTTL, ttl time.Duration) time.Duration {
-	d := holderTTL
-	if d <= 0 {
-		d = ttl
-	}
-	d = max(d, 10*time.Millisecond)
-	return d + mathrand.N(d/8+1)
-}
 
 // forgetFair drops a released fair lease from its room.
 func (l *grantPolicy) forgetFair(lock store.Key, token string) {

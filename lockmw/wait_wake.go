@@ -73,7 +73,7 @@ import (
 // taken with the queue when the queue expires. A paused master runs a
 // leave already sent when it resumes.
 
-// wakePolicy is the policy of a store with a WakeQueue (NewRedlock's):
+// wakePolicy is the policy of a store with a WakeQueue (Redlock's):
 // its waiters wait on wakes (wakeWay), in rooms where the wakes find them;
 // a release is the store's, whose release step wakes the next waiter.
 type wakePolicy struct {

@@ -248,7 +248,7 @@ type Named interface {
 // back: it never reached the store (no connection, a refused dial), the
 // store refused it, or the store gave back what it took on its own (a
 // quorum store rolls back each member). Without it, the Locker gives back
-// whatever every failed request may have taken (cleanup.go of package
+// whatever every failed request may have taken (newlease.go and cleanup.go of package
 // lockmw), which is always safe: a give-back touches only the request's
 // own token.
 type LeftNothing interface {

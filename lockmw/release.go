@@ -63,7 +63,7 @@ func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token 
 		case err != nil:
 			return 0, err
 		case t.Done:
-			l.handTo(lock, to, t.Counter-1, sentAt, t.Reserve(), "")
+			l.handTo(lock, to, t.Fence, sentAt, t.Reserved, "")
 			return owned, nil
 		case !t.FairQueue:
 			return t.Ownership, nil
@@ -130,7 +130,7 @@ func (l *grantPolicy) releaseGranted(ctx context.Context, s *Lease, deadline tim
 	case err != nil:
 		return 0, err
 	case t.Done:
-		h.settle(l.Locker, sentAt, t.Reserve(), "", nil)
+		h.settle(l.Locker, sentAt, t.Reserved, "", nil)
 		return owned, nil
 	case t.FairQueue:
 		// (A forced transfer keeps queued waiters' places and hands over,

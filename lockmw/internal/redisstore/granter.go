@@ -101,7 +101,16 @@ func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, 
 		if len(vals) != 3 {
 			return store.TransferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
 		}
-		return store.TransferReply{Done: true, Counter: uint64(vals[1]), Others: vals[2] == 1, Ownership: store.Owned}, nil
+		// The script draws two fences: the waiter's (one below the
+		// counter it leaves; a forced transfer's waiter keeps the one
+		// reserved for it earlier) and one reserved for the waiter's own
+		// next hand-over, unless others wait (transfer.lua).
+		counter := uint64(vals[1])
+		t := store.TransferReply{Done: true, Fence: counter - 1, Ownership: store.Owned}
+		if vals[2] != 1 {
+			t.Reserved = counter
+		}
+		return t, nil
 	case transferFairQueue:
 		return store.TransferReply{FairQueue: true}, nil
 	}

@@ -114,20 +114,18 @@ type Handoff struct {
 
 // TransferReply is what a transfer did.
 type TransferReply struct {
-	Done      bool      // the lock now belongs to the waiter
-	Counter   uint64    // when Done: the fence counter (the waiter's fence + 1, reserved for the next)
-	Others    bool      // when Done: other Lockers or fair waiters wait too
+	Done bool // the lock now belongs to the waiter
+	// Fence is, when Done, the fence the transfer drew for the waiter: its
+	// fence, unless the transfer was forced (the waiter started early,
+	// with a fence reserved for it by an earlier step).
+	Fence uint64
+	// Reserved is, when Done, a fence above Fence that the transfer
+	// reserved for the waiter's own hand-over to another waiter of its
+	// Locker, or 0: none was reserved, or others wait too (other Lockers'
+	// or fair waiters), and the next hand-over is not the Locker's own.
+	Reserved  uint64
 	FairQueue bool      // not Done: fair waiters are queued; release with ReleaseHandoff
 	Ownership Ownership // not Done: what the transfer found
-}
-
-// Reserve is the fence a transfer reserved for the next local hand-over:
-// its counter, unless others wait (then the next hand-over is not local).
-func (t TransferReply) Reserve() uint64 {
-	if t.Others {
-		return 0
-	}
-	return t.Counter
 }
 
 // FairMode is what a fair attempt may do.

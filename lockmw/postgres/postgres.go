@@ -75,6 +75,7 @@ type pgStore struct {
 	grants string
 
 	lis    *listener
+	hot    hotLocks              // locks its queued attempts found busy lately
 	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
 	stalls stalls.Notes[backend] // backends of batches never answered, by token (stalled.go)
 
@@ -566,7 +567,21 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 	row := name(k)
 	// Listen before the statement runs, so that no release committed
 	// after it goes unheard.
-	s.lis.register(token)
+	fresh := s.lis.register(token)
+	if fresh && !s.hot.busyLately(row) {
+		// A token's first request, on a lock this store has not found
+		// busy lately: a plain attempt, as TryAcquire's, which is cheaper
+		// than the queued one and takes a free lock alike (see "Waiting"
+		// in doc.go). Busy, it is followed at once by the queued attempt.
+		r, _, err := s.take(ctx, row, token, ttl, false)
+		if err != nil {
+			return store.Reply{}, err
+		}
+		if r.Acquired {
+			s.lis.unregister(token)
+			return r, nil
+		}
+	}
 	r, pred, err := s.take(ctx, row, token, ttl, true)
 	if err != nil {
 		return store.Reply{}, err
@@ -575,6 +590,7 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 		s.lis.unregister(token)
 		return r, nil
 	}
+	s.hot.busy(row)
 	r.Predecessor = pred
 	if r.Predecessor == "" {
 		r.Predecessor = "holder"
@@ -771,8 +787,9 @@ func newListener(s *pgStore) *listener {
 
 // register makes token a waiter (draining an earlier wake-up: the
 // statement that follows sees what it signalled) and starts the listening
-// connection if it is not running.
-func (l *listener) register(token string) {
+// connection if it is not running. It reports whether token was not a
+// waiter already.
+func (l *listener) register(token string) (fresh bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.byToken[token]; w != nil {
@@ -781,7 +798,7 @@ func (l *listener) register(token string) {
 		default:
 		}
 		w.grant = nil
-		return
+		return false
 	}
 	l.byToken[token] = &waiter{wake: make(chan struct{}, 1)}
 	if !l.running && l.s.stopped.Err() == nil {
@@ -789,6 +806,7 @@ func (l *listener) register(token string) {
 		l.done = make(chan struct{})
 		go l.run()
 	}
+	return true
 }
 
 // waiter returns token's wake-up channel (nil when not registered) and

@@ -95,6 +95,12 @@ func TestFirstRequestOfWaitingAcquisition(t *testing.T) {
 	if got := tr.attempts(s); strings.Join(got, ",") != "plain" {
 		t.Fatalf("a free lock's waiting acquisition sent %v, want one plain attempt", got)
 	}
+	s.lis.mu.Lock()
+	running := s.lis.running
+	s.lis.mu.Unlock()
+	if running {
+		t.Fatal("a free lock's waiting acquisition started the listening connection")
+	}
 
 	// Held by a: w's plain attempt finds it busy, and the queued attempt
 	// follows in the same Enqueue, so that w has an entry a's release

@@ -565,23 +565,21 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 // it: W asks again at once (takeResult).
 func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
 	row := name(k)
-	// Listen before the statement runs, so that no release committed
-	// after it goes unheard.
-	fresh := s.lis.register(token)
-	if fresh && !s.hot.busyLately(row) {
+	if !s.lis.waiting(token) && !s.hot.busyLately(row) {
 		// A token's first request, on a lock this store has not found
 		// busy lately: a plain attempt, as TryAcquire's, which is cheaper
 		// than the queued one and takes a free lock alike (see "Waiting"
 		// in doc.go). Busy, it is followed at once by the queued attempt.
+		// It queues nothing, so it needs no listening: a Locker whose
+		// locks are free opens no listening connection.
 		r, _, err := s.take(ctx, row, token, ttl, false)
-		if err != nil {
-			return store.Reply{}, err
-		}
-		if r.Acquired {
-			s.lis.unregister(token)
-			return r, nil
+		if err != nil || r.Acquired {
+			return r, err
 		}
 	}
+	// Listen before the queued attempt runs, so that no release committed
+	// after it goes unheard.
+	s.lis.register(token)
 	r, pred, err := s.take(ctx, row, token, ttl, true)
 	if err != nil {
 		return store.Reply{}, err
@@ -787,9 +785,8 @@ func newListener(s *pgStore) *listener {
 
 // register makes token a waiter (draining an earlier wake-up: the
 // statement that follows sees what it signalled) and starts the listening
-// connection if it is not running. It reports whether token was not a
-// waiter already.
-func (l *listener) register(token string) (fresh bool) {
+// connection if it is not running.
+func (l *listener) register(token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if w := l.byToken[token]; w != nil {
@@ -798,7 +795,7 @@ func (l *listener) register(token string) (fresh bool) {
 		default:
 		}
 		w.grant = nil
-		return false
+		return
 	}
 	l.byToken[token] = &waiter{wake: make(chan struct{}, 1)}
 	if !l.running && l.s.stopped.Err() == nil {
@@ -806,7 +803,13 @@ func (l *listener) register(token string) (fresh bool) {
 		l.done = make(chan struct{})
 		go l.run()
 	}
-	return true
+}
+
+// waiting reports whether token is a waiter (registered).
+func (l *listener) waiting(token string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byToken[token] != nil
 }
 
 // waiter returns token's wake-up channel (nil when not registered) and

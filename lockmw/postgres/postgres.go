@@ -539,7 +539,9 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 // unexpired entry is queued before token's (or at all, if token has none),
 // taking token's entry out; otherwise it puts token's entry in the lock's
 // queue (keeping its place if it is there). All in one round trip: an
-// uncontended acquisition writes no queue row.
+// uncontended acquisition writes no queue row. A token's first Enqueue on
+// a lock not found busy lately starts with a plain attempt, and makes the
+// queued one only when that finds the lock busy (see "Waiting" in doc.go).
 //
 // The release race: a waiter W whose transaction is under way while the
 // holder H releases must either take the lock or be named by H's
@@ -573,8 +575,11 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 		// It queues nothing, so it needs no listening: a Locker whose
 		// locks are free opens no listening connection.
 		r, _, err := s.take(ctx, row, token, ttl, false)
-		if err != nil || r.Acquired {
-			return r, err
+		if err != nil {
+			return store.Reply{}, err
+		}
+		if r.Acquired {
+			return r, nil
 		}
 	}
 	// Listen before the queued attempt runs, so that no release committed

@@ -117,9 +117,27 @@
 // rows expire too (a waiter keeps its own alive every TTL/3), so a
 // crashed waiter delays the others by at most its TTL.
 //
+// A waiting acquisition's first request, on a lock its Locker has not found
+// busy in the last second (hot.go), is a plain attempt, whose batch is
+// cheaper than the queued one (uncontended Acquire costs what TryAcquire
+// does, and a Locker whose locks are free opens no listening connection);
+// when that finds the lock busy, the Locker starts listening and the queued
+// attempt follows at once, in the same Enqueue. Both are safe as they
+// stand: the plain attempt takes the lock only when no unexpired waiter is
+// queued, which is what a queued attempt without an entry of its own
+// requires (so it passes nobody, Fair or not), and it writes no entry. A
+// release committed between the two requests names nobody for the waiter
+// (it has no entry yet), and is not missed: the queued attempt tries the
+// row first, so it takes the lock that release freed, or queues behind the
+// waiter it was handed to (TestFirstRequestOfWaitingAcquisition: without
+// the queued attempt, a busy plain attempt would leave the waiter without
+// an entry, and it would wait for the holder's expiry). On a lock found
+// busy lately the queued attempt comes alone, so a contended acquisition
+// costs no extra request.
+//
 // Waiters are woken by LISTEN/NOTIFY: each Locker holds one connection of
 // its own (outside the pool) listening on the channel named after T,
-// started by its first waiting acquisition. A release hands the lock to
+// started by its first queued attempt. A release hands the lock to
 // the first waiter and notifies it of the grant (see "Hand-over"); a
 // waiter leaving the queue (or a release to a waiter that takes no
 // hand-overs) deletes its rows and then, in a second statement of the

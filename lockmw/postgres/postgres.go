@@ -75,6 +75,7 @@ type pgStore struct {
 	grants string
 
 	lis    *listener
+	hot    hotLocks              // locks its queued attempts found busy lately
 	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
 	stalls stalls.Notes[backend] // backends of batches never answered, by token (stalled.go)
 
@@ -538,7 +539,9 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 // unexpired entry is queued before token's (or at all, if token has none),
 // taking token's entry out; otherwise it puts token's entry in the lock's
 // queue (keeping its place if it is there). All in one round trip: an
-// uncontended acquisition writes no queue row.
+// uncontended acquisition writes no queue row. A token's first Enqueue on
+// a lock not found busy lately starts with a plain attempt, and makes the
+// queued one only when that finds the lock busy (see "Waiting" in doc.go).
 //
 // The release race: a waiter W whose transaction is under way while the
 // holder H releases must either take the lock or be named by H's
@@ -564,7 +567,22 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 // it: W asks again at once (takeResult).
 func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
 	row := name(k)
-	// Listen before the statement runs, so that no release committed
+	if !s.lis.waiting(token) && !s.hot.busyLately(row) {
+		// A token's first request, on a lock this store has not found
+		// busy lately: a plain attempt, as TryAcquire's, which is cheaper
+		// than the queued one and takes a free lock alike (see "Waiting"
+		// in doc.go). Busy, it is followed at once by the queued attempt.
+		// It queues nothing, so it needs no listening: a Locker whose
+		// locks are free opens no listening connection.
+		r, _, err := s.take(ctx, row, token, ttl, false)
+		if err != nil {
+			return store.Reply{}, err
+		}
+		if r.Acquired {
+			return r, nil
+		}
+	}
+	// Listen before the queued attempt runs, so that no release committed
 	// after it goes unheard.
 	s.lis.register(token)
 	r, pred, err := s.take(ctx, row, token, ttl, true)
@@ -575,6 +593,7 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 		s.lis.unregister(token)
 		return r, nil
 	}
+	s.hot.busy(row)
 	r.Predecessor = pred
 	if r.Predecessor == "" {
 		r.Predecessor = "holder"
@@ -789,6 +808,13 @@ func (l *listener) register(token string) {
 		l.done = make(chan struct{})
 		go l.run()
 	}
+}
+
+// waiting reports whether token is a waiter (registered).
+func (l *listener) waiting(token string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byToken[token] != nil
 }
 
 // waiter returns token's wake-up channel (nil when not registered) and

@@ -116,10 +116,11 @@
 //     hand-over, so the lease's validity ends no later than the holding
 //     kept for it.
 //     While the last read found other nodes below N, the waiter also
-//     watches the node P2 just before P (no herd: a node has two watchers
-//     at most), and when P2 goes (any event of its watch, or an answer
-//     that it does not exist) it reads the parent's children in S, as
-//     Enqueue does: N first, it holds the lock from that read; P still
+//     watches the node P2 just before P (a data watch, which the server
+//     sets only on a node that exists; no herd: a node has two watchers at
+//     most), and when P2 goes (any event of its watch, or an answer that
+//     it does not exist) it reads the parent's children in S, as Enqueue
+//     does (a read that fails reports nothing): N first, it holds the lock from that read; P still
 //     just before N, that read is now the last read, and v its send time
 //     (it was answered before P's deletion, as it found P); another node
 //     just before N, it watches that one. So in a queue the read comes
@@ -152,9 +153,9 @@
 //
 // # Waiting
 //
-// A waiter's node watches the node just before it, and, while others are
-// below that one, the node before that too (exists watches: two watchers
-// per node at most, no herd). When the second goes, the waiter reads the
+// A waiter's node watches the node just before it (an exists watch), and,
+// while others are below that one, the node before that too (a data
+// watch): two watchers per node at most, no herd. When the second goes, the waiter reads the
 // queue, during its predecessor's turn; when the predecessor is deleted,
 // the waiter holds the lock if it was the only node before it at the
 // waiter's last read of the queue; else the waiter reads the parent's

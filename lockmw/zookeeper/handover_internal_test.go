@@ -310,7 +310,7 @@ func TestWaitTurnReadsWhenTheNodeBeforeThePredecessorGoes(t *testing.T) {
 	adm := adminConn(t, srv.Addr())
 	q := queueUp(t, srv.Addr(), "others-below", 3)
 	done := q.waitTurn(t, 2)
-	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("existsw") == 2 })
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("getw") == 1 })
 	releasing := time.Now()
 	q.release(t, 0)
 	waitUntil(t, 10*time.Second, "tok2 reading the queue after tok0 left", func() bool { return q.counts[2].get("children") == 1 })
@@ -323,7 +323,7 @@ func TestWaitTurnReadsWhenTheNodeBeforeThePredecessorGoes(t *testing.T) {
 	q.release(t, 1)
 	r := q.handed(t, adm, 2, done)
 	ops, at := q.counts[2].take()
-	if want := map[string]int{"existsw": 2, "children": 1}; !maps.Equal(ops, want) {
+	if want := map[string]int{"existsw": 1, "getw": 1, "children": 1}; !maps.Equal(ops, want) {
 		t.Fatalf("WaitTurn's requests %v, want %v", ops, want)
 	}
 	if read := at["children"][0]; read.After(released) {
@@ -347,7 +347,7 @@ func TestWaitTurnReadsWhenOthersWereBelow(t *testing.T) {
 	adm := adminConn(t, srv.Addr())
 	q := queueUp(t, srv.Addr(), "others-below-unseen", 3)
 	done := q.waitTurn(t, 2)
-	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("existsw") == 2 })
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("getw") == 1 })
 	left := time.Now()
 	if _, err := adm.Multi(&zk.DeleteRequest{Path: q.parent + "/" + nameOf(q.stores[0], tok(0)), Version: -1},
 		&zk.DeleteRequest{Path: q.parent + "/" + nameOf(q.stores[1], tok(1)), Version: -1}); err != nil {
@@ -355,7 +355,7 @@ func TestWaitTurnReadsWhenOthersWereBelow(t *testing.T) {
 	}
 	r := q.handed(t, adm, 2, done)
 	ops, at := q.counts[2].take()
-	if want := map[string]int{"existsw": 2, "children": 1}; !maps.Equal(ops, want) {
+	if want := map[string]int{"existsw": 1, "getw": 1, "children": 1}; !maps.Equal(ops, want) {
 		t.Fatalf("WaitTurn's requests %v, want %v", ops, want)
 	}
 	if v := r.ValidFrom; v.Before(left) || v.After(at["children"][0]) {
@@ -403,10 +403,10 @@ func TestWaitTurnWatchesTheNewPredecessor(t *testing.T) {
 	adm := adminConn(t, srv.Addr())
 	q := queueUp(t, srv.Addr(), "newpred", 3)
 	done := q.waitTurn(t, 2)
-	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("existsw") == 2 })
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("getw") == 1 })
 	q.release(t, 1)
 	deadline := time.Now().Add(10 * time.Second)
-	for q.counts[2].get("existsw") < 3 {
+	for q.counts[2].get("existsw") < 2 {
 		select {
 		case r := <-done:
 			t.Fatalf("WaitTurn returned %+v when tok1 left while tok0 holds; want it to watch tok0's node", r)
@@ -418,8 +418,8 @@ func TestWaitTurnWatchesTheNewPredecessor(t *testing.T) {
 	}
 	q.release(t, 0)
 	q.handed(t, adm, 2, done)
-	if ops, _ := q.counts[2].take(); ops["children"] != 1 || ops["existsw"] != 3 {
-		t.Fatalf("tok2's requests %v, want 3 watches (tok1, tok0, tok0 as predecessor) and 1 read", ops)
+	if ops, _ := q.counts[2].take(); !maps.Equal(ops, map[string]int{"existsw": 2, "getw": 1, "children": 1}) {
+		t.Fatalf("tok2's requests %v, want 2 watches (tok1, then tok0 as predecessor), tok0 watched before as the node before tok1, 1 read", ops)
 	}
 	q.release(t, 2)
 }

@@ -217,6 +217,8 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 			)
 			deleted, next, first, err = s.watchTurn(ctx, e, pred, ch, changed, &last)
 			switch {
+			case errors.Is(err, errReadAgain):
+				return store.Reply{}, nil
 			case err != nil:
 				return store.Reply{}, err
 			case first != nil:
@@ -275,6 +277,10 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 	}
 }
 
+// errReadAgain is watchTurn's error for a read of the queue that failed:
+// WaitTurn returns, and the Locker asks Enqueue, which reads it again.
+var errReadAgain = errors.New("zookeeper: the read of the queue failed")
+
 // watchTurn waits for the event of ch, the watch on pred (e's predecessor,
 // which existed when the watch was set): deleted says whether it was
 // pred's deletion. Meanwhile, while the last read of the queue found
@@ -282,8 +288,8 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 // the queue again when it goes: then first is e's holding when the read
 // found e's node first, and next the node now before e's when it is not
 // pred; *last is that read's send time when it found pred still before
-// e's node. It returns with neither when the session changes, and ctx's
-// error when ctx ends.
+// e's node. It returns with neither when the session changes, ctx's
+// error when ctx ends, and errReadAgain when the read failed.
 func (s *zkStore) watchTurn(ctx context.Context, e *entry, pred string, ch <-chan zk.Event, changed <-chan struct{}, last *time.Time) (deleted bool, next string, first *position, err error) {
 	for {
 		var sch <-chan zk.Event // the watch on the node before pred
@@ -295,14 +301,15 @@ func (s *zkStore) watchTurn(ctx context.Context, e *entry, pred string, ch <-cha
 		s.mu.Unlock()
 		read := false
 		if second != "" {
-			var ok bool
-			_, err := s.do(ctx, "existsw", second, func() error {
+			// A data watch (GetW), which the server sets only on a node
+			// that exists: no watch is left on a name that is gone.
+			_, err := s.do(ctx, "getw", second, func() error {
 				var err error
-				ok, _, sch, err = s.conn.ExistsW(second)
+				_, _, sch, err = s.conn.GetW(second)
 				return err
 			})
 			switch {
-			case err == nil && !ok:
+			case errors.Is(err, zk.ErrNoNode):
 				read = true // gone already
 			case err != nil:
 				sch = nil // pred's watch is enough: the read comes at its event
@@ -325,12 +332,7 @@ func (s *zkStore) watchTurn(ctx context.Context, e *entry, pred string, ch <-cha
 		case err != nil && ctx.Err() != nil:
 			return false, "", nil, ctx.Err()
 		case err != nil:
-			// Wait on for pred's event, which reads the queue again; an
-			// entry that went is queued anew then.
-			s.mu.Lock()
-			e.second = ""
-			s.mu.Unlock()
-			continue
+			return false, "", nil, errReadAgain // Enqueue asks again, and says why
 		case pos.pred == "":
 			return false, "", &pos, nil
 		case e.parent+"/"+pos.pred != pred:

@@ -517,3 +517,52 @@ func TestGuardNotWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A lock node the store did not make in that transaction, such as an
+// earlier version's (whose create did not write the parent), counts: a
+// create's answer shows the node alone only when the parent's stat, read
+// after the create in the same transaction, counts one child. Here the
+// other node is made by a plain create, as before; TryAcquire is busy
+// while it exists, and takes the lock without a read once it is gone. A
+// create that wrote the parent before creating its node would see one
+// child and take the lock.
+func TestCreateCountsOtherNodes(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	ctx := context.Background()
+	const key = "counts-others"
+	parent := parentOfKey(key)
+	if _, err := adm.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Delete(parent, -1) })
+	other, err := adm.Create(parent+"/"+nodePrefix("00000000000000000000000000000001"), nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, s := testLocker(t, []string{srv.Addr()})
+	c := count(s, parent)
+	if lease, err := l.TryAcquire(ctx, key); !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("TryAcquire beside another version's node: error %v, lease taken %v; want ErrNotAcquired", err, lease != nil)
+	}
+	if ops, _ := c.take(); ops["children"] != 1 {
+		t.Fatalf("busy TryAcquire's requests %v, want a read of the children after the create", ops)
+	}
+	if err := adm.Delete(other, -1); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire once the other node is gone: %v", err)
+	}
+	if want := czxidOf(t, adm, parent, ""); int64(lease.Fence()) != want {
+		t.Fatalf("fence %d, want the node's czxid %d", lease.Fence(), want)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ops, _ := c.take(); !maps.Equal(ops, map[string]int{"create": 1, "delete": 1}) {
+		t.Fatalf("free TryAcquire and release: requests %v, want a create and a delete", ops)
+	}
+}

@@ -867,7 +867,7 @@ func (s *zkStore) position(ctx context.Context, e *entry) (position, error) {
 	}
 	pred, second, below := predecessors(children, own)
 	s.mu.Lock()
-	e.head, e.pred, e.second, e.below = "", pred, second, below
+	e.head, e.pred, e.second = "", pred, second
 	if below == 1 {
 		e.head = pred
 	}
@@ -887,7 +887,7 @@ func (s *zkStore) takeAlone(e *entry) (position, bool) {
 	}
 	pos := position{czxid: e.fence, sent: e.alone}
 	e.alone = time.Time{}
-	e.head, e.pred, e.second, e.below = "", "", "", 0
+	e.head, e.pred, e.second = "", "", ""
 	return pos, true
 }
 

@@ -182,9 +182,7 @@ type entry struct {
 	// more below this one, the one just before the predecessor: WaitTurn
 	// watches it too, and reads the queue again when it goes, so that
 	// head is known before the predecessor's deletion; "" otherwise.
-	// below is how many lock nodes that read found below this one.
 	second string
-	below  int
 	// alone is, when the create's answer showed the node as its parent's
 	// only child (so first), the send time of that create; zero
 	// otherwise, and once the caller has taken it (takeAlone).

@@ -566,3 +566,49 @@ func TestCreateCountsOtherNodes(t *testing.T) {
 		t.Fatalf("free TryAcquire and release: requests %v, want a create and a delete", ops)
 	}
 }
+
+// Where the guard cannot be written but the lock's parent can (another
+// Locker made it, under a wider ACL), the create's answer still carries
+// the fence: the parent's new mzxid, the transaction's zxid, the node's
+// czxid; a free lock costs the create and the delete.
+func TestGuardNotWritableParentWritable(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	const key = "guard-ro-parent-rw"
+	parent := parentOfKey(key)
+	if _, err := adm.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Delete(parent, -1) })
+	cfg := Config{Servers: []string{srv.Addr()}, TickTime: zktest.TickTime, ConnectTimeout: 20 * time.Second,
+		ACL: zk.WorldACL(zk.PermRead | zk.PermCreate | zk.PermDelete)}
+	l, s, err := newLocker(cfg, []lockmw.Option{lockmw.WithTTL(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	c := count(s, parent) // before the store's first request: the hook is read unlocked
+	for i := range 2 {    // the first makes the session's guard, and learns it is not writable
+		lease, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := czxidOf(t, adm, parent, ""); int64(lease.Fence()) != want {
+			t.Fatalf("fence %d, want the node's czxid %d", lease.Fence(), want)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		ro, parentRO := s.guardRO, s.parentRO
+		s.mu.Unlock()
+		if !ro || parentRO {
+			t.Fatalf("guard not writable noticed %v, parent not writable %v; want true, false", ro, parentRO)
+		}
+		if ops, _ := c.take(); i == 1 && !maps.Equal(ops, map[string]int{"create": 1, "delete": 1}) {
+			t.Fatalf("free lock: requests %v, want a create and a delete", ops)
+		}
+	}
+}

@@ -71,11 +71,15 @@
 //
 //   - Acquisition and queueing (Acquire, Queue.Enqueue): one Multi writes
 //     the session's guard node (its empty data again, at any version: the
-//     write fails, as a version check does, once the guard is gone) and
+//     write fails, as a version check does, once the guard is gone),
 //     creates N (ephemeral, sequential) in the session S that the store
-//     has now; then the parent's children are read, in S. The lease is
-//     live only when N is among them and no lock node has a lower
-//     sequence. N's owner is S: the Multi succeeded only while S's guard
+//     has now, and then writes the parent's (empty) data again, whose
+//     answer is the parent's stat in that transaction, N's creation
+//     included: when it counts one child, N is alone, so first, at that
+//     transaction's zxid, and the lease is live with no read, dated from
+//     the Multi's send time (a request answered in S, below). Otherwise
+//     the parent's children are read, in S. The lease is live only when N
+//     is among them and no lock node has a lower sequence. N's owner is S: the Multi succeeded only while S's guard
 //     existed, and a Multi that go-zookeeper sends on a later session
 //     finds that guard deleted by S's expiry (see the lost reply below).
 //     ZooKeeper answers a session's requests in order, from a server that
@@ -84,16 +88,20 @@
 //     created later have higher sequences, and the parent cannot be
 //     deleted while N is in it. So N stays lowest while it exists. N
 //     exists until this store deletes it or S expires, not before v + 2T/3
-//     − tick (see Validity), v being the send time of that read:
-//     ValidFrom, with TTL ≤ 2T/3 − tick. Fence: N's czxid; every earlier
+//     − tick (see Validity), v being the send time of that read (of the
+//     Multi, when N was alone): ValidFrom, with TTL ≤ 2T/3 − tick. Fence: N's czxid; every earlier
 //     holder's node was created before N (it was lower, or deleted before
 //     N was created), so its czxid is lower. The Multi's answer carries
 //     it: a Multi is one transaction with one zxid, which is N's czxid and
 //     the guard's new mzxid, and the guard's write answers with the
-//     guard's stat (checked to be S's). Where Config.ACL does not let the
-//     client write the guard (the server refuses the write, and the Multi
-//     creates nothing), the Multi checks the guard's version instead, and
-//     N's stat is read beside the children: its czxid, and its owner S.
+//     guard's stat (checked to be S's); the parent's new mzxid is that
+//     zxid too. Where Config.ACL does not let the client write the guard
+//     (the server refuses the write, and the Multi creates nothing), the
+//     Multi checks the guard's version instead, and the fence is the
+//     parent's mzxid; where the parent cannot be written either (refused
+//     likewise: the Multi then leaves the parent out, and the children are
+//     always read), N's stat is read beside the children: its czxid, and
+//     its owner S.
 //   - Hand-over seen by the waiter (Queue.WaitTurn): N watches the node P
 //     just before it. When the last read of the queue in S (Enqueue's
 //     above, or WaitTurn's own) found P the only lock node below N, P's
@@ -101,11 +109,23 @@
 //     not exist; no other event) makes N first: every lower node that
 //     still existed was in that read, later nodes have higher sequences,
 //     so the nodes below N only go, and P was the last. N is then live
-//     from v, the send time of the watch: a request answered in S (S is
-//     the session before it and at the event), so S lives until
+//     from v, the send time of the watch (or of a later read that found
+//     P, below): a request answered in S (S is the session before it and
+//     at the event), so S lives until
 //     v + 2T/3 − tick as under Validity, and N with it; v comes before the
 //     hand-over, so the lease's validity ends no later than the holding
 //     kept for it.
+//     While the last read found other nodes below N, the waiter also
+//     watches the node P2 just before P (a data watch, which the server
+//     sets only on a node that exists; no herd: a node has two watchers at
+//     most), and when P2 goes (any event of its watch, or an answer that
+//     it does not exist) it reads the parent's children in S, as Enqueue
+//     does (a read that fails reports nothing): N first, it holds the lock from that read; P still
+//     just before N, that read is now the last read, and v its send time
+//     (it was answered before P's deletion, as it found P); another node
+//     just before N, it watches that one. So in a queue the read comes
+//     during P's turn, and P's release hands the lock on with no round
+//     trip after it.
 //     When v would leave less than 3/4 of the TTL, or another node was
 //     below N, the waiter reads the parent's children once, in S, exactly
 //     the read of Enqueue above, and decides the same way, N live from
@@ -133,12 +153,14 @@
 //
 // # Waiting
 //
-// A waiter's node watches only the node just before it (exists watch: no
-// herd). When that one is deleted, the waiter holds the lock if it was the
-// only node before it at the waiter's last read of the queue; else the
-// waiter reads the parent's children once: first, it holds the lock; else
-// it watches the node now just before it (Safety: Hand-over seen by the
-// waiter). Fair and default waiters queue alike (lockmw's default mode asks
+// A waiter's node watches the node just before it (an exists watch), and,
+// while others are below that one, the node before that too (a data
+// watch): two watchers per node at most, no herd. When the second goes, the waiter reads the
+// queue, during its predecessor's turn; when the predecessor is deleted,
+// the waiter holds the lock if it was the only node before it at the
+// waiter's last read of the queue; else the waiter reads the parent's
+// children once: first, it holds the lock; else it watches the node now
+// just before it (Safety: Hand-over seen by the waiter). Fair and default waiters queue alike (lockmw's default mode asks
 // for a place in the queue once a lock is busy), so a release wakes one
 // waiter across all Lockers, and no waiter is overtaken.
 //
@@ -146,20 +168,26 @@
 //
 // Lock nodes, their names and contents, the queue's order and the watch
 // on the predecessor are those of earlier versions of this package, whose
-// creates checked the guard's version rather than writing it; only the
-// guard's version moves now (its data stays empty), and a guard is its
-// session's own, read by no other Locker. So Lockers of either version on
+// creates checked the guard's version rather than writing it, and did not
+// write the lock's parent; only the guard's and the parent's versions move
+// now (their data stay empty), a guard is its session's own, read by no
+// other Locker, and no version reads a parent's data or version (the
+// parent's child count, which a create reads now, counts every version's
+// nodes alike). So Lockers of either version on
 // one ensemble queue in one queue: they exclude each other, and a release
 // wakes the next waiter whichever version it runs.
 //
 // # Compared with zk.Lock
 //
-// An acquisition sends no more requests than zk.Lock: the create (a Multi
-// with the guard), one read of the children, and, while waiting, the watch
-// on the predecessor; then the delete. zk.Lock reads the children again
-// after every wake-up; here the next waiter takes the lock at the watch's
-// event, with no round trip, and reads again only when a waiter ahead of it
-// left the queue.
+// A free lock costs two requests, where zk.Lock sends three: the create
+// (a Multi with the guard and the parent, whose answer shows the node
+// alone) and the delete; zk.Lock reads the children after its create. A
+// contended acquisition costs six, where zk.Lock sends five: the create,
+// one read of the children, the two watches, one read when the second
+// watched node goes, and the delete. zk.Lock reads the children after
+// every wake-up, a round trip between a release and the next holding;
+// here the next waiter has read the queue during its predecessor's turn
+// and takes the lock at the watch's event, with no round trip.
 //
 // go-zookeeper's zk.Lock has no context, leaves its node behind when a
 // call after the create fails (everyone then waits for the session to

@@ -95,14 +95,17 @@ func nameOf(s *zkStore, token string) string {
 }
 
 // An acquisition sends no more requests than zk.Lock's: a free lock costs
-// the create, one read of the children and the delete (as zk.Lock); the
-// next waiter's costs the create, the read, the watch on its predecessor
-// (whose deletion makes it first: WaitTurn reports the holding, with no
-// read and no Enqueue again) and the delete, where zk.Lock reads the
-// children again. The fence, which the create's answer carries, is the
-// node's czxid. Before the fence came with the create, each read of the
-// queue was two requests (the children and the node's stat), and a waiter
-// asked Enqueue again after its wake-up: 4 and 7 requests.
+// the create and the delete (the create's answer carries the parent's
+// stat, whose child count shows the node alone, so no read of the
+// children, where zk.Lock reads them); the next waiter's costs the create,
+// the read, the watch on its predecessor (whose deletion makes it first:
+// WaitTurn reports the holding, with no read and no Enqueue again) and the
+// delete, where zk.Lock reads the children again. The fence, which the
+// create's answer carries, is the node's czxid. Before the fence came with
+// the create, each read of the queue was two requests (the children and
+// the node's stat), and a waiter asked Enqueue again after its wake-up: 4
+// and 7 requests; before the create wrote the parent, a free lock cost 3
+// (a read of the children after the create).
 func TestRequestsPerAcquisition(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
@@ -151,7 +154,7 @@ func TestRequestsPerAcquisition(t *testing.T) {
 			t.Fatal(err)
 		}
 		ops, _ := hc.take()
-		if want := map[string]int{"create": 1, "children": 1, "delete": 1}; !maps.Equal(ops, want) {
+		if want := map[string]int{"create": 1, "delete": 1}; !maps.Equal(ops, want) {
 			t.Fatalf("free lock (try %v): requests %v, want %v", try, ops, want)
 		}
 	}
@@ -292,24 +295,67 @@ func TestWaitTurnReportsHandOver(t *testing.T) {
 	q.release(t, 1)
 }
 
-// When the deleted node was not the only one below token's at the last
-// read (here the holder left first, unseen by this waiter, which watches
-// the second), WaitTurn reads the queue once, finds token's node first,
+// When the last read found two nodes below token's, WaitTurn watches the
+// node before its predecessor too; when that one goes (the holder
+// releasing), it reads the queue during the predecessor's turn, finds the
+// predecessor the only node below, and takes the lock at the
+// predecessor's deletion with no request more: no round trip between that
+// release and the next holding, as when only one node was below. The
+// holding is dated from that read's send time (after the first deletion,
+// before the second). Before, the waiter watched its predecessor only,
+// and read the queue after its deletion.
+func TestWaitTurnReadsWhenTheNodeBeforeThePredecessorGoes(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	q := queueUp(t, srv.Addr(), "others-below", 3)
+	done := q.waitTurn(t, 2)
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("getw") == 1 })
+	releasing := time.Now()
+	q.release(t, 0)
+	waitUntil(t, 10*time.Second, "tok2 reading the queue after tok0 left", func() bool { return q.counts[2].get("children") == 1 })
+	select {
+	case r := <-done:
+		t.Fatalf("WaitTurn returned %+v while tok1 holds", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	released := time.Now()
+	q.release(t, 1)
+	r := q.handed(t, adm, 2, done)
+	ops, at := q.counts[2].take()
+	if want := map[string]int{"existsw": 1, "getw": 1, "children": 1}; !maps.Equal(ops, want) {
+		t.Fatalf("WaitTurn's requests %v, want %v", ops, want)
+	}
+	if read := at["children"][0]; read.After(released) {
+		t.Fatalf("the read came back %v, after tok1's release %v: want it during tok1's turn", read.Format(time.StampMicro), released.Format(time.StampMicro))
+	}
+	if v := r.ValidFrom; v.Before(releasing) || v.After(released) {
+		t.Fatalf("ValidFrom %v: want the read's send time, after tok0's release (sent %v), before tok1's (sent %v)",
+			v.Format(time.StampMicro), releasing.Format(time.StampMicro), released.Format(time.StampMicro))
+	}
+	q.release(t, 2)
+}
+
+// When the predecessor's deletion comes while the last read found other
+// nodes below token's (here the holder and the predecessor go in one
+// transaction), WaitTurn reads the queue once, finds token's node first,
 // and dates the holding from that read's send time (after the deletion, no
 // later than the read's answer).
 func TestWaitTurnReadsWhenOthersWereBelow(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
 	adm := adminConn(t, srv.Addr())
-	q := queueUp(t, srv.Addr(), "others-below", 3)
+	q := queueUp(t, srv.Addr(), "others-below-unseen", 3)
 	done := q.waitTurn(t, 2)
-	waitUntil(t, 10*time.Second, "tok2 watching tok1's node", func() bool { return q.counts[2].get("existsw") == 1 })
-	q.release(t, 0)
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("getw") == 1 })
 	left := time.Now()
-	q.release(t, 1)
+	if _, err := adm.Multi(&zk.DeleteRequest{Path: q.parent + "/" + nameOf(q.stores[0], tok(0)), Version: -1},
+		&zk.DeleteRequest{Path: q.parent + "/" + nameOf(q.stores[1], tok(1)), Version: -1}); err != nil {
+		t.Fatal(err)
+	}
 	r := q.handed(t, adm, 2, done)
 	ops, at := q.counts[2].take()
-	if want := map[string]int{"existsw": 1, "children": 1}; !maps.Equal(ops, want) {
+	if want := map[string]int{"existsw": 1, "getw": 1, "children": 1}; !maps.Equal(ops, want) {
 		t.Fatalf("WaitTurn's requests %v, want %v", ops, want)
 	}
 	if v := r.ValidFrom; v.Before(left) || v.After(at["children"][0]) {
@@ -357,7 +403,7 @@ func TestWaitTurnWatchesTheNewPredecessor(t *testing.T) {
 	adm := adminConn(t, srv.Addr())
 	q := queueUp(t, srv.Addr(), "newpred", 3)
 	done := q.waitTurn(t, 2)
-	waitUntil(t, 10*time.Second, "tok2 watching tok1's node", func() bool { return q.counts[2].get("existsw") == 1 })
+	waitUntil(t, 10*time.Second, "tok2 watching tok1's and tok0's nodes", func() bool { return q.counts[2].get("getw") == 1 })
 	q.release(t, 1)
 	deadline := time.Now().Add(10 * time.Second)
 	for q.counts[2].get("existsw") < 2 {
@@ -372,8 +418,8 @@ func TestWaitTurnWatchesTheNewPredecessor(t *testing.T) {
 	}
 	q.release(t, 0)
 	q.handed(t, adm, 2, done)
-	if ops, _ := q.counts[2].take(); ops["children"] != 1 || ops["existsw"] != 2 {
-		t.Fatalf("tok2's requests %v, want 2 watches and 1 read", ops)
+	if ops, _ := q.counts[2].take(); !maps.Equal(ops, map[string]int{"existsw": 2, "getw": 1, "children": 1}) {
+		t.Fatalf("tok2's requests %v, want 2 watches (tok1, then tok0 as predecessor), tok0 watched before as the node before tok1, 1 read", ops)
 	}
 	q.release(t, 2)
 }
@@ -410,7 +456,9 @@ func TestWaitTurnOnlyDeletionHandsOver(t *testing.T) {
 // Where Config.ACL does not let the client write the guard, the create's
 // Multi checks the guard's version (the server refuses the write and
 // creates nothing), and the fence is read from the node's stat: locks
-// work, fences are czxids, and a hand-over is still reported.
+// work, fences are czxids, and a hand-over is still reported. Nor can it
+// write the lock's parent: the create leaves the parent out (the server
+// refuses the write and creates nothing), and the queue is read after it.
 func TestGuardNotWritable(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
@@ -438,10 +486,13 @@ func TestGuardNotWritable(t *testing.T) {
 		t.Fatalf("fence %d, want the node's czxid %d", held.Fence(), want)
 	}
 	s1.mu.Lock()
-	ro := s1.guardRO
+	ro, parentRO := s1.guardRO, s1.parentRO
 	s1.mu.Unlock()
 	if !ro {
 		t.Fatal("the store did not notice that its guard is not writable")
+	}
+	if !parentRO {
+		t.Fatal("the store did not notice that the lock's parent is not writable")
 	}
 	got := make(chan *lockmw.Lease, 1)
 	go func() {
@@ -464,5 +515,100 @@ func TestGuardNotWritable(t *testing.T) {
 	}
 	if err := lease.Release(ctx); err != nil && !errors.Is(err, lockmw.ErrLost) {
 		t.Fatal(err)
+	}
+}
+
+// A lock node the store did not make in that transaction, such as an
+// earlier version's (whose create did not write the parent), counts: a
+// create's answer shows the node alone only when the parent's stat, read
+// after the create in the same transaction, counts one child. Here the
+// other node is made by a plain create, as before; TryAcquire is busy
+// while it exists, and takes the lock without a read once it is gone. A
+// create that wrote the parent before creating its node would see one
+// child and take the lock.
+func TestCreateCountsOtherNodes(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	ctx := context.Background()
+	const key = "counts-others"
+	parent := parentOfKey(key)
+	if _, err := adm.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Delete(parent, -1) })
+	other, err := adm.Create(parent+"/"+nodePrefix("00000000000000000000000000000001"), nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, s := testLocker(t, []string{srv.Addr()})
+	c := count(s, parent)
+	if lease, err := l.TryAcquire(ctx, key); !errors.Is(err, lockmw.ErrNotAcquired) {
+		t.Fatalf("TryAcquire beside another version's node: error %v, lease taken %v; want ErrNotAcquired", err, lease != nil)
+	}
+	if ops, _ := c.take(); ops["children"] != 1 {
+		t.Fatalf("busy TryAcquire's requests %v, want a read of the children after the create", ops)
+	}
+	if err := adm.Delete(other, -1); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := l.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatalf("TryAcquire once the other node is gone: %v", err)
+	}
+	if want := czxidOf(t, adm, parent, ""); int64(lease.Fence()) != want {
+		t.Fatalf("fence %d, want the node's czxid %d", lease.Fence(), want)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ops, _ := c.take(); !maps.Equal(ops, map[string]int{"create": 1, "delete": 1}) {
+		t.Fatalf("free TryAcquire and release: requests %v, want a create and a delete", ops)
+	}
+}
+
+// Where the guard cannot be written but the lock's parent can (another
+// Locker made it, under a wider ACL), the create's answer still carries
+// the fence: the parent's new mzxid, the transaction's zxid, the node's
+// czxid; a free lock costs the create and the delete.
+func TestGuardNotWritableParentWritable(t *testing.T) {
+	t.Parallel()
+	srv := zktest.Start(t)
+	adm := adminConn(t, srv.Addr())
+	const key = "guard-ro-parent-rw"
+	parent := parentOfKey(key)
+	if _, err := adm.Create(parent, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = adm.Delete(parent, -1) })
+	cfg := Config{Servers: []string{srv.Addr()}, TickTime: zktest.TickTime, ConnectTimeout: 20 * time.Second,
+		ACL: zk.WorldACL(zk.PermRead | zk.PermCreate | zk.PermDelete)}
+	l, s, err := newLocker(cfg, []lockmw.Option{lockmw.WithTTL(time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	c := count(s, parent) // before the store's first request: the hook is read unlocked
+	for i := range 2 {    // the first makes the session's guard, and learns it is not writable
+		lease, err := l.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := czxidOf(t, adm, parent, ""); int64(lease.Fence()) != want {
+			t.Fatalf("fence %d, want the node's czxid %d", lease.Fence(), want)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		ro, parentRO := s.guardRO, s.parentRO
+		s.mu.Unlock()
+		if !ro || parentRO {
+			t.Fatalf("guard not writable noticed %v, parent not writable %v; want true, false", ro, parentRO)
+		}
+		if ops, _ := c.take(); i == 1 && !maps.Equal(ops, map[string]int{"create": 1, "delete": 1}) {
+			t.Fatalf("free lock: requests %v, want a create and a delete", ops)
+		}
 	}
 }

@@ -66,6 +66,10 @@ func (s *zkStore) Acquire(ctx context.Context, k store.Key, token string, ttl ti
 	if err != nil {
 		return store.Reply{}, err
 	}
+	if pos, ok := s.takeAlone(e); ok {
+		s.acquired(e, pos, ttl, renewed)
+		return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
+	}
 	pos, err := s.position(ctx, e)
 	if err != nil {
 		s.giveUp(e)
@@ -107,6 +111,10 @@ func (s *zkStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 			var err error
 			if e, err = s.create(ctx, parent, token, ttl); err != nil {
 				return store.Reply{}, err
+			}
+			if pos, ok := s.takeAlone(e); ok {
+				s.acquired(e, pos, ttl, renewed)
+				return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
 			}
 		}
 		pos, err := s.position(ctx, e)
@@ -162,15 +170,19 @@ func (s *zkStore) expire(e *entry, ttl time.Duration) {
 	}
 }
 
-// WaitTurn watches the predecessor (only it: no herd) until it is deleted.
-// If the predecessor was the only node below token's at the last read of
-// the queue, token's is first then, and WaitTurn reports the holding with
-// no request more; else (or after another event of the watch) it reads
-// the queue once: when token's node is first, it reports the holding; when
-// another node is now just before it, it watches that one (doc.go,
-// "Safety": Hand-over seen by the waiter). It returns a zero reply, for
-// the Locker to ask Enqueue, when the session changes (token's own entry
-// went with it) or the read fails.
+// WaitTurn watches the predecessor until it is deleted, and, while the
+// last read of the queue found other lock nodes below token's, the node
+// just before the predecessor too (two watchers per node at most: no herd):
+// when that one goes, it reads the queue again, during the predecessor's
+// turn, so that the predecessor's deletion finds the predecessor the only
+// node below. If the predecessor was the only lock node below token's at
+// the last read of the queue, token's is first at its deletion, and
+// WaitTurn reports the holding with no request more; else (or after
+// another event of the watch) it reads the queue once: when token's node
+// is first, it reports the holding; when another node is now just before
+// it, it watches that one (doc.go, "Safety": Hand-over seen by the
+// waiter). It returns a zero reply, for the Locker to ask Enqueue, when
+// the session changes (token's own entry went with it) or a read fails.
 func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	s.mu.Lock()
 	e := s.held[token]
@@ -194,15 +206,29 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 			exists, _, ch, err = s.conn.ExistsW(pred)
 			return err
 		})
+		// last is the send time of the last request answered since the
+		// watch on pred: a read of the queue, or the watch itself.
+		last := sent
 		switch {
 		case err == nil && exists:
-			select {
-			case ev := <-ch:
-				deleted = ev.Type == zk.EventNodeDeleted
-			case <-changed:
+			var (
+				next  string    // the node now before token's, when a read found another
+				first *position // a read found token's node first
+			)
+			deleted, next, first, err = s.watchTurn(ctx, e, pred, ch, changed, &last)
+			switch {
+			case errors.Is(err, errReadAgain):
 				return store.Reply{}, nil
-			case <-ctx.Done():
-				return store.Reply{}, ctx.Err()
+			case err != nil:
+				return store.Reply{}, err
+			case first != nil:
+				s.acquired(e, *first, ttl, true)
+				return store.Reply{Acquired: true, Fence: uint64(first.czxid), ValidFrom: first.sent}, nil
+			case next != "":
+				pred = next
+				continue
+			case !deleted && !s.tr.same(e.sess):
+				return store.Reply{}, nil // the session changed
 			}
 		case err == nil:
 			deleted = true
@@ -224,13 +250,14 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 		}
 		// If the predecessor is gone and was the only lock node below
 		// token's at the last read of the queue, token's is first now, and
-		// the watch, a request answered in e's session, dates the holding;
-		// unless that leaves less than 3/4 of the TTL (a read dates it).
+		// the last request answered in e's session before the deletion
+		// (the watch, or a read after it) dates the holding; unless that
+		// leaves less than 3/4 of the TTL (a read dates it).
 		s.mu.Lock()
 		first := deleted && e.head != "" && pred == e.parent+"/"+e.head && e.fence != 0
-		pos := position{czxid: e.fence, sent: sent}
+		pos := position{czxid: e.fence, sent: last}
 		s.mu.Unlock()
-		if first && s.tr.same(e.sess) && time.Since(sent) < ttl/4 {
+		if first && s.tr.same(e.sess) && time.Since(last) < ttl/4 {
 			s.acquired(e, pos, ttl, true)
 			return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
 		}
@@ -247,6 +274,71 @@ func (s *zkStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl t
 		}
 		s.acquired(e, pos, ttl, true)
 		return store.Reply{Acquired: true, Fence: uint64(pos.czxid), ValidFrom: pos.sent}, nil
+	}
+}
+
+// errReadAgain is watchTurn's error for a read of the queue that failed:
+// WaitTurn returns, and the Locker asks Enqueue, which reads it again.
+var errReadAgain = errors.New("zookeeper: the read of the queue failed")
+
+// watchTurn waits for the event of ch, the watch on pred (e's predecessor,
+// which existed when the watch was set): deleted says whether it was
+// pred's deletion. Meanwhile, while the last read of the queue found
+// another lock node just before pred, it watches that one too, and reads
+// the queue again when it goes: then first is e's holding when the read
+// found e's node first, and next the node now before e's when it is not
+// pred; *last is that read's send time when it found pred still before
+// e's node. It returns with neither when the session changes, ctx's
+// error when ctx ends, and errReadAgain when the read failed.
+func (s *zkStore) watchTurn(ctx context.Context, e *entry, pred string, ch <-chan zk.Event, changed <-chan struct{}, last *time.Time) (deleted bool, next string, first *position, err error) {
+	for {
+		var sch <-chan zk.Event // the watch on the node before pred
+		s.mu.Lock()
+		second := ""
+		if e.second != "" && pred == e.parent+"/"+e.pred {
+			second = e.parent + "/" + e.second
+		}
+		s.mu.Unlock()
+		read := false
+		if second != "" {
+			// A data watch (GetW), which the server sets only on a node
+			// that exists: no watch is left on a name that is gone.
+			_, err := s.do(ctx, "getw", second, func() error {
+				var err error
+				_, _, sch, err = s.conn.GetW(second)
+				return err
+			})
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				read = true // gone already
+			case err != nil:
+				sch = nil // pred's watch is enough: the read comes at its event
+			}
+		}
+		if !read {
+			select {
+			case ev := <-ch:
+				return ev.Type == zk.EventNodeDeleted, "", nil, nil
+			case <-sch:
+			case <-changed:
+				return false, "", nil, nil
+			case <-ctx.Done():
+				return false, "", nil, ctx.Err()
+			}
+		}
+		// The node before pred went: where is e's node now?
+		pos, err := s.position(ctx, e)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return false, "", nil, ctx.Err()
+		case err != nil:
+			return false, "", nil, errReadAgain // Enqueue asks again, and says why
+		case pos.pred == "":
+			return false, "", &pos, nil
+		case e.parent+"/"+pos.pred != pred:
+			return false, e.parent + "/" + pos.pred, nil, nil
+		}
+		*last = pos.sent
 	}
 }
 
@@ -479,7 +571,7 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 	prefix := parent + "/" + nodePrefix(token)
 	for try := 0; ; try++ {
 		s.mu.Lock()
-		ro := s.guardRO
+		ro, parentRO := s.guardRO, s.parentRO
 		s.mu.Unlock()
 		// The guard's op: a SetData of its (empty) data, which fails as a
 		// version check does when the guard is gone, and whose answer
@@ -489,10 +581,18 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 		if ro {
 			check = &zk.CheckVersionRequest{Path: guard, Version: -1}
 		}
+		ops := []any{check, &zk.CreateRequest{Path: prefix, Acl: s.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}}
+		if !parentRO {
+			// The parent's op: a SetData of its (empty) data after the
+			// create, whose answer carries the parent's stat in this
+			// transaction: its number of children, the node's included
+			// (a free lock needs no read of the queue: see doc.go,
+			// "Safety"), and its new mzxid, the node's czxid.
+			ops = append(ops, &zk.SetDataRequest{Path: parent, Version: -1})
+		}
 		out := make(chan []zk.MultiResponse, 1)
-		_, err := s.do(ctx, "create", prefix, func() error {
-			mr, err := s.conn.Multi(check,
-				&zk.CreateRequest{Path: prefix, Acl: s.acl, Flags: zk.FlagEphemeral | zk.FlagSequence})
+		sent, err := s.do(ctx, "create", prefix, func() error {
+			mr, err := s.conn.Multi(ops...)
 			out <- mr
 			return err
 		})
@@ -501,7 +601,7 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 		case mr = <-out:
 		default:
 		}
-		if len(mr) == 2 {
+		if len(mr) == len(ops) {
 			switch {
 			case !ro && errors.Is(mr[0].Error, zk.ErrNoAuth) && try < 3:
 				// Config.ACL does not let this client write the guard:
@@ -517,22 +617,40 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 				return nil, errSessionChanged
 			case mr[1].Error != nil && !isInconsistency(mr[1].Error):
 				err = mr[1].Error
+			case !parentRO && errors.Is(mr[2].Error, zk.ErrNoAuth) && try < 3:
+				// The parent's ACL does not let this client write it:
+				// nothing was created; read the queue after each create
+				// from now on.
+				s.mu.Lock()
+				s.parentRO = true
+				s.mu.Unlock()
+				continue
 			}
 		}
 		var (
 			name  string
 			fence int64
+			alone bool
 		)
-		if err == nil && len(mr) == 2 {
+		if err == nil && len(mr) == len(ops) {
 			name = mr[1].String
 			if !ro && mr[0].Stat != nil && mr[0].Stat.EphemeralOwner == st.id {
 				fence = mr[0].Stat.Mzxid
+			}
+			if !parentRO && mr[2].Stat != nil {
+				if fence == 0 {
+					fence = mr[2].Stat.Mzxid
+				}
+				alone = mr[2].Stat.NumChildren == 1
 			}
 		}
 		switch {
 		case err == nil && name != "":
 			s.mu.Lock()
 			e.name, e.fence = path.Base(name), fence
+			if alone && fence != 0 {
+				e.alone = sent
+			}
 			s.mu.Unlock()
 			if !s.tr.same(st) {
 				s.giveUp(e) // cannot be, by the guard; never kept
@@ -747,14 +865,30 @@ func (s *zkStore) position(ctx context.Context, e *entry) (position, error) {
 			sent = exSent
 		}
 	}
-	pred, below := predecessor(children, own)
+	pred, second, below := predecessors(children, own)
 	s.mu.Lock()
-	e.head = ""
+	e.head, e.pred, e.second = "", pred, second
 	if below == 1 {
 		e.head = pred
 	}
 	s.mu.Unlock()
 	return position{pred: pred, czxid: fence, sent: sent}, nil
+}
+
+// takeAlone returns e's holding when its create's answer showed its node
+// as the parent's only child: first at that transaction, dated from the
+// create's send time (a request answered in e's session), fenced by the
+// node's czxid. It reports it once.
+func (s *zkStore) takeAlone(e *entry) (position, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.alone.IsZero() {
+		return position{}, false
+	}
+	pos := position{czxid: e.fence, sent: e.alone}
+	e.alone = time.Time{}
+	e.head, e.pred, e.second = "", "", ""
+	return pos, true
 }
 
 // sweep deletes nodes of abandoned creates found among children, and

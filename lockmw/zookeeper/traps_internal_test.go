@@ -72,7 +72,9 @@ func parentOfKey(key string) string { return "/" + lockmw.DefaultPrefix + key }
 
 // zk.Lock leaves its node when a call after the create fails, so everyone
 // blocks until the session ends. Here the read after the create fails (an
-// injected error); the acquisition fails, and the node goes at once.
+// injected error; the lock is held, so that the create's answer does not
+// show the node alone and the read is needed); the acquisition fails, and
+// the node goes at once.
 func TestNoOrphanNodeAfterFailedCall(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
@@ -87,6 +89,10 @@ func TestNoOrphanNodeAfterFailedCall(t *testing.T) {
 		return err
 	}
 	ctx := context.Background()
+	held, err := other.TryAcquire(ctx, "orphan")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := l.TryAcquire(ctx, "orphan"); !errors.Is(err, lockmw.ErrUnavailable) {
 		t.Fatalf("TryAcquire with its read failing: %v, want ErrUnavailable", err)
 	}
@@ -94,8 +100,11 @@ func TestNoOrphanNodeAfterFailedCall(t *testing.T) {
 		t.Fatal("the injected failure never ran")
 	}
 	waitUntil(t, 5*time.Second, "the failed acquisition's node deleted", func() bool {
-		return len(children(t, adm, parentOfKey("orphan"))) == 0
+		return len(children(t, adm, parentOfKey("orphan"))) == 1
 	})
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	lease, err := other.TryAcquire(ctx, "orphan")
 	if err != nil {
 		t.Fatalf("another Locker after the failed acquisition: %v", err)

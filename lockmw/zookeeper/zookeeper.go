@@ -148,9 +148,13 @@ type zkStore struct {
 	// checks its version instead of setting its data, and the node's
 	// czxid is read after it (see createIn).
 	guardRO bool
-	closed  bool
-	logger  *slog.Logger                     // the Locker's (store.Logging)
-	lost    func(tokens []string, why error) // the Locker's (store.LossNotifier)
+	// parentRO: a lock's parent cannot be written under its ACL, so a
+	// create does not write it, and its answer does not say whether the
+	// node is alone: the queue is read after it (see createIn).
+	parentRO bool
+	closed   bool
+	logger   *slog.Logger                     // the Locker's (store.Logging)
+	lost     func(tokens []string, why error) // the Locker's (store.LossNotifier)
 
 	// hook, set by tests, sees each request's outcome and may replace its
 	// error (as a lost reply would).
@@ -171,7 +175,19 @@ type entry struct {
 	// node below this one, that node's name: its deletion makes this one
 	// first (see WaitTurn); "" otherwise.
 	head string
-	sess sessionState // the session it was created in
+	// pred is the lock node just before this one at the last read of
+	// the queue; "" when it found none.
+	pred string
+	// second is, when the last read of the queue found two lock nodes or
+	// more below this one, the one just before the predecessor: WaitTurn
+	// watches it too, and reads the queue again when it goes, so that
+	// head is known before the predecessor's deletion; "" otherwise.
+	second string
+	// alone is, when the create's answer showed the node as its parent's
+	// only child (so first), the send time of that create; zero
+	// otherwise, and once the caller has taken it (takeAlone).
+	alone time.Time
+	sess  sessionState // the session it was created in
 	// unknown: a create was sent whose outcome is unknown; the node may
 	// exist under a name the store does not know.
 	unknown bool
@@ -384,20 +400,32 @@ func before(a, b int32) bool { return int32(uint32(b)-uint32(a)) > 0 }
 // children, "" when own is first, and how many lock nodes are before own.
 // Names that are not lock nodes are ignored.
 func predecessor(children []string, own lockNode) (string, int) {
-	var pred lockNode
-	below := 0
+	pred, _, below := predecessors(children, own)
+	return pred, below
+}
+
+// predecessors is predecessor, also returning the lock node queued just
+// before pred ("" when pred is the only one below own).
+func predecessors(children []string, own lockNode) (pred, second string, below int) {
+	var p, pp lockNode
 	for _, c := range children {
 		n, ok := parseNode(c)
 		if !ok || n.name == own.name || !before(n.seq, own.seq) {
 			continue
 		}
-		if below == 0 || before(pred.seq, n.seq) {
-			pred = n
+		switch {
+		case below == 0 || before(p.seq, n.seq):
+			pp, p = p, n
+		case below == 1 || before(pp.seq, n.seq):
+			pp = n
 		}
 		below++
 	}
 	if below == 0 {
-		return "", 0
+		return "", "", 0
 	}
-	return pred.name, below
+	if below == 1 {
+		return p.name, "", 1
+	}
+	return p.name, pp.name, below
 }

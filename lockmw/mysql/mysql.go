@@ -40,13 +40,18 @@ const (
 	BackoffMax = 100 * time.Millisecond
 )
 
-// busyFlag marks an acquisition's LAST_INSERT_ID as "busy": the bits below
-// are the holder's remaining TTL in microseconds. ownFlag marks it as
-// "held by the caller's token already" (a hand-over), with the same bits.
-// Fences stay far below both.
+// busyFlag marks an acquisition's LAST_INSERT_ID as "busy": the low 32
+// bits are the holder's remaining TTL in microseconds (MaxTTL, 3.6e9 µs,
+// fits), and the 28 bits above them the low bits of the holder's fence
+// (Reply.Seen: a waiter tells a new holding from the one it saw, see
+// poll.go). ownFlag marks it as "held by the caller's token already" (a
+// hand-over), with the same bits. Fences stay far below both.
 const (
-	busyFlag = 1 << 62
-	ownFlag  = 1 << 61
+	busyFlag  = 1 << 62
+	ownFlag   = 1 << 61
+	leftMask  = 1<<32 - 1
+	seenShift = 32
+	seenMask  = 1<<28 - 1
 )
 
 // cleanupEvery is how often a Locker deletes rows whose holding ended more
@@ -197,6 +202,8 @@ type sqlStore struct {
 
 	pacesMu sync.Mutex
 	paces   map[store.Key]time.Duration // what waiters saw of each key's hand-overs (queue.go)
+
+	pace pacer // when default-mode waiters try again (poll.go)
 }
 
 var (
@@ -204,6 +211,7 @@ var (
 	_ store.LeftNothing = (*sqlStore)(nil)
 	_ store.Logging     = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
+	_ store.Notifier    = (*sqlStore)(nil)
 	_ store.Queue       = (*sqlStore)(nil)
 	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)
@@ -325,6 +333,7 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 		"fence = IF("+expired+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
 		"expires_at = IF("+expired+", VALUES(expires_at), "+
 		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
+		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
 		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
 	sent := time.Now()
 	res, err := s.send(ctx, ttl, token, q)
@@ -344,7 +353,7 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	}
 	switch {
 	case id&busyFlag != 0:
-		return store.Reply{HolderTTL: time.Duration(id&^busyFlag) * time.Microsecond}, nil
+		return store.Reply{HolderTTL: time.Duration(id&leftMask) * time.Microsecond, Seen: 1 + id>>seenShift&seenMask}, nil
 	case id&ownFlag != 0:
 		// The row holds token, live: a release handed it the lock (see
 		// Release), and its waiter did not learn it from a poll. The

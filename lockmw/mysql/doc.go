@@ -61,14 +61,16 @@
 //	ON DUPLICATE KEY UPDATE
 //	  token      = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
 //	  fence      = IF(expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(NEXTVAL(T_fence)), fence),
-//	  expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), <busy: LAST_INSERT_ID(flag + time left)>)
+//	  expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), <busy: LAST_INSERT_ID(flag + fence bits + time left)>)
 //
 // The assignments run left to right and later ones see earlier ones'
 // results, so every condition reads expires_at, which is assigned last:
 // all three see the row as it was. IF evaluates only the branch it takes,
 // so a busy attempt draws no second fence. The reply's insert id (the OK
 // packet carries the last LAST_INSERT_ID(expr) of the statement) is the
-// new fence, or, with a flag bit, the holder's remaining TTL; the rows
+// new fence, or, with a flag bit, the holder's remaining TTL (low 32 bits)
+// and the low 28 bits of its fence (which tell a waiter that the lock
+// changed hands, see Waiting); the rows
 // affected (1 inserted, 2 taken over; 0 busy, with clientFoundRows off)
 // are checked against it; a statement the queue held back (WHERE false)
 // writes nothing and answers 0 and 0: busy. A waiter's attempt is the
@@ -185,11 +187,22 @@
 // # Waiting
 //
 // MariaDB cannot notify a waiter of a release, so waiters poll. A
-// default-mode waiter retries its attempt (one statement) after a jittered
-// backoff from BackoffMin doubling to BackoffMax, never past the holder's
-// expiry (store.FairOnly: a turn in the queue costs several statements,
-// and its hand-over waits for one chosen waiter's poll while the lock sits
-// idle, which under load kept it busy little more than half the time).
+// default-mode waiter retries its attempt (one statement); one such waiter
+// per key and Locker polls, the Locker's others of that key waiting
+// in-process behind it (lockmw's gate for a store.Notifier, whose WaitFree
+// here only paces the attempts, poll.go), so a Locker polls a key once
+// however many of its goroutines wait. The pause follows what the busy
+// replies saw (take's reply carries the low bits of the holder's fence):
+// while the lock changes hands between two attempts, the next comes after
+// a jittered 5-10ms (short holdings, whose ends a barging attempt must
+// not sleep through: with a 100ms cap the unluckiest of 16 contending
+// Lockers waited 0.85s at the 99th percentile, against the ShedLock
+// loop's 0.5s at a fixed 10ms); while one holding lasts, the pause doubles
+// from BackoffMin up to BackoffMax; never past the holder's expiry.
+// Default waiters do not queue (store.FairOnly: a turn in the queue costs
+// several statements, and its hand-over waits for one chosen waiter's
+// poll while the lock sits idle, which under load kept it busy little
+// more than half the time).
 // Fair waiters queue: a Fair waiter is never overtaken by one that
 // arrived after its entry was queued, whatever that one's mode or Locker,
 // since every attempt (default, TryAcquire, Fair) passes no unexpired

@@ -32,10 +32,11 @@ const (
 	// MaxTTL is the longest lease TTL the store accepts.
 	MaxTTL = Retention
 
-	// BackoffMin and BackoffMax bound lockmw's backoff between plain
-	// attempts on a busy lock (jittered, doubling), where it makes them
-	// (store.Backoff); BackoffMax also bounds a queued waiter's sleep
-	// between polls (see Waiting): MariaDB cannot notify, so waiters poll.
+	// BackoffMin and BackoffMax bound the pause of a default-mode waiter
+	// between its attempts on a lock whose holding lasts (jittered,
+	// doubling; 5-10ms while the lock changes hands between attempts, see
+	// Waiting); BackoffMax also bounds a queued waiter's sleep between
+	// polls: MariaDB cannot notify, so waiters poll.
 	BackoffMin = 5 * time.Millisecond
 	BackoffMax = 100 * time.Millisecond
 )

@@ -1,0 +1,75 @@
+package mysql
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+// A busy attempt's reply tells holdings apart (Seen, from the holder's
+// fence) and still says what the holder has left: the same holding gives
+// the same Seen, a new one another.
+func TestBusyReplyTellsHoldingsApart(t *testing.T) {
+	t.Parallel()
+	s, _ := newTestStore(t)
+	ctx := tctx(t)
+	k := store.Key{Prefix: "p:", Name: "seen"}
+	busy := func() store.Reply {
+		t.Helper()
+		r, err := s.Acquire(ctx, k, "waiter", time.Minute, true)
+		if err != nil || r.Acquired {
+			t.Fatalf("attempt on a held lock: %+v, %v", r, err)
+		}
+		if r.HolderTTL <= 0 || r.HolderTTL > time.Minute {
+			t.Fatalf("busy reply %+v: HolderTTL not within (0, 1m]", r)
+		}
+		return r
+	}
+	if r, err := s.Acquire(ctx, k, "first", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("first holder: %+v, %v", r, err)
+	}
+	a, b := busy(), busy()
+	if a.Seen == 0 || a.Seen != b.Seen {
+		t.Fatalf("two attempts during one holding saw Seen %d and %d; want the same, not 0", a.Seen, b.Seen)
+	}
+	if o, err := s.Release(ctx, k, "first"); err != nil || o != store.Owned {
+		t.Fatalf("release: %v, %v", o, err)
+	}
+	if r, err := s.Acquire(ctx, k, "second", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("second holder: %+v, %v", r, err)
+	}
+	if c := busy(); c.Seen == 0 || c.Seen == a.Seen {
+		t.Fatalf("an attempt during the next holding saw Seen %d, the first holding's was %d; want another, not 0", c.Seen, a.Seen)
+	}
+}
+
+// WaitFree's pause follows what the attempts saw: at most churnPause while
+// each attempt finds a new holding, doubling up to BackoffMax while one
+// holding lasts, and short again once the lock changes hands.
+func TestPauseFollowsHoldings(t *testing.T) {
+	var p pacer
+	k := store.Key{Prefix: "p:", Name: "pace"}
+	for i := range 20 {
+		if d := p.next(k, int64(i+1)); d > churnPause {
+			t.Fatalf("pause %d, after a new holding: %v, want at most %v", i, d, churnPause)
+		}
+	}
+	var d time.Duration
+	for range 20 {
+		d = p.next(k, 99)
+	}
+	if d < BackoffMax/2 || d > BackoffMax {
+		t.Fatalf("pause while one holding lasts: %v, want within [%v, %v]", d, BackoffMax/2, BackoffMax)
+	}
+	if d := p.next(k, 100); d > churnPause {
+		t.Fatalf("pause after the lock changed hands: %v, want at most %v", d, churnPause)
+	}
+	// A busy reply that tells nothing (the queue held the attempt back:
+	// Seen 0) is not a new holding.
+	p.next(k, 0)
+	if d := p.next(k, 0); d <= churnPause {
+		t.Fatalf("pause after two replies that told nothing: %v, want above %v (backing off)", d, churnPause)
+	}
+}
+

@@ -225,13 +225,17 @@
 //
 // When a Fair waiter polls: each Locker learns per key how long a hand-over
 // takes (per: a wait that began with p entries before it and ended after
-// time d saw p+1; a slow one counts at most twice the pace), and a waiter
-// p places back sleeps half of p·per, never more than BackoffMax (100ms).
-// First in line, it saw the holding it waits for begin (a new fence in the
-// row); it sleeps until half of per has passed since, then polls every
-// 250µs (jittered), backing off (×1.5, up to BackoffMax) once twice per
-// has passed, or at once without per; a waiter further back that knows no
-// per yet polls from 250µs doubling. Never past
+// time d saw p+1; a shorter wait pulls per halfway down, a longer one
+// lifts it by an eighth of the excess, counting a slow one at most twice
+// the pace: a pace lifted as fast as it fell made waiters first in line
+// sleep through their hand-overs, which lengthened the next waits, and a
+// contended lock fell to a third busy), and a waiter p places back sleeps
+// half of p·per, never more than BackoffMax (100ms). First in line, it saw
+// the holding it waits for begin (a new fence in the row); it sleeps until
+// half of per has passed since, then polls every 250µs (jittered), backing
+// off (×1.5) once twice per has passed: up to per/4 until eight per have
+// passed, then up to BackoffMax (at once without per); a waiter further
+// back that knows no per yet polls from 250µs doubling. Never past
 // the expiry of what it waits for. So the waiter next in line polls a few
 // times per hand-over, around when it is due, the others a few times per
 // wait; while the lock does not change hands, every waiter backs off to

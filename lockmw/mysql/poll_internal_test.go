@@ -73,3 +73,38 @@ func TestPauseFollowsHoldings(t *testing.T) {
 	}
 }
 
+// The Fair pace is biased low: a shorter wait pulls it halfway down, a
+// longer one lifts it by at most an eighth of twice the pace. (Lifted as
+// fast as it fell, a pace inflated by one late hand-over made the next
+// waiters first in line sleep through theirs.)
+func TestFairPaceBiasedLow(t *testing.T) {
+	from := time.Now()
+	w := poller{from: from, per: 4 * time.Millisecond}
+	if got := w.sample(from.Add(time.Millisecond)); got > 5*time.Millisecond/2 {
+		t.Errorf("pace 4ms after a 1ms wait: %v, want at most 2.5ms", got)
+	}
+	if got := w.sample(from.Add(time.Second)); got > 9*time.Millisecond/2 {
+		t.Errorf("pace 4ms after a 1s wait: %v, want at most 4.5ms", got)
+	}
+}
+
+// A Fair waiter first in line whose hand-over is late, but within eight
+// times the pace, keeps polling at least every quarter of the pace; later,
+// it backs off to BackoffMax.
+func TestFirstInLineLateKeepsPolling(t *testing.T) {
+	per := 4 * time.Millisecond
+	w := poller{from: time.Now(), per: per, backoff: pollFast, firstAt: time.Now().Add(-3 * per)}
+	for i := range 30 {
+		if d := w.next(); d > per/4 {
+			t.Fatalf("poll %d, 3 paces after becoming first: pause %v, want at most %v", i, d, per/4)
+		}
+	}
+	w.firstAt = time.Now().Add(-9 * per)
+	var d time.Duration
+	for range 30 {
+		d = w.next()
+	}
+	if d < BackoffMax/2 {
+		t.Fatalf("9 paces after becoming first: pause %v, want backed off to [%v, %v]", d, BackoffMax/2, BackoffMax)
+	}
+}

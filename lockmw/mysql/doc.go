@@ -20,17 +20,19 @@
 // CreateTable creates, or Schema prints for a migration of one's own, for a
 // base name T (DefaultTable, "lockmw_locks", unless NewWithTable names
 // another): the table T, one row per lock (prefix and name as the primary
-// key, the holder's token, the fence, and expires_at, a DATETIME(6) in
-// UTC); the sequence T_fence (NOCACHE); the table T_queue of waiters (one
+// key, the holder's token, the fence, expires_at, a DATETIME(6) in UTC,
+// and queue_seen, 0 until a Fair waiter queues for the lock, on rows this
+// version inserted); the sequence T_fence (NOCACHE); the table T_queue of waiters (one
 // row per waiting token: its place seq, an expires_at, and handover, 1
 // when its waiter takes hand-overs); and the table T_claims of cronlock's
 // fire claims. New fails with ErrMissingTable, saying how to create them,
 // when the server says they are missing (tables made before T_queue
 // existed lack it: CreateTable, idempotent, adds it), and with
 // ErrOldSchema when T_queue lacks the column handover (made by a version
-// before hand-overs: CreateTable, or the ALTER TABLE of Schema, adds it;
-// Lockers of that version keep working on the migrated table, see
-// Rolling upgrades); a server New cannot reach, or that refuses the
+// before hand-overs) or T lacks queue_seen (made by a version before
+// plain attempts skipped an unused queue): CreateTable, or the ALTER
+// TABLE statements of Schema, add them; Lockers of those versions keep
+// working on the migrated tables, see Rolling upgrades); a server New cannot reach, or that refuses the
 // login, is warned about once (with the address when the driver's error
 // names it, and the cause), and the Locker is made all the same, since
 // services often start before their database. Tables missing later make
@@ -55,27 +57,37 @@
 //
 // One statement:
 //
-//	INSERT INTO T (prefix, name, token, fence, expires_at)
-//	SELECT P, K, tok, LAST_INSERT_ID(NEXTVAL(T_fence)), UTC_TIMESTAMP(6) + INTERVAL ttl MICROSECOND
-//	FROM DUAL WHERE NOT EXISTS (<an unexpired entry of T_queue for P, K>)
+//	INSERT INTO T (prefix, name, token, fence, expires_at, queue_seen)
+//	VALUES (P, K, tok, LAST_INSERT_ID(NEXTVAL(T_fence)), UTC_TIMESTAMP(6) + INTERVAL ttl MICROSECOND, 0)
 //	ON DUPLICATE KEY UPDATE
-//	  token      = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(token), token),
-//	  fence      = IF(expires_at <= UTC_TIMESTAMP(6), LAST_INSERT_ID(NEXTVAL(T_fence)), fence),
-//	  expires_at = IF(expires_at <= UTC_TIMESTAMP(6), VALUES(expires_at), <busy: LAST_INSERT_ID(flag + fence bits + time left)>)
+//	  token      = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6)
+//	                 AND (queue_seen = 0 OR NOT EXISTS (<an unexpired entry of T_queue for P, K>))),
+//	                 VALUES(token), token),
+//	  fence      = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL(T_fence)), fence),
+//	  expires_at = IF(@lockmw_take, VALUES(expires_at), <busy: LAST_INSERT_ID(flag + fence bits + time left)>)
 //
 // The assignments run left to right and later ones see earlier ones'
-// results, so every condition reads expires_at, which is assigned last:
-// all three see the row as it was. IF evaluates only the branch it takes,
-// so a busy attempt draws no second fence. The reply's insert id (the OK
+// results, so the decision is made once, by the first, on the row as it
+// was (the statement's connection keeps it in @lockmw_take), and the
+// others follow it. IF evaluates only the branch it takes, so a busy
+// attempt draws no second fence, and reads the queue only when the row
+// is free and a Fair waiter ever queued for it (queue_seen): a subquery of
+// a write reads with locks (it waits for a transaction writing an entry),
+// and reading an unused queue cost a plain acquisition and release a
+// third of their server time. A Fair waiter's attempt (Enqueue) sets
+// queue_seen before its waiter's entry is queued, so no attempt that
+// starts after the entry is visible skips the queue. A missing row is
+// inserted without reading the queue: entries are queued behind a row,
+// which is kept Retention after its last holding. The reply's insert id (the OK
 // packet carries the last LAST_INSERT_ID(expr) of the statement) is the
 // new fence, or, with a flag bit, the holder's remaining TTL (low 32 bits)
 // and the low 28 bits of its fence (which tell a waiter that the lock
 // changed hands, see Waiting); the rows
-// affected (1 inserted, 2 taken over; 0 busy, with clientFoundRows off)
-// are checked against it; a statement the queue held back (WHERE false)
-// writes nothing and answers 0 and 0: busy. A waiter's attempt is the
-// same statement, held back only by an unexpired entry queued before its
-// own. When the live row holds the caller's token already (a release
+// affected (1 inserted, 2 taken over; 0 busy, with clientFoundRows off,
+// or 2 when a Fair waiter's busy attempt set queue_seen) are checked
+// against it; a statement the queue held back answers busy with no time
+// left. A waiter's attempt is the same statement, held back only by an
+// unexpired entry queued before its own. When the live row holds the caller's token already (a release
 // handed it the lock, and its waiter did not learn it from a poll), the
 // statement writes nothing: the busy branch marks the insert id with
 // another flag, and one SELECT reads the row's fence and what it has left;
@@ -84,7 +96,7 @@
 // fifths of the TTL (SET STATEMENT max_statement_time), so a statement
 // stuck in a lock wait ends with ErrStatementTimeout before the caller's
 // deadline. A statement InnoDB rolls back as a deadlock's victim (the
-// queue's reads lock index ranges under REPEATABLE READ; error 1213) wrote
+// queue's reads in writes lock index ranges; error 1213) wrote
 // nothing and is sent again, up to 5 times.
 //
 // # Safety: how a lease becomes live
@@ -130,9 +142,11 @@
 //     deadline: that lease is never live. Hence MaxTTL = Retention.
 //   - The waiters' queue: it decides only who may try, and whom a release
 //     hands the lock to. A waiter's attempt is the acquisition statement
-//     above, with one more condition in its WHERE (no unexpired entry
-//     before its own); a plain attempt's condition is that no unexpired
-//     entry is queued. A condition can only hold a statement back: what
+//     above, its queue condition being that no unexpired entry is queued
+//     before its own; a plain attempt's, that no unexpired entry is
+//     queued, or that no Fair waiter ever queued for the row
+//     (queue_seen = 0). Each is ANDed to the row's expiry in the one
+//     decision. A condition can only hold a statement back: what
 //     the statement writes, when it writes, is decided by the row as
 //     above. So whatever the queue holds (a stale entry, a delete that
 //     was lost, a read racing an insert), no two leases of a lock are
@@ -255,6 +269,15 @@
 // waiters: a release never hands the lock to an earlier version's entry
 // (handover = 0), and an earlier version's release leaves the row free,
 // which a waiter of this one finds at its next poll.
+//
+// Lockers of the version before queue_seen and of this one exclude each
+// other the same way (the column only decides whether a plain attempt
+// reads the queue; the earlier version's statements do not name it, and
+// the rows they insert read 1, "read the queue"). One order is weaker
+// while both run: a Fair waiter of the earlier version does not set
+// queue_seen, so on a row this version inserted, this version's plain
+// attempts may overtake it, as a barging waiter would; its own Locker's
+// order, and exclusion, are kept.
 //
 // # Errors
 //

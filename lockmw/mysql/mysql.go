@@ -131,14 +131,21 @@ func (s *sqlStore) check() error {
 			return nil
 		}
 	}
-	// Hand-overs need the queue's column handover (schema.go): a queue
-	// without it was made by an earlier version.
-	if _, err := db.ExecContext(ctx, "SELECT handover FROM "+n.queue+" LIMIT 0"); err != nil {
-		var me *driver.MySQLError
-		if errors.As(err, &me) && me.Number == erBadField {
-			return fmt.Errorf("%w: %s has no column handover (made before waiters took hand-overs); migrate with mysql.CreateTable(ctx, db, %q), idempotent, or run the ALTER TABLE of mysql.Schema(%q): Lockers of the earlier version keep working beside it", ErrOldSchema, n.queue, n.plain, n.plain)
+	// Hand-overs need the queue's column handover, and acquisitions the
+	// lock table's column queue_seen (schema.go): a table without it was
+	// made by an earlier version.
+	for _, c := range []struct{ table, column, since string }{
+		{n.queue, "handover", "made before waiters took hand-overs"},
+		{n.locks, "queue_seen", "made before plain attempts skipped the queue of a lock no Fair waiter queued for"},
+	} {
+		if _, err := db.ExecContext(ctx, "SELECT "+c.column+" FROM "+c.table+" LIMIT 0"); err != nil {
+			var me *driver.MySQLError
+			if errors.As(err, &me) && me.Number == erBadField {
+				return fmt.Errorf("%w: %s has no column %s (%s); migrate with mysql.CreateTable(ctx, db, %q), idempotent, or run the ALTER TABLE statements of mysql.Schema(%q): Lockers of the earlier version keep working beside it", ErrOldSchema, c.table, c.column, c.since, n.plain, n.plain)
+			}
+			s.warnUnreachable(classify(err))
+			return nil
 		}
-		s.warnUnreachable(classify(err))
 	}
 	return nil
 }
@@ -325,17 +332,28 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if err := checkKey(k); err != nil {
 		return store.Reply{}, err
 	}
-	expired := "expires_at <= UTC_TIMESTAMP(6)"
-	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at) SELECT "+
+	// @lockmw_take, a variable of the statement's connection, holds the
+	// decision, made once: the row is free (expired) and the queue lets
+	// token pass. The queue is read only where a Fair waiter ever queued
+	// for the row (queue_seen; rows of earlier versions say 1): a
+	// subquery of a write reads with locks, and cost a plain
+	// acquisition and release a third of their server time. A queued
+	// attempt marks the row before its waiter's entry is queued.
+	seen, mark := "0", ""
+	if queued {
+		seen, mark = "1", "queue_seen = 1, "
+	}
+	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen) VALUES ("+
 		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
-		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND FROM DUAL WHERE "+s.queueClear(k, token, queued)+
+		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+seen+")"+
 		" ON DUPLICATE KEY UPDATE "+
-		"token = IF("+expired+", VALUES(token), token), "+
-		"fence = IF("+expired+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
-		"expires_at = IF("+expired+", VALUES(expires_at), "+
+		"token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR "+s.queueClear(k, token, queued)+")), VALUES(token), token), "+
+		mark+
+		"fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
+		"expires_at = IF(@lockmw_take, VALUES(expires_at), "+
 		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
 		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
-		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
+		"GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)) IS NULL, NULL, expires_at))")
 	sent := time.Now()
 	res, err := s.send(ctx, ttl, token, q)
 	if err != nil {
@@ -360,10 +378,6 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 		// Release), and its waiter did not learn it from a poll. The
 		// statement wrote nothing; the holding is reported as it is.
 		return s.own(ctx, k, token, ttl)
-	}
-	if id == 0 && n == 0 {
-		// The queue held the statement back: it wrote nothing.
-		return store.Reply{}, nil
 	}
 	if id <= 0 || n < 1 || n > 2 {
 		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)

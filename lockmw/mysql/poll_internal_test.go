@@ -140,3 +140,68 @@ func TestPlainAttemptSkipsAnUnusedQueue(t *testing.T) {
 		t.Fatalf("plain attempt beside an uncommitted queue entry: %+v, %v; want the lock", r, err)
 	}
 }
+
+// oldTake is the acquisition statement of the version before queue_seen
+// (it names only the columns it knows, and reads the queue in its WHERE),
+// for token on k.
+func oldTake(k store.Key, token string) string {
+	expired := "expires_at <= UTC_TIMESTAMP(6)"
+	return "INSERT INTO lockmw_locks (prefix, name, token, fence, expires_at) SELECT " + hexLit(k.Prefix) + ", " + hexLit(k.Name) + ", " + hexLit(token) +
+		", LAST_INSERT_ID(NEXTVAL(lockmw_locks_fence)), UTC_TIMESTAMP(6) + INTERVAL 60000000 MICROSECOND FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM lockmw_locks_queue q WHERE " +
+		keyWhere("q", k) + " AND q.expires_at > UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE token = IF(" + expired + ", VALUES(token), token), fence = IF(" + expired +
+		", LAST_INSERT_ID(NEXTVAL(lockmw_locks_fence)), fence), expires_at = IF(" + expired + ", VALUES(expires_at), IF(LAST_INSERT_ID(4611686018427387904 + " +
+		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))"
+}
+
+// Lockers of the version before queue_seen and of this one exclude each
+// other on a migrated table, fences rising across them: each takes the
+// row only when it is free, and the earlier version's row (queue_seen 1,
+// its default) makes this version's attempts read the queue.
+func TestEarlierVersionExcludedOnMigratedTable(t *testing.T) {
+	t.Parallel()
+	s, admin := newTestStore(t)
+	ctx := tctx(t)
+	k := store.Key{Prefix: "p:", Name: "mixed"}
+	old := func(token string) (fence int64, took bool) {
+		t.Helper()
+		res, err := admin.ExecContext(ctx, oldTake(k, token))
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := res.LastInsertId()
+		n, _ := res.RowsAffected()
+		return id, n > 0 && id&busyFlag == 0
+	}
+	oldRelease := func(token string) {
+		t.Helper()
+		if _, err := admin.ExecContext(ctx, "UPDATE lockmw_locks SET token = X'', expires_at = UTC_TIMESTAMP(6) WHERE prefix = ? AND name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)", k.Prefix, k.Name, token); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f1, took := old("old-1")
+	if !took {
+		t.Fatal("the earlier version's statement did not take a free lock")
+	}
+	var seen int
+	if err := admin.QueryRowContext(ctx, "SELECT queue_seen FROM lockmw_locks WHERE prefix = ? AND name = ?", k.Prefix, k.Name).Scan(&seen); err != nil || seen != 1 {
+		t.Fatalf("queue_seen of the earlier version's row: %d, %v; want 1", seen, err)
+	}
+	if r, err := s.Acquire(ctx, k, "new-1", time.Minute, true); err != nil || r.Acquired {
+		t.Fatalf("this version's attempt while the earlier one holds: %+v, %v; want busy", r, err)
+	}
+	oldRelease("old-1")
+	r, err := s.Acquire(ctx, k, "new-1", time.Minute, true)
+	if err != nil || !r.Acquired || r.Fence <= uint64(f1) {
+		t.Fatalf("this version's attempt after the release: %+v, %v; want the lock with a fence above %d", r, err, f1)
+	}
+	if _, took := old("old-2"); took {
+		t.Fatal("the earlier version's statement took the lock this version holds")
+	}
+	if o, err := s.Release(ctx, k, "new-1"); err != nil || o != store.Owned {
+		t.Fatalf("release: %v, %v", o, err)
+	}
+	f2, took := old("old-2")
+	if !took || f2 <= int64(r.Fence) {
+		t.Fatalf("the earlier version after this one's release: took %v, fence %d; want the lock with a fence above %d", took, f2, r.Fence)
+	}
+}

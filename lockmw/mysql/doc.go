@@ -241,9 +241,9 @@
 // takes (per: a wait that began with p entries before it and ended after
 // time d saw p+1; a shorter wait pulls per halfway down, a longer one
 // lifts it by an eighth of the excess, counting a slow one at most twice
-// the pace: a pace lifted as fast as it fell made waiters first in line
-// sleep through their hand-overs, which lengthened the next waits, and a
-// contended lock fell to a third busy), and a waiter p places back sleeps
+// the pace: a pace lifted as fast as it fell can make waiters first in
+// line sleep through their hand-overs, and that late learning lengthens
+// the next waits), and a waiter p places back sleeps
 // half of p·per, never more than BackoffMax (100ms). First in line, it saw
 // the holding it waits for begin (a new fence in the row); it sleeps until
 // half of per has passed since, then polls every 250µs (jittered), backing

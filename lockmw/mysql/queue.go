@@ -357,8 +357,7 @@ func (w *poller) sample(end time.Time) time.Duration {
 	// slowly, and a stall (a waiter slow to learn its hand-over) counts
 	// at most twice the pace. A pace too long makes the waiter first in
 	// line sleep through its hand-over, the lock handed and idle, and that
-	// late learning lengthens the next waits: lifted as fast as it fell,
-	// the pace fed itself (a contended lock busy a third of the time). A
+	// late learning lengthens the next waits, lifting the pace further. A
 	// pace too short costs polls only.
 	if s < w.per {
 		return (w.per + s) / 2

@@ -25,8 +25,9 @@ var (
 	ErrMissingTable error = &setupError{"lockmw/mysql: the store's table is missing"}
 	// ErrOldSchema means the store's tables were made by an earlier
 	// version and lack what this one needs (the queue's column
-	// handover): migrate them with CreateTable, which is idempotent, or
-	// the ALTER TABLE of Schema. It matches lockmw.ErrStoreSetup.
+	// handover, the lock table's column queue_seen): migrate them with
+	// CreateTable, which is idempotent, or the ALTER TABLE statements of
+	// Schema. It matches lockmw.ErrStoreSetup.
 	ErrOldSchema error = &setupError{"lockmw/mysql: the store's tables need a migration"}
 	// ErrReadOnly means the server refused a write: it runs with
 	// read_only (a replica, or a primary demoted by a failover), or the

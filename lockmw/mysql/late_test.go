@@ -31,9 +31,21 @@ func TestStalledAcquisitionLeavesNoLock(t *testing.T) {
 	b := newLocker(t, srv, lockmw.WithTTL(ttl))
 	ctx := bg(t)
 	const key = "stalled"
+	// The key's row, free, and marked as one a Fair waiter queued for:
+	// plain attempts read its queue.
+	l0, err := b.Acquire(ctx, key, lockmw.Fair())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	// An administrator's transaction holds an uncommitted queue entry of
-	// the key: the acquisition's check of the queue waits for it.
+	// the key: the acquisition's check of the queue waits for it. (The
+	// statement holds the row's lock meanwhile, so a give-back of its
+	// token waits behind it; TestPausedAcquisitionLeavesNoLock is the
+	// stall a give-back does not wait behind.)
 	admin, err := srv.DB(t, "").Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -32,21 +32,27 @@ const (
 	// MaxTTL is the longest lease TTL the store accepts.
 	MaxTTL = Retention
 
-	// BackoffMin and BackoffMax bound lockmw's backoff between plain
-	// attempts on a busy lock (jittered, doubling), where it makes them
-	// (store.Backoff); BackoffMax also bounds a queued waiter's sleep
-	// between polls (see Waiting): MariaDB cannot notify, so waiters poll.
+	// BackoffMin and BackoffMax bound the pause of a default-mode waiter
+	// between its attempts on a lock whose holding lasts (jittered,
+	// doubling; 5-10ms while the lock changes hands between attempts, see
+	// Waiting); BackoffMax also bounds a queued waiter's sleep between
+	// polls: MariaDB cannot notify, so waiters poll.
 	BackoffMin = 5 * time.Millisecond
 	BackoffMax = 100 * time.Millisecond
 )
 
-// busyFlag marks an acquisition's LAST_INSERT_ID as "busy": the bits below
-// are the holder's remaining TTL in microseconds. ownFlag marks it as
-// "held by the caller's token already" (a hand-over), with the same bits.
-// Fences stay far below both.
+// busyFlag marks an acquisition's LAST_INSERT_ID as "busy": the low 32
+// bits are the holder's remaining TTL in microseconds (MaxTTL, 3.6e9 µs,
+// fits), and the 28 bits above them the low bits of the holder's fence
+// (Reply.Seen: a waiter tells a new holding from the one it saw, see
+// poll.go). ownFlag marks it as "held by the caller's token already" (a
+// hand-over), with the same bits. Fences stay far below both.
 const (
-	busyFlag = 1 << 62
-	ownFlag  = 1 << 61
+	busyFlag  = 1 << 62
+	ownFlag   = 1 << 61
+	leftMask  = 1<<32 - 1
+	seenShift = 32
+	seenMask  = 1<<28 - 1
 )
 
 // cleanupEvery is how often a Locker deletes rows whose holding ended more
@@ -125,14 +131,21 @@ func (s *sqlStore) check() error {
 			return nil
 		}
 	}
-	// Hand-overs need the queue's column handover (schema.go): a queue
-	// without it was made by an earlier version.
-	if _, err := db.ExecContext(ctx, "SELECT handover FROM "+n.queue+" LIMIT 0"); err != nil {
-		var me *driver.MySQLError
-		if errors.As(err, &me) && me.Number == erBadField {
-			return fmt.Errorf("%w: %s has no column handover (made before waiters took hand-overs); migrate with mysql.CreateTable(ctx, db, %q), idempotent, or run the ALTER TABLE of mysql.Schema(%q): Lockers of the earlier version keep working beside it", ErrOldSchema, n.queue, n.plain, n.plain)
+	// Hand-overs need the queue's column handover, and acquisitions the
+	// lock table's column queue_seen (schema.go): a table without it was
+	// made by an earlier version.
+	for _, c := range []struct{ table, column, since string }{
+		{n.queue, "handover", "made before waiters took hand-overs"},
+		{n.locks, "queue_seen", "made before plain attempts skipped the queue of a lock no Fair waiter queued for"},
+	} {
+		if _, err := db.ExecContext(ctx, "SELECT "+c.column+" FROM "+c.table+" LIMIT 0"); err != nil {
+			var me *driver.MySQLError
+			if errors.As(err, &me) && me.Number == erBadField {
+				return fmt.Errorf("%w: %s has no column %s (%s); migrate with mysql.CreateTable(ctx, db, %q), idempotent, or run the ALTER TABLE statements of mysql.Schema(%q): Lockers of the earlier version keep working beside it", ErrOldSchema, c.table, c.column, c.since, n.plain, n.plain)
+			}
+			s.warnUnreachable(classify(err))
+			return nil
 		}
-		s.warnUnreachable(classify(err))
 	}
 	return nil
 }
@@ -197,6 +210,8 @@ type sqlStore struct {
 
 	pacesMu sync.Mutex
 	paces   map[store.Key]time.Duration // what waiters saw of each key's hand-overs (queue.go)
+
+	pace pacer // when default-mode waiters try again (poll.go)
 }
 
 var (
@@ -204,6 +219,7 @@ var (
 	_ store.LeftNothing = (*sqlStore)(nil)
 	_ store.Logging     = (*sqlStore)(nil)
 	_ store.Backoff     = (*sqlStore)(nil)
+	_ store.Notifier    = (*sqlStore)(nil)
 	_ store.Queue       = (*sqlStore)(nil)
 	_ store.FairOnly    = (*sqlStore)(nil)
 	_ store.FireClaimer = (*sqlStore)(nil)
@@ -316,16 +332,28 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if err := checkKey(k); err != nil {
 		return store.Reply{}, err
 	}
-	expired := "expires_at <= UTC_TIMESTAMP(6)"
-	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at) SELECT "+
+	// @lockmw_take, a variable of the statement's connection, holds the
+	// decision, made once: the row is free (expired) and the queue lets
+	// token pass. The queue is read only where a Fair waiter ever queued
+	// for the row (queue_seen; rows of earlier versions say 1): a
+	// subquery of a write reads with locks, and cost a plain
+	// acquisition and release a third of their server time. A queued
+	// attempt marks the row before its waiter's entry is queued.
+	seen, mark := "0", ""
+	if queued {
+		seen, mark = "1", "queue_seen = 1, "
+	}
+	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen) VALUES ("+
 		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
-		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND FROM DUAL WHERE "+s.queueClear(k, token, queued)+
+		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+seen+")"+
 		" ON DUPLICATE KEY UPDATE "+
-		"token = IF("+expired+", VALUES(token), token), "+
-		"fence = IF("+expired+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
-		"expires_at = IF("+expired+", VALUES(expires_at), "+
+		"token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR "+s.queueClear(k, token, queued)+")), VALUES(token), token), "+
+		mark+
+		"fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
+		"expires_at = IF(@lockmw_take, VALUES(expires_at), "+
 		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
-		"TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) IS NULL, NULL, expires_at))")
+		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
+		"GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)) IS NULL, NULL, expires_at))")
 	sent := time.Now()
 	res, err := s.send(ctx, ttl, token, q)
 	if err != nil {
@@ -344,16 +372,12 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	}
 	switch {
 	case id&busyFlag != 0:
-		return store.Reply{HolderTTL: time.Duration(id&^busyFlag) * time.Microsecond}, nil
+		return store.Reply{HolderTTL: time.Duration(id&leftMask) * time.Microsecond, Seen: 1 + id>>seenShift&seenMask}, nil
 	case id&ownFlag != 0:
 		// The row holds token, live: a release handed it the lock (see
 		// Release), and its waiter did not learn it from a poll. The
 		// statement wrote nothing; the holding is reported as it is.
 		return s.own(ctx, k, token, ttl)
-	}
-	if id == 0 && n == 0 {
-		// The queue held the statement back: it wrote nothing.
-		return store.Reply{}, nil
 	}
 	if id <= 0 || n < 1 || n > 2 {
 		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)

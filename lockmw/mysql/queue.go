@@ -276,8 +276,10 @@ func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl 
 // place moves meanwhile, and it looks again). First in line, when its
 // polls saw the holding it waits for begin (a new fence in the row, seen
 // within 2·pollFast), it sleeps until half of per has passed since, then
-// polls every pollFast; after twice per, or without per, it backs off
-// (×1.5, jittered). Before it knows per, a waiter further back polls from
+// polls every pollFast; after twice per it backs off (×1.5, jittered) to
+// per/4 until eight per have passed, then, as at once without per, to
+// BackoffMax. A shorter wait pulls per down at once, a longer one lifts it
+// by an eighth at most (sample). Before it knows per, a waiter further back polls from
 // pollFast doubling. Never past BackoffMax, nor past the expiry of what it
 // waits for. So the waiter next in line polls a few times per hand-over,
 // around when it is due, the others a few times per wait, and every waiter
@@ -317,6 +319,11 @@ func (w *poller) next() time.Duration {
 		case w.per > 0 && w.precise && early > d:
 			d = early
 		case w.per > 0 && time.Since(w.firstAt) < 2*w.per:
+		case w.per > 0 && time.Since(w.firstAt) < 8*w.per:
+			// Late, but not by much: a holding slower than the pace
+			// (under load, a holder slow to learn its own hand-over).
+			// The hand-over is near; each poll is one read by the key.
+			w.backoff = min(w.backoff*3/2, max(2*pollFast, w.per/4))
 		default:
 			w.backoff = min(w.backoff*3/2, BackoffMax)
 		}
@@ -346,10 +353,16 @@ func (w *poller) sample(end time.Time) time.Duration {
 	if w.per == 0 {
 		return min(s, BackoffMax)
 	}
-	// A stall (a waiter slow to learn its hand-over) counts at most
-	// twice the pace, so that one does not make the next waiters sleep
-	// through theirs.
-	return (3*w.per + min(s, 2*w.per)) / 4
+	// A shorter wait pulls the pace down at once; a longer one lifts it
+	// slowly, and a stall (a waiter slow to learn its hand-over) counts
+	// at most twice the pace. A pace too long makes the waiter first in
+	// line sleep through its hand-over, the lock handed and idle, and that
+	// late learning lengthens the next waits, lifting the pace further. A
+	// pace too short costs polls only.
+	if s < w.per {
+		return (w.per + s) / 2
+	}
+	return (7*w.per + min(s, 2*w.per)) / 8
 }
 
 // maxPaces bounds the keys whose pace the store keeps; past it, the paces

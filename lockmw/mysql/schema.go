@@ -53,9 +53,17 @@ func (n names) statements() []string {
   token VARBINARY(64) NOT NULL,
   fence BIGINT UNSIGNED NOT NULL,
   expires_at DATETIME(6) NOT NULL,
+  queue_seen TINYINT NOT NULL DEFAULT 1,
   PRIMARY KEY (prefix, name),
   KEY expires_at (expires_at)
 ) ENGINE=InnoDB`,
+		// queue_seen is 0 on a row this version inserted that no Fair
+		// waiter of it queued for since: a plain attempt then does not
+		// read the queue. The migration of a lock table made before it
+		// (instant: rows read 1, and Lockers made before it, which do
+		// not name the column, insert 1: their Fair waiters do not mark
+		// rows).
+		"ALTER TABLE " + n.locks + " ADD COLUMN IF NOT EXISTS queue_seen TINYINT NOT NULL DEFAULT 1",
 		// Fences of every lock of the table: NOCACHE, so that values are
 		// handed out in the order of the calls across all connections.
 		"CREATE SEQUENCE IF NOT EXISTS " + n.fence + " START WITH 1 MINVALUE 1 INCREMENT BY 1 NOCACHE NOCYCLE ENGINE=InnoDB",
@@ -102,9 +110,9 @@ func (n names) statements() []string {
 // sequence table+"_fence" that issues fences, the table table+"_queue"
 // of waiters, and the table table+"_claims" of cronlock's fire
 // claims. Every statement is
-// idempotent (IF NOT EXISTS); the ALTER TABLE is the migration of a queue
-// table made by an earlier version (the column handover), which New
-// requires. It fails, with an error matching
+// idempotent (IF NOT EXISTS); the ALTER TABLE statements are the
+// migrations of tables made by earlier versions (the queue's column
+// handover, the lock table's queue_seen), which New requires. It fails, with an error matching
 // lockmw.ErrInvalidOption, on a table name that is not 1 to 48 letters,
 // digits and underscores.
 func Schema(table string) (string, error) {

@@ -157,40 +157,51 @@ func TestStartupChecks(t *testing.T) {
 	}
 }
 
-// A queue table made before hand-overs lacks the column handover: New
-// refuses it with a setup error that says how to migrate, and CreateTable
-// (idempotent) migrates it, after which New works. Lockers of the earlier
-// version keep working on the migrated table (their statements name the
-// columns they know; handover_internal_test.go runs them beside new ones).
-func TestNewRefusesUnmigratedQueue(t *testing.T) {
+// Tables made by an earlier version lack a column (the queue's handover,
+// made before hand-overs; the lock table's queue_seen, made before plain
+// attempts skipped the queue of rows no Fair waiter queued for): New
+// refuses them with a setup error that says how to migrate, and
+// CreateTable (idempotent) migrates them, after which New works. Lockers
+// of the earlier version keep working on the migrated tables (their
+// statements name the columns they know; handover_internal_test.go runs
+// them beside new ones).
+func TestNewRefusesUnmigratedTables(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	admin := srv.DB(t, "")
-	if _, err := admin.ExecContext(bg(t), "ALTER TABLE lockmw_locks_queue DROP COLUMN handover"); err != nil {
-		t.Fatal(err)
-	}
-	_, err := mysql.New(srv.DB(t, ""), lockmw.WithTTL(testTTL))
-	if !errors.Is(err, mysql.ErrOldSchema) || !errors.Is(err, lockmw.ErrStoreSetup) {
-		t.Fatalf("New on an unmigrated queue table: %v, want ErrOldSchema (an ErrStoreSetup)", err)
-	}
-	for _, want := range []string{"handover", "mysql.CreateTable", "ALTER TABLE"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("New's error %q does not say %q", err, want)
-		}
-	}
-	schema, err := mysql.Schema("")
-	if err != nil || !strings.Contains(schema, "ADD COLUMN IF NOT EXISTS handover") {
-		t.Fatalf("Schema has no migration of the queue table: %v\n%s", err, schema)
-	}
-	if err := mysql.CreateTable(bg(t), admin, ""); err != nil {
-		t.Fatal(err)
-	}
-	l := newLocker(t, srv)
-	lease, err := l.Acquire(bg(t), "migrated")
-	if err != nil {
-		t.Fatalf("Acquire after CreateTable migrated the table: %v", err)
-	}
-	if err := lease.Release(bg(t)); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct{ table, column string }{
+		{"lockmw_locks_queue", "handover"},
+		{"lockmw_locks", "queue_seen"},
+	} {
+		t.Run(c.column, func(t *testing.T) {
+			t.Parallel()
+			srv := startServer(t)
+			admin := srv.DB(t, "")
+			if _, err := admin.ExecContext(bg(t), "ALTER TABLE "+c.table+" DROP COLUMN "+c.column); err != nil {
+				t.Fatal(err)
+			}
+			_, err := mysql.New(srv.DB(t, ""), lockmw.WithTTL(testTTL))
+			if !errors.Is(err, mysql.ErrOldSchema) || !errors.Is(err, lockmw.ErrStoreSetup) {
+				t.Fatalf("New on a table without %s: %v, want ErrOldSchema (an ErrStoreSetup)", c.column, err)
+			}
+			for _, want := range []string{c.column, "mysql.CreateTable", "ALTER TABLE"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("New's error %q does not say %q", err, want)
+				}
+			}
+			schema, err := mysql.Schema("")
+			if err != nil || !strings.Contains(schema, "ADD COLUMN IF NOT EXISTS "+c.column) {
+				t.Fatalf("Schema has no migration adding %s: %v\n%s", c.column, err, schema)
+			}
+			if err := mysql.CreateTable(bg(t), admin, ""); err != nil {
+				t.Fatal(err)
+			}
+			l := newLocker(t, srv)
+			lease, err := l.Acquire(bg(t), "migrated")
+			if err != nil {
+				t.Fatalf("Acquire after CreateTable migrated the table: %v", err)
+			}
+			if err := lease.Release(bg(t)); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

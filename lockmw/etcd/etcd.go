@@ -133,9 +133,7 @@
 // another request, so a hand-over costs the release, and the waiter's
 // watch (its creation and cancellation). Default mode takes a free lock at
 // once (a lock nobody waits on costs one transaction to take and one
-// delete to release, what a concurrency.Mutex sends; the transaction reads
-// one range, its compare's, where a Mutex's reads two, its compare's and
-// the lock's first key); a waiter that finds
+// delete to release, what a concurrency.Mutex sends); a waiter that finds
 // it busy queues like a Fair one, one per key and Locker (the Locker's
 // other waiters wait for it, then try once), so a release wakes one waiter
 // across all Lockers rather than every waiting one. A default attempt

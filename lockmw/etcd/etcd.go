@@ -59,11 +59,7 @@
 //     keys by create revision; it is acquired only when no key of D has a
 //     lower create revision than D+t (read in the same transaction, or, for
 //     an entry already queued, its own key and the last key below it read
-//     together). A new entry's first transaction (D+t is missing: its name
-//     is used again only once its key is known deleted) compares D's
-//     create revision as Acquisition does: on an empty D it creates D+t,
-//     alone, so lowest, with nothing to read (acquired as under
-//     Acquisition); else it creates D+t and reads D's keys, as above. Then it is lowest, and stays so as above; ValidFrom is the
+//     together). Then it is lowest, and stays so as above; ValidFrom is the
 //     send time of the last confirmed renewal of D+t's lease (renewed first
 //     if older than TTL/3: a renewal confirmed after the read proves the
 //     key was still there, as only its lease's expiry or this Locker could
@@ -661,16 +657,11 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 	s.mu.Lock()
 	e := s.held[token]
 	s.mu.Unlock()
-	// fresh: e is a new entry with no request answered yet, so its key
-	// does not exist (its name is used again only once its key is known
-	// gone: newEntry, dropEntry).
-	fresh := false
 	if e == nil {
 		var err error
 		if e, err = s.newEntry(d, token); err != nil {
 			return store.Reply{}, err
 		}
-		fresh = true
 	}
 	for try := 0; ; try++ {
 		if try == 4 {
@@ -694,33 +685,19 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 				return store.Reply{}, err
 			}
 		}
-		put := clientv3.OpPut(e.name, "", clientv3.WithLease(le.id))
-		// The keys of D, newest first (etcd fetches them all to sort
-		// them, whatever the limit): the entry's own, and those below.
-		queue := clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxBelow+1))
-		var txn clientv3.Txn
-		if fresh {
-			// The key is missing: create it in either branch; on an
-			// empty D it is alone, and nothing needs reading (a free lock
-			// costs its transaction no range but the compare's, as
-			// Acquire).
-			txn = s.c.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(d), "=", 0).WithPrefix()).
-				Then(put).
-				Else(put, queue)
-		} else {
-			elseOps := []clientv3.Op{clientv3.OpGet(e.name)}
-			if rev != 0 {
-				// The keys below the entry's, newest first.
-				elseOps = append(elseOps, clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-					clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(maxBelow)))
-			}
-			txn = s.c.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
-				Then(put, queue).
-				Else(elseOps...)
+		elseOps := []clientv3.Op{clientv3.OpGet(e.name)}
+		if rev != 0 {
+			// The keys below the entry's, newest first (etcd fetches them
+			// all to sort them, whatever the limit).
+			elseOps = append(elseOps, clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+				clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(maxBelow)))
 		}
-		resp, err := txn.Commit()
+		resp, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
+			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id)),
+				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxBelow+1))).
+			Else(elseOps...).
+			Commit()
 		if err != nil {
 			s.retire(le)
 			s.mu.Lock()
@@ -736,17 +713,13 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 			s.mu.Unlock()
 			return store.Reply{}, err
 		}
-		if fresh || resp.Succeeded {
+		if resp.Succeeded {
 			// Queued now: the key is the newest of D.
 			rev := resp.Header.Revision
 			s.mu.Lock()
 			e.lease, e.rev = le, rev
 			from := le.confirmed
 			s.mu.Unlock()
-			if fresh && resp.Succeeded {
-				// D was empty: the key is alone, so lowest.
-				return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: from}, nil
-			}
 			rr := resp.Responses[1].GetResponseRange()
 			if len(rr.Kvs) < 2 {
 				return store.Reply{Acquired: true, Fence: uint64(rev), ValidFrom: from}, nil

@@ -5,12 +5,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/lockmw/lockmw/internal/testkit/pgtest"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -59,26 +57,8 @@ func (b *batches) attempts(s *pgStore) []string {
 // tracedStore is a store on a pool whose batches tr records.
 func tracedStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgStore, *batches) {
 	t.Helper()
-	srv := pgtest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	cfg, err := pgxpool.ParseConfig(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
 	tr := &batches{}
-	cfg.ConnConfig.Tracer = tr
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := CreateTable(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	n, _ := Schema{}.names()
-	s := newStore(pool, n)
-	t.Cleanup(func() { _ = s.Close() })
+	ctx, pool, s := startStoreWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = tr })
 	return ctx, pool, s, tr
 }
 

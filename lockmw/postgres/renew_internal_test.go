@@ -14,11 +14,24 @@ import (
 // startStore starts a server with lockmw's tables and returns a context
 // bounded for the test, a pool and a store on it, closed at cleanup.
 func startStore(t *testing.T) (context.Context, *pgxpool.Pool, *pgStore) {
+	return startStoreWith(t, nil)
+}
+
+// startStoreWith is startStore with the pool's config given to set first
+// (nil: as parsed from the server's URL).
+func startStoreWith(t *testing.T, set func(*pgxpool.Config)) (context.Context, *pgxpool.Pool, *pgStore) {
 	t.Helper()
 	srv := pgtest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
-	pool, err := pgxpool.New(ctx, srv.URL())
+	cfg, err := pgxpool.ParseConfig(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set != nil {
+		set(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,20 +30,20 @@ func (l *Locker) attempt(a *acquisition) (*Lease, store.Reply, error) {
 	// own, and no timer, on the hot path: the error is named when it is
 	// that bound's (ranOut).
 	sent := time.Now()
-	reply, err := l.st.Acquire(a.opCtx, a.lock, token, a.cfg.ttl, a.cfg.watchdog)
+	reply, err := l.st.Acquire(a.Ctx, a.Key, token, a.cfg.ttl, a.cfg.watchdog)
 	if err != nil {
 		if !l.leftNothing(err) {
 			// The request may have taken the lock all the same: give back
 			// whatever token holds (no lease will hold it).
-			l.takeBack(a.lock, token, false, a.cfg.ttl)
+			l.takeBack(a.Key, token, false, a.cfg.ttl)
 		}
-		err = unanswered(ranOut(a.opCtx, sent, a.cfg.ttl, err), l.store, l.caps.diagnoser, "the acquisition", a.cfg.ttl, err)
-		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
+		err = unanswered(ranOut(a.Ctx, sent, a.cfg.ttl, err), l.store, l.caps.diagnoser, "the acquisition", a.cfg.ttl, err)
+		return nil, store.Reply{}, storeErr(a.Ctx, a.Key.Name, err)
 	}
 	if !reply.Acquired {
 		return nil, reply, nil
 	}
-	lease, err := l.newLease(a, token, reply.Fence, reply.ValidFrom, false)
+	lease, err := l.newLease(a, token, reply.Fence, reply.ValidFrom, false, nil)
 	return lease, store.Reply{}, err
 }
 

@@ -188,6 +188,5 @@ func renewNow(l *Locker, s *Lease) {
 // testAcquisition is an Acquire of key on l under way, with l's TTL.
 func testAcquisition(l *Locker, key string) *acquisition {
 	ctx := context.Background()
-	return &acquisition{opCtx: ctx, leaseParent: ctx, key: key, lock: store.Key{Prefix: l.cfg.prefix, Name: key},
-		cfg: &acquireConfig{ttl: l.cfg.ttl, watchdog: true, name: key}}
+	return newAcquisition(ctx, ctx, store.Key{Prefix: l.cfg.prefix, Name: key}, &acquireConfig{ttl: l.cfg.ttl, watchdog: true, name: key})
 }

@@ -139,7 +139,7 @@ func (s *Lease) release(ctx context.Context) error {
 		// sent before the transfer would find the releaser's token, and the
 		// transfer landing after it would leave the lock held by this
 		// lease's token.
-		s.early.wait(context.Background())
+		s.early.Wait(context.Background())
 	}
 
 	if ctx.Err() != nil {

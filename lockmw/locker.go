@@ -178,7 +178,7 @@ func (l *Locker) releaseAll(held []*Lease) error {
 			ctx, cancel := context.WithTimeout(context.Background(), s.ttl)
 			defer cancel()
 			if s.early != nil {
-				s.early.wait(ctx) // the release goes after the hand-over
+				s.early.Wait(ctx) // the release goes after the hand-over
 			}
 			if _, err := l.policy.release(ctx, s.lock, s.token, s.fair); err != nil {
 				mu.Lock()
@@ -248,14 +248,11 @@ func (l *Locker) acquire(ctx context.Context, key string, wait bool, opts []Acqu
 	return lease, err
 }
 
-// newPolicy returns the policy for the Locker's store, found by type
-// assertion.
+// newPolicy returns the policy for the Locker's store: the store's own
+// (store.Waits), or storePolicy.
 func newPolicy(l *Locker) policy {
-	switch s := l.st.(type) {
-	case store.Granter:
-		return &grantPolicy{Locker: l, roomSet: newRoomSet(), waits: s}
-	case store.WakeQueue:
-		return &wakePolicy{Locker: l, roomSet: newRoomSet(), wakes: s}
+	if w, ok := l.st.(store.Waits); ok {
+		return newOwnPolicy(l, w)
 	}
 	return storePolicy{l}
 }

@@ -15,23 +15,25 @@ import (
 // lock for the token; a lock whose validity is already over when the
 // answer comes is given back, never returned (giveBack; a give-back that
 // fails goes to the cleaner, takeBack). A lease handed over early is made
-// in handover.go (newEarlyLease).
+// in host.go (newEarlyLease).
 
 // newLease makes the lease for a lock the store set for token no earlier than
-// validFrom, and hands it to the watchdog. A lease whose validity is already
+// validFrom, and hands it to the watchdog; state is what the store's own
+// policy keeps on it (store.Held.State), or nil. A lease whose validity is already
 // over (the store answered too late) is released instead.
-func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom time.Time, fair bool) (*Lease, error) {
+func (l *Locker) newLease(a *acquisition, token string, fence uint64, validFrom time.Time, fair bool, state any) (*Lease, error) {
 	validity := a.cfg.ttl - l.cfg.drift(a.cfg.ttl)
 	if elapsed := l.keeper.now().Sub(validFrom); elapsed >= validity {
 		// The answer came too late for the lease to be worth anything.
-		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, nil)
-		return nil, unavailable("acquire", a.key,
+		l.giveBack(a.Ctx, a.Key, token, a.cfg.ttl, fair, nil)
+		return nil, unavailable("acquire", a.Key.Name,
 			fmt.Errorf("%s answered after %v, longer than the lease validity %v", l.store, elapsed, validity))
 	}
 	s := l.makeLease(a, token, fence, validFrom, fair)
+	s.state = state
 	if !l.keeper.add(s, validFrom) {
 		s.cancel(ErrClosed)
-		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, nil)
+		l.giveBack(a.Ctx, a.Key, token, a.cfg.ttl, fair, nil)
 		return nil, ErrClosed
 	}
 	return s, nil
@@ -43,8 +45,8 @@ func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredA
 	s := &Lease{
 		leaseRecord: leaseRecord{name: a.cfg.name, fence: fence, acquiredAt: acquiredAt},
 		locker:      l,
-		key:         a.key,
-		lock:        a.lock,
+		key:         a.Key.Name,
+		lock:        a.Key,
 		token:       token,
 		ttl:         a.cfg.ttl,
 		watchdog:    a.cfg.watchdog,
@@ -57,13 +59,13 @@ func (l *Locker) makeLease(a *acquisition, token string, fence uint64, acquiredA
 
 // giveBack releases a lock taken for token that will not become a lease;
 // one handed over early (h), once the hand-over has reached the store.
-func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h settling) {
+func (l *Locker) giveBack(opCtx context.Context, lock store.Key, token string, ttl time.Duration, fair bool, h store.Settling) {
 	l.flights.start()
 	defer l.flights.done()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(opCtx), ttl)
 	defer cancel()
 	if h != nil {
-		h.wait(ctx)
+		h.Wait(ctx)
 	}
 	if _, err := l.policy.release(ctx, lock, token, fair); err != nil {
 		l.takeBack(lock, token, fair, ttl)

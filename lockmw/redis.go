@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
-	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -130,7 +129,6 @@ func (l *Locker) redisConfig() redisstore.Config {
 	return redisstore.Config{
 		Self:            l.id,
 		Prefix:          l.cfg.prefix,
-		Events:          l.events(),
 		Retention:       l.cfg.retained(),
 		PermanentFences: l.cfg.permanentFences,
 		TTL:             l.cfg.ttl,
@@ -141,22 +139,5 @@ func (l *Locker) redisConfig() redisstore.Config {
 		GiveBack: func(key string, until time.Time, try func(context.Context) error) bool {
 			return l.cleaner.offer(&cleanup{key: key, until: until, try: try})
 		},
-		OnWake: func(k store.Key) {
-			if p, ok := l.policy.(*wakePolicy); ok {
-				p.markHot(k)
-			}
-		},
 	}
-}
-
-// events returns where the Locker's store sends what it hears: to its
-// policy (newPolicy).
-func (l *Locker) events() store.Events {
-	switch p := l.policy.(type) {
-	case *grantPolicy:
-		return store.Events{Released: p.releaseHeard, Granted: p.granted}
-	case *wakePolicy:
-		return store.Events{Woken: p.woken}
-	}
-	return store.Events{}
 }

@@ -135,23 +135,13 @@ type Lease struct {
 	ttl         time.Duration
 	watchdog    bool
 	fair        bool // acquired with Fair: its Locker tracks it until release
-	// reserved is a fence the counter already passed, set when the lock
-	// came by a transfer that saw nobody else waiting: a waiter of this
-	// Locker may get it, and start before the store confirms its hand-over.
-	reserved atomic.Uint64
-	// reservedAt is when the transfer that reserved it was sent (nil until
-	// known): that transfer found no fair waiter queued, so a waiter of
-	// this Locker already waiting then arrived before every fair waiter
-	// queued since.
-	reservedAt atomic.Pointer[time.Time]
-	// next is, for a fair lease handed over by a release, the queue entry
-	// of the waiter first in line then (that waiter is next unless it gives
-	// up); "" or nil when none was known.
-	next atomic.Pointer[string]
+	// state is what the store's own policy keeps on the lease
+	// (store.Held.State), or nil.
+	state any
 	// early is the hand-over this lease came by before the store confirmed it,
 	// or nil: the lease's release waits until it is settled, so that the
 	// release never reaches the store before the transfer it depends on.
-	early settling
+	early store.Settling
 
 	ctx  context.Context
 	stop context.CancelCauseFunc // cancels ctx; see cancel
@@ -220,14 +210,13 @@ type policy interface {
 }
 
 // acquisition is one Acquire or TryAcquire call under way: what each step
-// of its wait needs, made once by Locker.wait.
+// of its wait needs, made once by Locker.wait. Its store.Acquisition (Ctx,
+// which carries the acquire span, Key, TTL, Fair, GiveUp) is what a store's
+// own policy sees of it.
 type acquisition struct {
-	opCtx       context.Context // carries the acquire span; requests are made under it
+	store.Acquisition
 	leaseParent context.Context // the caller's context: the lease context derives from it
-	key         string
-	lock        store.Key
 	cfg         *acquireConfig
-	giveUp      time.Time // when a bounded wait (WithWait) ends; zero: unbounded
 }
 
 // gate lets one default-mode waiter per key and Locker wait for the
@@ -236,14 +225,6 @@ type acquisition struct {
 type gate struct {
 	turn chan struct{} // holds a token while nobody is through the gate
 	refs int           // waiters through or at the gate; guarded by Locker.gatesMu
-}
-
-// settling is a hand-over not yet confirmed by the store (a grantPolicy's
-// early hand-over, handover.go).
-type settling interface {
-	// wait returns once the hand-over is settled, or can no longer be, or
-	// ctx ends.
-	wait(ctx context.Context)
 }
 
 // cancel ends s: it cancels s's context with cause (nil: released) and, for

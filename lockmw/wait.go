@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	mathrand "math/rand/v2"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/pace"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -34,8 +34,8 @@ import (
 //     waiters only (store.FairOnly: a polling store, where a turn costs
 //     more requests than an attempt).
 //
-// The Redis stores' policies wait their own ways (wakePolicy, wait_wake.go;
-// grantPolicy, granter.go), with this file's loop.
+// A store that waits its own way (store.Waits: the Redis stores) brings its
+// policy, which runs this file's loop (host.go).
 //
 // Every pause that waits for the store's word is bounded by the holder's
 // TTL (or the waiter's own), so a lost notification, turn, wake or grant
@@ -61,14 +61,22 @@ const (
 // Locker's policy waits. opCtx carries the acquire span; leaseParent is the
 // caller's context the lease context derives from.
 func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquireConfig, wait bool, start time.Time) (*Lease, error) {
-	a := &acquisition{opCtx: opCtx, leaseParent: leaseParent, key: key, lock: store.Key{Prefix: l.cfg.prefix, Name: key}, cfg: ac}
+	a := newAcquisition(opCtx, leaseParent, store.Key{Prefix: l.cfg.prefix, Name: key}, ac)
 	if ac.hasWait {
 		if ac.wait == 0 {
 			wait = false
 		}
-		a.giveUp = start.Add(ac.wait)
+		a.GiveUp = start.Add(ac.wait)
 	}
 	return l.policy.acquire(a, wait)
+}
+
+// newAcquisition returns the record of one Acquire or TryAcquire call for
+// lock, made under opCtx, its lease's context to derive from leaseParent.
+func newAcquisition(opCtx, leaseParent context.Context, lock store.Key, ac *acquireConfig) *acquisition {
+	a := &acquisition{leaseParent: leaseParent, cfg: ac}
+	a.Acquisition = store.Acquisition{Ctx: opCtx, Key: lock, TTL: ac.ttl, Fair: ac.fair, Locker: a}
+	return a
 }
 
 // storePolicy is the policy of every store but Redis's: attempts, and
@@ -93,9 +101,9 @@ func (p storePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
 		// wakes one waiter across all Lockers, not every waiting one.
 		q := &queueWay{l: l, token: newToken()}
 		if !ac.fair {
-			leave, _, err := l.enterGate(a.opCtx, a.lock, a.giveUp)
+			leave, _, err := l.enterGate(a.Ctx, a.Key, a.GiveUp)
 			if err != nil {
-				return nil, gateErr(a, err, &NotAcquiredError{Key: a.key})
+				return nil, gateErr(a, err, &NotAcquiredError{Key: a.Key.Name})
 			}
 			q.leaveGate = leave
 		}
@@ -127,7 +135,7 @@ type waitWay interface {
 	try(a *acquisition) (*Lease, store.Reply, error)
 	// pause waits until the next attempt is due, at most until left
 	// runs out (0: no bound); it returns early when the Locker closes or
-	// a.opCtx ends (waitLoop checks both), with the lease when the lock
+	// a.Ctx ends (waitLoop checks both), with the lease when the lock
 	// was handed to the waiter meanwhile, or with an error that ends the
 	// wait.
 	pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error)
@@ -146,13 +154,13 @@ func (l *Locker) waitLoop(a *acquisition, wait bool, w waitWay) (lease *Lease, e
 			return lease, err
 		}
 		var left time.Duration
-		if !a.giveUp.IsZero() {
-			if left = time.Until(a.giveUp); left <= 0 {
+		if !a.GiveUp.IsZero() {
+			if left = time.Until(a.GiveUp); left <= 0 {
 				wait = false
 			}
 		}
 		if !wait {
-			return nil, &NotAcquiredError{Key: a.key, RetryAfter: r.HolderTTL}
+			return nil, &NotAcquiredError{Key: a.Key.Name, RetryAfter: r.HolderTTL}
 		}
 		if lease, err := w.pause(a, r, left); lease != nil || err != nil {
 			return lease, err
@@ -160,47 +168,31 @@ func (l *Locker) waitLoop(a *acquisition, wait bool, w waitWay) (lease *Lease, e
 		switch {
 		case l.closed.Load():
 			return nil, ErrClosed
-		case a.opCtx.Err() != nil:
-			return nil, ctxErr(a.opCtx, a.key)
+		case a.Ctx.Err() != nil:
+			return nil, ctxErr(a.Ctx, a.Key.Name)
 		}
 	}
 }
 
 // sleep waits d (cut at left, when not 0), or until wake delivers (woken),
-// a.opCtx ends or the Locker closes.
+// a.Ctx ends or the Locker closes.
 func (l *Locker) sleep(a *acquisition, d, left time.Duration, wake <-chan struct{}) (woken bool) {
-	_, _, woken = l.pauseFor(a, d, left, wake, nil)
-	return woken
-}
-
-// pauseFor is sleep that also returns a hand-over delivered on grant.
-func (l *Locker) pauseFor(a *acquisition, d, left time.Duration, wake <-chan struct{}, grant <-chan grantInfo) (g grantInfo, granted, woken bool) {
 	if left > 0 {
 		d = min(d, left)
 	}
 	if d <= 0 {
-		return g, false, false
+		return false
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case g = <-grant:
-		return g, true, false
 	case <-wake:
-		return g, false, true
+		return true
 	case <-t.C:
-	case <-a.opCtx.Done():
+	case <-a.Ctx.Done():
 	case <-l.closing:
 	}
-	return g, false, false
-}
-
-// jitter returns a pause of about *backoff (half to all of it) and doubles
-// *backoff, up to hi.
-func jitter(backoff *time.Duration, hi time.Duration) time.Duration {
-	d := *backoff/2 + mathrand.N(*backoff/2+1)
-	*backoff = min(*backoff*2, hi)
-	return d
+	return false
 }
 
 // backoffWay polls the store: attempts after a capped, jittered backoff,
@@ -213,7 +205,7 @@ type backoffWay struct {
 func (w *backoffWay) try(a *acquisition) (*Lease, store.Reply, error) { return w.l.attempt(a) }
 
 func (w *backoffWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
-	d := jitter(&w.backoff, w.l.caps.backoffMax)
+	d := pace.Jitter(&w.backoff, w.l.caps.backoffMax)
 	if r.HolderTTL > 0 {
 		d = min(d, r.HolderTTL)
 	}
@@ -237,26 +229,26 @@ func (w *notifyWay) try(a *acquisition) (*Lease, store.Reply, error) { return w.
 func (w *notifyWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
 	l := w.l
 	if w.leave == nil {
-		leave, waited, err := l.enterGate(a.opCtx, a.lock, a.giveUp)
+		leave, waited, err := l.enterGate(a.Ctx, a.Key, a.GiveUp)
 		if err != nil {
-			return nil, gateErr(a, err, &NotAcquiredError{Key: a.key, RetryAfter: r.HolderTTL})
+			return nil, gateErr(a, err, &NotAcquiredError{Key: a.Key.Name, RetryAfter: r.HolderTTL})
 		}
 		w.leave = leave
 		if waited {
 			return nil, nil // the lock may have changed hands meanwhile
 		}
 	}
-	d := pollAfter(r.HolderTTL, a.cfg.ttl)
+	d := pace.PollAfter(r.HolderTTL, a.cfg.ttl)
 	if left > 0 {
 		d = min(d, left)
 	}
-	err := l.untilClosed(a.opCtx, d, func(ctx context.Context) error {
-		return l.caps.notifier.WaitFree(ctx, a.lock, r.Seen)
+	err := l.untilClosed(a.Ctx, d, func(ctx context.Context) error {
+		return l.caps.notifier.WaitFree(ctx, a.Key, r.Seen)
 	})
-	if err != nil && a.opCtx.Err() == nil && !l.closed.Load() && !isTimeout(err) {
+	if err != nil && a.Ctx.Err() == nil && !l.closed.Load() && !isTimeout(err) {
 		// The store could not watch: back off before the next attempt,
 		// which reports the store's state.
-		l.sleep(a, jitter(&w.backoff, l.caps.backoffMax), left, nil)
+		l.sleep(a, pace.Jitter(&w.backoff, l.caps.backoffMax), left, nil)
 	}
 	return nil, nil
 }
@@ -282,16 +274,16 @@ type queueWay struct {
 
 func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
 	l := w.l
-	reply, err := l.enqueue(a.opCtx, a.lock, w.token, a.cfg)
+	reply, err := l.enqueue(a.Ctx, a.Key, w.token, a.cfg)
 	if err != nil {
 		// Given back whole: its holding, if the request took the lock,
 		// and its entry; unless the token has nothing: its first request
 		// left nothing (store.LeftNothing).
 		w.settled = true
 		if w.queued || !l.leftNothing(err) {
-			l.takeBack(a.lock, w.token, false, a.cfg.ttl)
+			l.takeBack(a.Key, w.token, false, a.cfg.ttl)
 		}
-		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
+		return nil, store.Reply{}, storeErr(a.Ctx, a.Key.Name, err)
 	}
 	w.queued = true
 	if !reply.Acquired {
@@ -301,28 +293,28 @@ func (w *queueWay) try(a *acquisition) (*Lease, store.Reply, error) {
 	// The lease, or, when its reply came too late, its give-back, ends
 	// the holding and the entry.
 	w.settled = true
-	lease, err := l.newLease(a, w.token, reply.Fence, reply.ValidFrom, false)
+	lease, err := l.newLease(a, w.token, reply.Fence, reply.ValidFrom, false, nil)
 	return lease, store.Reply{}, err
 }
 
 func (w *queueWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
 	l := w.l
-	d := pollAfter(r.HolderTTL, a.cfg.ttl)
+	d := pace.PollAfter(r.HolderTTL, a.cfg.ttl)
 	if left > 0 {
 		d = min(d, left)
 	}
 	var handed store.Reply
-	err := l.untilClosed(a.opCtx, d, func(ctx context.Context) (err error) {
-		handed, err = l.caps.queue.WaitTurn(ctx, a.lock, w.token, a.cfg.ttl, r)
+	err := l.untilClosed(a.Ctx, d, func(ctx context.Context) (err error) {
+		handed, err = l.caps.queue.WaitTurn(ctx, a.Key, w.token, a.cfg.ttl, r)
 		return err
 	})
 	switch {
 	case err == nil && handed.Acquired:
 		return w.handed(a, handed)
-	case err != nil && !isTimeout(err) && !l.closed.Load() && a.opCtx.Err() == nil:
+	case err != nil && !isTimeout(err) && !l.closed.Load() && a.Ctx.Err() == nil:
 		// The store could not watch the queue: give up the place, as a
 		// store failure ends every other wait.
-		return nil, unavailable("acquire", a.key, err)
+		return nil, unavailable("acquire", a.Key.Name, err)
 	}
 	return nil, nil
 }
@@ -338,12 +330,12 @@ func (w *queueWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Le
 // the token holds now.
 func (w *queueWay) handed(a *acquisition, h store.Reply) (*Lease, error) {
 	if h.Fence <= w.busyCounter {
-		w.l.logger.Debug("lockmw: ignoring a stale hand-over", slog.String("key", a.key), slog.String("store", w.l.store),
+		w.l.logger.Debug("lockmw: ignoring a stale hand-over", slog.String("key", a.Key.Name), slog.String("store", w.l.store),
 			slog.Uint64("fence", h.Fence), slog.Uint64("seen", w.busyCounter))
 		return nil, nil
 	}
 	w.settled = true
-	return w.l.newLease(a, w.token, h.Fence, h.ValidFrom, false)
+	return w.l.newLease(a, w.token, h.Fence, h.ValidFrom, false, nil)
 }
 
 // done takes the entry out of the queue when the wait ended without a
@@ -351,7 +343,7 @@ func (w *queueWay) handed(a *acquisition, h store.Reply) (*Lease, error) {
 // watch).
 func (w *queueWay) done(a *acquisition, _ *Lease, _ error) {
 	if !w.settled {
-		w.l.leaveQueue(a.opCtx, a.lock, w.token, a.cfg.ttl)
+		w.l.leaveQueue(a.Ctx, a.Key, w.token, a.cfg.ttl)
 	}
 	if w.leaveGate != nil {
 		w.leaveGate()
@@ -364,8 +356,8 @@ func gateErr(a *acquisition, err error, busy error) error {
 	switch {
 	case errors.Is(err, ErrClosed):
 		return ErrClosed
-	case a.opCtx.Err() != nil:
-		return ctxErr(a.opCtx, a.key)
+	case a.Ctx.Err() != nil:
+		return ctxErr(a.Ctx, a.Key.Name)
 	}
 	return busy
 }
@@ -474,16 +466,3 @@ func (l *Locker) enterGate(opCtx context.Context, key store.Key, giveUp time.Tim
 
 // errGaveUp is enterGate's error when WithWait ran out.
 var errGaveUp = errors.New("lockmw: the wait ran out")
-
-// pollAfter is when a queued fair waiter checks the queue and the lock
-// itself, in case a grant message was lost: when the holder's TTL (or, not
-// knowing it, the waiter's own) runs out, plus up to 1/8 of jitter so that
-// waiters behind a crashed holder do not all come at once.
-func pollAfter(holderTTL, ttl time.Duration) time.Duration {
-	d := holderTTL
-	if d <= 0 {
-		d = ttl
-	}
-	d = max(d, 10*time.Millisecond)
-	return d + mathrand.N(d/8+1)
-}

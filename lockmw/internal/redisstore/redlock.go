@@ -104,7 +104,7 @@ func (b *Redlock) Bind(c Config) {
 		clients[i] = m.client
 	}
 	warnEviction(c.Logger, clients, c.Closing)
-	b.self, b.events, b.onWake = c.Self, c.Events, c.OnWake
+	b.self = c.Self
 	b.subs = newSubscriber(clients[0]) // wakes are heard on the first master
 	b.subs.deliver = b.route
 	warnSlowClient(c.Logger, clients, c.TTL)

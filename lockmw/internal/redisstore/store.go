@@ -72,17 +72,14 @@ func New(client redis.UniversalClient) *Store {
 }
 
 // Config is what a Redis store takes from its Locker, given once by
-// Bind, before the Locker's first request: the Locker's options and where
-// the store sends what it hears.
+// Bind, before the Locker's first request: the Locker's options. (What the
+// store hears goes to its policy, Policy.)
 type Config struct {
 	// Self is the Locker's id: it names the Locker's grant and wake
 	// channels.
 	Self string
 	// Prefix is the Locker's key prefix.
 	Prefix string
-	// Events is where the store sends the releases, grants and wakes it
-	// hears.
-	Events store.Events
 	// Retention is the Locker's retention: how long an idle lock's fence
 	// counter and queue are kept (unless PermanentFences), and a fire
 	// claim record after a claim.
@@ -108,9 +105,6 @@ type Config struct {
 	// and reports false once the cleaner is closed (NewRedlock's store
 	// only).
 	GiveBack func(key string, until time.Time, try func(context.Context) error) bool
-	// OnWake is told when a release woke a Redlock waiter: the lock is
-	// contended (NewRedlock's store only).
-	OnWake func(store.Key)
 }
 
 // Bind binds b to its Locker (c): before the Locker's first request, once.
@@ -118,7 +112,7 @@ type Config struct {
 // Cluster when the prefix's hash tag is empty (checkPrefix), and starts
 // the checks of the client's settings, which only warn.
 func (b *Store) Bind(c Config) error {
-	b.self, b.prefix, b.events = c.Self, c.Prefix, c.Events
+	b.self, b.prefix = c.Self, c.Prefix
 	b.subs.deliver = b.route
 	b.waitReplicas, b.waitTimeout = c.WaitReplicas, c.WaitTimeout
 	b.expiry = newKeyExpiry(c.Retention, c.PermanentFences)

@@ -1,10 +1,12 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
-	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // This file is an early hand-over: a lock handed to a waiter of this Locker
@@ -34,26 +36,29 @@ import (
 type handover struct {
 	fence    uint64
 	deadline time.Time
+	fair     bool          // the waiter is a fair one
 	done     chan struct{} // closed when settled
 
 	mu      sync.Mutex
-	lease   *Lease // the waiter's, once made
+	host    store.Host
+	lease   store.Lease // the waiter's, once made
+	state   *leaseState // its state
 	settled bool
-	sentAt  time.Time  // when settled and confirmed: the transfer's send time
-	reserve uint64     // when settled and confirmed: the next reserved fence, or 0
-	next    string     // when settled and confirmed, fair: the waiter first in line, or ""
-	lost    *LostError // when settled: the transfer found the lock gone
+	sentAt  time.Time       // when settled and confirmed: the transfer's send time
+	reserve uint64          // when settled and confirmed: the next reserved fence, or 0
+	next    string          // when settled and confirmed, fair: the waiter first in line, or ""
+	lost    store.Ownership // when settled and refused: what the transfer found (else 0)
 }
 
-func newHandover(fence uint64, deadline time.Time) *handover {
-	return &handover{fence: fence, deadline: deadline, done: make(chan struct{})}
+func newHandover(fence uint64, deadline time.Time, fair bool) *handover {
+	return &handover{fence: fence, deadline: deadline, fair: fair, done: make(chan struct{})}
 }
 
-// wait returns once h is settled, or its deadline has passed (the
+// Wait returns once h is settled, or its deadline has passed (the
 // releasing lease's token is gone from the store by then), or ctx ends: a
 // waiter that gives up a lock handed to it early releases it after that,
 // not before the hand-over reaches the store.
-func (h *handover) wait(ctx context.Context) {
+func (h *handover) Wait(ctx context.Context) {
 	t := time.NewTimer(time.Until(h.deadline))
 	defer t.Stop()
 	select {
@@ -63,42 +68,45 @@ func (h *handover) wait(ctx context.Context) {
 	}
 }
 
+// Settled is closed once h is settled.
+func (h *handover) Settled() <-chan struct{} { return h.done }
+
 // attach gives h the waiter's lease, applying the answer if it is in.
-func (h *handover) attach(l *Locker, s *Lease) {
+func (h *handover) attach(host store.Host, s store.Lease, st *leaseState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.lease = s
+	h.host, h.lease, h.state = host, s, st
 	if h.settled {
-		h.apply(l)
+		h.apply()
 	}
 }
 
-// settle records the transfer's answer, applying it if the lease is made. An
-// answer that never came (the store unreachable) is not settled: the lease
-// ends at its deadline.
-func (h *handover) settle(l *Locker, sentAt time.Time, reserve uint64, next string, lost *LostError) {
+// settle records the transfer's answer (lost: refused, having found
+// that), applying it if the lease is made. An answer that never came (the
+// store unreachable) is not settled: the lease ends at its deadline.
+func (h *handover) settle(sentAt time.Time, reserve uint64, next string, lost store.Ownership) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.settled, h.sentAt, h.reserve, h.next, h.lost = true, sentAt, reserve, next, lost
 	close(h.done)
 	if h.lease != nil {
-		h.apply(l)
+		h.apply()
 	}
 }
 
 // apply confirms or ends h.lease. Caller holds h.mu.
-func (h *handover) apply(l *Locker) {
-	if h.lost != nil {
-		l.keeper.lose(h.lease, h.lost)
+func (h *handover) apply() {
+	if h.lost != 0 {
+		h.host.Lose(h.lease, h.lost)
 		return
 	}
-	if !h.lease.fair && h.reserve != 0 {
+	if !h.fair && h.reserve != 0 {
 		sentAt := h.sentAt
-		h.lease.reservedAt.Store(&sentAt)
+		h.state.reservedAt.Store(&sentAt)
 	}
-	h.lease.reserved.Store(h.reserve)
-	h.lease.next.Store(&h.next)
-	l.keeper.confirm(h.lease, h.sentAt)
+	h.state.reserved.Store(h.reserve)
+	h.state.next.Store(&h.next)
+	h.host.Confirm(h.lease, h.sentAt)
 }
 
 // testHookHandedEarly, when set by a test, runs after a waiter was handed
@@ -110,30 +118,32 @@ var testHookHandedEarly func()
 func minEarlyValidity(ttl time.Duration) time.Duration { return max(ttl/4, 10*time.Millisecond) }
 
 // newEarlyLease makes the lease for a lock handed over by h before the store
-// confirmed it (see handover). A hand-over whose deadline has passed when
-// the waiter gets to it (a late goroutine) is given back, never returned.
-func (l *Locker) newEarlyLease(a *acquisition, token string, h *handover, fair bool) (*Lease, error) {
-	if late := l.keeper.now().Sub(h.deadline); late >= 0 {
-		// The transfer may still be on the wire: give the lock back once
-		// its answer is in (h.wait no longer waits, its deadline passed),
-		// or after the TTL at most.
-		settled := time.NewTimer(a.cfg.ttl)
-		select {
-		case <-h.done:
-		case <-settled.C:
-		}
-		settled.Stop()
-		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
-		return nil, unavailable("acquire", a.key,
-			fmt.Errorf("the lock was handed over, but its validity had ended %v before the waiter took it", late))
+// confirmed it (see handover; the Host gives back one whose deadline has
+// passed when the waiter gets to it).
+func newEarlyLease(host store.Host, a *store.Acquisition, token string, h *handover) (store.Lease, error) {
+	st := new(leaseState)
+	s, err := host.NewEarlyLease(a, token, h.fence, h.deadline, h.fair, st, h)
+	if s != nil {
+		h.attach(host, s, st)
 	}
-	s := l.makeLease(a, token, h.fence, time.Now(), fair)
-	s.early = h
-	if !l.keeper.addPending(s, h.deadline) {
-		s.cancel(ErrClosed)
-		l.giveBack(a.opCtx, a.lock, token, a.cfg.ttl, fair, h)
-		return nil, ErrClosed
-	}
-	h.attach(l, s)
-	return s, nil
+	return s, err
+}
+
+// leaseState is what the grant policy keeps on a lease (store.Held.State):
+// what its release may hand on to a waiter of the same Locker before the
+// store confirms it.
+type leaseState struct {
+	// reserved is a fence the counter already passed, set when the lock
+	// came by a transfer that saw nobody else waiting: a waiter of this
+	// Locker may get it, and start before the store confirms its hand-over.
+	reserved atomic.Uint64
+	// reservedAt is when the transfer that reserved it was sent (nil until
+	// known): that transfer found no fair waiter queued, so a waiter of
+	// this Locker already waiting then arrived before every fair waiter
+	// queued since.
+	reservedAt atomic.Pointer[time.Time]
+	// next is, for a fair lease handed over by a release, the queue entry
+	// of the waiter first in line then (that waiter is next unless it gives
+	// up); "" or nil when none was known.
+	next atomic.Pointer[string]
 }

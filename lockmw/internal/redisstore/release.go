@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -31,22 +31,22 @@ import (
 // was handed over early (h), once the hand-over has reached the store.
 // The caller has started a flight for it (see flights).
 func (l *grantPolicy) releaseStray(lock store.Key, token string, h *handover) {
-	defer l.flights.done()
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+	defer l.h.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), l.h.TTL())
 	defer cancel()
 	if h != nil {
-		h.wait(ctx)
+		h.Wait(ctx)
 	}
 	if _, err := l.releaseToken(ctx, lock, token); err != nil {
-		l.logger.Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
-			slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
+		l.h.Logger().Warn("lockmw: could not pass on a lock granted to a waiter that gave up; it expires after its TTL",
+			slog.String("key", lock.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
 	}
 }
 
 // releaseToken releases the lock held by token, handing it over if fair
 // waiters are queued; a hand-over to this Locker's own waiter is delivered
 // here, without a message.
-func (l *grantPolicy) releaseToken(ctx context.Context, lock store.Key, token string) (ownership, error) {
+func (l *grantPolicy) releaseToken(ctx context.Context, lock store.Key, token string) (store.Ownership, error) {
 	return l.releaseTokenOf(ctx, lock, token, true)
 }
 
@@ -54,7 +54,7 @@ func (l *grantPolicy) releaseToken(ctx context.Context, lock store.Key, token st
 // false), the store's plain release step (Granter's Unlock) goes first: it
 // does not hand over, and leaves the lock to releaseHandoff when fair
 // waiters have queued behind it.
-func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (ownership, error) {
+func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (store.Ownership, error) {
 	queued := false // fair waiters are known to be queued: the hand-over step serves them
 	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
@@ -64,7 +64,7 @@ func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token 
 			return 0, err
 		case t.Done:
 			l.handTo(lock, to, t.Fence, sentAt, t.Reserved, "")
-			return owned, nil
+			return store.Owned, nil
 		case !t.FairQueue:
 			return t.Ownership, nil
 		}
@@ -105,79 +105,89 @@ func (l *grantPolicy) releaseHandoff(ctx context.Context, lock store.Key, token,
 // in line when s was granted; a default one: the first default-mode
 // waiter), that waiter gets the lock at once and the hand-over on the wire
 // confirms it afterwards.
-func (l *grantPolicy) releaseGranted(ctx context.Context, s *Lease, deadline time.Time) (ownership, error) {
-	reserved := s.reserved.Load()
-	if reserved == 0 || time.Until(deadline) < minEarlyValidity(s.ttl) {
-		return l.releaseTokenOf(ctx, s.lock, s.token, s.fair)
+func (l *grantPolicy) releaseGranted(ctx context.Context, s store.Held, deadline time.Time) (store.Ownership, error) {
+	st, _ := s.State.(*leaseState)
+	if st == nil || st.reserved.Load() == 0 || time.Until(deadline) < minEarlyValidity(s.TTL) {
+		return l.releaseTokenOf(ctx, s.Key, s.Token, s.Fair)
 	}
-	if s.fair {
-		return l.releaseFairEarly(ctx, s, reserved, deadline)
+	reserved := st.reserved.Load()
+	if s.Fair {
+		return l.releaseFairEarly(ctx, s, st, reserved, deadline)
 	}
 	var reservedAt time.Time
-	if at := s.reservedAt.Load(); at != nil {
+	if at := st.reservedAt.Load(); at != nil {
 		reservedAt = *at
 	}
-	w, h := l.handEarly(s.lock, reserved, deadline, reservedAt)
+	w, h := l.handEarly(s.Key, reserved, deadline, reservedAt)
 	if w == nil {
-		return l.releaseTokenOf(ctx, s.lock, s.token, false)
+		return l.releaseTokenOf(ctx, s.Key, s.Token, false)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	t, err := l.waits.Transfer(ctx, s.lock, s.token, w.token, w.ttl, true)
+	t, err := l.waits.Transfer(ctx, s.Key, s.Token, w.token, w.ttl, true)
 	switch {
 	case err != nil:
 		return 0, err
 	case t.Done:
-		h.settle(l.Locker, sentAt, t.Reserved, "", nil)
-		return owned, nil
+		h.settle(sentAt, t.Reserved, "", 0)
+		return store.Owned, nil
 	case t.FairQueue:
 		// (A forced transfer keeps queued waiters' places and hands over,
 		// so this answer does not come; should it, the waiter's lease ends
 		// here, before the store's hand-over step gives the lock to one of
 		// them.)
-		h.settle(l.Locker, sentAt, 0, "", &LostError{Key: s.key, Reason: LostTaken})
+		h.settle(sentAt, 0, "", store.Taken)
 		sentAt := time.Now()
-		ho, err := l.releaseHandoff(ctx, s.lock, s.token, "", 0)
+		ho, err := l.releaseHandoff(ctx, s.Key, s.Token, "", 0)
 		if err == nil && ho.Local {
-			l.handTo(s.lock, ho.To, ho.Fence, sentAt, ho.Reserved, ho.Next)
+			l.handTo(s.Key, ho.To, ho.Fence, sentAt, ho.Reserved, ho.Next)
 		}
 		return ho.Ownership, err
 	}
-	h.settle(l.Locker, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(t.Ownership)})
+	h.settle(sentAt, 0, "", refused(t.Ownership))
 	return t.Ownership, nil
 }
 
 // releaseFairEarly releases the fair lease s, handing the lock at once to
 // the waiter first in line if it is this Locker's.
-func (l *grantPolicy) releaseFairEarly(ctx context.Context, s *Lease, reserved uint64, deadline time.Time) (ownership, error) {
-	next := s.next.Load()
+func (l *grantPolicy) releaseFairEarly(ctx context.Context, s store.Held, st *leaseState, reserved uint64, deadline time.Time) (store.Ownership, error) {
+	next := st.next.Load()
 	if next == nil || *next == "" {
-		return l.releaseToken(ctx, s.lock, s.token)
+		return l.releaseToken(ctx, s.Key, s.Token)
 	}
 	id, token := l.waits.EntryOwner(*next)
-	if id != l.id {
-		return l.releaseToken(ctx, s.lock, s.token)
+	if id != l.h.ID() {
+		return l.releaseToken(ctx, s.Key, s.Token)
 	}
-	h := l.handEarlyFair(s.lock, token, reserved, deadline)
+	h := l.handEarlyFair(s.Key, token, reserved, deadline)
 	if h == nil {
-		return l.releaseToken(ctx, s.lock, s.token)
+		return l.releaseToken(ctx, s.Key, s.Token)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	ho, err := l.releaseHandoff(ctx, s.lock, s.token, *next, reserved)
+	ho, err := l.releaseHandoff(ctx, s.Key, s.Token, *next, reserved)
 	switch {
 	case err != nil:
 		return 0, err
 	case ho.Local && ho.To == token:
-		h.settle(l.Locker, sentAt, ho.Reserved, ho.Next, nil)
-		return owned, nil
+		h.settle(sentAt, ho.Reserved, ho.Next, 0)
+		return store.Owned, nil
 	}
-	h.settle(l.Locker, sentAt, 0, "", &LostError{Key: s.key, Reason: lostReason(ho.Ownership)})
+	h.settle(sentAt, 0, "", refused(ho.Ownership))
 	return ho.Ownership, nil
+}
+
+// refused is what a hand-over that the store refused found: Taken, or
+// else Missing (the lease ends as expired).
+func refused(o store.Ownership) store.Ownership {
+	if o == store.Taken {
+		return o
+	}
+	return store.Missing
 }
 
 // handTo gives the lock, just granted to token by the store, to its waiter
@@ -200,7 +210,7 @@ func (l *grantPolicy) handTo(lock store.Key, token string, fence uint64, validFr
 			// Made before an attempt of w's that found the lock held by
 			// another owner: this grant had ended by then (a message that
 			// came late). The lock is not w's; w waits on.
-			l.logger.Debug("lockmw: ignoring a stale grant", slog.String("key", lock.Name), slog.String("store", l.store),
+			l.h.Logger().Debug("lockmw: ignoring a stale grant", slog.String("key", lock.Name), slog.String("store", l.h.Name()),
 				slog.Uint64("fence", fence), slog.Uint64("seen", w.busyCounter))
 		default:
 			w.delivered = true
@@ -210,14 +220,14 @@ func (l *grantPolicy) handTo(lock store.Key, token string, fence uint64, validFr
 			if w.busySent.After(validFrom) {
 				validFrom = w.busySent
 			}
-			l.flights.start() // done once w has made its lease or given the lock back
+			l.h.Start() // done once w has made its lease or given the lock back
 			w.grant <- grantInfo{fence: fence, validFrom: validFrom, reserved: reserved, next: next}
 		}
 		l.roomsMu.Unlock()
 		return
 	}
 	l.roomsMu.Unlock()
-	l.flights.start()
+	l.h.Start()
 	go l.releaseStray(lock, token, nil)
 }
 
@@ -225,7 +235,7 @@ func (l *grantPolicy) handTo(lock store.Key, token string, fence uint64, validFr
 // message could not be read.
 func (l *grantPolicy) granted(k store.Key, g store.Grant, ok bool) {
 	if !ok {
-		l.logger.Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.store))
+		l.h.Logger().Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.h.Name()))
 		return
 	}
 	l.handTo(k, g.Token, g.Fence, time.Time{}, g.Reserved, g.Next)
@@ -246,8 +256,8 @@ func (l *grantPolicy) handEarlyFair(lock store.Key, token string, fence uint64, 
 		return nil // gone, a default-mode waiter, or granted already
 	}
 	w.delivered = true
-	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
-	l.flights.start() // done once w has made its lease or given the lock back
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl), true)
+	l.h.Start() // done once w has made its lease or given the lock back
 	w.grant <- grantInfo{early: h}
 	return h
 }
@@ -283,8 +293,8 @@ func (l *grantPolicy) handEarly(lock store.Key, fence uint64, deadline, reserved
 		return nil, nil
 	}
 	w.delivered = true
-	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl))
-	l.flights.start() // done once w has made its lease or given the lock back
+	h := newHandover(fence, l.earlyDeadline(deadline, w.ttl), false)
+	l.h.Start() // done once w has made its lease or given the lock back
 	w.grant <- grantInfo{early: h}
 	return w, h
 }
@@ -294,7 +304,7 @@ func (l *grantPolicy) handEarly(lock store.Key, fence uint64, deadline, reserved
 // yet sent: see handover. Called before the transfer is sent, so now is no
 // later than its send time.
 func (l *grantPolicy) earlyDeadline(releaserDeadline time.Time, ttl time.Duration) time.Time {
-	d := time.Now().Add(ttl - l.cfg.drift(ttl))
+	d := time.Now().Add(ttl - l.h.Drift(ttl))
 	if releaserDeadline.Before(d) {
 		return releaserDeadline
 	}

@@ -1,10 +1,12 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
 	"log/slog"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
+	"github.com/lockmw/lockmw/lockmw/internal/pace"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -37,55 +39,55 @@ func (l *grantPolicy) forgetFair(lock store.Key, token string) {
 
 // acquireFair takes key in arrival order: one attempt when !wait, else a
 // place in the queue and a wait for the hand-over.
-func (l *grantPolicy) acquireFair(a *acquisition, wait bool) (*Lease, error) {
+func (l *grantPolicy) acquireFair(a *store.Acquisition, wait bool) (store.Lease, error) {
 	// Close waits for fair acquisitions under way (a waiter stops waiting
 	// when Close begins): one that was granted the lock, or leaves the
 	// queue, is done with the store before Close returns.
-	l.flights.start()
-	defer l.flights.done()
-	if l.closed.Load() {
-		return nil, ErrClosed
+	l.h.Start()
+	defer l.h.Done()
+	if l.h.Closed() {
+		return nil, errs.ErrClosed
 	}
-	token := newToken()
-	entry := l.waits.FairEntry(l.id, token, a.cfg.ttl)
+	token := l.h.NewToken()
+	entry := l.waits.FairEntry(l.h.ID(), token, a.TTL)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.waits.FairAcquire(a.opCtx, a.lock, token, a.cfg.ttl, entry, store.FairTry)
+		reply, err := l.waits.FairAcquire(a.Ctx, a.Key, token, a.TTL, entry, store.FairTry)
 		if err != nil {
-			if !l.leftNothing(err) {
-				l.takeBack(a.lock, token, true, a.cfg.ttl) // it may take the lock yet
+			if !l.waits.LeftNothing(err) {
+				l.h.TakeBack(a.Key, token, true, a.TTL, nil) // it may take the lock yet
 			}
-			return nil, storeErr(a.opCtx, a.key, err)
+			return nil, l.h.StoreErr(a, err)
 		}
 		if !reply.Acquired {
-			return nil, &NotAcquiredError{Key: a.key, RetryAfter: reply.Pttl}
+			return nil, l.h.NotAcquired(a, reply.Pttl)
 		}
-		return l.newLease(a, token, reply.Fence, sentAt, false)
+		return l.h.NewLease(a, token, reply.Fence, sentAt, false, nil)
 	}
 
-	w := &waiter{token: token, ttl: a.cfg.ttl, grant: make(chan grantInfo, 1)}
+	w := &waiter{token: token, ttl: a.TTL, grant: make(chan grantInfo, 1)}
 	l.roomsMu.Lock()
-	r := l.join(a.lock)
+	r := l.join(a.Key)
 	r.fair[token] = w
 	// A fair waiter or holder here, or a hand-over that left others queued:
 	// the lock is busy, and the queue likely exists.
-	known := r.fairBusy > 0 || l.isHotLocked(a.lock)
+	known := r.fairBusy > 0 || l.isHotLocked(a.Key)
 	r.fairBusy++
 	l.roomsMu.Unlock()
 
 	f := &fairWay{l: l, w: w, entry: entry, known: known}
-	if err := watchUntil(a.opCtx, l.waits, a.giveUp, a.lock, true); err == nil {
+	if err := watchUntil(a.Ctx, l.waits, a.GiveUp, a.Key, true); err == nil {
 		f.watching = true
-	} else if a.opCtx.Err() != nil {
-		err = ctxErr(a.opCtx, a.key)
-		f.done(a, nil, err)
+	} else if a.Ctx.Err() != nil {
+		err = l.h.CtxErr(a)
+		f.Done(a, nil, err)
 		return nil, err
 	} else {
 		// Grants to this Locker would find nobody listening and skip its
 		// waiters; polling still gets the lock once the queue drains.
-		l.logger.Debug("lockmw: waiting without grant notifications", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
+		l.h.Logger().Debug("lockmw: waiting without grant notifications", slog.String("key", a.Key.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
 	}
-	return l.waitLoop(a, true, f)
+	return l.h.WaitLoop(a, true, f)
 }
 
 // fairWay is a fair waiter on a Granter: its entry queues, and a release
@@ -103,7 +105,7 @@ type fairWay struct {
 }
 
 // try queues the entry (first), or polls: granted? still queued?
-func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
+func (f *fairWay) Try(a *store.Acquisition) (store.Lease, store.Reply, error) {
 	l, w := f.l, f.w
 	mode := store.FairPoll
 	if !f.started {
@@ -114,9 +116,9 @@ func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
 		// grant.
 		l.setBusy(w, time.Now(), 0)
 		if f.known {
-			ok, err := l.waits.Enqueue(a.opCtx, a.lock, f.entry)
+			ok, err := l.waits.Enqueue(a.Ctx, a.Key, f.entry)
 			if err != nil {
-				return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
+				return nil, store.Reply{}, l.h.StoreErr(a, err)
 			}
 			if ok {
 				return nil, store.Reply{}, nil
@@ -124,9 +126,9 @@ func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
 		}
 	}
 	sentAt := time.Now()
-	reply, err := l.waits.FairAcquire(a.opCtx, a.lock, w.token, a.cfg.ttl, f.entry, mode)
+	reply, err := l.waits.FairAcquire(a.Ctx, a.Key, w.token, a.TTL, f.entry, mode)
 	if err != nil {
-		return nil, store.Reply{}, storeErr(a.opCtx, a.key, err)
+		return nil, store.Reply{}, l.h.StoreErr(a, err)
 	}
 	if lease, err := l.fairReplyLease(a, w, reply, sentAt); lease != nil || err != nil {
 		return lease, store.Reply{}, err
@@ -137,8 +139,8 @@ func (f *fairWay) try(a *acquisition) (*Lease, store.Reply, error) {
 
 // pause waits for a grant, or for the holder's TTL to run out: then try
 // polls.
-func (f *fairWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lease, error) {
-	g, granted, _ := f.l.pauseFor(a, pollAfter(f.holderTTL, a.cfg.ttl), left, nil, f.w.grant)
+func (f *fairWay) Pause(a *store.Acquisition, _ store.Reply, left time.Duration) (store.Lease, error) {
+	g, granted, _ := pauseFor(f.l.h, a, pace.PollAfter(f.holderTTL, a.TTL), left, nil, f.w.grant)
 	if !granted {
 		return nil, nil
 	}
@@ -150,61 +152,60 @@ func (f *fairWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lea
 
 // done leaves the queue, and passes on a lock granted meanwhile, unless w
 // holds the lease.
-func (f *fairWay) done(a *acquisition, lease *Lease, err error) {
+func (f *fairWay) Done(a *store.Acquisition, lease store.Lease, err error) {
 	if f.watching {
-		f.l.waits.Unwatch(a.lock, true)
+		f.l.waits.Unwatch(a.Key, true)
 	}
 	if lease == nil {
-		f.l.abandonFair(a.lock, f.w, f.entry, err)
+		f.l.abandonFair(a.Key, f.w, f.entry, err)
 	}
 }
 
 // fairGrantLease turns a grant delivered to the fair waiter w into its
 // lease. again reports a grant that had expired before w saw it: w waits on
 // and should poll at once.
-func (l *grantPolicy) fairGrantLease(a *acquisition, w *waiter, g grantInfo) (lease *Lease, again bool, err error) {
-	defer l.flights.done() // started by the grant's sender
+func (l *grantPolicy) fairGrantLease(a *store.Acquisition, w *waiter, g grantInfo) (lease store.Lease, again bool, err error) {
+	defer l.h.Done() // started by the grant's sender
 	if g.early != nil {
 		// Handed over by a release in this Locker, before the store
 		// confirmed it.
-		lease, err = l.newEarlyLease(a, w.token, g.early, true)
+		lease, err = newEarlyLease(l.h, a, w.token, g.early)
 		return lease, false, err
 	}
-	if time.Since(g.validFrom) > a.cfg.ttl/3 {
+	if time.Since(g.validFrom) > a.TTL/3 {
 		// Queued long ago: the grant's start is only known to be after
 		// w's last busy attempt. Renew to learn a fresh one.
 		sentAt := time.Now()
-		res := l.st.Renew(a.opCtx, []store.RenewRequest{{Key: a.lock, Token: w.token, TTL: a.cfg.ttl}})[0]
+		res := l.waits.Renew(a.Ctx, []store.RenewRequest{{Key: a.Key, Token: w.token, TTL: a.TTL}})[0]
 		if res.Err != nil {
-			return nil, false, storeErr(a.opCtx, a.key, res.Err)
+			return nil, false, l.h.StoreErr(a, res.Err)
 		}
-		if res.Ownership != owned {
+		if res.Ownership != store.Owned {
 			// The grant expired before it was seen: wait again.
 			l.reopen(w)
 			return nil, true, nil
 		}
 		g.validFrom = sentAt
 	}
-	lease, err = l.newLease(a, w.token, g.fence, g.validFrom, true)
-	if lease != nil {
-		lease.reserved.Store(g.reserved)
-		lease.next.Store(&g.next)
-	}
+	st := new(leaseState)
+	st.reserved.Store(g.reserved)
+	st.next.Store(&g.next)
+	lease, err = l.h.NewLease(a, w.token, g.fence, g.validFrom, true, st)
 	return lease, false, err
 }
 
 // fairReplyLease turns a fair attempt's reply into a lease, or records that
 // the lock was still busy when the attempt (sent at sentAt) ran.
-func (l *grantPolicy) fairReplyLease(a *acquisition, w *waiter, reply store.FairReply, sentAt time.Time) (*Lease, error) {
+func (l *grantPolicy) fairReplyLease(a *store.Acquisition, w *waiter, reply store.FairReply, sentAt time.Time) (store.Lease, error) {
 	switch {
 	case reply.Acquired:
 		l.claim(w)
-		return l.newLease(a, w.token, reply.Fence, sentAt, true)
+		return l.h.NewLease(a, w.token, reply.Fence, sentAt, true, nil)
 	case reply.Granted:
 		// Handed over earlier, its message not seen: the lock has pttl
 		// left from when the attempt ran, which was after sentAt.
 		l.claim(w)
-		return l.newLease(a, w.token, reply.Fence, sentAt.Add(reply.Pttl-a.cfg.ttl), true)
+		return l.h.NewLease(a, w.token, reply.Fence, sentAt.Add(reply.Pttl-a.TTL), true, nil)
 	}
 	l.setBusy(w, sentAt, reply.Counter)
 	return nil, nil
@@ -249,15 +250,15 @@ func (l *grantPolicy) abandonFair(lock store.Key, w *waiter, entry string, why e
 	}
 	l.roomsMu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+	ctx, cancel := context.WithTimeout(context.Background(), l.h.TTL())
 	defer cancel()
 	granted := delivered
 	if delivered {
 		select {
 		case g := <-w.grant:
-			defer l.flights.done() // started by the grant's sender
+			defer l.h.Done() // started by the grant's sender
 			if g.early != nil {
-				g.early.wait(ctx)
+				g.early.Wait(ctx)
 			}
 		default:
 		}
@@ -266,8 +267,8 @@ func (l *grantPolicy) abandonFair(lock store.Key, w *waiter, entry string, why e
 		if err != nil {
 			// A failed attempt may yet take the lock or queue the entry:
 			// the cleaner leaves and gives back once the store answers.
-			l.logger.Debug("lockmw: could not leave the fair queue", slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
-			l.takeBackAfter(lock, w.token, true, w.ttl, func(ctx context.Context) (bool, error) {
+			l.h.Logger().Debug("lockmw: could not leave the fair queue", slog.String("key", lock.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
+			l.h.TakeBack(lock, w.token, true, w.ttl, func(ctx context.Context) (bool, error) {
 				return l.waits.Leave(ctx, lock, entry, w.token)
 			})
 			return
@@ -276,9 +277,9 @@ func (l *grantPolicy) abandonFair(lock store.Key, w *waiter, entry string, why e
 	}
 	if granted {
 		if _, err := l.releaseToken(ctx, lock, w.token); err != nil {
-			l.logger.Debug("lockmw: could not pass on a lock granted to a waiter that gave up; retrying",
-				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err), slog.Any("reason", why))
-			l.takeBack(lock, w.token, true, w.ttl)
+			l.h.Logger().Debug("lockmw: could not pass on a lock granted to a waiter that gave up; retrying",
+				slog.String("key", lock.Name), slog.String("store", l.h.Name()), slog.Any("error", err), slog.Any("reason", why))
+			l.h.TakeBack(lock, w.token, true, w.ttl, nil)
 		}
 	}
 }

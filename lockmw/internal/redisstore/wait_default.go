@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"errors"
@@ -29,34 +29,33 @@ import (
 // rather than race them, or lines up behind other Lockers' (lineup.go),
 // or makes an attempt and, finding the lock held, waits in its room
 // (waitDefault).
-func (l *grantPolicy) waitGranter(a *acquisition, wait bool) (*Lease, error) {
-	ac := a.cfg
-	if ac.fair {
+func (l *grantPolicy) waitGranter(a *store.Acquisition, wait bool) (store.Lease, error) {
+	if a.Fair {
 		return l.acquireFair(a, wait)
 	}
 	holderTTL := time.Duration(0)
 	switch {
-	case wait && l.hasDefaultWaiters(a.lock):
+	case wait && l.hasDefaultWaiters(a.Key):
 		// Queue behind this Locker's waiters rather than race them.
-	case wait && l.isHot(a.lock) && l.linesUp(a.lock, ac):
+	case wait && l.isHot(a.Key) && l.linesUp(a.Key, false):
 		// Waiters of other Lockers are queued: line up behind them (see
 		// lineup.go) rather than make an attempt that finds the lock held.
 		return l.lineUp(a)
 	default:
-		lease, reply, err := l.attempt(a)
+		lease, reply, err := l.h.Attempt(a)
 		if lease != nil || err != nil {
 			return lease, err
 		}
 		ttl := reply.HolderTTL
-		if !wait || (!a.giveUp.IsZero() && !time.Now().Before(a.giveUp)) {
-			return nil, &NotAcquiredError{Key: a.key, RetryAfter: ttl}
+		if !wait || (!a.GiveUp.IsZero() && !time.Now().Before(a.GiveUp)) {
+			return nil, l.h.NotAcquired(a, ttl)
 		}
-		if l.linesUp(a.lock, ac) {
+		if l.linesUp(a.Key, false) {
 			return l.lineUp(a)
 		}
 		holderTTL = ttl
 	}
-	lease, lineUp, err := l.waitDefault(a, holderTTL)
+	lease, lineUp, err := l.waitDefault(a, holderTTL, false)
 	if lineUp {
 		return l.lineUp(a)
 	}
@@ -70,25 +69,25 @@ func (l *grantPolicy) waitGranter(a *acquisition, wait bool) (*Lease, error) {
 // lock held by another Locker: the caller lines up in the lock's queue
 // instead (see lineup.go), and the room's next waiter is woken to do the
 // same.
-func (l *grantPolicy) waitDefault(a *acquisition, holderTTL time.Duration) (lease *Lease, lineUp bool, err error) {
-	d := &roomWay{l: l, holderTTL: holderTTL, retry: true}
-	d.w = &waiter{token: newToken(), ttl: a.cfg.ttl, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1), arrived: time.Now()}
+func (l *grantPolicy) waitDefault(a *store.Acquisition, holderTTL time.Duration, stay bool) (lease store.Lease, lineUp bool, err error) {
+	d := &roomWay{l: l, holderTTL: holderTTL, retry: true, stay: stay}
+	d.w = &waiter{token: l.h.NewToken(), ttl: a.TTL, wake: make(chan struct{}, 1), grant: make(chan grantInfo, 1), arrived: time.Now()}
 	l.roomsMu.Lock()
-	d.r = l.join(a.lock)
+	d.r = l.join(a.Key)
 	d.r.defaults = append(d.r.defaults, d.w)
 	d.r.fair[d.w.token] = d.w
 	l.roomsMu.Unlock()
 
 	// Once watching, retry: a release may have come since the attempt.
-	if err := watchUntil(a.opCtx, l.waits, a.giveUp, a.lock, false); err == nil {
+	if err := watchUntil(a.Ctx, l.waits, a.GiveUp, a.Key, false); err == nil {
 		d.watching = true
-	} else if a.opCtx.Err() != nil {
-		d.done(a, nil, nil)
-		return nil, false, ctxErr(a.opCtx, a.key)
+	} else if a.Ctx.Err() != nil {
+		d.Done(a, nil, nil)
+		return nil, false, l.h.CtxErr(a)
 	} else {
-		l.logger.Debug("lockmw: waiting without release notifications", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
+		l.h.Logger().Debug("lockmw: waiting without release notifications", slog.String("key", a.Key.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
 	}
-	lease, err = l.waitLoop(a, true, d)
+	lease, err = l.h.WaitLoop(a, true, d)
 	if errors.Is(err, errLineUp) {
 		return nil, true, nil
 	}
@@ -110,21 +109,22 @@ type roomWay struct {
 	holderTTL time.Duration // from the room's last attempt of w
 	retry     bool          // a release was heard, or the TTL ran out: try if w leads
 	watching  bool
+	stay      bool // w waits in its room, never in the lock's queue (see lineUp)
 }
 
-func (d *roomWay) try(a *acquisition) (*Lease, store.Reply, error) {
+func (d *roomWay) Try(a *store.Acquisition) (store.Lease, store.Reply, error) {
 	l, w := d.l, d.w
 	retry := d.retry
 	d.retry = false
 	if !retry || !l.leads(d.r, w) {
 		return nil, store.Reply{HolderTTL: d.holderTTL}, nil
 	}
-	lease, reply, err := l.attempt(a)
+	lease, reply, err := l.h.Attempt(a)
 	if lease != nil || err != nil {
 		return lease, reply, err
 	}
 	d.holderTTL = reply.HolderTTL
-	if l.linesUp(a.lock, a.cfg) && (a.giveUp.IsZero() || time.Now().Before(a.giveUp)) {
+	if l.linesUp(a.Key, d.stay) && (a.GiveUp.IsZero() || time.Now().Before(a.GiveUp)) {
 		l.roomsMu.Lock()
 		// Not if a release of this Locker handed w the lock meanwhile: w
 		// takes it in pause.
@@ -135,16 +135,16 @@ func (d *roomWay) try(a *acquisition) (*Lease, store.Reply, error) {
 			return nil, reply, errLineUp
 		}
 	}
-	if l.keeper.holds(a.lock) {
+	if l.h.Holds(a.Key) {
 		// The lock is this Locker's, or its release is under way: w stays
 		// for the hand-over in-process. Should that release hand the lock
 		// to another Locker instead, or free it, its end wakes w
-		// (holdEnded): a wake that came while it was under way
+		// (HoldEnded): a wake that came while it was under way
 		// (wakeDefaultHead) found the lock still counted as this Locker's.
 		l.roomsMu.Lock()
 		w.heldHere = true
 		l.roomsMu.Unlock()
-		if !l.keeper.holds(a.lock) {
+		if !l.h.Holds(a.Key) {
 			signal(w.wake) // it ended meanwhile: try again at once
 		}
 	}
@@ -157,7 +157,7 @@ func (d *roomWay) try(a *acquisition) (*Lease, store.Reply, error) {
 // first default-mode waiter, if its last attempt stayed in the room for
 // that release's hand-over (heldHere) and the release did not hand it the
 // lock, tries again, and lines up if the lock went to another Locker.
-func (l *grantPolicy) holdEnded(lock store.Key) {
+func (l *grantPolicy) HoldEnded(lock store.Key) {
 	l.roomsMu.Lock()
 	defer l.roomsMu.Unlock()
 	r := l.rooms[lock]
@@ -172,33 +172,35 @@ func (l *grantPolicy) holdEnded(lock store.Key) {
 
 // pause waits for a release (w.wake), the holder's TTL (or w's own), or
 // the lock handed over by a release of this Locker (w.grant).
-func (d *roomWay) pause(a *acquisition, _ store.Reply, left time.Duration) (*Lease, error) {
+func (d *roomWay) Pause(a *store.Acquisition, _ store.Reply, left time.Duration) (store.Lease, error) {
 	l, w := d.l, d.w
 	sleep := d.holderTTL
 	if sleep <= 0 {
-		sleep = a.cfg.ttl
+		sleep = a.TTL
 	}
-	g, granted, _ := l.pauseFor(a, sleep, left, w.wake, w.grant)
+	g, granted, _ := pauseFor(l.h, a, sleep, left, w.wake, w.grant)
 	// Woken, or the holder's TTL (or the wait) ran out: retry.
 	d.retry = true
 	if !granted {
 		return nil, nil
 	}
 	// A release in this Locker handed the lock over.
-	defer l.flights.done()
+	defer l.h.Done()
 	if g.early != nil {
-		return l.newEarlyLease(a, w.token, g.early, false)
+		return newEarlyLease(l.h, a, w.token, g.early)
 	}
-	lease, err := l.newLease(a, w.token, g.fence, g.validFrom, false)
-	if lease != nil && g.reserved != 0 {
+	var st any
+	if g.reserved != 0 {
 		// A transfer's grant: validFrom is when it was sent.
-		lease.reservedAt.Store(&g.validFrom)
-		lease.reserved.Store(g.reserved)
+		ls := new(leaseState)
+		ls.reservedAt.Store(&g.validFrom)
+		ls.reserved.Store(g.reserved)
+		st = ls
 	}
-	return lease, err
+	return l.h.NewLease(a, w.token, g.fence, g.validFrom, false, st)
 }
 
-func (d *roomWay) done(*acquisition, *Lease, error) {
+func (d *roomWay) Done(*store.Acquisition, store.Lease, error) {
 	if d.watching {
 		d.l.waits.Unwatch(d.r.lock, false)
 	}
@@ -210,16 +212,16 @@ func (d *roomWay) done(*acquisition, *Lease, error) {
 // w arrived before every fair waiter that queues later, and a release of
 // this Locker may hand it the lock ahead of them (see handEarly). An error
 // leaves w as it was: it is then not handed the lock early.
-func (l *grantPolicy) checkAheadOfQueue(a *acquisition, w *waiter) {
+func (l *grantPolicy) checkAheadOfQueue(a *store.Acquisition, w *waiter) {
 	l.roomsMu.Lock()
 	known := w.aheadOfQueue || w.delivered // (handed the lock meanwhile: take it)
 	l.roomsMu.Unlock()
 	if known {
 		return
 	}
-	queued, err := l.waits.FairQueued(a.opCtx, a.lock)
+	queued, err := l.waits.FairQueued(a.Ctx, a.Key)
 	if err != nil {
-		l.logger.Debug("lockmw: could not check the fair queue", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
+		l.h.Logger().Debug("lockmw: could not check the fair queue", slog.String("key", a.Key.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
 		return
 	}
 	if !queued {
@@ -287,13 +289,12 @@ func (l *grantPolicy) releaseHeard(k store.Key) {
 // lockmw/internal/redisstore, doc.go, Waiting and hand-overs): the
 // waiter then waits in its room instead, on release notices, whose attempts
 // need only the lock and its counter.
-func (l *grantPolicy) lineUp(a *acquisition) (*Lease, error) {
+func (l *grantPolicy) lineUp(a *store.Acquisition) (store.Lease, error) {
 	lease, err := l.acquireFair(a, true)
-	if err == nil || a.opCtx.Err() != nil || !l.waits.Moving(err) {
+	if err == nil || a.Ctx.Err() != nil || !l.waits.Moving(err) {
 		return lease, err
 	}
-	l.logger.Debug("lockmw: waiting without the queue while the store moves the lock", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
-	a.cfg.stayInRoom = true
-	lease, _, err = l.waitDefault(a, 0)
+	l.h.Logger().Debug("lockmw: waiting without the queue while the store moves the lock", slog.String("key", a.Key.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
+	lease, _, err = l.waitDefault(a, 0, true)
 	return lease, err
 }

@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
@@ -42,8 +42,8 @@ func (l *grantPolicy) wakeDefaultHead(lock store.Key) {
 // would hand it over in-process) nor being handed to one of its waiters
 // (between a release's transfer and the waiter's lease), and the waiter has
 // not fallen back to its room (see lineUp).
-func (l *grantPolicy) linesUp(lock store.Key, ac *acquireConfig) bool {
-	if ac.stayInRoom || l.keeper.holds(lock) {
+func (l *grantPolicy) linesUp(lock store.Key, stay bool) bool {
+	if stay || l.h.Holds(lock) {
 		return false
 	}
 	l.roomsMu.Lock()

@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -181,7 +181,44 @@ func (r *room) nextDefault() *waiter {
 // grantPolicy is the policy of a Granter: the Locker's generic parts, and
 // the rooms where its waiters wait.
 type grantPolicy struct {
-	*Locker
+	h store.Host
 	*roomSet
-	waits store.Granter // the Locker's store
+	waits *Store
+}
+
+// signal wakes whoever waits on c, unless a wake is pending already.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// sleep waits d (cut at left, when not 0), or until wake delivers (woken),
+// a.Ctx ends or the Locker h closes.
+func sleep(h store.Host, a *store.Acquisition, d, left time.Duration, wake <-chan struct{}) (woken bool) {
+	_, _, woken = pauseFor(h, a, d, left, wake, nil)
+	return woken
+}
+
+// pauseFor is sleep that also returns a hand-over delivered on grant.
+func pauseFor(h store.Host, a *store.Acquisition, d, left time.Duration, wake <-chan struct{}, grant <-chan grantInfo) (g grantInfo, granted, woken bool) {
+	if left > 0 {
+		d = min(d, left)
+	}
+	if d <= 0 {
+		return g, false, false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case g = <-grant:
+		return g, true, false
+	case <-wake:
+		return g, false, true
+	case <-t.C:
+	case <-a.Ctx.Done():
+	case <-h.Closing():
+	}
+	return g, false, false
 }

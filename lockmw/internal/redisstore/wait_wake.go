@@ -1,4 +1,4 @@
-package lockmw
+package redisstore
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/lockmw/lockmw/lockmw/internal/errs"
+	"github.com/lockmw/lockmw/lockmw/internal/pace"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -77,38 +79,55 @@ import (
 // its waiters wait on wakes (wakeWay), in rooms where the wakes find them;
 // a release is the store's, whose release step wakes the next waiter.
 type wakePolicy struct {
-	*Locker
+	h store.Host
 	*roomSet
-	wakes store.WakeQueue // the Locker's store
+	wakes *Redlock
+	// backoffMin and backoffMax bound a waiter's backoff after a lost
+	// race (Host.Backoff).
+	backoffMin, backoffMax time.Duration
 }
 
-func (l *wakePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
-	if a.cfg.fair {
-		return nil, fmt.Errorf("%w: Fair needs a store that serves its waiters in order; %s only wakes them one at a time: acquire without Fair, or use New", ErrInvalidOption, l.store)
+// Policy returns the wake policy for the Locker h, and sends the store's
+// wakes to it. The Locker calls it once, before its first request.
+func (b *Redlock) Policy(h store.Host) store.Policy {
+	p := &wakePolicy{h: h, roomSet: newRoomSet(), wakes: b}
+	p.backoffMin, p.backoffMax = h.Backoff()
+	b.events = store.Events{Woken: p.woken}
+	b.onWake = p.markHot
+	return p
+}
+
+// Acquire makes one attempt (!wait) or waits on wakes.
+func (l *wakePolicy) Acquire(a *store.Acquisition, wait bool) (store.Lease, error) {
+	if a.Fair {
+		return nil, fmt.Errorf("%w: Fair needs a store that serves its waiters in order; %s only wakes them one at a time: acquire without Fair, or use New", errs.ErrInvalidOption, l.h.Name())
 	}
-	if err := l.st.CheckTTL(a.cfg.ttl); err != nil {
+	if err := l.wakes.CheckTTL(a.TTL); err != nil {
 		return nil, err
 	}
 	if !wait {
-		return l.waitLoop(a, false, &wakeWay{l: l, ctx: a.opCtx, single: true})
+		return l.h.WaitLoop(a, false, &wakeWay{l: l, ctx: a.Ctx, single: true})
 	}
 	w, err := l.joinWakeQueue(a)
 	if err != nil {
 		return nil, err
 	}
-	return l.waitLoop(a, true, w)
+	return l.h.WaitLoop(a, true, w)
 }
 
-func (l *wakePolicy) release(ctx context.Context, lock store.Key, token string, _ bool) (ownership, error) {
-	return l.st.Release(ctx, lock, token)
+// Release is the store's: its release step wakes the next waiter.
+func (l *wakePolicy) Release(ctx context.Context, lock store.Key, token string, _ bool) (store.Ownership, error) {
+	return l.wakes.Release(ctx, lock, token)
 }
 
-func (l *wakePolicy) releaseLease(ctx context.Context, s *Lease, _ time.Time) (ownership, error) {
-	return l.st.Release(ctx, s.lock, s.token)
+// ReleaseLease is Release.
+func (l *wakePolicy) ReleaseLease(ctx context.Context, s store.Held, _ time.Time) (store.Ownership, error) {
+	return l.wakes.Release(ctx, s.Key, s.Token)
 }
 
-func (*wakePolicy) released(store.Key, string, bool) {}
-func (*wakePolicy) holdEnded(store.Key)              {}
+// Released and HoldEnded: nothing to do.
+func (*wakePolicy) Released(store.Key, string, bool) {}
+func (*wakePolicy) HoldEnded(store.Key)              {}
 
 // woken routes a wake from the first master to its waiter; a wake for a
 // waiter that is gone is passed on to the next.
@@ -129,14 +148,14 @@ func (l *wakePolicy) woken(k store.Key, token string) {
 
 // passWakeOn wakes the next waiter of keys, in the background.
 func (l *wakePolicy) passWakeOn(lock store.Key) {
-	l.flights.start()
+	l.h.Start()
 	go func() {
-		defer l.flights.done()
-		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.ttl)
+		defer l.h.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), l.h.TTL())
 		defer cancel()
 		if err := l.wakes.PassWake(ctx, lock); err != nil {
-			l.logger.Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
-				slog.String("key", lock.Name), slog.String("store", l.store), slog.Any("error", err))
+			l.h.Logger().Debug("lockmw: could not pass a wake on; the next waiter retries when its timer runs out",
+				slog.String("key", lock.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
 		}
 	}()
 }
@@ -147,7 +166,7 @@ func (l *wakePolicy) passWakeOn(lock store.Key) {
 // attempt (TryAcquire) is a wakeWay without an entry.
 type wakeWay struct {
 	l      *wakePolicy
-	ctx    context.Context // requests: a.opCtx, also ending when Close begins
+	ctx    context.Context // requests: a.Ctx, also ending when Close begins
 	single bool            // one attempt, no entry: no room, no queue
 	w      *waiter
 	r      *room
@@ -169,41 +188,41 @@ type wakeWay struct {
 // room (where wakes find it) and listens for wakes; if this Locker's
 // release just woke a waiter of the lock, its entry queues at once,
 // without an attempt that would find the lock held.
-func (l *wakePolicy) joinWakeQueue(a *acquisition) (*wakeWay, error) {
+func (l *wakePolicy) joinWakeQueue(a *store.Acquisition) (*wakeWay, error) {
 	// Close waits for waiting acquisitions (a waiter stops when Close
 	// begins): one that may be queued leaves the queue before the store
 	// closes.
-	l.flights.start()
-	if l.closed.Load() {
-		l.flights.done()
-		return nil, ErrClosed
+	l.h.Start()
+	if l.h.Closed() {
+		l.h.Done()
+		return nil, errs.ErrClosed
 	}
 	b := l.wakes
-	w := &wakeWay{l: l, w: &waiter{token: newToken(), wake: make(chan struct{}, 1)}, backoff: l.caps.backoffMin}
-	w.entry = b.WakeEntry(l.id, w.w.token)
+	w := &wakeWay{l: l, w: &waiter{token: l.h.NewToken(), wake: make(chan struct{}, 1)}, backoff: l.backoffMin}
+	w.entry = b.WakeEntry(l.h.ID(), w.w.token)
 	l.roomsMu.Lock()
-	w.r = l.join(a.lock)
+	w.r = l.join(a.Key)
 	w.r.fair[w.w.token] = w.w
 	l.roomsMu.Unlock()
 	// Requests end when Close begins: Close waits for w (a bounded time),
 	// and w's leave must be handed to the cleaner before that wait ends.
-	w.ctx, w.stop = l.endAtClose(a.opCtx)
+	w.ctx, w.stop = l.h.EndAtClose(a.Ctx)
 
-	if err := watchUntil(w.ctx, b, a.giveUp, a.lock, true); err == nil {
+	if err := watchUntil(w.ctx, b, a.GiveUp, a.Key, true); err == nil {
 		w.watching = true
-	} else if a.opCtx.Err() != nil {
-		w.done(a, nil, nil)
-		return nil, ctxErr(a.opCtx, a.key)
+	} else if a.Ctx.Err() != nil {
+		w.Done(a, nil, nil)
+		return nil, l.h.CtxErr(a)
 	} else if w.ctx.Err() != nil {
-		w.done(a, nil, nil)
-		return nil, ErrClosed
+		w.Done(a, nil, nil)
+		return nil, errs.ErrClosed
 	} else {
-		l.logger.Debug("lockmw: waiting without wakes", slog.String("key", a.key), slog.String("store", l.store), slog.Any("error", err))
+		l.h.Logger().Debug("lockmw: waiting without wakes", slog.String("key", a.Key.Name), slog.String("store", l.h.Name()), slog.Any("error", err))
 	}
-	if l.isHot(a.lock) {
+	if l.isHot(a.Key) {
 		// Others were waiting when this Locker's release woke one: queue
 		// behind them without an attempt that would find the lock held.
-		switch ok, maybe := b.EnqueueWake(w.ctx, a.lock, w.entry); {
+		switch ok, maybe := b.EnqueueWake(w.ctx, a.Key, w.entry); {
 		case ok:
 			w.queued, w.skip = true, true
 		case maybe:
@@ -213,14 +232,14 @@ func (l *wakePolicy) joinWakeQueue(a *acquisition) (*wakeWay, error) {
 	return w, nil
 }
 
-func (w *wakeWay) try(a *acquisition) (*Lease, store.Reply, error) {
+func (w *wakeWay) Try(a *store.Acquisition) (store.Lease, store.Reply, error) {
 	if w.skip {
 		w.skip = false
 		return nil, store.Reply{}, nil
 	}
 	ctx, e := w.ctx, w.entry
 	if w.single {
-		ctx = a.opCtx
+		ctx = a.Ctx
 	}
 	if w.queued {
 		e = "" // already queued: do not queue twice
@@ -233,7 +252,7 @@ func (w *wakeWay) try(a *acquisition) (*Lease, store.Reply, error) {
 	}
 	if w.single && reply.HolderTTL == 0 {
 		// Masters asked with a plain SET do not tell the holder's TTL.
-		reply.HolderTTL = w.l.wakes.HolderTTL(a.opCtx, a.lock)
+		reply.HolderTTL = w.l.wakes.HolderTTL(a.Ctx, a.Key)
 	}
 	return nil, reply.Reply, nil
 }
@@ -241,21 +260,21 @@ func (w *wakeWay) try(a *acquisition) (*Lease, store.Reply, error) {
 // pause waits for the wake when queued (the timer is for a lost wake),
 // else, the lock changing hands (or the first master away), a short
 // backoff.
-func (w *wakeWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
+func (w *wakeWay) Pause(a *store.Acquisition, r store.Reply, left time.Duration) (store.Lease, error) {
 	var d time.Duration
 	if w.queued {
-		d = pollAfter(r.HolderTTL, a.cfg.ttl)
+		d = pace.PollAfter(r.HolderTTL, a.TTL)
 	} else {
-		d = jitter(&w.backoff, w.l.caps.backoffMax)
+		d = pace.Jitter(&w.backoff, w.l.backoffMax)
 	}
-	if w.l.sleep(a, d, left, w.w.wake) {
+	if sleep(w.l.h, a, d, left, w.w.wake) {
 		// Popped by the release that woke w.
-		w.queued, w.backoff = false, w.l.caps.backoffMin
+		w.queued, w.backoff = false, w.l.backoffMin
 	}
 	return nil, nil
 }
 
-func (w *wakeWay) done(*acquisition, *Lease, error) {
+func (w *wakeWay) Done(*store.Acquisition, store.Lease, error) {
 	if w.single {
 		return
 	}
@@ -264,7 +283,7 @@ func (w *wakeWay) done(*acquisition, *Lease, error) {
 	}
 	w.stop()
 	w.l.leaveWakeQueue(w.r, w.w, w.entry, w.queued || w.unsure)
-	w.l.flights.done()
+	w.l.h.Done()
 }
 
 // leaveWakeQueue takes w out of its room and, if it is still queued, out of
@@ -288,32 +307,32 @@ func (l *wakePolicy) leaveWakeQueue(r *room, w *waiter, entry string, queued boo
 	// it runs after an attempt of w's that may still be on its way there
 	// (and queue the entry).
 	lock := r.lock
-	l.cleaner.add(&cleanup{key: lock.Name, until: time.Now().Add(max(l.cfg.ttl, time.Minute)), try: func(ctx context.Context) error {
+	l.h.Cleanup(lock.Name, time.Now().Add(max(l.h.TTL(), time.Minute)), func(ctx context.Context) error {
 		return l.wakes.LeaveWake(ctx, lock, entry)
-	}})
+	})
 }
 
 // attemptQueued is attempt on a WakeQueue, its requests made under ctx
-// (a.opCtx, or one that also ends at Close): entry, if not empty, is
+// (a.Ctx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *wakePolicy) attemptQueued(ctx context.Context, a *acquisition, entry string) (*Lease, store.QueuedReply, error) {
-	l.flights.start()
-	defer l.flights.done()
-	if l.closed.Load() {
-		return nil, store.QueuedReply{}, ErrClosed
+func (l *wakePolicy) attemptQueued(ctx context.Context, a *store.Acquisition, entry string) (store.Lease, store.QueuedReply, error) {
+	l.h.Start()
+	defer l.h.Done()
+	if l.h.Closed() {
+		return nil, store.QueuedReply{}, errs.ErrClosed
 	}
-	token := newToken()
+	token := l.h.NewToken()
 	sentAt := time.Now()
-	reply, err := l.wakes.AcquireQueued(ctx, a.lock, token, a.cfg.ttl, entry)
+	reply, err := l.wakes.AcquireQueued(ctx, a.Key, token, a.TTL, entry)
 	if err != nil {
-		if a.opCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed) {
-			return nil, reply, ErrClosed
+		if a.Ctx.Err() == nil && errors.Is(context.Cause(ctx), errs.ErrClosed) {
+			return nil, reply, errs.ErrClosed
 		}
-		return nil, reply, storeErr(a.opCtx, a.key, err)
+		return nil, reply, l.h.StoreErr(a, err)
 	}
 	if !reply.Acquired {
 		return nil, reply, nil
 	}
-	lease, err := l.newLease(a, token, reply.Fence, sentAt, false)
+	lease, err := l.h.NewLease(a, token, reply.Fence, sentAt, false, nil)
 	return lease, reply, err
 }

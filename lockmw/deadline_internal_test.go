@@ -153,23 +153,25 @@ func TestLeaseDeadlineChecked(t *testing.T) {
 	t.Run("hand-over confirmed late", func(t *testing.T) {
 		l := newLocker(t)
 		a := testAcquisition(l, "confirmed-late")
-		h := newHandover(1, time.Now().Add(ttl))
-		s, err := l.newEarlyLease(a, newToken(), h, false)
+		h := newTestHandOver()
+		s, err := l.newEarlyLease(a, newToken(), 1, time.Now().Add(ttl), false, nil, h)
 		if err != nil {
 			t.Fatal(err)
 		}
 		pastDeadline(t, l, s)
-		h.settle(l, time.Now(), 0, "", nil)
+		h.settle()
+		l.keeper.confirm(s, time.Now()) // as the store's policy does (store.Host's Confirm)
 		lostAt(t, s, LostDeadline, errConfirmedLate)
 	})
 
 	t.Run("hand-over taken late", func(t *testing.T) {
 		l := newLocker(t)
 		a := testAcquisition(l, "taken-late")
-		h := newHandover(1, time.Now().Add(ttl))
-		h.settle(l, time.Now(), 0, "", nil)
-		l.keeper.ahead.Store(int64(time.Until(h.deadline) + time.Millisecond))
-		s, err := l.newEarlyLease(a, newToken(), h, false)
+		h := newTestHandOver()
+		h.settle()
+		deadline := time.Now().Add(ttl)
+		l.keeper.ahead.Store(int64(time.Until(deadline) + time.Millisecond))
+		s, err := l.newEarlyLease(a, newToken(), 1, deadline, false, nil, h)
 		if s != nil || !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("lease %p handed over past its deadline (error %v); want none and ErrUnavailable", s, err)
 		}
@@ -189,4 +191,18 @@ func renewNow(l *Locker, s *Lease) {
 func testAcquisition(l *Locker, key string) *acquisition {
 	ctx := context.Background()
 	return newAcquisition(ctx, ctx, store.Key{Prefix: l.cfg.prefix, Name: key}, &acquireConfig{ttl: l.cfg.ttl, watchdog: true, name: key})
+}
+
+// testHandOver is an early hand-over (store.Settling) that a test settles.
+type testHandOver struct{ done chan struct{} }
+
+func newTestHandOver() *testHandOver { return &testHandOver{done: make(chan struct{})} }
+
+func (h *testHandOver) settle()                  { close(h.done) }
+func (h *testHandOver) Settled() <-chan struct{} { return h.done }
+func (h *testHandOver) Wait(ctx context.Context) {
+	select {
+	case <-h.done:
+	case <-ctx.Done():
+	}
 }

@@ -186,8 +186,8 @@
 //     D, nor does one answered at or after D: the lease ended at D, and is
 //     lost.
 //   - Transfer, Fair grant, Early hand-over: a store whose release can hand
-//     the lock straight to a waiter (store.Granter; today only New's
-//     store) makes leases live three more ways, each argued in that
+//     the lock straight to a waiter (its policy, store.Waits; today only
+//     New's store) makes leases live three more ways, each argued in that
 //     store's package (redisstore's safety.go, How a lease becomes live:
 //     Transfer, Fair grant, Early hand-over).
 //   - Nested lease (reentrant Acquire): it shares the outermost lease's

@@ -72,7 +72,7 @@ func heldByTransfer(t *testing.T, l *Locker, key string) *Lease {
 		t.Fatal(err)
 	}
 	b := takeLease(t, gotB, "b")
-	if b.reserved.Load() == 0 {
+	if reservedOf(b) == 0 {
 		t.Fatal("b's lease holds no reserved fence: its release would not hand over early")
 	}
 	return b
@@ -241,7 +241,7 @@ func TestEarlyHandOverToAWaiterThatWasWaitingFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := takeLease(t, gotB, "b")
-	if b.reserved.Load() == 0 {
+	if reservedOf(b) == 0 {
 		t.Fatal("b's lease holds no reserved fence")
 	}
 	if err := b.Release(ctx); err != nil {

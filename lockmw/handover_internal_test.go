@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
+	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // These tests follow each way a lease becomes live by a hand-over, and
@@ -77,20 +79,8 @@ func tryUntil(t *testing.T, l *Locker, key string) *Lease {
 
 // roomWaiters counts l's default-mode and fair waiters for key.
 func roomWaiters(l *Locker, key string) (defaults, fair int) {
-	keys := newLockRef(l.cfg.prefix, key)
-	rs := roomsOf(l)
-	rs.roomsMu.Lock()
-	defer rs.roomsMu.Unlock()
-	r := rs.rooms[keys.Key]
-	if r == nil {
-		return 0, 0
-	}
-	for _, w := range r.fair {
-		if w.wake == nil {
-			fair++
-		}
-	}
-	return len(r.defaults), fair
+	v := roomOf(l, key)
+	return v.Defaults, v.Fair
 }
 
 // queued is the length of key's fair queue list in Redis.
@@ -132,7 +122,7 @@ func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair b
 		t.Fatal(err)
 	}
 	b := takeLease(t, gotB, "b")
-	if b.reserved.Load() == 0 {
+	if reservedOf(b) == 0 {
 		t.Fatal("b's lease holds no reserved fence: its release would not hand over early")
 	}
 	if !fair {
@@ -148,12 +138,8 @@ func earlyChain(t *testing.T, l *Locker, admin *redis.Client, key string, fair b
 // learnt that no fair waiter was queued when it arrived: a release of l may
 // then hand it the lock early.
 func aheadOfQueue(l *Locker, key string) bool {
-	keys := newLockRef(l.cfg.prefix, key)
-	rs := roomsOf(l)
-	rs.roomsMu.Lock()
-	defer rs.roomsMu.Unlock()
-	r := rs.rooms[keys.Key]
-	return r != nil && len(r.defaults) == 1 && r.defaults[0].aheadOfQueue
+	v := roomOf(l, key)
+	return v.Defaults == 1 && v.Ahead
 }
 
 // TestEarlyHandOverLastsNoLongerThanTheWaitersTTL: the holder's lease has
@@ -177,7 +163,7 @@ func TestEarlyHandOverLastsNoLongerThanTheWaitersTTL(t *testing.T) {
 			if c.early == nil {
 				t.Fatal("c was not handed the lock early")
 			}
-			<-c.early.(*handover).done // the transfer has landed: the key holds c's token, for 100 ms
+			<-c.early.Settled() // the transfer has landed: the key holds c's token, for 100 ms
 			o := tryUntil(t, other, key)
 			if liveAfter(c, time.Now()) {
 				t.Fatalf("another Locker holds the lock (fence %d) while c's lease (fence %d, TTL 100ms) is live", o.Fence(), c.Fence())
@@ -211,9 +197,9 @@ func TestEarlyHandOverEndsWhenItsLinkIsCut(t *testing.T) {
 			if c.early == nil {
 				t.Fatal("c was not handed the lock early")
 			}
-			<-c.early.(*handover).done // confirmed: the key holds c's token
-			if c.early.(*handover).lost != nil {
-				t.Fatalf("the hand-over to c failed: %v", c.early.(*handover).lost)
+			<-c.early.Settled() // confirmed: the key holds c's token
+			if c.early.(interface{ Refused() bool }).Refused() {
+				t.Fatal("the hand-over to c failed")
 			}
 			proxy.Cut(t)
 			o := tryUntil(t, other, key)
@@ -358,12 +344,12 @@ func TestEarlyReleaseWaitsForItsHandOver(t *testing.T) {
 
 			b, gotC := earlyChain(t, l, admin, key, fair)
 			released := make(chan error, 1)
-			testHookHandedEarly = func() {
+			redisstore.SetHandedEarly(func() {
 				// The waiter has its lease: let it release before the
 				// transfer is sent.
 				time.Sleep(100 * time.Millisecond)
-			}
-			t.Cleanup(func() { testHookHandedEarly = nil })
+			})
+			t.Cleanup(func() { redisstore.SetHandedEarly(nil) })
 			go func() {
 				c := takeLease(t, gotC, "c")
 				released <- c.Release(context.Background())
@@ -371,7 +357,7 @@ func TestEarlyReleaseWaitsForItsHandOver(t *testing.T) {
 			if err := b.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			testHookHandedEarly = nil
+			redisstore.SetHandedEarly(nil)
 			if err := <-released; err != nil {
 				t.Fatalf("c.Release = %v, want nil", err)
 			}
@@ -443,14 +429,20 @@ func TestCloseDuringHandOversLeavesNoLock(t *testing.T) {
 	}
 }
 
-// roomsOf returns the rooms of l's policy (New's and NewRedlock's Lockers
-// have them).
-func roomsOf(l *Locker) *roomSet {
-	switch p := l.policy.(type) {
-	case *grantPolicy:
-		return p.roomSet
-	case *wakePolicy:
-		return p.roomSet
+// roomOf returns what l's policy (New's or NewRedlock's store's) knows of
+// key's waiters in l.
+func roomOf(l *Locker, key string) redisstore.RoomView {
+	p := l.policy.(ownPolicy).p.(interface {
+		Room(store.Key) redisstore.RoomView
+	})
+	return p.Room(newLockRef(l.cfg.prefix, key).Key)
+}
+
+// reservedOf is the fence s's release may hand to a waiter of its Locker
+// early, or 0.
+func reservedOf(s *Lease) uint64 {
+	if st, ok := s.state.(interface{ Reserved() uint64 }); ok {
+		return st.Reserved()
 	}
-	panic("lockmw: this Locker's waiters wait in no rooms")
+	return 0
 }

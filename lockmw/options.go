@@ -159,10 +159,6 @@ type acquireConfig struct {
 	fair     bool
 	name     string
 	errs     []error
-	// stayInRoom: a default-mode waiter does not line up in the lock's
-	// queue (the store refused the queue's steps while it moved the lock:
-	// Granter's Moving).
-	stayInRoom bool
 	// storeWide: StoreWideFence.
 	storeWide bool
 }

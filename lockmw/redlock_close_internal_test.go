@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // startRedlockOf3 starts three masters and a Redlock Locker on them.
@@ -32,22 +33,20 @@ func TestRedlockLeaveAfterClose(t *testing.T) {
 	_, clients, l := startRedlockOf3(t)
 	ctx := context.Background()
 	keys := newLockRef(l.cfg.prefix, "redlock:leave-after-close")
-	w := &waiter{token: newToken(), wake: make(chan struct{}, 1)}
-	entry := l.id + " " + w.token
+	token := newToken()
+	entry := l.id + " " + token
 	// The entry its attempt queued, as redlock_acquire.lua does.
 	if err := clients[0].RPush(ctx, keys.queue, entry).Err(); err != nil {
 		t.Fatal(err)
 	}
-	p := l.policy.(*wakePolicy)
-	p.roomsMu.Lock()
-	r := p.join(keys.Key)
-	r.fair[w.token] = w
-	p.roomsMu.Unlock()
+	leave := l.policy.(ownPolicy).p.(interface {
+		JoinRoom(k store.Key, token, entry string) (leave func())
+	}).JoinRoom(keys.Key, token, entry)
 
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p.leaveWakeQueue(r, w, entry, true) // the waiter, done after Close
+	leave() // the waiter, done after Close
 	left, err := clients[0].LRange(ctx, keys.queue, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -77,13 +77,8 @@ func TestRoomWaiterWokenDuringReleaseLinesUp(t *testing.T) {
 		got <- result{"a2", l, err}
 	}()
 	// a2 waits in a's room.
-	var w *waiter
-	ar := roomsOf(a)
 	if err := until(10*time.Second, func() error {
-		ar.roomsMu.Lock()
-		defer ar.roomsMu.Unlock()
-		if r := ar.rooms[k.Key]; r != nil && len(r.defaults) == 1 {
-			w = r.defaults[0]
+		if roomOf(a, key).Defaults == 1 {
 			return nil
 		}
 		return fmt.Errorf("a2 is not in a's room")
@@ -97,9 +92,7 @@ func TestRoomWaiterWokenDuringReleaseLinesUp(t *testing.T) {
 		// The release handed the lock to b and woke a2: let a2 take the
 		// wake and make its attempt while the lease still counts as a's.
 		_ = until(10*time.Second, func() error {
-			ar.roomsMu.Lock()
-			defer ar.roomsMu.Unlock()
-			if len(w.wake) > 0 {
+			if roomOf(a, key).Woken {
 				return fmt.Errorf("a2 has not taken its wake yet")
 			}
 			return nil

@@ -180,15 +180,14 @@ type Lease struct {
 //   - storePolicy (wait.go): attempts, with backoff, the store's release
 //     notifications (store.Notifier) or its queue (store.Queue), whose
 //     hand-overs it reports; every store but Redis's;
-//   - wakePolicy (wait_wake.go): a queue of waiters woken one at a time
-//     (store.WakeQueue: NewRedlock's store);
-//   - grantPolicy (granter.go): rooms of this Locker's waiters, releases
-//     that hand the lock over in their own step, a fair queue and early
-//     hand-overs (store.Granter: New's store).
+//   - ownPolicy (host.go): the store's own (store.Waits: New's and
+//     NewRedlock's stores, whose policies are in lockmw/internal/redisstore),
+//     which makes and ends leases through the Locker's store.Host.
 //
 // Whatever the policy, a lease becomes live only in one of the ways of
 // doc.go ("Safety: how a lease becomes live"), and every one ends in
-// newLease (newlease.go).
+// newLease (newlease.go) or, for a hand-over the store has not confirmed
+// yet, newEarlyLease (host.go).
 type policy interface {
 	// acquire runs the attempts and waits of one Acquire (wait) or
 	// TryAcquire call.

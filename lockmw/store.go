@@ -31,13 +31,15 @@ import (
 //     (keepalive.go).
 //   - Nested lease: it shares the outermost lease's token and fence while
 //     that lease is live (nest.go).
-//   - Hand-overs, on a store that is a store.Granter (New's store): a
-//     transfer, a fair grant, an early hand-over, each argued beside
-//     store.Granter and in lockmw/internal/redisstore (safety.go, "How a lease
-//     becomes live"). On
-//     every other store a waiter's lease comes from its own acquisition or
-//     queue entry, confirmed by the store; a store.WakeQueue (Redlock)
-//     only wakes a waiter, whose lease then comes from its own attempt.
+//   - Hand-overs, on a store that waits its own way (store.Waits: New's
+//     store): a transfer, a fair grant, an early hand-over, made by the
+//     store's policy through the Locker's store.Host (NewLease,
+//     NewEarlyLease), each argued in lockmw/internal/redisstore (safety.go,
+//     "How a lease becomes live"); on a store with a queue, a hand-over
+//     its WaitTurn reports (wait.go, queueWay.handed). On every other
+//     store a waiter's lease comes from its own acquisition or queue
+//     entry, confirmed by the store; Redlock's policy only wakes a waiter,
+//     whose lease then comes from its own attempt.
 
 // NewWithStore returns a Locker keeping its locks in in.Store, configured
 // by opts. It is how this repository's store packages (lockmw/etcd,

@@ -3,17 +3,23 @@
 // Cluster), made by lockmw.New, and Redlock on a quorum of independent
 // masters, made by lockmw.NewRedlock. Both sit behind the store boundary
 // of package lockmw/internal/store: the Locker acquires, releases and
-// renews through store.Store, and finds their extras by type assertion
-// (Store is a store.Granter, whose releases hand the lock to a waiter in
-// the same step; Redlock is a store.WakeQueue). They share the wire
+// renews through store.Store, and finds their extras by type assertion.
+// Both wait their own way (store.Waits): the Locker hands every Acquire's
+// wait and every release to the store's policy, which makes and ends
+// leases through the Locker's store.Host. Store's policy (grantPolicy:
+// rooms.go, wait_default.go, wait_fair.go, lineup.go, release.go,
+// handover.go) hands the lock to a waiter in the release's own step and
+// keeps a fair queue; Redlock's (wakePolicy, wait_wake.go) wakes waiters
+// one at a time from a queue on the first master. The steps each policy
+// takes on its store are in steps.go. They share the wire
 // protocol: the Lua scripts (scripts/ and scripts.go), the key names
 // (keys.go), the pub/sub subscriber, the batcher (batch.go), and the guard
 // against go-redis sending a write twice (noretry.go).
 //
 // The package is internal to this repository. A store is made with New or
-// NewRedlock, then bound to its Locker once with Bind (Config: the
-// Locker's id, prefix, events and options), before the Locker's first
-// request.
+// NewRedlock, asked for its policy (Policy) and bound to its Locker once
+// with Bind (Config: the Locker's id, prefix and options), before the
+// Locker's first request.
 //
 // Package lockmw's documentation holds what a user of any store needs,
 // and the few Redis limits a Redis user must know (client settings, the

@@ -8,11 +8,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/lockmw/internal/redisstore"
-	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
 // A store is made on the user's client, then bound to its Locker before
-// the Locker's first request; lockmw.New does both. Nothing is sent to
+// the Locker's first request (and asked for its policy, Policy, which
+// hears the store's releases and grants); lockmw.New does all of it. Nothing is sent to
 // Redis until then.
 func Example() {
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379",
@@ -25,7 +25,6 @@ func Example() {
 	err := s.Bind(redisstore.Config{
 		Self:      "0123456789abcdef", // the Locker's id
 		Prefix:    "lockmw:",
-		Events:    store.Events{Released: func(store.Key) {}, Granted: func(store.Key, store.Grant, bool) {}},
 		Retention: 24 * time.Hour,
 		TTL:       10 * time.Second,
 		Logger:    slog.Default(),

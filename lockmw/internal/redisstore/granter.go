@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is the Redis store's store.Granter: releases that hand the
+// This file is the Redis store's granter: releases that hand the
 // lock to a waiter in the same step (release.lua, transfer.lua, unlock.lua)
 // and the fair queue (fair.lua, leave.lua). Why a hand-over keeps one
-// lease live at a time is argued beside store.Granter and in safety.go
+// lease live at a time is argued beside granter and in safety.go
 // ("How a lease becomes live": Transfer, Fair grant, Early hand-over).
 
 // Unlock releases the lock held by token, acquired without Fair, with the
@@ -41,16 +41,16 @@ func (b *Store) Unlock(ctx context.Context, lock store.Key, token string) (o sto
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none).
-func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (Handoff, error) {
 	k := b.names.ref(lock)
 	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
 		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
 	if err != nil {
-		return store.Handoff{}, err
+		return Handoff{}, err
 	}
 	vals, ok := reply.([]any)
 	if !ok || len(vals) == 0 {
-		return store.Handoff{}, fmt.Errorf("release script returned %T, want a list", reply)
+		return Handoff{}, fmt.Errorf("release script returned %T, want a list", reply)
 	}
 	code, _ := vals[0].(int64)
 	switch code {
@@ -60,11 +60,11 @@ func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early
 			want = 5
 		}
 		if len(vals) != want {
-			return store.Handoff{}, fmt.Errorf("release script returned %d values, want %d", len(vals), want)
+			return Handoff{}, fmt.Errorf("release script returned %d values, want %d", len(vals), want)
 		}
 		f, _ := vals[1].(int64)
 		to, _ := vals[2].(string)
-		h := store.Handoff{Ownership: store.Owned, To: to, Fence: uint64(f), Local: code == releaseHandedLocal}
+		h := Handoff{Ownership: store.Owned, To: to, Fence: uint64(f), Local: code == releaseHandedLocal}
 		if h.Local {
 			r, _ := vals[3].(int64)
 			h.Reserved = uint64(r)
@@ -76,12 +76,12 @@ func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early
 		}
 		return h, nil
 	}
-	return store.Handoff{Ownership: ownershipOf(code)}, nil
+	return Handoff{Ownership: ownershipOf(code)}, nil
 }
 
 // Transfer hands the lock held by token to the waiting token to (of the same
 // Locker) in one round trip; unless force, only when nobody else waits.
-func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (store.TransferReply, error) {
+func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, ttl time.Duration, force bool) (TransferReply, error) {
 	k := b.names.ref(lock)
 	f := "0"
 	if force {
@@ -90,35 +90,35 @@ func (b *Store) Transfer(ctx context.Context, lock store.Key, token, to string, 
 	reply, err := b.runScript(ctx, ttl/4, transferScript, []string{k.lock, k.fence, k.notify},
 		token, to, millis(ttl), b.numsub, b.publish, f, b.expiry.counter)
 	if err != nil {
-		return store.TransferReply{}, err
+		return TransferReply{}, err
 	}
 	vals, err := int64s(reply)
 	if err != nil || len(vals) == 0 {
-		return store.TransferReply{}, fmt.Errorf("transfer script: %v", err)
+		return TransferReply{}, fmt.Errorf("transfer script: %v", err)
 	}
 	switch vals[0] {
 	case transferDone:
 		if len(vals) != 3 {
-			return store.TransferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
+			return TransferReply{}, fmt.Errorf("transfer script returned %d values, want 3", len(vals))
 		}
 		// The script draws two fences: the waiter's (one below the
 		// counter it leaves; a forced transfer's waiter keeps the one
 		// reserved for it earlier) and one reserved for the waiter's own
 		// next hand-over, unless others wait (transfer.lua).
 		counter := uint64(vals[1])
-		t := store.TransferReply{Done: true, Fence: counter - 1, Ownership: store.Owned}
+		t := TransferReply{Done: true, Fence: counter - 1, Ownership: store.Owned}
 		if vals[2] != 1 {
 			t.Reserved = counter
 		}
 		return t, nil
 	case transferFairQueue:
-		return store.TransferReply{FairQueue: true}, nil
+		return TransferReply{FairQueue: true}, nil
 	}
-	return store.TransferReply{Ownership: ownershipOf(vals[0])}, nil
+	return TransferReply{Ownership: ownershipOf(vals[0])}, nil
 }
 
 // FairAcquire makes one fair attempt for the waiter with queue entry entry.
-func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode store.FairMode) (store.FairReply, error) {
+func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string, mode FairMode) (FairReply, error) {
 	k := b.names.ref(lock)
 	var vals []int64
 	err := b.whileSlotMoves(ctx, ttl/4, func() (err error) {
@@ -127,24 +127,24 @@ func (b *Store) FairAcquire(ctx context.Context, lock store.Key, token string, t
 		return err
 	})
 	if err != nil {
-		return store.FairReply{}, err
+		return FairReply{}, err
 	}
 	if len(vals) < 2 {
-		return store.FairReply{}, fmt.Errorf("fair script returned %d values, want at least 2", len(vals))
+		return FairReply{}, fmt.Errorf("fair script returned %d values, want at least 2", len(vals))
 	}
 	switch vals[0] {
 	case fairAcquired:
-		return store.FairReply{Acquired: true, Fence: uint64(vals[1])}, nil
+		return FairReply{Acquired: true, Fence: uint64(vals[1])}, nil
 	case fairGranted:
 		if len(vals) != 3 {
-			return store.FairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
+			return FairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
 		}
-		return store.FairReply{Granted: true, Fence: uint64(vals[1]), Pttl: time.Duration(max(vals[2], 0)) * time.Millisecond}, nil
+		return FairReply{Granted: true, Fence: uint64(vals[1]), Pttl: time.Duration(max(vals[2], 0)) * time.Millisecond}, nil
 	}
 	if len(vals) != 3 {
-		return store.FairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
+		return FairReply{}, fmt.Errorf("fair script returned %d values, want 3", len(vals))
 	}
-	return store.FairReply{Pttl: time.Duration(max(vals[1], 0)) * time.Millisecond, Counter: uint64(max(vals[2], 0))}, nil
+	return FairReply{Pttl: time.Duration(max(vals[1], 0)) * time.Millisecond, Counter: uint64(max(vals[2], 0))}, nil
 }
 
 // Enqueue appends entry to the lock's fair queue if the queue exists (one

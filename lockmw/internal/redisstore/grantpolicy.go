@@ -18,7 +18,7 @@ import (
 // first request.
 func (b *Store) Policy(h store.Host) store.Policy {
 	p := &grantPolicy{h: h, roomSet: newRoomSet(), waits: b}
-	b.events = store.Events{Released: p.releaseHeard, Granted: p.granted}
+	b.events = Events{Released: p.releaseHeard, Granted: p.granted}
 	return p
 }
 

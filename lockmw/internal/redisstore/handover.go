@@ -11,11 +11,12 @@ import (
 
 // This file is an early hand-over: a lock handed to a waiter of this Locker
 // before the store confirmed it (handover, made by release.go's handEarly
-// and handEarlyFair), and the lease made from it (newEarlyLease).
+// and handEarlyFair), the lease made from it (newEarlyLease, through the
+// Host), and what the grant policy keeps on a lease (leaseState).
 //
-// Safety (doc.go, "Safety: how a lease becomes live": Early hand-over;
-// argued for the one store that hands over, in
-// lockmw/internal/redisstore, safety.go, "How a lease becomes live"). An
+// Safety (package lockmw's doc.go, "Safety: how a lease becomes live":
+// Early hand-over; argued for this store in safety.go, "How a lease becomes
+// live"). An
 // early hand-over's lease is valid until the earlier of the releaser's
 // deadline and the transfer's send time plus the waiter's TTL less drift,
 // fixed before the transfer is sent (earlyDeadline), and is not renewed
@@ -31,8 +32,9 @@ import (
 // that send time plus the waiter's TTL less drift (deadline, fixed before
 // the transfer is sent), and is not renewed; the answer confirms it from the
 // send time with the waiter's TTL, or ends it as lost. The waiter's own
-// requests for the lock (its release) wait for that answer (see
-// Lease.release), so none can reach the store before the transfer does.
+// requests for the lock (its release) wait for that answer (the Locker holds
+// them back until Wait returns: store.Settling), so none can reach the
+// store before the transfer does.
 type handover struct {
 	fence    uint64
 	deadline time.Time

@@ -21,9 +21,9 @@ import (
 // the store's hand-over step).
 //
 // The safety of a lease that becomes live this way is that of every grant
-// (doc.go, "Safety: how a lease becomes live": Fair grant; for the store
-// that hands over, lockmw/internal/redisstore, safety.go, "How a lease
-// becomes live"): the queue only decides who is next.
+// (package lockmw's doc.go, "Safety: how a lease becomes live": Fair grant;
+// for this store's steps, safety.go, "How a lease becomes live"): the queue
+// only decides who is next.
 
 // wakeDefaultHead wakes the first default-mode waiter of keys, if any,
 // after a release handed the lock to a queued waiter: the lock did not

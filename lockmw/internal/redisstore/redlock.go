@@ -56,7 +56,7 @@ type Redlock struct {
 	self   string
 	onWake func(store.Key)
 	// events is where wakes go (route).
-	events store.Events
+	events Events
 	// held is, by lock key and token, where a lease's lock may be (a
 	// *heldOn): its release goes there only.
 	held sync.Map
@@ -130,7 +130,7 @@ func (b *Redlock) Close() error {
 // saves each acquisition and release the calls to the rest. entry, if not
 // empty, is the caller's wait-queue entry: queued in the reply says that
 // the first master found the lock held and queued it there.
-func (b *Redlock) AcquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (store.QueuedReply, error) {
+func (b *Redlock) AcquireQueued(ctx context.Context, lock store.Key, token string, ttl time.Duration, entry string) (QueuedReply, error) {
 	k := newLockRef(lock.Prefix, lock.Name)
 	n, q := len(b.masters), b.quorum
 	replies := make(chan masterReply, n)
@@ -216,7 +216,7 @@ func (b *Redlock) AcquireQueued(ctx context.Context, lock store.Key, token strin
 				settled[i] = settled[i] || !sent[i]
 			}
 			b.rollback(k, token, ttl, granted, settled)
-			return store.QueuedReply{Queued: entry != "" && (queued || !answered0), Unsure: unsure}, ctx.Err()
+			return QueuedReply{Queued: entry != "" && (queued || !answered0), Unsure: unsure}, ctx.Err()
 		}
 		if !record(r) {
 			sendRest() // the first quorum cannot grant it alone
@@ -263,15 +263,15 @@ func (b *Redlock) AcquireQueued(ctx context.Context, lock store.Key, token strin
 	if lost {
 		b.rollback(k, token, ttl, granted, settled)
 		if failed > n-q {
-			return store.QueuedReply{Queued: queued, Unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
+			return QueuedReply{Queued: queued, Unsure: unsure}, fmt.Errorf("%d of %d masters failed, so no quorum of %d can answer: %w", failed, n, q, errors.Join(errs...))
 		}
-		return store.QueuedReply{Reply: store.Reply{HolderTTL: freeIn(busyTTLs, q-won)}, Queued: queued, Unsure: unsure}, nil
+		return QueuedReply{Reply: store.Reply{HolderTTL: freeIn(busyTTLs, q-won)}, Queued: queued, Unsure: unsure}, nil
 	}
 
 	fence, err := b.settleFence(ctx, k, token, fences)
 	if err != nil {
 		b.rollback(k, token, ttl, granted, settled)
-		return store.QueuedReply{Queued: queued, Unsure: unsure}, err
+		return QueuedReply{Queued: queued, Unsure: unsure}, err
 	}
 	// The release goes where the lock may be token's: where it was granted,
 	// and where the request may yet run or did without an answer.
@@ -280,7 +280,7 @@ func (b *Redlock) AcquireQueued(ctx context.Context, lock store.Key, token strin
 		maybe[i] = !settled[i]
 	}
 	b.held.Store(heldKey(k, token), &heldOn{masters: maybe})
-	return store.QueuedReply{Reply: store.Reply{Acquired: true, Fence: uint64(fence)}, Queued: queued, Unsure: unsure}, nil
+	return QueuedReply{Reply: store.Reply{Acquired: true, Fence: uint64(fence)}, Queued: queued, Unsure: unsure}, nil
 }
 
 // heldKey names a lease in Redlock.held.

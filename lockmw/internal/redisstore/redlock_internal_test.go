@@ -26,11 +26,11 @@ func startRedlock(t *testing.T) ([]*redistest.Server, []redis.UniversalClient, *
 		clients[i] = m.Client(t)
 	}
 	b := NewRedlock(clients)
+	b.events = Events{Woken: func(store.Key, string) {}} // (a Locker's policy sets it)
 	closing := make(chan struct{})
 	b.Bind(Config{
 		Self:      "self",
 		Prefix:    testPrefix,
-		Events:    store.Events{Woken: func(store.Key, string) {}},
 		Retention: 24 * time.Hour,
 		TTL:       10 * time.Second,
 		Logger:    slog.Default(),

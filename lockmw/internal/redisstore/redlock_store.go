@@ -14,14 +14,14 @@ import (
 )
 
 // This file is the Redlock store's side of the store boundary
-// (lockmw/internal/store), and its wake queue (store.WakeQueue; how
-// waiters use it is lockmw's wait_wake.go).
+// (lockmw/internal/store), and its wake queue (wakeQueue; how
+// waiters use it, its policy, is wait_wake.go).
 
 var (
 	_ store.Store        = (*Redlock)(nil)
 	_ store.Named        = (*Redlock)(nil)
 	_ store.LeftNothing  = (*Redlock)(nil)
-	_ store.WakeQueue    = (*Redlock)(nil)
+	_ wakeQueue          = (*Redlock)(nil)
 	_ store.FenceRaiser  = (*Redlock)(nil)
 	_ store.ClientCloser = (*Redlock)(nil)
 )

@@ -8,28 +8,28 @@ import (
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file routes a Granter's releases and grants: a released lock goes to
+// This file routes the grant policy's releases and grants: a released lock goes to
 // this Locker's first default-mode waiter (the store's transfer step), to
 // the first live waiter of the lock's queue (the store's hand-over step,
-// Granter's ReleaseHandoff), early to a waiter of this Locker before the
+// granter's ReleaseHandoff), early to a waiter of this Locker before the
 // store confirms it (handEarly, handEarlyFair; see handover.go), or is
 // freed; a lock the store granted to a waiter of this Locker is handed to
 // it (handTo, granted); and a lock handed to a waiter that is gone is given
 // back (releaseStray).
 //
 // Safety: each hand-over made here is one of the ways a lease becomes live
-// of doc.go's "Safety: how a lease becomes live" (Transfer, Fair grant,
-// Early hand-over), argued for the store that hands over in
-// lockmw/internal/redisstore (safety.go, "How a lease becomes live"). A
+// of package lockmw's doc.go, "Safety: how a lease becomes live" (Transfer,
+// Fair grant, Early hand-over), argued for this store's steps in safety.go
+// ("How a lease becomes live"). A
 // grant is dated from a time known to precede it, and a grant whose fence
 // is not above the fence counter the waiter's last busy attempt saw is
 // stale and ignored (handTo). A lock handed over early is given back only
-// once the hand-over has reached the store (see handover.wait), so that no
+// once the hand-over has reached the store (see handover.Wait), so that no
 // request for it reaches the store before the transfer does.
 
 // releaseStray releases a lock granted to a waiter that is gone; when it
 // was handed over early (h), once the hand-over has reached the store.
-// The caller has started a flight for it (see flights).
+// The caller has started a flight for it (Host.Start).
 func (l *grantPolicy) releaseStray(lock store.Key, token string, h *handover) {
 	defer l.h.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.h.TTL())
@@ -51,7 +51,7 @@ func (l *grantPolicy) releaseToken(ctx context.Context, lock store.Key, token st
 }
 
 // releaseTokenOf is releaseToken; for a lock acquired without Fair (fair
-// false), the store's plain release step (Granter's Unlock) goes first: it
+// false), the store's plain release step (granter's Unlock) goes first: it
 // does not hand over, and leaves the lock to releaseHandoff when fair
 // waiters have queued behind it.
 func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (store.Ownership, error) {
@@ -88,7 +88,7 @@ func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token 
 // waiter with others queued behind it is hot (see markHot); this Locker's
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
-func (l *grantPolicy) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (store.Handoff, error) {
+func (l *grantPolicy) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (Handoff, error) {
 	h, err := l.waits.ReleaseHandoff(ctx, lock, token, early, earlyFence)
 	if err == nil && h.To != "" {
 		if h.More {
@@ -233,7 +233,7 @@ func (l *grantPolicy) handTo(lock store.Key, token string, fence uint64, validFr
 
 // granted wakes the fair waiter k was handed to (g); ok false: the store's
 // message could not be read.
-func (l *grantPolicy) granted(k store.Key, g store.Grant, ok bool) {
+func (l *grantPolicy) granted(k store.Key, g Grant, ok bool) {
 	if !ok {
 		l.h.Logger().Warn("lockmw: ignoring a malformed grant message", slog.String("key", k.Name), slog.String("store", l.h.Name()))
 		return
@@ -268,12 +268,11 @@ func (l *grantPolicy) handEarlyFair(lock store.Key, token string, fence uint64, 
 // reservedAt is when the transfer that gave the releasing lease the lock
 // (and reserved fence) was sent.
 //
-// Fair order (doc.go, "Waiting": Fair; how the store that hands over
-// keeps it: lockmw/internal/redisstore, doc.go, "Waiting and hand-overs",
-// Fair order): a fair waiter is never overtaken by one that arrived after
-// it. The releaser does not know who joined the lock's queue since it got
-// the lock, so the waiter goes first only
-// when it is known to have arrived before every fair waiter queued now: a
+// Fair order (package lockmw's doc.go, "Waiting": Fair; how this store
+// keeps it: doc.go, "Waiting and hand-overs", Fair order): a fair waiter is
+// never overtaken by one that arrived after it. The releaser does not know
+// who joined the lock's queue since it got the lock, so the waiter goes
+// first only when it is known to have arrived before every fair waiter queued now: a
 // check of the lock made after it arrived found no fair waiter queued
 // (aheadOfQueue), or it was waiting before reservedAt, when the releaser's
 // own transfer found none. Any fair waiter queued now queued after that

@@ -97,7 +97,7 @@ func (rs *roomSet) unref(r *room) {
 // grants and wakes for this Locker's waiters), giving up when ctx ends or,
 // for a bounded wait (WithWait), at giveUp. The store may keep listening
 // for grants and wakes a while after their last waiter.
-func watchUntil(ctx context.Context, w store.Watcher, giveUp time.Time, k store.Key, grants bool) error {
+func watchUntil(ctx context.Context, w watcher, giveUp time.Time, k store.Key, grants bool) error {
 	if !giveUp.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, giveUp)
@@ -115,7 +115,7 @@ const maxHot = 1024
 
 // markHot records that the lock of keys was just handed on with waiters
 // still queued behind the new holder: an Acquire of this Locker for it in
-// the next hotFor joins the queue with one enqueue step (Granter's
+// the next hotFor joins the queue with one enqueue step (granter's
 // Enqueue) instead of a full attempt that would find the lock held.
 func (rs *roomSet) markHot(lock store.Key) {
 	now := time.Now()
@@ -178,12 +178,12 @@ func (r *room) nextDefault() *waiter {
 	return nil
 }
 
-// grantPolicy is the policy of a Granter: the Locker's generic parts, and
-// the rooms where its waiters wait.
+// grantPolicy is the policy of New's store (a granter): the Locker that
+// lends it leases (h), and the rooms where its waiters wait.
 type grantPolicy struct {
 	h store.Host
 	*roomSet
-	waits *Store
+	waits granter // the Locker's store (Store)
 }
 
 // signal wakes whoever waits on c, unless a wake is pending already.

@@ -17,15 +17,15 @@ import (
 
 // This file is the Redis store's side of the store boundary
 // (lockmw/internal/store): what every store does, done on one Redis
-// deployment. Its hand-overs and fair queues are its store.Granter
-// (granter.go).
+// deployment. Its hand-overs and fair queues are its granter
+// (granter.go); its policy is grantPolicy (grantpolicy.go).
 
 var (
 	_ store.Store        = (*Store)(nil)
 	_ store.Named        = (*Store)(nil)
 	_ store.LeftNothing  = (*Store)(nil)
 	_ store.FireClaimer  = (*Store)(nil)
-	_ store.Granter      = (*Store)(nil)
+	_ granter            = (*Store)(nil)
 	_ store.ClientCloser = (*Store)(nil)
 	_ store.FenceRaiser  = (*Store)(nil)
 )
@@ -55,7 +55,7 @@ type Store struct {
 	prefix string
 	// names names the locks: Cluster names on a Cluster (naming).
 	names  naming
-	events store.Events
+	events Events
 }
 
 // New returns the store of client; lockmw.New binds it to its Locker
@@ -255,7 +255,7 @@ func (b *Store) route(channel, payload string) {
 		return
 	}
 	parts := strings.SplitN(payload, " ", 4)
-	var g store.Grant
+	var g Grant
 	var err error
 	if len(parts) == 4 {
 		g.Token, g.Next = parts[0], parts[3]

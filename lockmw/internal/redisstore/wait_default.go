@@ -9,22 +9,22 @@ import (
 )
 
 // This file is how Acquire waits in default mode, without polling: the store
-// sends a release notice for the lock (store.Watcher). Each Locker keeps its
+// sends a release notice for the lock (watcher). Each Locker keeps its
 // waiters for a key in a room, in arrival order; only the first retries when
 // a release is heard (or when the holder's TTL, learnt from the failed
 // attempt, runs out), and later arrivals queue behind it instead of racing
 // it. A release thus costs one retry per waiting process, not one per
 // waiting goroutine.
 //
-// Waiting adds no way to become live (doc.go, "Safety: how a lease becomes
-// live", and, for the store's hand-overs, lockmw/internal/redisstore,
-// safety.go, "How a lease becomes live"): a default waiter's lease comes
-// from an attempt (attempt.go), or from a release of this Locker that handed
-// it the lock (release.go, handover.go). A waiter that lines up in the
+// Waiting adds no way to become live (package lockmw's doc.go, "Safety: how
+// a lease becomes live", and, for this store's hand-overs, safety.go, "How a
+// lease becomes live"): a default waiter's lease comes from an attempt
+// (Host.Attempt), or from a release of this Locker that handed it the lock
+// (release.go, handover.go). A waiter that lines up in the
 // lock's queue (lineUp, at the end of this file) waits as a Fair one does.
 
 // waitGranter acquires on a store whose releases hand the lock over
-// (store.Granter): Fair waiters queue for grants (wait_fair.go); a
+// (granter): Fair waiters queue for grants (wait_fair.go); a
 // default-mode waiter queues behind this Locker's waiters for the lock
 // rather than race them, or lines up behind other Lockers' (lineup.go),
 // or makes an attempt and, finding the lock held, waits in its room
@@ -285,8 +285,8 @@ func (l *grantPolicy) releaseHeard(k store.Key) {
 
 // lineUp waits for key in the lock's queue, as a Fair waiter does. While the
 // store moves the lock between its members, it may refuse the queue's steps
-// longer than a waiter retries (Granter's Moving; when and why:
-// lockmw/internal/redisstore, doc.go, Waiting and hand-overs): the
+// longer than a waiter retries (granter's Moving; when and why:
+// doc.go, Waiting and hand-overs): the
 // waiter then waits in its room instead, on release notices, whose attempts
 // need only the lock and its counter.
 func (l *grantPolicy) lineUp(a *store.Acquisition) (store.Lease, error) {

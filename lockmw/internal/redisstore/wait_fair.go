@@ -11,16 +11,16 @@ import (
 )
 
 // This file is how Acquire waits in fair mode: waiters join the lock's
-// queue in the store (Granter's FairAcquire), and a release hands the lock
+// queue in the store (granter's FairAcquire), and a release hands the lock
 // straight to the first live waiter in the same step: the lock is never
 // free in between, and only that waiter is told, by the store's grant
 // message to its Locker — or directly, when the releasing Locker is its
 // own. Queued waiters also poll now and then, so a lost grant message or a
 // dropped queue entry costs latency, never liveness.
 //
-// Safety (doc.go, "Safety: how a lease becomes live": Acquisition, Fair
-// grant, Early hand-over; for the store that hands over,
-// lockmw/internal/redisstore, safety.go, "How a lease becomes live"): a fair
+// Safety (package lockmw's doc.go, "Safety: how a lease becomes live":
+// Acquisition, Fair grant, Early hand-over; for this store's steps,
+// safety.go, "How a lease becomes live"): a fair
 // lease comes from a fair attempt taking a free lock, dated from the
 // request's send time; from a grant, dated from a time known to precede it,
 // and confirmed by a renewal first when dated more than TTL/3 back
@@ -52,7 +52,7 @@ func (l *grantPolicy) acquireFair(a *store.Acquisition, wait bool) (store.Lease,
 	entry := l.waits.FairEntry(l.h.ID(), token, a.TTL)
 	if !wait {
 		sentAt := time.Now()
-		reply, err := l.waits.FairAcquire(a.Ctx, a.Key, token, a.TTL, entry, store.FairTry)
+		reply, err := l.waits.FairAcquire(a.Ctx, a.Key, token, a.TTL, entry, FairTry)
 		if err != nil {
 			if !l.waits.LeftNothing(err) {
 				l.h.TakeBack(a.Key, token, true, a.TTL, nil) // it may take the lock yet
@@ -90,7 +90,7 @@ func (l *grantPolicy) acquireFair(a *store.Acquisition, wait bool) (store.Lease,
 	return l.h.WaitLoop(a, true, f)
 }
 
-// fairWay is a fair waiter on a Granter: its entry queues, and a release
+// fairWay is a fair waiter on a granter: its entry queues, and a release
 // hands it the lock (a grant, heard in the store's grant message to its
 // Locker or directly from a release of this Locker); it also polls now and
 // then, when the holder's TTL runs out, in case a grant message was lost.
@@ -107,10 +107,10 @@ type fairWay struct {
 // try queues the entry (first), or polls: granted? still queued?
 func (f *fairWay) Try(a *store.Acquisition) (store.Lease, store.Reply, error) {
 	l, w := f.l, f.w
-	mode := store.FairPoll
+	mode := FairPoll
 	if !f.started {
 		f.started = true
-		mode = store.FairWait
+		mode = FairWait
 		// Nothing has been granted to w before its entry is queued, so
 		// the time before the request is a safe start of validity for any
 		// grant.
@@ -196,7 +196,7 @@ func (l *grantPolicy) fairGrantLease(a *store.Acquisition, w *waiter, g grantInf
 
 // fairReplyLease turns a fair attempt's reply into a lease, or records that
 // the lock was still busy when the attempt (sent at sentAt) ran.
-func (l *grantPolicy) fairReplyLease(a *store.Acquisition, w *waiter, reply store.FairReply, sentAt time.Time) (store.Lease, error) {
+func (l *grantPolicy) fairReplyLease(a *store.Acquisition, w *waiter, reply FairReply, sentAt time.Time) (store.Lease, error) {
 	switch {
 	case reply.Acquired:
 		l.claim(w)

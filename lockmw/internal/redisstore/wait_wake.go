@@ -17,13 +17,13 @@ import (
 //
 // The first master keeps, beside its copy of the lock, a wait queue of
 // "<locker id> <waiter id>" entries. A waiter's attempt that finds the lock
-// held there queues its entry in the same step (WakeQueue's AcquireQueued),
+// held there queues its entry in the same step (wakeQueue's AcquireQueued),
 // so no release can fall between the two; a Locker whose release just woke a
 // waiter knows others wait, and its next Acquire of the lock queues with one
 // enqueue step (EnqueueWake) instead of an attempt. The holder's release on
 // the first master wakes the first waiter still listening, by the store's
 // wake message to its Locker, and only that waiter tries (how:
-// lockmw/internal/redisstore, redlock_safety.go). A wake grants nothing: the
+// redlock_safety.go). A wake grants nothing: the
 // waiter makes an ordinary attempt, decided by a quorum as every other (see
 // redlock.go), so this file adds no way for a lease to become live. If the
 // attempt loses (its wake came before the release reached the other masters,
@@ -47,14 +47,14 @@ import (
 // master may queue the entry while the others grant the lock, or before
 // the fencing round fails. A wake clears queued only (the release that
 // woke the waiter popped its entry); unsure stays. When the waiter is
-// done for any reason (lease, give-up, error, Close: waitLoop calls
-// wakeWay.done), it takes the entry out if either is set: an LREM of every
+// done for any reason (lease, give-up, error, Close: the Locker's wait loop
+// calls wakeWay.Done), it takes the entry out if either is set: an LREM of every
 // copy (a lost reply's attempt and the next may both have queued it),
 // sent through the first master's queue after every attempt of the
-// waiter, and retried by the cleaner twice after an answer (cleanup.go:
-// an attempt stalled in the master runs before the second). Close stops
+// waiter, and retried by the Locker's cleaner twice after an answer (package
+// lockmw's cleanup.go: an attempt stalled in the master runs before the second). Close stops
 // waiters first and waits for them (a bounded time, the Locker's TTL):
-// Close ends their requests too (endAtClose; a rollback no longer waits
+// Close ends their requests too (Host.EndAtClose; a rollback no longer waits
 // for its answers, which the masters' senders still send before they
 // stop), so a waiter inside an attempt on a slow first master returns at
 // once, and its leave is handed to the cleaner, whose close gives each
@@ -75,13 +75,13 @@ import (
 // taken with the queue when the queue expires. A paused master runs a
 // leave already sent when it resumes.
 
-// wakePolicy is the policy of a store with a WakeQueue (Redlock's):
+// wakePolicy is the policy of a store with a wakeQueue (Redlock):
 // its waiters wait on wakes (wakeWay), in rooms where the wakes find them;
 // a release is the store's, whose release step wakes the next waiter.
 type wakePolicy struct {
 	h store.Host
 	*roomSet
-	wakes *Redlock
+	wakes wakeQueue // the Locker's store (Redlock)
 	// backoffMin and backoffMax bound a waiter's backoff after a lost
 	// race (Host.Backoff).
 	backoffMin, backoffMax time.Duration
@@ -92,7 +92,7 @@ type wakePolicy struct {
 func (b *Redlock) Policy(h store.Host) store.Policy {
 	p := &wakePolicy{h: h, roomSet: newRoomSet(), wakes: b}
 	p.backoffMin, p.backoffMax = h.Backoff()
-	b.events = store.Events{Woken: p.woken}
+	b.events = Events{Woken: p.woken}
 	b.onWake = p.markHot
 	return p
 }
@@ -160,7 +160,7 @@ func (l *wakePolicy) passWakeOn(lock store.Key) {
 	}()
 }
 
-// wakeWay is a waiter on a WakeQueue (Redlock): its attempts queue its
+// wakeWay is a waiter on a wakeQueue (Redlock): its attempts queue its
 // entry on the first master when they find the lock held there, and it
 // waits for the wake of a release (see the top of this file). A single
 // attempt (TryAcquire) is a wakeWay without an entry.
@@ -184,7 +184,7 @@ type wakeWay struct {
 	stop           func() // ends ctx
 }
 
-// joinWakeQueue readies a waiting acquisition on a WakeQueue: w joins its
+// joinWakeQueue readies a waiting acquisition on a wakeQueue: w joins its
 // room (where wakes find it) and listens for wakes; if this Locker's
 // release just woke a waiter of the lock, its entry queues at once,
 // without an attempt that would find the lock held.
@@ -315,11 +315,11 @@ func (l *wakePolicy) leaveWakeQueue(r *room, w *waiter, entry string, queued boo
 // attemptQueued is attempt on a WakeQueue, its requests made under ctx
 // (a.Ctx, or one that also ends at Close): entry, if not empty, is
 // queued on the first master when it finds the lock held.
-func (l *wakePolicy) attemptQueued(ctx context.Context, a *store.Acquisition, entry string) (store.Lease, store.QueuedReply, error) {
+func (l *wakePolicy) attemptQueued(ctx context.Context, a *store.Acquisition, entry string) (store.Lease, QueuedReply, error) {
 	l.h.Start()
 	defer l.h.Done()
 	if l.h.Closed() {
-		return nil, store.QueuedReply{}, errs.ErrClosed
+		return nil, QueuedReply{}, errs.ErrClosed
 	}
 	token := l.h.NewToken()
 	sentAt := time.Now()

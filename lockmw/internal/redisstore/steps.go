@@ -1,21 +1,22 @@
-package store
+package redisstore
 
 import (
 	"context"
 	"time"
+
+	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
-// This file is the boundary's part that only the Redis stores of package
-// lockmw fill today: a release that hands the lock to a waiter in the same
-// step (Granter: New's store), and waiters woken one at a time from a queue
-// kept on one member (WakeQueue: NewRedlock's store). The Locker finds
-// them by type assertion, as it finds Queue and Notifier; what it does
-// with them, and why no two leases of a lock are live at once when it
-// does, is package lockmw's (doc.go, "Safety: how a lease becomes live")
-// and, for the Redis store's steps, package redisstore's (safety.go, "How
-// a lease becomes live").
+// This file is the steps the Redis stores' policies take on their store,
+// one compare-and-act step per method on the lock's objects: a release
+// that hands the lock to a waiter in the same step, a fair queue, and
+// release notices and grants (granter: Store, for grantPolicy), and waiters
+// woken one at a time from a queue kept on one master (wakeQueue: Redlock,
+// for wakePolicy). Why no two leases of a lock are live at once when a
+// policy takes them is in safety.go ("How a lease becomes live") and
+// redlock_safety.go.
 
-// Granter is a store whose release can hand the lock to a waiter in the
+// granter is a store whose release can hand the lock to a waiter in the
 // same step, and that keeps a fair queue whose releases grant the lock to
 // its first live waiter. Every method is one compare-and-act step on the
 // store, on the lock's objects only.
@@ -30,31 +31,33 @@ import (
 // renewal of the waiter's own holding (a grant heard later); an early
 // hand-over lends the waiter the releasing lease's remaining validity, no
 // further.
-type Granter interface {
-	Watcher
+type granter interface {
+	store.Store
+	store.LeftNothing
+	watcher
 	// ReleaseHandoff ends token's holding: it hands the lock to the first
 	// live fair waiter (the one whose entry is early, with fence
 	// earlyFence, when the Locker handed it the lock early; "" for none),
 	// or deletes it and tells the waiting Lockers.
-	ReleaseHandoff(ctx context.Context, k Key, token, early string, earlyFence uint64) (Handoff, error)
+	ReleaseHandoff(ctx context.Context, k store.Key, token, early string, earlyFence uint64) (Handoff, error)
 	// Unlock ends a holding acquired without Fair, without handing over;
 	// fair reports that fair waiters have queued behind it, and the lock
 	// was left for ReleaseHandoff.
-	Unlock(ctx context.Context, k Key, token string) (o Ownership, fair bool, err error)
+	Unlock(ctx context.Context, k store.Key, token string) (o store.Ownership, fair bool, err error)
 	// Transfer hands token's holding to the waiter to of the same Locker,
 	// held for ttl; unless force, only when nobody else waits.
-	Transfer(ctx context.Context, k Key, token, to string, ttl time.Duration, force bool) (TransferReply, error)
+	Transfer(ctx context.Context, k store.Key, token, to string, ttl time.Duration, force bool) (TransferReply, error)
 	// FairAcquire is one fair attempt for the waiter whose queue entry is
 	// entry (see FairMode).
-	FairAcquire(ctx context.Context, k Key, token string, ttl time.Duration, entry string, mode FairMode) (FairReply, error)
+	FairAcquire(ctx context.Context, k store.Key, token string, ttl time.Duration, entry string, mode FairMode) (FairReply, error)
 	// Enqueue appends entry to the lock's fair queue if the queue exists;
 	// false: there is none, and FairAcquire is needed.
-	Enqueue(ctx context.Context, k Key, entry string) (bool, error)
+	Enqueue(ctx context.Context, k store.Key, entry string) (bool, error)
 	// Leave takes entry out of the fair queue; granted reports that the
 	// lock had been granted to token meanwhile (the caller releases it).
-	Leave(ctx context.Context, k Key, entry, token string) (granted bool, err error)
+	Leave(ctx context.Context, k store.Key, entry, token string) (granted bool, err error)
 	// FairQueued reports whether fair waiters may be queued for the lock.
-	FairQueued(ctx context.Context, k Key) (bool, error)
+	FairQueued(ctx context.Context, k store.Key) (bool, error)
 	// FairEntry is the fair queue entry of the waiter token of the Locker
 	// locker, to hold the lock for ttl once granted. Grant.Next and
 	// Handoff.Next are such entries; EntryOwner reads one.
@@ -69,28 +72,28 @@ type Granter interface {
 	Moving(err error) bool
 }
 
-// Watcher is a store that tells its Locker about a lock: its releases
-// (grants false), or the grants and wakes for that Locker's waiters
-// (grants true). What it hears goes to the Locker's Events, given to the
-// store before its first request.
-type Watcher interface {
+// watcher is a store that tells its Locker's policy about a lock: its
+// releases (grants false), or the grants and wakes for that Locker's
+// waiters (grants true). What it hears goes to the policy's Events, set
+// by Policy before the Locker's first request.
+type watcher interface {
 	// Watch listens for k's events until Unwatch; it returns once it
 	// listens, or with ctx's error. Every successful Watch needs one
 	// Unwatch.
-	Watch(ctx context.Context, k Key, grants bool) error
-	Unwatch(k Key, grants bool)
+	Watch(ctx context.Context, k store.Key, grants bool) error
+	Unwatch(k store.Key, grants bool)
 }
 
-// Events is where a Watcher sends what it hears.
+// Events is where a watcher sends what it hears.
 type Events struct {
 	// Released: k was released; a default-mode waiter may try.
-	Released func(k Key)
+	Released func(k store.Key)
 	// Granted: k was handed to a fair waiter of the Locker (g), or the
 	// store's message could not be read (ok false).
-	Granted func(k Key, g Grant, ok bool)
+	Granted func(k store.Key, g Grant, ok bool)
 	// Woken: the waiter whose entry names token is woken for k
-	// (WakeQueue).
-	Woken func(k Key, token string)
+	// (wakeQueue).
+	Woken func(k store.Key, token string)
 }
 
 // Grant is a hand-over to a fair waiter that a store announced.
@@ -103,13 +106,13 @@ type Grant struct {
 
 // Handoff is what a release did with the lock.
 type Handoff struct {
-	Ownership Ownership // Owned: the lock was released or handed over
-	To        string    // the token of the fair waiter it was handed to, if any
-	Fence     uint64    // that waiter's fence
-	Local     bool      // the waiter is the releasing Locker's: the Locker wakes it
-	Reserved  uint64    // when Local: the fence reserved for that waiter's next hand-over
-	Next      string    // when Local: the entry of the fair waiter now first in line, or ""
-	More      bool      // when handed over: others are still queued for the lock
+	Ownership store.Ownership // Owned: the lock was released or handed over
+	To        string          // the token of the fair waiter it was handed to, if any
+	Fence     uint64          // that waiter's fence
+	Local     bool            // the waiter is the releasing Locker's: the Locker wakes it
+	Reserved  uint64          // when Local: the fence reserved for that waiter's next hand-over
+	Next      string          // when Local: the entry of the fair waiter now first in line, or ""
+	More      bool            // when handed over: others are still queued for the lock
 }
 
 // TransferReply is what a transfer did.
@@ -124,8 +127,8 @@ type TransferReply struct {
 	// Locker, or 0: none was reserved, or others wait too (other Lockers'
 	// or fair waiters), and the next hand-over is not the Locker's own.
 	Reserved  uint64
-	FairQueue bool      // not Done: fair waiters are queued; release with ReleaseHandoff
-	Ownership Ownership // not Done: what the transfer found
+	FairQueue bool            // not Done: fair waiters are queued; release with ReleaseHandoff
+	Ownership store.Ownership // not Done: what the transfer found
 }
 
 // FairMode is what a fair attempt may do.
@@ -147,31 +150,32 @@ type FairReply struct {
 	Counter  uint64        // when busy: the fence counter when the attempt ran
 }
 
-// WakeQueue is a quorum store's wait queue, kept on its first member:
+// wakeQueue is a quorum store's wait queue, kept on its first member:
 // attempts that queue the waiter's entry when they find the lock held
 // there, and releases that wake one waiter at a time.
 //
 // Safety: a wake grants nothing. A woken waiter makes an ordinary
 // attempt, decided by the store as every other (AcquireQueued's Reply is a
-// Store.Acquire reply), so a WakeQueue adds no way for a lease to become
+// Store.Acquire reply), so a wakeQueue adds no way for a lease to become
 // live. A lost wake costs latency, never liveness: a queued waiter also
 // retries when the holder's TTL would have run out.
-type WakeQueue interface {
-	Watcher
+type wakeQueue interface {
+	store.Store
+	watcher
 	// AcquireQueued is one attempt; entry, if not empty, is queued on the
 	// first member when it finds the lock held there.
-	AcquireQueued(ctx context.Context, k Key, token string, ttl time.Duration, entry string) (QueuedReply, error)
+	AcquireQueued(ctx context.Context, k store.Key, token string, ttl time.Duration, entry string) (QueuedReply, error)
 	// EnqueueWake queues entry behind a lock known to be contended (into
 	// an existing queue only). maybe says the request failed but may have
 	// queued it.
-	EnqueueWake(ctx context.Context, k Key, entry string) (queued, maybe bool)
+	EnqueueWake(ctx context.Context, k store.Key, entry string) (queued, maybe bool)
 	// PassWake wakes the next waiter of the lock.
-	PassWake(ctx context.Context, k Key) error
+	PassWake(ctx context.Context, k store.Key) error
 	// LeaveWake takes entry out of the queue, after every attempt of its
 	// waiter that is still on its way there.
-	LeaveWake(ctx context.Context, k Key, entry string) error
+	LeaveWake(ctx context.Context, k store.Key, entry string) error
 	// HolderTTL is the holder's remaining TTL, 0 when unknown.
-	HolderTTL(ctx context.Context, k Key) time.Duration
+	HolderTTL(ctx context.Context, k store.Key) time.Duration
 	// WakeEntry is the wait queue entry of the waiter token of the Locker
 	// locker.
 	WakeEntry(locker, token string) string
@@ -180,7 +184,7 @@ type WakeQueue interface {
 // QueuedReply is an AcquireQueued reply, and what the attempt did with
 // the caller's wait entry.
 type QueuedReply struct {
-	Reply
+	store.Reply
 	// Queued: the attempt queued the entry (or may yet: the first member
 	// has not answered).
 	Queued bool

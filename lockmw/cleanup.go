@@ -19,8 +19,9 @@ import (
 // it hands it to its cleaner, which gives the lock back with the ordinary
 // compare-and-act release (the lock is deleted, or handed to the next
 // waiter, only if that token holds it: another owner's lock is never
-// touched). A fair waiter's queue entry is taken out first (Granter.Leave,
-// which also says whether the lock was taken or granted for the token).
+// touched). A fair waiter's queue entry is taken out first (the leave a
+// store's policy passes with it, store.Host's TakeBack, which also says
+// whether the lock was taken or granted for the token).
 // Redlock hands over, per master, the masters whose rollback got no answer.
 //
 // The cleaner tries at once, then retries with a capped, jittered backoff

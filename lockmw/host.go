@@ -106,10 +106,6 @@ func (h host) Lose(s store.Lease, o store.Ownership) {
 	h.l.keeper.lose(lease, &LostError{Key: lease.key, Reason: lostReason(o)})
 }
 
-func (h host) GiveBack(a *store.Acquisition, token string, fair bool, e store.Settling) {
-	h.l.giveBack(a.Ctx, a.Key, token, a.TTL, fair, e)
-}
-
 func (h host) WaitLoop(a *store.Acquisition, wait bool, w store.Way) (store.Lease, error) {
 	s, err := h.l.waitLoop(acquisitionOf(a), wait, ownWay{w})
 	return nilIfNone(s), err

@@ -107,10 +107,13 @@ func (l *grantPolicy) releaseHandoff(ctx context.Context, lock store.Key, token,
 // confirms it afterwards.
 func (l *grantPolicy) releaseGranted(ctx context.Context, s store.Held, deadline time.Time) (store.Ownership, error) {
 	st, _ := s.State.(*leaseState)
-	if st == nil || st.reserved.Load() == 0 || time.Until(deadline) < minEarlyValidity(s.TTL) {
+	var reserved uint64
+	if st != nil {
+		reserved = st.reserved.Load()
+	}
+	if reserved == 0 || time.Until(deadline) < minEarlyValidity(s.TTL) {
 		return l.releaseTokenOf(ctx, s.Key, s.Token, s.Fair)
 	}
-	reserved := st.reserved.Load()
 	if s.Fair {
 		return l.releaseFairEarly(ctx, s, st, reserved, deadline)
 	}

@@ -166,9 +166,6 @@ type Host interface {
 	// Lose ends an early lease whose hand-over the store refused, having
 	// found o.
 	Lose(s Lease, o Ownership)
-	// GiveBack releases a lock taken for token that will not become a
-	// lease; one handed over early (h), once h is settled.
-	GiveBack(a *Acquisition, token string, fair bool, h Settling)
 	// WaitLoop runs w's attempts until one gets the lease or fails, or the
 	// wait ends: a single attempt (!wait), WithWait running out, the
 	// caller's context, Close.

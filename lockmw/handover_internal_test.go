@@ -422,6 +422,14 @@ func TestCloseDuringHandOversLeavesNoLock(t *testing.T) {
 		}
 		_ = lease.Release(context.Background())
 		wg.Wait()
+		// Every flight started (a lock handed to a waiter, a release, a
+		// waiter that may be queued) was done: one counted on forever would
+		// make every Close wait out the TTL.
+		waitFor(t, 10*time.Second, fmt.Sprintf("round %d: the closed Locker's flights to end", round), func() bool {
+			l.flights.mu.Lock()
+			defer l.flights.mu.Unlock()
+			return l.flights.n == 0
+		})
 		close(errs)
 		for err := range errs {
 			t.Errorf("round %d: %v", round, err)

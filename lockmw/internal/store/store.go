@@ -29,6 +29,9 @@
 //   - Diagnoser: the last error the store's client saw reaching the store,
 //     for the Locker's error when a request was not answered in time.
 //   - Logging: the Locker's logger, for the store's own warnings.
+//   - Waits: a store whose waiters wait, and whose releases hand the lock
+//     on, its own way (the Redis stores): the Locker runs the store's
+//     Policy, and lends it a Host for the lease steps (waits.go).
 //
 // The safety contract every store must keep, on which lockmw's argument
 // rests (see package lockmw's documentation, "Safety"): when Acquire (or

@@ -329,7 +329,7 @@ func (w *queueWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Le
 // date: it is ignored, and the next try asks Enqueue, which reports what
 // the token holds now.
 func (w *queueWay) handed(a *acquisition, h store.Reply) (*Lease, error) {
-	if h.Fence <= w.busyCounter {
+	if store.Stale(h.Fence, w.busyCounter) {
 		w.l.logger.Debug("lockmw: ignoring a stale hand-over", slog.String("key", a.Key.Name), slog.String("store", w.l.store),
 			slog.Uint64("fence", h.Fence), slog.Uint64("seen", w.busyCounter))
 		return nil, nil

@@ -209,7 +209,7 @@ func (l *grantPolicy) handTo(lock store.Key, token string, fence uint64, validFr
 		switch {
 		case w.delivered:
 			// A duplicate: the waiter already has the lock.
-		case fence <= w.busyCounter:
+		case store.Stale(fence, w.busyCounter):
 			// Made before an attempt of w's that found the lock held by
 			// another owner: this grant had ended by then (a message that
 			// came late). The lock is not w's; w waits on.

@@ -123,6 +123,13 @@ type Reply struct {
 	Counter uint64
 }
 
+// Stale reports whether a hand-over with fence, reported to a waiter whose
+// last busy step saw the lock's fence counter at seen (Reply.Counter, or a
+// Waits store's own count), was made before that step ran: to an earlier
+// queueing of the waiter's token, whose holding the Locker cannot date,
+// and which had ended by then. Every policy ignores a stale hand-over.
+func Stale(fence, seen uint64) bool { return fence <= seen }
+
 // Ownership is what a compare-and-act step found.
 type Ownership int
 

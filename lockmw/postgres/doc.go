@@ -137,7 +137,13 @@
 //
 // Waiters are woken by LISTEN/NOTIFY: each Locker holds one connection of
 // its own (outside the pool) listening on the channel named after T,
-// started by its first queued attempt. A release hands the lock to
+// started by its first queued attempt and closed when, at one of its
+// checks every 5 seconds, the Locker has no waiter and had no new one
+// since the check before (its next waiter opens it again): a
+// NOTIFY signals every backend listening in the database, whatever
+// channel it names (PostgreSQL's async.c), and each such backend wakes to
+// read it, so a Locker that no longer waits should not be one of them. A
+// release hands the lock to
 // the first waiter and notifies it of the grant (see "Hand-over"); a
 // waiter leaving the queue (or a release to a waiter that takes no
 // hand-overs) deletes its rows and then, in a second statement of the

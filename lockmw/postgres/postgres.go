@@ -726,15 +726,26 @@ func (s *pgStore) sweepOnce(ctx context.Context) {
 }
 
 // listener holds the Locker's LISTEN connection, started by the first
-// waiter and kept until Close.
+// waiter and closed when it has no waiter and had no new one for an idle
+// period (or at Close): PostgreSQL signals every listening backend of a database at
+// each NOTIFY there, whoever it names, so a Locker that no longer waits
+// should not listen.
 type listener struct {
 	s *pgStore
+	// idle is how long the connection waits for a notification before it
+	// pings the server, and how often it checks for waiters (listenIdle;
+	// tests shorten it).
+	idle time.Duration
 
 	mu        sync.Mutex
 	byToken   map[string]*waiter
 	connected bool
 	running   bool
-	done      chan struct{}
+	closing   bool // close was called: no new run starts
+	// regs counts registrations, and regsSeen is regs at the last idle
+	// check: equal, and no waiter, the listener was idle all along.
+	regs, regsSeen uint64
+	runs           sync.WaitGroup // run, while it is running (and closing)
 }
 
 // waiter is one queued token's wake-up, and what dates a hand-over to it.
@@ -785,7 +796,7 @@ func parseGrant(payload string) (token string, g grant, ok bool) {
 }
 
 func newListener(s *pgStore) *listener {
-	return &listener{s: s, byToken: make(map[string]*waiter)}
+	return &listener{s: s, idle: listenIdle, byToken: make(map[string]*waiter)}
 }
 
 // register makes token a waiter (draining an earlier wake-up: the
@@ -794,6 +805,7 @@ func newListener(s *pgStore) *listener {
 func (l *listener) register(token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.regs++
 	if w := l.byToken[token]; w != nil {
 		select {
 		case <-w.wake:
@@ -803,10 +815,9 @@ func (l *listener) register(token string) {
 		return
 	}
 	l.byToken[token] = &waiter{wake: make(chan struct{}, 1)}
-	if !l.running && l.s.stopped.Err() == nil {
+	if !l.running && !l.closing && l.s.stopped.Err() == nil {
 		l.running = true
-		l.done = make(chan struct{})
-		go l.run()
+		l.runs.Go(l.run)
 	}
 }
 
@@ -901,17 +912,38 @@ func (l *listener) notify(payload string) {
 }
 
 // listenIdle is how long the listening connection waits for a
-// notification before it checks the connection with a ping.
+// notification before it checks the connection with a ping, and how
+// often it checks whether it still has waiters (stopIdle).
 const listenIdle = 5 * time.Second
 
-// run keeps a LISTEN connection until the store closes, reconnecting (and
-// waking every waiter) when it breaks.
+// errIdle ends a listening connection that has no waiter, and had no new
+// one since the check before.
+var errIdle = errors.New("postgres: no waiter left to listen for")
+
+// stopIdle reports whether the listener had no waiter since the last
+// check, and then records that it no longer runs (a waiter registering
+// from now on starts a new one).
+func (l *listener) stopIdle() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.byToken) > 0 || l.regs != l.regsSeen {
+		l.regsSeen = l.regs
+		return false
+	}
+	l.running, l.connected = false, false
+	return true
+}
+
+// run keeps a LISTEN connection until the store closes or no waiter is
+// left, reconnecting (and waking every waiter) when it breaks.
 func (l *listener) run() {
-	defer close(l.done)
 	ctx := l.s.stopped
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := l.listenOnce(ctx)
+		if errors.Is(err, errIdle) {
+			return
+		}
 		l.wakeAll(false)
 		if ctx.Err() != nil {
 			return
@@ -960,8 +992,17 @@ func (l *listener) listenOnce(ctx context.Context) error {
 		return err
 	}
 	l.wakeAll(true)
+	checked := time.Now()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		if time.Since(checked) >= l.idle {
+			// Checked every idle period, whatever notifications (for other
+			// Lockers' waiters) arrive meanwhile.
+			if l.stopIdle() {
+				return errIdle
+			}
+			checked = time.Now()
+		}
+		wctx, cancel := context.WithTimeout(ctx, l.idle)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
@@ -982,12 +1023,11 @@ func (l *listener) listenOnce(ctx context.Context) error {
 	}
 }
 
-// close stops the listener and waits for it.
+// close stops the listener and waits for it (and for one closing after
+// an idle period).
 func (l *listener) close() {
 	l.mu.Lock()
-	running, done := l.running, l.done
+	l.closing = true
 	l.mu.Unlock()
-	if running {
-		<-done
-	}
+	l.runs.Wait()
 }

@@ -236,6 +236,28 @@
 // with an Enqueue. Grants go only to a new Locker's own channel, and
 // start with "g ", which no token does (TestOldEntryWokenNotHanded).
 //
+// # Releasing a lock nobody waits for
+//
+// A release of a lock its Locker has not found busy in the last second
+// (hot.go) first sends a cheaper batch, also one transaction of two
+// statements: SELECT … FOR UPDATE locks the releasing token's row as it
+// is (reporting whether it was live, and writing no row version) and
+// deletes the token's queue entry; then, in a new snapshot, the row is
+// deleted when no unexpired entry of another token is queued, and the
+// batch reports whether one is. Deleting the row is what the hand-over's
+// batch does when nobody is queued, and the queue is read as there, in a
+// statement after the row's lock: a waiter whose acquisition held that
+// lock is seen (the release race), one that comes later finds the row
+// locked, then gone. When someone is queued, nothing but the token's
+// entry changed, and the hand-over's batch follows at once, in a
+// transaction of its own, as if it had come alone; an entry of a Locker
+// before hand-overs counts as queued, so it is woken as before. Nothing
+// is marked, handed or notified in the cheap batch, and it costs the
+// server a fraction of the hand-over's statement. A lock found busy
+// lately gets the hand-over's batch directly, so a contended release
+// costs no extra round trip (TestFreeLockReleasedCheaply,
+// TestCheapReleaseHandsOver, TestCheapReleaseSeesWaiterEnqueuedMeanwhile).
+//
 // # Errors
 //
 // Every statement of an acquisition is bounded by the TTL (waiting for a

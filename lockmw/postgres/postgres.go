@@ -89,7 +89,7 @@ type pgStore struct {
 // statements are the store's SQL, with the Schema's names in.
 type statements struct {
 	insertLease, insertLeaseQueued, fence, enqueueFence, release, handOver,
-	renew, refresh, sweepLeases, sweepQueue string
+	lockOwn, freeIfUnqueued, renew, refresh, sweepLeases, sweepQueue string
 }
 
 // released marks the row a release's first statement locked, for the
@@ -228,6 +228,28 @@ SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND
 		SELECT $3, f.token FROM f WHERE NOT EXISTS (SELECT 1 FROM h)
 			AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())) w),
 	(SELECT fence FROM h)`,
+		// A release of a lock not found busy lately (Release): lockOwn
+		// locks token's row as it is (FOR UPDATE: it reports whether the
+		// row was live, and writes no new row version) and deletes token's
+		// entry; freeIfUnqueued, the next statement of its transaction (so
+		// with a snapshot taken after the row's lock, as handOver's),
+		// deletes the row when no unexpired entry but token's is queued,
+		// and reports whether one is (then Release hands the lock over
+		// with release and handOver, in a transaction of their own) and
+		// whether another token holds the lock.
+		lockOwn: `WITH m AS (
+	SELECT expires_at > clock_timestamp() AS live FROM ` + n.table + ` WHERE name = $1 AND token = $2 FOR UPDATE
+), dq AS (
+	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
+)
+SELECT (SELECT live FROM m)`,
+		freeIfUnqueued: `WITH q AS (
+	SELECT EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()) AS queued
+), d AS (
+	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND NOT (SELECT queued FROM q)
+)
+SELECT (SELECT queued FROM q),
+	EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())`,
 		renew: `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, token, us, i)
 ), u AS (
@@ -421,6 +443,16 @@ func (s *pgStore) isClosed() bool {
 // hand-overs) or, when the lock is then free, notifies the lock's channel
 // naming the first waiter, in one round trip (a batch: one transaction of
 // two statements, see "the release race" in Enqueue and "Hand-over").
+//
+// On a lock this store has not found busy lately (hot.go), the round trip
+// is first a cheaper one (freeBatch): it deletes token's row when nobody
+// else is queued, which is all a release does then; when someone is, it
+// changes nothing but token's entry, and the hand-over's batch follows.
+// The cheap batch reads the queue as handOver does, in a second statement
+// after the row's lock, so a waiter whose acquisition held the row's lock
+// meanwhile is seen ("the release race" in Enqueue), and the lock is then
+// handed over by the batch that follows (see "Releasing a lock nobody
+// waits for" in doc.go).
 func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.lis.unregister(token)
 	// A batch of token that was never answered must not run after this
@@ -433,8 +465,48 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 		return 0, err
 	}
 	defer c.Release()
-	o, _, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
+	row := name(k)
+	if !s.hot.busyLately(row) {
+		o, queued, err := freeResult(c.SendBatch(ctx, s.freeBatch(row, token)))
+		if err != nil || !queued {
+			return o, err
+		}
+		// Others are queued: token's row is as it was; hand it over.
+	}
+	o, _, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(row, token)))
 	return o, err
+}
+
+// freeBatch is the cheap release's statements.
+func (s *pgStore) freeBatch(row, token string) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(s.sql.lockOwn, row, token)
+	b.Queue(s.sql.freeIfUnqueued, row, token)
+	return b
+}
+
+// freeResult reads a freeBatch's results: the ownership token had, and
+// whether others are queued (then nothing but token's entry changed).
+func freeResult(res pgx.BatchResults) (store.Ownership, bool, error) {
+	var live *bool
+	var queued, other bool
+	err := res.QueryRow().Scan(&live)
+	if err == nil {
+		err = res.QueryRow().Scan(&queued, &other)
+	}
+	if closeErr := res.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return 0, false, classify(err)
+	}
+	switch {
+	case live != nil && *live:
+		return store.Owned, queued, nil
+	case other:
+		return store.Taken, queued, nil
+	}
+	return store.Missing, queued, nil
 }
 
 // releaseBatch is a release's statements.

@@ -799,9 +799,9 @@ func (s *pgStore) sweepOnce(ctx context.Context) {
 
 // listener holds the Locker's LISTEN connection, started by the first
 // waiter and closed when it has no waiter and had no new one for an idle
-// period (or at Close): PostgreSQL signals every listening backend of a database at
-// each NOTIFY there, whoever it names, so a Locker that no longer waits
-// should not listen.
+// period (or at Close): PostgreSQL signals every listening backend of a
+// database at each NOTIFY there, whoever it names, so a Locker that no
+// longer waits should not listen.
 type listener struct {
 	s *pgStore
 	// idle is how long the connection waits for a notification before it

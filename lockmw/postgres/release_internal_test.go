@@ -12,22 +12,10 @@ import (
 // cheap batch that deletes the row when nobody else is queued, followed by
 // the hand-over's batch when someone is.
 
-// releases returns the kinds of release batches sent since the last call
-// (attempts' record): "free" (the cheap one) or "handover".
+// releases returns the kinds of release batches sent since the last
+// call: "free" (the cheap one) or "handover".
 func (b *batches) releases(s *pgStore) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, q := range b.first {
-		switch q {
-		case s.sql.lockOwn:
-			out = append(out, "free")
-		case s.sql.release:
-			out = append(out, "handover")
-		}
-	}
-	b.first = nil
-	return out
+	return b.sent(map[string]string{s.sql.lockOwn: "free", s.sql.release: "handover"})
 }
 
 // TestFreeLockReleasedCheaply: the release of a lock nobody waits for

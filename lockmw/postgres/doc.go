@@ -137,7 +137,13 @@
 //
 // Waiters are woken by LISTEN/NOTIFY: each Locker holds one connection of
 // its own (outside the pool) listening on the channel named after T,
-// started by its first queued attempt. A release hands the lock to
+// started by its first queued attempt and closed when, at one of its
+// checks every 5 seconds, the Locker has no waiter and had no new one
+// since the check before (its next waiter opens it again): a
+// NOTIFY signals every backend listening in the database, whatever
+// channel it names (PostgreSQL's async.c), and each such backend wakes to
+// read it, so a Locker that no longer waits should not be one of them. A
+// release hands the lock to
 // the first waiter and notifies it of the grant (see "Hand-over"); a
 // waiter leaving the queue (or a release to a waiter that takes no
 // hand-overs) deletes its rows and then, in a second statement of the
@@ -229,6 +235,28 @@
 // channel, which new Lockers listen on too, and the waiter takes the lock
 // with an Enqueue. Grants go only to a new Locker's own channel, and
 // start with "g ", which no token does (TestOldEntryWokenNotHanded).
+//
+// # Releasing a lock nobody waits for
+//
+// A release of a lock its Locker has not found busy in the last second
+// (hot.go) first sends a cheaper batch, also one transaction of two
+// statements: SELECT … FOR UPDATE locks the releasing token's row as it
+// is (reporting whether it was live, and writing no row version) and
+// deletes the token's queue entry; then, in a new snapshot, the row is
+// deleted when no unexpired entry of another token is queued, and the
+// batch reports whether one is. Deleting the row is what the hand-over's
+// batch does when nobody is queued, and the queue is read as there, in a
+// statement after the row's lock: a waiter whose acquisition held that
+// lock is seen (the release race), one that comes later finds the row
+// locked, then gone. When someone is queued, nothing but the token's
+// entry changed, and the hand-over's batch follows at once, in a
+// transaction of its own, as if it had come alone; an entry of a Locker
+// before hand-overs counts as queued, so it is woken as before. Nothing
+// is marked, handed or notified in the cheap batch, and it costs the
+// server a fraction of the hand-over's statement. A lock found busy
+// lately gets the hand-over's batch directly, so a contended release
+// costs no extra round trip (TestFreeLockReleasedCheaply,
+// TestCheapReleaseHandsOver, TestCheapReleaseSeesWaiterEnqueuedMeanwhile).
 //
 // # Errors
 //

@@ -36,22 +36,25 @@ func (b *batches) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceB
 func (b *batches) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (b *batches) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
-// attempts returns the kinds of acquisition batches sent since the last
-// call: "plain" or "queued".
-func (b *batches) attempts(s *pgStore) []string {
+// sent returns the kinds of the batches sent since the last call, named
+// by kinds from their first statement (others are left out).
+func (b *batches) sent(kinds map[string]string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []string
 	for _, q := range b.first {
-		switch q {
-		case s.sql.insertLease:
-			out = append(out, "plain")
-		case s.sql.insertLeaseQueued:
-			out = append(out, "queued")
+		if k, ok := kinds[q]; ok {
+			out = append(out, k)
 		}
 	}
 	b.first = nil
 	return out
+}
+
+// attempts returns the kinds of acquisition batches sent since the last
+// call: "plain" or "queued".
+func (b *batches) attempts(s *pgStore) []string {
+	return b.sent(map[string]string{s.sql.insertLease: "plain", s.sql.insertLeaseQueued: "queued"})
 }
 
 // tracedStore is a store on a pool whose batches tr records.

@@ -7,9 +7,11 @@ import (
 )
 
 // This file remembers which locks a store's waiting acquisitions found
-// busy lately, so that Enqueue chooses its first request: a plain attempt
-// for a lock that is likely free (cheaper), the queued one for a lock that
-// is likely held (no request wasted before the waiter queues).
+// busy lately, so that Enqueue chooses its first request (a plain attempt
+// for a lock that is likely free, cheaper; the queued one for a lock that
+// is likely held, no request wasted before the waiter queues), and Release
+// its batch (the cheap one for a lock nobody likely waits for; the
+// hand-over's for one others likely wait for, no round trip wasted).
 
 // hotFor is how long a lock found busy keeps Enqueue from starting with a
 // plain attempt.

@@ -89,7 +89,7 @@ type pgStore struct {
 // statements are the store's SQL, with the Schema's names in.
 type statements struct {
 	insertLease, insertLeaseQueued, fence, enqueueFence, release, handOver,
-	renew, refresh, sweepLeases, sweepQueue string
+	lockOwn, freeIfUnqueued, renew, refresh, sweepLeases, sweepQueue string
 }
 
 // released marks the row a release's first statement locked, for the
@@ -228,6 +228,28 @@ SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND
 		SELECT $3, f.token FROM f WHERE NOT EXISTS (SELECT 1 FROM h)
 			AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())) w),
 	(SELECT fence FROM h)`,
+		// A release of a lock not found busy lately (Release): lockOwn
+		// locks token's row as it is (FOR UPDATE: it reports whether the
+		// row was live, and writes no new row version) and deletes token's
+		// entry; freeIfUnqueued, the next statement of its transaction (so
+		// with a snapshot taken after the row's lock, as handOver's),
+		// deletes the row when no unexpired entry but token's is queued,
+		// and reports whether one is (then Release hands the lock over
+		// with release and handOver, in a transaction of their own) and
+		// whether another token holds the lock.
+		lockOwn: `WITH m AS (
+	SELECT expires_at > clock_timestamp() AS live FROM ` + n.table + ` WHERE name = $1 AND token = $2 FOR UPDATE
+), dq AS (
+	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
+)
+SELECT (SELECT live FROM m)`,
+		freeIfUnqueued: `WITH q AS (
+	SELECT EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()) AS queued
+), d AS (
+	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND NOT (SELECT queued FROM q)
+)
+SELECT (SELECT queued FROM q),
+	EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())`,
 		renew: `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, token, us, i)
 ), u AS (
@@ -421,6 +443,16 @@ func (s *pgStore) isClosed() bool {
 // hand-overs) or, when the lock is then free, notifies the lock's channel
 // naming the first waiter, in one round trip (a batch: one transaction of
 // two statements, see "the release race" in Enqueue and "Hand-over").
+//
+// On a lock this store has not found busy lately (hot.go), the round trip
+// is first a cheaper one (freeBatch): it deletes token's row when nobody
+// else is queued, which is all a release does then; when someone is, it
+// changes nothing but token's entry, and the hand-over's batch follows.
+// The cheap batch reads the queue as handOver does, in a second statement
+// after the row's lock, so a waiter whose acquisition held the row's lock
+// meanwhile is seen ("the release race" in Enqueue), and the lock is then
+// handed over by the batch that follows (see "Releasing a lock nobody
+// waits for" in doc.go).
 func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
 	s.lis.unregister(token)
 	// A batch of token that was never answered must not run after this
@@ -433,8 +465,48 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 		return 0, err
 	}
 	defer c.Release()
-	o, _, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
+	row := name(k)
+	if !s.hot.busyLately(row) {
+		o, queued, err := freeResult(c.SendBatch(ctx, s.freeBatch(row, token)))
+		if err != nil || !queued {
+			return o, err
+		}
+		// Others are queued: token's row is as it was; hand it over.
+	}
+	o, _, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(row, token)))
 	return o, err
+}
+
+// freeBatch is the cheap release's statements.
+func (s *pgStore) freeBatch(row, token string) *pgx.Batch {
+	b := &pgx.Batch{}
+	b.Queue(s.sql.lockOwn, row, token)
+	b.Queue(s.sql.freeIfUnqueued, row, token)
+	return b
+}
+
+// freeResult reads a freeBatch's results: the ownership token had, and
+// whether others are queued (then nothing but token's entry changed).
+func freeResult(res pgx.BatchResults) (store.Ownership, bool, error) {
+	var live *bool
+	var queued, other bool
+	err := res.QueryRow().Scan(&live)
+	if err == nil {
+		err = res.QueryRow().Scan(&queued, &other)
+	}
+	if closeErr := res.Close(); err == nil {
+		err = closeErr
+	}
+	if err != nil {
+		return 0, false, classify(err)
+	}
+	switch {
+	case live != nil && *live:
+		return store.Owned, queued, nil
+	case other:
+		return store.Taken, queued, nil
+	}
+	return store.Missing, queued, nil
 }
 
 // releaseBatch is a release's statements.
@@ -726,15 +798,26 @@ func (s *pgStore) sweepOnce(ctx context.Context) {
 }
 
 // listener holds the Locker's LISTEN connection, started by the first
-// waiter and kept until Close.
+// waiter and closed when it has no waiter and had no new one for an idle
+// period (or at Close): PostgreSQL signals every listening backend of a
+// database at each NOTIFY there, whoever it names, so a Locker that no
+// longer waits should not listen.
 type listener struct {
 	s *pgStore
+	// idle is how long the connection waits for a notification before it
+	// pings the server, and how often it checks for waiters (listenIdle;
+	// tests shorten it).
+	idle time.Duration
 
 	mu        sync.Mutex
 	byToken   map[string]*waiter
 	connected bool
 	running   bool
-	done      chan struct{}
+	closing   bool // close was called: no new run starts
+	// regs counts registrations, and regsSeen is regs at the last idle
+	// check: equal, and no waiter, the listener was idle all along.
+	regs, regsSeen uint64
+	runs           sync.WaitGroup // run, while it is running (and closing)
 }
 
 // waiter is one queued token's wake-up, and what dates a hand-over to it.
@@ -785,7 +868,7 @@ func parseGrant(payload string) (token string, g grant, ok bool) {
 }
 
 func newListener(s *pgStore) *listener {
-	return &listener{s: s, byToken: make(map[string]*waiter)}
+	return &listener{s: s, idle: listenIdle, byToken: make(map[string]*waiter)}
 }
 
 // register makes token a waiter (draining an earlier wake-up: the
@@ -794,6 +877,7 @@ func newListener(s *pgStore) *listener {
 func (l *listener) register(token string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.regs++
 	if w := l.byToken[token]; w != nil {
 		select {
 		case <-w.wake:
@@ -803,10 +887,9 @@ func (l *listener) register(token string) {
 		return
 	}
 	l.byToken[token] = &waiter{wake: make(chan struct{}, 1)}
-	if !l.running && l.s.stopped.Err() == nil {
+	if !l.running && !l.closing && l.s.stopped.Err() == nil {
 		l.running = true
-		l.done = make(chan struct{})
-		go l.run()
+		l.runs.Go(l.run)
 	}
 }
 
@@ -901,17 +984,38 @@ func (l *listener) notify(payload string) {
 }
 
 // listenIdle is how long the listening connection waits for a
-// notification before it checks the connection with a ping.
+// notification before it checks the connection with a ping, and how
+// often it checks whether it still has waiters (stopIdle).
 const listenIdle = 5 * time.Second
 
-// run keeps a LISTEN connection until the store closes, reconnecting (and
-// waking every waiter) when it breaks.
+// errIdle ends a listening connection that has no waiter, and had no new
+// one since the check before.
+var errIdle = errors.New("postgres: no waiter left to listen for")
+
+// stopIdle reports whether the listener had no waiter since the last
+// check, and then records that it no longer runs (a waiter registering
+// from now on starts a new one).
+func (l *listener) stopIdle() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.byToken) > 0 || l.regs != l.regsSeen {
+		l.regsSeen = l.regs
+		return false
+	}
+	l.running, l.connected = false, false
+	return true
+}
+
+// run keeps a LISTEN connection until the store closes or no waiter is
+// left, reconnecting (and waking every waiter) when it breaks.
 func (l *listener) run() {
-	defer close(l.done)
 	ctx := l.s.stopped
 	backoff := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := l.listenOnce(ctx)
+		if errors.Is(err, errIdle) {
+			return
+		}
 		l.wakeAll(false)
 		if ctx.Err() != nil {
 			return
@@ -960,8 +1064,17 @@ func (l *listener) listenOnce(ctx context.Context) error {
 		return err
 	}
 	l.wakeAll(true)
+	checked := time.Now()
 	for {
-		wctx, cancel := context.WithTimeout(ctx, listenIdle)
+		if time.Since(checked) >= l.idle {
+			// Checked every idle period, whatever notifications (for other
+			// Lockers' waiters) arrive meanwhile.
+			if l.stopIdle() {
+				return errIdle
+			}
+			checked = time.Now()
+		}
+		wctx, cancel := context.WithTimeout(ctx, l.idle)
 		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		switch {
@@ -982,12 +1095,11 @@ func (l *listener) listenOnce(ctx context.Context) error {
 	}
 }
 
-// close stops the listener and waits for it.
+// close stops the listener and waits for it (and for one closing after
+// an idle period).
 func (l *listener) close() {
 	l.mu.Lock()
-	running, done := l.running, l.done
+	l.closing = true
 	l.mu.Unlock()
-	if running {
-		<-done
-	}
+	l.runs.Wait()
 }

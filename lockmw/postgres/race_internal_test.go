@@ -36,26 +36,31 @@ func openEnqueue(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgSto
 	}
 }
 
-// releaseDuring runs token's release on k while the transaction commit
+// releaseDuring runs token's release batch on k while the transaction commit
 // ends is open: it waits until the release either waits for a lock or is
 // done, commits, and returns how many waiters the release woke.
 func releaseDuring(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgStore, k store.Key, token string, commit func()) int64 {
 	t.Helper()
-	type result struct {
-		woke int64
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
+	var woke int64
+	releaseDuringWith(t, ctx, pool, func() error {
 		c, err := pool.Acquire(ctx)
 		if err != nil {
-			done <- result{err: err}
-			return
+			return err
 		}
 		defer c.Release()
-		_, woke, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
-		done <- result{woke, err}
-	}()
+		_, woke, _, err = releaseResult(c.SendBatch(ctx, s.releaseBatch(name(k), token)))
+		return err
+	}, commit)
+	return woke
+}
+
+// releaseDuringWith runs release while the transaction commit ends is
+// open, as releaseDuring does.
+func releaseDuringWith(t *testing.T, ctx context.Context, pool *pgxpool.Pool, release func() error, commit func()) {
+	t.Helper()
+	type result struct{ err error }
+	done := make(chan result, 1)
+	go func() { done <- result{release()} }()
 	var r *result
 	deadline := time.Now().Add(30 * time.Second)
 	for r == nil {
@@ -83,7 +88,6 @@ func releaseDuring(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgS
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	return r.woke
 }
 
 // TestReleaseWakesWaiterEnqueuedMeanwhile: the holder releases while the

@@ -31,7 +31,8 @@ func TestStalledAcquisitionLeavesNoLock(t *testing.T) {
 	b := newLocker(t, srv, lockmw.WithTTL(ttl))
 	ctx := bg(t)
 	const key = "stalled"
-	// The key's row, free, and marked as one a Fair waiter queued for:
+	// The key's row, free, and marked as one a Fair waiter queued for (a
+	// Fair waiter's busy attempt marks it before its entry is queued):
 	// plain attempts read its queue.
 	l0, err := b.Acquire(ctx, key, lockmw.Fair())
 	if err != nil {
@@ -40,6 +41,7 @@ func TestStalledAcquisitionLeavesNoLock(t *testing.T) {
 	if err := l0.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	srv.Exec(t, "UPDATE lockmw_locks SET queue_seen = 1 WHERE prefix = ? AND name = ?", lockmw.DefaultPrefix, key)
 
 	// An administrator's transaction holds an uncommitted queue entry of
 	// the key: the acquisition's check of the queue waits for it. (The

@@ -336,24 +336,14 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if err := checkKey(k); err != nil {
 		return store.Reply{}, err
 	}
-	// @lockmw_take, a variable of the statement's connection, holds the
-	// decision, made once: the row is free (expired) and the queue lets
-	// token pass. The queue is read only where a Fair waiter ever queued
-	// for the row (queue_seen; rows of earlier versions say 1): a
-	// subquery of a write reads with locks, and cost a plain
-	// acquisition and release a third of their server time. A queued
-	// attempt marks the row before its waiter's entry is queued.
-	if !queued && s.rows.of(k) == rowPlain {
+	if s.rows.of(k) == rowPlain {
 		// The row exists, and no Fair waiter had queued for it when last
 		// seen: one UPDATE of it decides (takeRowStmt), without the
 		// queue's subquery nor an insert attempt.
-		r, decided, err := s.takeRow(ctx, k, token, ttl)
+		r, decided, err := s.takeRow(ctx, k, token, ttl, queued)
 		if err != nil || decided {
 			return r, err
 		}
-	}
-	if queued {
-		s.rows.saw(k, rowQueued, false) // its attempt sets queue_seen
 	}
 	q := s.takeStmt(k, token, ttl, queued)
 	sent := time.Now()
@@ -374,7 +364,9 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	}
 	switch {
 	case id&busyFlag != 0:
-		if !queued {
+		if queued {
+			s.rows.saw(k, rowQueued, false) // the attempt set queue_seen
+		} else {
 			s.rows.saw(k, rowPlain, false) // the row exists: the next attempt may take it by takeRow
 		}
 		return store.Reply{HolderTTL: time.Duration(id&leftMask) * time.Microsecond, Seen: 1 + id>>seenShift&seenMask}, nil
@@ -387,8 +379,9 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if id <= 0 || n < 1 || n > 2 {
 		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)
 	}
-	if !queued {
-		// Inserted (1 row affected) by a plain attempt: queue_seen = 0.
+	if n == 1 || !queued {
+		// Inserted (1 row affected): queue_seen = 0. A queued attempt
+		// that took a row over leaves queue_seen as it was, unknown.
 		s.rows.saw(k, rowPlain, n == 1)
 	}
 	return store.Reply{Acquired: true, Fence: uint64(id), ValidFrom: sent}, nil
@@ -399,9 +392,9 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 // statement found no row (the cleanup deleted it) or a row a Fair waiter
 // queued for, and free: take then sends its full statement, which reads
 // the queue or inserts.
-func (s *sqlStore) takeRow(ctx context.Context, k store.Key, token string, ttl time.Duration) (r store.Reply, decided bool, err error) {
+func (s *sqlStore) takeRow(ctx context.Context, k store.Key, token string, ttl time.Duration, queued bool) (r store.Reply, decided bool, err error) {
 	sent := time.Now()
-	res, err := s.send(ctx, ttl, token, s.takeRowStmt(k, token, ttl))
+	res, err := s.send(ctx, ttl, token, s.takeRowStmt(k, token, ttl, queued))
 	if err != nil {
 		if notRun(err) {
 			err = &unsentError{err}
@@ -427,6 +420,9 @@ func (s *sqlStore) takeRow(ctx context.Context, k store.Key, token string, ttl t
 		s.rows.saw(k, rowQueued, false)
 		return store.Reply{}, false, nil
 	case id&busyFlag != 0:
+		if queued {
+			s.rows.saw(k, rowQueued, false) // the attempt set queue_seen
+		}
 		return store.Reply{HolderTTL: time.Duration(id&leftMask) * time.Microsecond, Seen: 1 + id>>seenShift&seenMask}, true, nil
 	case id&ownFlag != 0:
 		r, err := s.own(ctx, k, token, ttl)
@@ -449,13 +445,21 @@ func (s *sqlStore) takeRow(ctx context.Context, k store.Key, token string, ttl t
 // The three assignments decide alike: each tests the row's expires_at and
 // queue_seen, which only the last one writes, after its test, and
 // UTC_TIMESTAMP(6) is the statement's start throughout; so no session
-// variable carries the decision.
-func (s *sqlStore) takeRowStmt(k store.Key, token string, ttl time.Duration) string {
+// variable carries the decision. A queued attempt (a Fair waiter's) that
+// finds the row held by another token sets queue_seen before its waiter's
+// entry is queued (see take): that assignment changes queue_seen only on
+// a live row, where the decision is "busy" either way.
+func (s *sqlStore) takeRowStmt(k store.Key, token string, ttl time.Duration, queued bool) string {
 	free := "expires_at <= UTC_TIMESTAMP(6)"
 	take := "(" + free + " AND queue_seen = 0)"
+	mark := ""
+	if queued {
+		mark = "queue_seen = IF(" + free + " OR token = " + hexLit(token) + ", queue_seen, 1), "
+	}
 	return bounded(ttl, "UPDATE "+s.n.locks+" SET "+
 		"fence = IF("+take+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
 		"token = IF("+take+", "+hexLit(token)+", token), "+
+		mark+
 		"expires_at = IF("+take+", UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+
 		"IF(LAST_INSERT_ID(IF("+free+", "+strconv.FormatInt(queueFlag, 10)+", IF(token = "+hexLit(token)+", "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
 		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
@@ -505,9 +509,18 @@ func (rk *rowKinds) saw(k store.Key, kind uint8, inserted bool) {
 // takeStmt is take's statement (see take and the package documentation,
 // "Acquisition").
 func (s *sqlStore) takeStmt(k store.Key, token string, ttl time.Duration, queued bool) string {
+	// @lockmw_take, a variable of the statement's connection, holds the
+	// decision, made once by the first assignment: the row is free
+	// (expired) and the queue lets token pass. The last assignment reads
+	// it a last time and sets it to NULL, as if never set: the pool's
+	// connection is the application's too.
+	//
+	// A queued attempt marks the row only when it does not take it: its
+	// waiter then queues an entry, after the mark. A row inserted is
+	// taken: queue_seen = 0.
 	seen, mark := "0", ""
 	if queued {
-		seen, mark = "1", "queue_seen = 1, "
+		mark = "queue_seen = IF(@lockmw_take, queue_seen, 1), "
 	}
 	return bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen) VALUES ("+
 		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
@@ -516,7 +529,7 @@ func (s *sqlStore) takeStmt(k store.Key, token string, ttl time.Duration, queued
 		"token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR "+s.queueClear(k, token, queued)+")), VALUES(token), token), "+
 		mark+
 		"fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
-		"expires_at = IF(@lockmw_take, VALUES(expires_at), "+
+		"expires_at = IF(IF(@lockmw_take, (@lockmw_take := NULL) IS NULL, (@lockmw_take := NULL) IS NOT NULL), VALUES(expires_at), "+
 		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
 		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
 		"GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)) IS NULL, NULL, expires_at))")

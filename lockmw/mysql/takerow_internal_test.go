@@ -150,3 +150,118 @@ func TestPlainAttemptOnKnownRowFallsBack(t *testing.T) {
 		t.Fatalf("the row after the attempt: %q (exists %v), want t1's", got, ok)
 	}
 }
+
+// queueSeen is k's row's queue_seen.
+func queueSeen(t *testing.T, admin *sql.DB, k store.Key) int {
+	t.Helper()
+	var n int
+	if err := admin.QueryRowContext(tctx(t), "SELECT queue_seen FROM lockmw_locks WHERE prefix = ? AND name = ?", k.Prefix, k.Name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A Fair attempt that takes a free lock marks nothing (it queues no
+// entry), so an uncontended Fair acquisition leaves plain attempts their
+// one UPDATE, and is one UPDATE itself; a Fair attempt found busy marks
+// the row before its waiter queues, so that a plain attempt of another
+// Locker, sure the row was plain, still does not pass the waiter.
+func TestFairAttemptMarksRowOnlyWhenBusy(t *testing.T) {
+	t.Parallel()
+	s, admin := newTestStore(t)
+	ctx := tctx(t)
+	other := &sqlStore{db: s.db, n: s.n, retention: Retention}
+	k := store.Key{Prefix: "p:", Name: "fair-mark"}
+	for i, tok := range []string{"f0", "f1"} {
+		before := comInserts(t, admin)
+		r, err := s.Enqueue(ctx, k, tok, time.Minute, true)
+		if err != nil || !r.Acquired {
+			t.Fatalf("Fair attempt %s on the free lock: %+v, %v", tok, r, err)
+		}
+		if q := queueSeen(t, admin, k); q != 0 {
+			t.Fatalf("after Fair attempt %s took the free lock, queue_seen = %d, want 0: no entry was queued", tok, q)
+		}
+		if n := comInserts(t, admin) - before; i > 0 && n != 0 {
+			t.Fatalf("a Fair acquisition of a known free row ran %d INSERT statements, want 0", n)
+		}
+		if _, err := s.Release(ctx, k, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A Locker that never saw the row takes it over with the full
+	// statement: no mark either.
+	fresh := &sqlStore{db: s.db, n: s.n, retention: Retention}
+	if r, err := fresh.Enqueue(ctx, k, "f2", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("Fair attempt of another Locker on the free lock: %+v, %v", r, err)
+	}
+	if q := queueSeen(t, admin, k); q != 0 {
+		t.Fatalf("after another Locker's Fair attempt took the free lock, queue_seen = %d, want 0", q)
+	}
+	if _, err := fresh.Release(ctx, k, "f2"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := other.Acquire(ctx, k, "h", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("holder: %+v, %v", r, err)
+	}
+	w, err := s.Enqueue(ctx, k, "w", time.Minute, true)
+	if err != nil || w.Acquired || w.Predecessor != holderMark {
+		t.Fatalf("Fair attempt on the held lock: %+v, %v; want to wait for the holder", w, err)
+	}
+	if q := queueSeen(t, admin, k); q != 1 {
+		t.Fatalf("after a busy Fair attempt queued, queue_seen = %d, want 1", q)
+	}
+	if _, err := other.Release(ctx, k, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if other.rows.of(k) != rowPlain {
+		t.Fatal("the other store did not note the row as plain")
+	}
+	if p, err := other.Acquire(ctx, k, "p", time.Minute, true); err != nil || p.Acquired {
+		t.Fatalf("plain attempt of another Locker past a queued Fair waiter: %+v, %v; want busy", p, err)
+	}
+	if r, err := s.Enqueue(ctx, k, "w", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("the Fair waiter's attempt: %+v, %v", r, err)
+	}
+	s.dequeuing.Wait()
+}
+
+// The full statement keeps its decision in @lockmw_take, a variable of its
+// connection, which a pool shares with the application's own statements:
+// it leaves the variable NULL, as if never set, whatever it decided.
+func TestFullStatementLeavesNoSessionVariable(t *testing.T) {
+	t.Parallel()
+	s, admin := newTestStore(t)
+	ctx := tctx(t)
+	s.db.SetMaxOpenConns(1) // the statements and the check share one connection
+	k := store.Key{Prefix: "p:", Name: "session-var"}
+	check := func(what string) {
+		t.Helper()
+		var v sql.NullString
+		if err := s.db.QueryRowContext(ctx, "SELECT @lockmw_take").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		if v.Valid {
+			t.Fatalf("after %s, @lockmw_take = %q on the pool's connection, want NULL", what, v.String)
+		}
+	}
+	if r, err := s.Enqueue(ctx, k, "a", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("first acquisition: %+v, %v", r, err)
+	}
+	if _, err := s.Release(ctx, k, "a"); err != nil {
+		t.Fatal(err)
+	}
+	// The row marked (a Fair waiter queued once): every attempt is the
+	// full statement.
+	if _, err := admin.ExecContext(ctx, "UPDATE lockmw_locks SET queue_seen = 1"); err != nil {
+		t.Fatal(err)
+	}
+	s.rows.saw(k, rowQueued, false)
+	if r, err := s.Enqueue(ctx, k, "b", time.Minute, true); err != nil || !r.Acquired {
+		t.Fatalf("takeover: %+v, %v", r, err)
+	}
+	check("a takeover")
+	if r, err := s.Acquire(ctx, k, "c", time.Minute, true); err != nil || r.Acquired {
+		t.Fatalf("attempt on the held lock: %+v, %v", r, err)
+	}
+	check("a busy attempt")
+}

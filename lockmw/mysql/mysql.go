@@ -379,11 +379,9 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if id <= 0 || n < 1 || n > 2 {
 		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)
 	}
-	if n == 1 || !queued {
-		// Inserted (1 row affected): queue_seen = 0. A queued attempt
-		// that took a row over leaves queue_seen as it was, unknown.
-		s.rows.saw(k, rowPlain, n == 1)
-	}
+	// Inserted (1 row affected): queue_seen = 0. A row taken over may
+	// have queue_seen = 1: takeRow then says so (queueFlag), once.
+	s.rows.saw(k, rowPlain, n == 1)
 	return store.Reply{Acquired: true, Fence: uint64(id), ValidFrom: sent}, nil
 }
 

@@ -265,3 +265,26 @@ func TestFullStatementLeavesNoSessionVariable(t *testing.T) {
 	}
 	check("a busy attempt")
 }
+
+// A Locker that first meets a lock by a Fair attempt taking its existing,
+// free row notes the row too: its next attempts are one UPDATE.
+func TestFairTakeoverNotesRow(t *testing.T) {
+	t.Parallel()
+	s, admin := newTestStore(t)
+	ctx := tctx(t)
+	k := store.Key{Prefix: "p:", Name: "fair-takeover"}
+	if _, err := admin.ExecContext(ctx, "INSERT INTO lockmw_locks (prefix, name, token, fence, expires_at, queue_seen) VALUES (?, ?, '', 1, UTC_TIMESTAMP(6), 0)", k.Prefix, k.Name); err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{"f0", "f1", "f2"} {
+		if r, err := s.Enqueue(ctx, k, tok, time.Minute, true); err != nil || !r.Acquired {
+			t.Fatalf("Fair attempt %s: %+v, %v", tok, r, err)
+		}
+		if _, err := s.Release(ctx, k, tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.rows.of(k) != rowPlain {
+		t.Fatalf("after Fair takeovers of a plain row the store notes %d, want rowPlain (%d)", s.rows.of(k), rowPlain)
+	}
+}

@@ -55,7 +55,28 @@
 //
 // # Acquisition
 //
-// One statement:
+// One statement. On a lock whose row the Locker saw, with queue_seen = 0
+// (no Fair waiter ever queued for it), it is one UPDATE of the row by its
+// key:
+//
+//	UPDATE T SET
+//	  fence      = IF(<free>, LAST_INSERT_ID(NEXTVAL(T_fence)), fence),
+//	  token      = IF(<free>, tok, token),
+//	  expires_at = IF(<free>, UTC_TIMESTAMP(6) + INTERVAL ttl MICROSECOND, <busy: LAST_INSERT_ID(flag + fence bits + time left)>)
+//	WHERE prefix = P AND name = K
+//
+// where <free> is expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0: each
+// assignment decides alike, since only the last one writes a column <free>
+// reads, after its test. It draws the fence under the row's lock, as the
+// statement below does when it takes a row over, and reads no queue and
+// attempts no insert (the two cost a plain acquisition and release about
+// a third of their time on MariaDB 10.11: the queue's subquery is
+// planned even when queue_seen = 0 skips it, and an insert attempt that
+// finds its key costs more than an update). A Fair waiter's attempt found
+// busy sets queue_seen in it too. When it finds no row (the cleanup
+// deleted it) or a free row with queue_seen = 1, which its insert id
+// says, the statement below follows; what the Locker saw only chooses
+// the statement, each decides on the row as it is. Otherwise:
 //
 //	INSERT INTO T (prefix, name, token, fence, expires_at, queue_seen)
 //	VALUES (P, K, tok, LAST_INSERT_ID(NEXTVAL(T_fence)), UTC_TIMESTAMP(6) + INTERVAL ttl MICROSECOND, 0)
@@ -68,15 +89,18 @@
 //
 // The assignments run left to right and later ones see earlier ones'
 // results, so the decision is made once, by the first, on the row as it
-// was (the statement's connection keeps it in @lockmw_take), and the
-// others follow it. IF evaluates only the branch it takes, so a busy
+// was (the statement's connection keeps it in @lockmw_take, which the last
+// assignment sets back to NULL, as if never set), and the others follow
+// it. IF evaluates only the branch it takes, so a busy
 // attempt draws no second fence, and reads the queue only when the row
 // is free and a Fair waiter ever queued for it (queue_seen): a subquery of
 // a write reads with locks (it waits for a transaction writing an entry),
 // and reading an unused queue cost a plain acquisition and release a
-// third of their server time. A Fair waiter's attempt (Enqueue) sets
-// queue_seen before its waiter's entry is queued, so no attempt that
-// starts after the entry is visible skips the queue. A missing row is
+// third of their server time. A Fair waiter's attempt (Enqueue) that does
+// not take the lock sets queue_seen before its waiter's entry is queued,
+// so no attempt that starts after the entry is visible skips the queue;
+// one that takes it queues nothing and marks nothing, so an uncontended
+// Fair acquisition leaves plain attempts their one UPDATE. A missing row is
 // inserted without reading the queue: entries are queued behind a row,
 // which is kept Retention after its last holding. The reply's insert id (the OK
 // packet carries the last LAST_INSERT_ID(expr) of the statement) is the
@@ -278,6 +302,14 @@
 // queue_seen, so on a row this version inserted, this version's plain
 // attempts may overtake it, as a barging waiter would; its own Locker's
 // order, and exclusion, are kept.
+//
+// Lockers of the version whose Fair attempts set queue_seen whether or not
+// they took the lock, and whose plain attempts always sent the statement
+// with the queue's subquery, and of this one keep the same rule on one
+// table: every Fair waiter of either sets queue_seen (to 1, never back)
+// before its entry is queued, and every plain attempt of either reads the
+// queue of a free row with queue_seen = 1. No schema change: this version
+// only sends a cheaper statement where the row says it may.
 //
 // # Errors
 //

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -134,7 +135,10 @@ func TestTypedErrors(t *testing.T) {
 			_, err := l.TryAcquire(ctx, "blocked")
 			errs <- err
 		}()
-		id := waitStatement(t, admin, "INSERT INTO `lockmw_locks`")
+		// The acquisition statement names the key in hex (the admin's
+		// does not) and draws a fence (the give-back of the attempt that
+		// timed out, waiting too, does not), whichever form it takes.
+		id := waitStatement(t, admin, hex.EncodeToString([]byte("blocked")), "NEXTVAL(")
 		srv.KillConnection(t, id)
 		if err := <-errs; !errors.Is(err, mysql.ErrConnectionKilled) || !errors.Is(err, lockmw.ErrUnavailable) {
 			t.Fatalf("TryAcquire whose connection was killed: %v, want ErrConnectionKilled and ErrUnavailable", err)
@@ -143,18 +147,24 @@ func TestTypedErrors(t *testing.T) {
 }
 
 // waitStatement returns the connection id of the statement under way that
-// contains text.
-func waitStatement(t *testing.T, admin *sql.DB, text string) int64 {
+// contains every one of texts.
+func waitStatement(t *testing.T, admin *sql.DB, texts ...string) int64 {
 	t.Helper()
 	var id int64
+	q := "SELECT ID FROM information_schema.PROCESSLIST WHERE ID <> CONNECTION_ID()"
+	args := make([]any, len(texts))
+	for i, text := range texts {
+		q += " AND INFO LIKE ?"
+		args[i] = "%" + text + "%"
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := admin.QueryRowContext(bg(t), "SELECT ID FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND ID <> CONNECTION_ID() LIMIT 1", "%"+text+"%").Scan(&id)
+		err := admin.QueryRowContext(bg(t), q+" LIMIT 1", args...).Scan(&id)
 		if err == nil {
 			return id
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no statement %q under way: %v", text, err)
+			t.Fatalf("no statement with %q under way: %v", texts, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

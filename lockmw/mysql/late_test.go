@@ -31,7 +31,8 @@ func TestStalledAcquisitionLeavesNoLock(t *testing.T) {
 	b := newLocker(t, srv, lockmw.WithTTL(ttl))
 	ctx := bg(t)
 	const key = "stalled"
-	// The key's row, free, and marked as one a Fair waiter queued for:
+	// The key's row, free, and marked as one a Fair waiter queued for (a
+	// Fair waiter's busy attempt marks it before its entry is queued):
 	// plain attempts read its queue.
 	l0, err := b.Acquire(ctx, key, lockmw.Fair())
 	if err != nil {
@@ -40,6 +41,7 @@ func TestStalledAcquisitionLeavesNoLock(t *testing.T) {
 	if err := l0.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	srv.Exec(t, "UPDATE lockmw_locks SET queue_seen = 1 WHERE prefix = ? AND name = ?", lockmw.DefaultPrefix, key)
 
 	// An administrator's transaction holds an uncommitted queue entry of
 	// the key: the acquisition's check of the queue waits for it. (The
@@ -82,6 +84,77 @@ func TestStalledAcquisitionLeavesNoLock(t *testing.T) {
 	l, err := b.Acquire(ctx, key, lockmw.WithWait(ttl/6))
 	if errors.Is(err, lockmw.ErrNotAcquired) {
 		r, _ := readRow(t, srv.DB(t, ""), key)
+		t.Fatalf("the key stayed held after the failed acquisition's give-back (its row: %+v): %v", r, err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+}
+
+// An acquisition whose statement waits before it locks the lock's row
+// (here, for the fence sequence's metadata lock, which an administrator's
+// LOCK TABLES holds), and whose caller gave up, may run after every
+// give-back of its token was answered: unlike a statement waiting behind
+// the row, it does not hold the give-back back. The give-back must end it
+// first (stalled.go); otherwise, once the sequence is unlocked, it takes
+// the lock for a token nobody holds, for the whole (long) TTL. A liveness
+// check, not a timing one: the wait bound is a sixth of the TTL.
+func TestStalledBeforeRowLockLeavesNoLock(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	const ttl = 30 * time.Second
+	a := newLocker(t, srv, lockmw.WithTTL(ttl))
+	b := newLocker(t, srv, lockmw.WithTTL(ttl))
+	ctx := bg(t)
+	const key = "stalled-open"
+	// The key's row, free, seen by a (its next attempt is one UPDATE).
+	l0, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l0.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := srv.DB(t, "").Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "LOCK TABLES lockmw_locks_fence WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			_, _ = admin.ExecContext(ctx, "UNLOCK TABLES")
+		}
+	}()
+	actx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = a.TryAcquire(actx, key)
+	cancel()
+	if err == nil {
+		t.Fatal("TryAcquire took the lock while its fence sequence was locked")
+	}
+	// Close makes the Locker's last give-back tries, and returns once they
+	// are answered or over: a plain release, which the sequence's lock
+	// does not hold back.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	unlocked = true
+	watch := srv.DB(t, "")
+	lockmwtest.Eventually(t, ttl/6, "no acquisition statement left in the server", func() bool {
+		var n int
+		err := watch.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE '%lockmw_locks_fence%' AND ID <> CONNECTION_ID()").Scan(&n)
+		return err == nil && n == 0
+	})
+	l, err := b.Acquire(ctx, key, lockmw.WithWait(ttl/6))
+	if errors.Is(err, lockmw.ErrNotAcquired) {
+		r, _ := readRow(t, watch, key)
 		t.Fatalf("the key stayed held after the failed acquisition's give-back (its row: %+v): %v", r, err)
 	}
 	if err != nil {

@@ -46,10 +46,12 @@ const (
 // fits), and the 28 bits above them the low bits of the holder's fence
 // (Reply.Seen: a waiter tells a new holding from the one it saw, see
 // poll.go). ownFlag marks it as "held by the caller's token already" (a
-// hand-over), with the same bits. Fences stay far below both.
+// hand-over), with the same bits. queueFlag (takeRowStmt's only) marks a
+// free row whose queue must be read. Fences stay far below all three.
 const (
 	busyFlag  = 1 << 62
 	ownFlag   = 1 << 61
+	queueFlag = 1 << 60
 	leftMask  = 1<<32 - 1
 	seenShift = 32
 	seenMask  = 1<<28 - 1
@@ -212,6 +214,8 @@ type sqlStore struct {
 	paces   map[store.Key]time.Duration // what waiters saw of each key's hand-overs (queue.go)
 
 	pace pacer // when default-mode waiters try again (poll.go)
+
+	rows rowKinds // what the store last saw of keys' rows: whether takeRow may decide
 }
 
 var (
@@ -332,28 +336,16 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if err := checkKey(k); err != nil {
 		return store.Reply{}, err
 	}
-	// @lockmw_take, a variable of the statement's connection, holds the
-	// decision, made once: the row is free (expired) and the queue lets
-	// token pass. The queue is read only where a Fair waiter ever queued
-	// for the row (queue_seen; rows of earlier versions say 1): a
-	// subquery of a write reads with locks, and cost a plain
-	// acquisition and release a third of their server time. A queued
-	// attempt marks the row before its waiter's entry is queued.
-	seen, mark := "0", ""
-	if queued {
-		seen, mark = "1", "queue_seen = 1, "
+	if s.rows.of(k) == rowPlain {
+		// The row exists, and no Fair waiter had queued for it when last
+		// seen: one UPDATE of it decides (takeRowStmt), without the
+		// queue's subquery nor an insert attempt.
+		r, decided, err := s.takeRow(ctx, k, token, ttl, queued)
+		if err != nil || decided {
+			return r, err
+		}
 	}
-	q := bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen) VALUES ("+
-		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
-		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+seen+")"+
-		" ON DUPLICATE KEY UPDATE "+
-		"token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR "+s.queueClear(k, token, queued)+")), VALUES(token), token), "+
-		mark+
-		"fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
-		"expires_at = IF(@lockmw_take, VALUES(expires_at), "+
-		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
-		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
-		"GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)) IS NULL, NULL, expires_at))")
+	q := s.takeStmt(k, token, ttl, queued)
 	sent := time.Now()
 	res, err := s.send(ctx, ttl, token, q)
 	if err != nil {
@@ -372,6 +364,11 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	}
 	switch {
 	case id&busyFlag != 0:
+		if queued {
+			s.rows.saw(k, rowQueued, false) // the attempt set queue_seen
+		} else {
+			s.rows.saw(k, rowPlain, false) // the row exists: the next attempt may take it by takeRow
+		}
 		return store.Reply{HolderTTL: time.Duration(id&leftMask) * time.Microsecond, Seen: 1 + id>>seenShift&seenMask}, nil
 	case id&ownFlag != 0:
 		// The row holds token, live: a release handed it the lock (see
@@ -382,7 +379,158 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	if id <= 0 || n < 1 || n > 2 {
 		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)
 	}
+	// Inserted (1 row affected): queue_seen = 0. A row taken over may
+	// have queue_seen = 1: takeRow then says so (queueFlag), once.
+	s.rows.saw(k, rowPlain, n == 1)
 	return store.Reply{Acquired: true, Fence: uint64(id), ValidFrom: sent}, nil
+}
+
+// takeRow is a plain attempt on k's existing row (takeRowStmt), for a key
+// whose row the store saw with queue_seen = 0: decided is false when the
+// statement found no row (the cleanup deleted it) or a row a Fair waiter
+// queued for, and free: take then sends its full statement, which reads
+// the queue or inserts.
+func (s *sqlStore) takeRow(ctx context.Context, k store.Key, token string, ttl time.Duration, queued bool) (r store.Reply, decided bool, err error) {
+	sent := time.Now()
+	res, err := s.send(ctx, ttl, token, s.takeRowStmt(k, token, ttl, queued))
+	if err != nil {
+		if notRun(err) {
+			err = &unsentError{err}
+		}
+		return store.Reply{}, true, err
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return store.Reply{}, true, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.Reply{}, true, err
+	}
+	switch {
+	case id == 0:
+		// No row (the cleanup deleted it): the full statement inserts.
+		s.rows.saw(k, rowUnknown, false)
+		return store.Reply{}, false, nil
+	case id&queueFlag != 0:
+		// Free, and a Fair waiter queued for it once: the full
+		// statement reads the queue.
+		s.rows.saw(k, rowQueued, false)
+		return store.Reply{}, false, nil
+	case id&busyFlag != 0:
+		if queued {
+			s.rows.saw(k, rowQueued, false) // the attempt set queue_seen
+		}
+		return store.Reply{HolderTTL: time.Duration(id&leftMask) * time.Microsecond, Seen: 1 + id>>seenShift&seenMask}, true, nil
+	case id&ownFlag != 0:
+		r, err := s.own(ctx, k, token, ttl)
+		return r, true, err
+	}
+	if n != 1 {
+		return store.Reply{}, true, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)
+	}
+	return store.Reply{Acquired: true, Fence: uint64(id), ValidFrom: sent}, true, nil
+}
+
+// takeRowStmt is a plain attempt as one UPDATE of k's row, matched by its
+// key alone: it takes the row when it is expired and no Fair waiter ever
+// queued for it (queue_seen = 0), as take's full statement would (its
+// update branch without the queue's subquery, which a row with queue_seen
+// = 0 never reads), drawing the fence under the row's lock. Its insert id
+// says what it found: the new fence; busyFlag or ownFlag with the
+// holder's time left and fence bits, as take's; queueFlag for a free row
+// with queue_seen = 1 (the queue must be read); 0 when no row matched.
+// The three assignments decide alike: each tests the row's expires_at and
+// queue_seen, which only the last one writes, after its test, and
+// UTC_TIMESTAMP(6) is the statement's start throughout; so no session
+// variable carries the decision. A queued attempt (a Fair waiter's) that
+// finds the row held by another token sets queue_seen before its waiter's
+// entry is queued (see take): that assignment changes queue_seen only on
+// a live row, where the decision is "busy" either way.
+func (s *sqlStore) takeRowStmt(k store.Key, token string, ttl time.Duration, queued bool) string {
+	free := "expires_at <= UTC_TIMESTAMP(6)"
+	take := "(" + free + " AND queue_seen = 0)"
+	mark := ""
+	if queued {
+		mark = "queue_seen = IF(" + free + " OR token = " + hexLit(token) + ", queue_seen, 1), "
+	}
+	return bounded(ttl, "UPDATE "+s.n.locks+" SET "+
+		"fence = IF("+take+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
+		"token = IF("+take+", "+hexLit(token)+", token), "+
+		mark+
+		"expires_at = IF("+take+", UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+
+		"IF(LAST_INSERT_ID(IF("+free+", "+strconv.FormatInt(queueFlag, 10)+", IF(token = "+hexLit(token)+", "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
+		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
+		"GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0))) IS NULL, NULL, expires_at))"+
+		" WHERE prefix = "+hexLit(k.Prefix)+" AND name = "+hexLit(k.Name))
+}
+
+// maxRowsSeen bounds the keys whose row the store remembers; past it,
+// they are forgotten (and learnt again).
+const maxRowsSeen = 4096
+
+// What the store last saw of a key's row (rowKinds).
+const (
+	rowUnknown = iota // the full statement: it inserts, or reads the queue
+	rowPlain          // the row exists with queue_seen = 0: takeRow
+	rowQueued         // the row has queue_seen = 1: the full statement
+)
+
+// rowKinds is what the store last saw of each key's row, safe for
+// concurrent use. It only chooses a statement: a wrong guess costs a
+// round trip, never a decision (each statement reads the row itself).
+type rowKinds struct {
+	mu   sync.Mutex
+	keys map[store.Key]uint8
+}
+
+func (rk *rowKinds) of(k store.Key) uint8 {
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	return rk.keys[k]
+}
+
+// saw notes kind for k; rowPlain does not replace rowQueued unless
+// inserted says the row was just made (with queue_seen = 0).
+func (rk *rowKinds) saw(k store.Key, kind uint8, inserted bool) {
+	rk.mu.Lock()
+	defer rk.mu.Unlock()
+	if kind == rowPlain && rk.keys[k] == rowQueued && !inserted {
+		return
+	}
+	if rk.keys == nil || len(rk.keys) >= maxRowsSeen {
+		rk.keys = make(map[store.Key]uint8)
+	}
+	rk.keys[k] = kind
+}
+
+// takeStmt is take's statement (see take and the package documentation,
+// "Acquisition").
+func (s *sqlStore) takeStmt(k store.Key, token string, ttl time.Duration, queued bool) string {
+	// @lockmw_take, a variable of the statement's connection, holds the
+	// decision, made once by the first assignment: the row is free
+	// (expired) and the queue lets token pass. The last assignment reads
+	// it a last time and sets it to NULL, as if never set: the pool's
+	// connection is the application's too.
+	//
+	// A queued attempt marks the row only when it does not take it: its
+	// waiter then queues an entry, after the mark. A row inserted is
+	// taken: queue_seen = 0.
+	seen, mark := "0", ""
+	if queued {
+		mark = "queue_seen = IF(@lockmw_take, queue_seen, 1), "
+	}
+	return bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen) VALUES ("+
+		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
+		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+seen+")"+
+		" ON DUPLICATE KEY UPDATE "+
+		"token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR "+s.queueClear(k, token, queued)+")), VALUES(token), token), "+
+		mark+
+		"fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
+		"expires_at = IF(IF(@lockmw_take, (@lockmw_take := NULL) IS NULL, (@lockmw_take := NULL) IS NOT NULL), VALUES(expires_at), "+
+		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
+		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
+		"GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)) IS NULL, NULL, expires_at))")
 }
 
 // Release ends the holding: the row keeps its place (see "Rows"), with no

@@ -28,7 +28,10 @@ import (
 // loop serves every connection (Redis). MariaDB runs each connection in a
 // thread of its own: both give-backs can be answered while the statement
 // still waits, and the statement then takes the lock for a token nobody
-// holds, for a whole TTL (TestStalledAcquisitionLeavesNoLock).
+// holds, for a whole TTL (TestStalledBeforeRowLockLeavesNoLock: a
+// statement waiting for a metadata lock, before it locks the row, fails
+// it without this file's fix; one waiting behind the row's lock holds
+// the give-back back until it ran, TestStalledAcquisitionLeavesNoLock).
 //
 // The fix: every such statement is sent on a connection whose server id
 // (CONNECTION_ID(), asked once per connection) the store knows. When the

@@ -121,6 +121,15 @@
 // (fault "pause" or "leader") does on 3.4.23; fences still rise, so a
 // store that checks them refuses the earlier holder's late writes.
 //
+// 3.6.16 still breaks it one way: a leader paused longer than a TTL that
+// is given leadership back as soon as it resumes (an operator's or a
+// tool's MoveLeader) revokes leases renewed through the interim leader,
+// up to a TTL early, since the guard of PR 16822 finds it leading again
+// when it revokes. TestEtcdLeaseLeaderMovedBack reproduces it
+// (LOCKMW_ETCD_LEADER_BACK=1), and the randomized checker's "leader" fault
+// met it; fences still rise. Do not move leadership to a member that has
+// just resumed from a stall.
+//
 // # Waiting
 //
 // Fair mode (lockmw.Fair): waiters queue by create revision, and each

@@ -115,20 +115,21 @@
 // another Locker may take the lock while the holder's lease is still
 // valid. No client can guard against that: run an etcd with the fix. The
 // store is tested on etcd 3.6.16 (the tests, the randomized checker and
-// the benchmarks run it); TestEtcdIssue15247 (make etcd-15247) shows that
-// 3.6.16 keeps a lease renewed through a follower while the leader is
-// paused, and that Debian's etcd 3.4.23 revokes it early, as the checker
-// (fault "pause" or "leader") does on 3.4.23; fences still rise, so a
-// store that checks them refuses the earlier holder's late writes.
+// the benchmarks run it). Debian's etcd 3.4.23 revokes such a lease early
+// when its leader is paused past the TTL (TestEtcdIssue15247, make
+// etcd-15247), as the checker (fault "pause" or "leader") does there.
 //
-// 3.6.16 still breaks it one way: a leader paused longer than a TTL that
-// is given leadership back as soon as it resumes (an operator's or a
-// tool's MoveLeader) revokes leases renewed through the interim leader,
-// up to a TTL early, since the guard of PR 16822 finds it leading again
-// when it revokes. TestEtcdLeaseLeaderMovedBack reproduces it
-// (LOCKMW_ETCD_LEADER_BACK=1), and the randomized checker's "leader" fault
-// met it; fences still rise. Do not move leadership to a member that has
-// just resumed from a stall.
+// 3.6.16 narrows the window but does not close it: a leader paused past
+// the TTL may still revoke leases renewed through the interim leader, up
+// to a TTL early, once it resumes. Moving leadership back to it at once (an
+// operator's or a tool's MoveLeader) does that within a few attempts
+// (TestEtcdLeaseLeaderMovedBack, LOCKMW_ETCD_LEADER_BACK=1); without the
+// move, TestEtcdIssue15247 saw it in 2 of 21 pauses, and the randomized
+// checker met it once in 15 minutes. The likely reason: the guard of PR
+// 16822 asks whether the member leads when it revokes, and it may lead
+// again by then. Fences still rise, so a store that checks them refuses
+// the earlier holder's late writes. Do not move leadership to a member that
+// has just resumed from a stall.
 //
 // # Waiting
 //

@@ -1,9 +1,11 @@
 // Package store is the boundary between lockmw's lock logic and a store
 // that holds locks. It is internal to this repository: a store package
 // (such as lockmw/etcd) implements Store, and makes its Locker with
-// lockmw.NewWithStore (see Inside). Leases, waiting, the watchdog's
-// schedule, validity deadlines and telemetry stay in package lockmw; a
-// store only does one step on its objects per call.
+// lockmw.NewWithStore (see Inside). Leases, the watchdog's schedule,
+// validity deadlines and telemetry stay in package lockmw, and so does
+// waiting, except on a store that waits its own way (Waits: the Redis
+// stores, whose policy makes leases only through the Locker's Host); a
+// Store method does one step on the store's objects per call.
 //
 // A store names its own objects from the Locker's prefix and the user's
 // key (Key). Beyond the required Store, a store offers what it has, found

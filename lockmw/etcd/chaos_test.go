@@ -33,17 +33,23 @@ func TestChaos(t *testing.T) {
 // of each Locker slot's own. etcd's lease TTLs are whole seconds, at least
 // etcd.MinTTL, so the checker draws TTLs of 2–4s.
 //
-// The short run has every fault, pauses and leader moves too: the etcd the
-// tests run (3.6, see etcdtest) has the fix for etcd issue 15247. On an etcd
-// without it (Debian's 3.4.23, LOCKMW_ETCD=/usr/bin/etcd), a leader that
-// falls behind applying its log (here: paused, or moved while busy) may
-// still revoke leases after it stepped down, whose holders renewed them
-// with the new leader, and the checker may report an overlap, with the
-// deletion's revision and the leader changes around it; TestEtcdIssue15247
-// (make etcd-15247) shows that failure on purpose.
+// The short run (make test) leaves pauses out: etcd 3.6.16, which the tests
+// run, may revoke a lease up to a TTL early once a member paused past the
+// TTL leads again (etcd.go, Safety). The short run met that once in CI
+// (seed 2996868023016258851) and a 15-minute run once, each time just
+// after two members were paused together; TestEtcdIssue15247 and TestEtcdLeaseLeaderMovedBack show
+// it on purpose. Longer runs (make chaos, -chaos.duration) keep pauses, and
+// an overlap there comes with the deletion's revision, whether its lease
+// was still there, and the leader changes around it, to tell the two
+// apart. Leader moves and restarts stay in the short run. On an etcd
+// without the fix for etcd issue 15247 (Debian's 3.4.23,
+// LOCKMW_ETCD=/usr/bin/etcd) moves may cause the same early revocation.
 var etcdChaosStore = chaos.Store{
 	Name: "etcd", Fair: true, Start: startEtcdChaos,
 	FaultNames: []string{"latency", "cut", "reset", "pause", "restart", "leader"},
+	ShortRunOff: map[string]string{
+		"pause": "etcd 3.6.16 may revoke a lease up to a TTL early once a paused member leads again (lockmw/etcd/etcd.go, Safety)",
+	},
 	Timing: chaos.Timing{
 		MinTTL:      etcd.MinTTL,
 		ShortMinTTL: 3 * time.Second,

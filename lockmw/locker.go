@@ -75,6 +75,13 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	if lg, ok := s.(store.Logging); ok {
 		lg.UseLogger(cfg.logger)
 	}
+	if cfg.holderInfo != "" {
+		in, ok := s.(store.Inspector)
+		if !ok {
+			return nil, fmt.Errorf("%w: WithHolderInfo: %s keeps no holder descriptions", ErrInvalidOption, storeName)
+		}
+		in.UseHolderInfo(cfg.holderInfo)
+	}
 	return l, nil
 }
 

@@ -48,7 +48,9 @@ type config struct {
 	// WithRetention, WithPermanentFences (retention.go).
 	retention       time.Duration
 	permanentFences bool
-	errs            []error
+	// holderInfo is WithHolderInfo's description (inspect.go).
+	holderInfo string
+	errs       []error
 }
 
 // Option configures a Locker in New.

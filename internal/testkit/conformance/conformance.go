@@ -75,6 +75,9 @@ type Store struct {
 	// that the suite can check that a notified waiter does not poll.
 	Requests func(t testing.TB) int64
 
+	// Inspects declares what the store's Inspect reports (inspect.go).
+	Inspects *Inspects
+
 	// MinTTL is the shortest lease TTL the store accepts (lockmw.MinTTL
 	// when zero). Shorter TTLs must give lockmw.ErrInvalidOption.
 	MinTTL time.Duration
@@ -109,6 +112,8 @@ func Run(t *testing.T, s Store) {
 		{"BadInput", r.badInput},
 		{"Keys", r.keys},
 		{"Close", r.close},
+		{"Inspect", r.inspect},
+		{"Locks", r.locks},
 	} {
 		t.Run(st.name, st.run)
 	}

@@ -31,6 +31,10 @@
 //   - Diagnoser: the last error the store's client saw reaching the store,
 //     for the Locker's error when a request was not answered in time.
 //   - Logging: the Locker's logger, for the store's own warnings.
+//   - Inspector: a read-only report of a lock's state, and a listing of
+//     a prefix's locks (Locker.Inspect, Locker.Locks), with the holder
+//     description the store keeps beside a holding (inspect.go). Every
+//     store offers it.
 //   - Waits: a store whose waiters wait, and whose releases hand the lock
 //     on, its own way (the Redis stores): the Locker runs the store's
 //     Policy, and lends it a Host for the lease steps (waits.go).

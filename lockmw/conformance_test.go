@@ -25,6 +25,7 @@ func TestConformanceRedis(t *testing.T) {
 	admin := srv.Client(t)
 	conformance.Run(t, conformance.Store{
 		Name: "redis",
+		Inspects: &redisInspects,
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.New(srv.Client(t, fastFailing, dialOnce, roomy), opts...)
 		},
@@ -68,6 +69,7 @@ func TestConformanceRedisCluster(t *testing.T) {
 	}
 	conformance.Run(t, conformance.Store{
 		Name: "redis-cluster",
+		Inspects: &redisInspects,
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.New(cl.Client(t, fastFailingCluster, roomyCluster), opts...)
 		},
@@ -146,6 +148,7 @@ func TestConformanceRedlock(t *testing.T) {
 	}
 	conformance.Run(t, conformance.Store{
 		Name: "redlock",
+		Inspects: &redisInspects,
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.NewRedlock(redlockClients(t, masters, fastFailing, dialOnce, roomy), opts...)
 		},
@@ -303,4 +306,14 @@ func requests(t testing.TB, c *redis.Client) int64 {
 	}
 	t.Fatal("INFO stats has no total_commands_processed")
 	return 0
+}
+
+// redisInspects is what Inspect reports on every Redis deployment
+// (lockmw/internal/redisstore/inspect.go): the fence counter, which a
+// grant may move one past the holder's fence (AtMost); holder info and
+// the time it was written, from the server's clock; the queue's entries.
+var redisInspects = conformance.Inspects{
+	TTL: lockmw.Exact, Fence: lockmw.AtMost, Holder: lockmw.Exact,
+	Since: lockmw.Unknown, SinceWithInfo: lockmw.Exact,
+	Waiters: lockmw.Exact, FairWaiters: lockmw.Unknown,
 }

@@ -41,6 +41,13 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	if n, ok := s.(store.Named); ok && n.Name() != "" {
 		storeName = n.Name()
 	}
+	if cfg.holderInfo != "" {
+		in, ok := s.(store.Inspector)
+		if !ok {
+			return nil, fmt.Errorf("%w: WithHolderInfo: %s keeps no holder descriptions", ErrInvalidOption, storeName)
+		}
+		in.UseHolderInfo(cfg.holderInfo)
+	}
 	c := caps{backoffMin: minBackoff, backoffMax: maxBackoff}
 	c.notifier, _ = s.(store.Notifier)
 	c.queue, _ = s.(store.Queue)
@@ -74,13 +81,6 @@ func newLocker(s store.Store, opts []Option) (l *Locker, err error) {
 	l.keeper = newRenewScheduler(s, storeName, tel, cfg.logger, cfg.drift)
 	if lg, ok := s.(store.Logging); ok {
 		lg.UseLogger(cfg.logger)
-	}
-	if cfg.holderInfo != "" {
-		in, ok := s.(store.Inspector)
-		if !ok {
-			return nil, fmt.Errorf("%w: WithHolderInfo: %s keeps no holder descriptions", ErrInvalidOption, storeName)
-		}
-		in.UseHolderInfo(cfg.holderInfo)
 	}
 	return l, nil
 }

@@ -17,6 +17,9 @@ import (
 // events (releases and grants) to it. The Locker calls it once, before its
 // first request.
 func (b *Store) Policy(h store.Host) store.Policy {
+	if b.holderInfo != "" {
+		h = describingHost{Host: h, c: b.client, lock: b.names.lockKey, info: b.holderInfo}
+	}
 	p := &grantPolicy{h: h, roomSet: newRoomSet(), waits: b}
 	b.events = Events{Released: p.releaseHeard, Granted: p.granted}
 	return p

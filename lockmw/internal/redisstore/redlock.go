@@ -64,6 +64,9 @@ type Redlock struct {
 	expiry keyExpiry
 	// prefix is the Locker's key prefix, which names keys in logs.
 	prefix string
+	// holderInfo is WithHolderInfo's description ("": none), kept beside
+	// each lock the Locker takes (redlock_inspect.go).
+	holderInfo string
 }
 
 // heldOn is where a Redlock lease's lock may be.
@@ -573,6 +576,7 @@ collect:
 	for i := range tallies {
 		results[i].Ownership, results[i].Err = tallies[i].result(n, q)
 	}
+	b.refreshInfo(reqs, results)
 	return results
 }
 

@@ -43,6 +43,9 @@ func (b *Redlock) Acquire(ctx context.Context, k store.Key, token string, ttl ti
 	sentAt := time.Now()
 	r, err := b.AcquireQueued(ctx, k, token, ttl, "")
 	r.ValidFrom = sentAt
+	if err == nil && r.Acquired {
+		b.describe(ctx, k, token)
+	}
 	return r.Reply, err
 }
 

@@ -335,3 +335,15 @@ func ownershipOf(v int64) store.Ownership {
 func millis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
+
+// inspect.lua: a lock's state for Locker.Inspect, read-only. Answers
+// {owner, pttl, counter, queued, info}. describe.lua: keep a holder's
+// description beside its lock. Answers 1 (written) or 0.
+var (
+	//go:embed scripts/inspect.lua
+	inspectSource string
+	inspectScript = redis.NewScript(inspectSource)
+	//go:embed scripts/describe.lua
+	describeSource string
+	describeScript = redis.NewScript(describeSource)
+)

@@ -56,6 +56,9 @@ type Store struct {
 	// names names the locks: Cluster names on a Cluster (naming).
 	names  naming
 	events Events
+	// holderInfo is WithHolderInfo's description ("": none), kept beside
+	// each lock the Locker takes (inspect.go).
+	holderInfo string
 }
 
 // New returns the store of client; lockmw.New binds it to its Locker
@@ -144,8 +147,12 @@ func (b *Store) CheckTTL(time.Duration) error { return nil }
 // own.
 func (b *Store) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, _ bool) (store.Reply, error) {
 	sentAt := time.Now()
-	reply, err := b.runAcquire(ctx, b.names.ref(k), token, ttl)
+	r := b.names.ref(k)
+	reply, err := b.runAcquire(ctx, r, token, ttl)
 	reply.ValidFrom = sentAt
+	if err == nil && reply.Acquired && b.holderInfo != "" {
+		_ = describe(ctx, b.client, r.lock, token, b.holderInfo) // never read for safety
+	}
 	return reply, err
 }
 
@@ -165,6 +172,11 @@ func (b *Store) Renew(ctx context.Context, reqs []store.RenewRequest) []store.Re
 	for i, r := range reqs {
 		locks[i] = b.names.lockKey(r.Key)
 		cmds[i] = renewScript.EvalSha(ctx, pipe, []string{locks[i]}, r.Token, millis(r.TTL))
+		if b.holderInfo != "" {
+			// The holder info expires with the lock (describe.lua); one
+			// of another holder is shown only for its own token.
+			pipe.PExpire(ctx, infoKey(locks[i]), r.TTL)
+		}
 	}
 	_, _ = pipe.Exec(ctx) // per-command errors are read below
 

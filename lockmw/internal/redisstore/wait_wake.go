@@ -90,6 +90,9 @@ type wakePolicy struct {
 // Policy returns the wake policy for the Locker h, and sends the store's
 // wakes to it. The Locker calls it once, before its first request.
 func (b *Redlock) Policy(h store.Host) store.Policy {
+	if b.holderInfo != "" {
+		h = redlockDescribingHost{Host: h, b: b}
+	}
 	p := &wakePolicy{h: h, roomSet: newRoomSet(), wakes: b}
 	p.backoffMin, p.backoffMax = h.Backoff()
 	b.events = Events{Woken: p.woken}

@@ -24,7 +24,7 @@ func TestConformanceRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	admin := srv.Client(t)
 	conformance.Run(t, conformance.Store{
-		Name: "redis",
+		Name:     "redis",
 		Inspects: &redisInspects,
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.New(srv.Client(t, fastFailing, dialOnce, roomy), opts...)
@@ -68,7 +68,7 @@ func TestConformanceRedisCluster(t *testing.T) {
 		}
 	}
 	conformance.Run(t, conformance.Store{
-		Name: "redis-cluster",
+		Name:     "redis-cluster",
 		Inspects: &redisInspects,
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.New(cl.Client(t, fastFailingCluster, roomyCluster), opts...)
@@ -147,7 +147,7 @@ func TestConformanceRedlock(t *testing.T) {
 		}
 	}
 	conformance.Run(t, conformance.Store{
-		Name: "redlock",
+		Name:     "redlock",
 		Inspects: &redisInspects,
 		NewLocker: func(t testing.TB, opts ...lockmw.Option) (*lockmw.Locker, error) {
 			return lockmw.NewRedlock(redlockClients(t, masters, fastFailing, dialOnce, roomy), opts...)

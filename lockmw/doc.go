@@ -301,9 +301,11 @@
 // lock.name (WithName, default the key), lock.outcome
 // (acquired|busy|timeout|error|lost|ok), lock.wait_ms and lock.fence.
 // Metrics: lockmw.acquire.duration (s, by lock.name and lock.outcome),
-// lockmw.hold.duration (s), lockmw.held (up-down), lockmw.renewals (by
-// lock.outcome ok|error) and lockmw.lost (by lock.name and
-// lock.lost_reason). Give keys that embed ids a template name such as
+// lockmw.hold.duration (s), lockmw.held (up-down), lockmw.waiting
+// (up-down, by lock.name: Acquire calls waiting for a lock another owner
+// holds, from their first wait until they return; a TryAcquire or a busy
+// WithWait(0) never counts), lockmw.renewals (by lock.outcome ok|error)
+// and lockmw.lost (by lock.name and lock.lost_reason). Give keys that embed ids a template name such as
 // "order:{id}" to keep metric cardinality low. Without
 // WithTracerProvider/WithMeterProvider the global providers are used; while
 // none is set, telemetry allocates nothing.

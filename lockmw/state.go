@@ -216,6 +216,9 @@ type acquisition struct {
 	store.Acquisition
 	leaseParent context.Context // the caller's context: the lease context derives from it
 	cfg         *acquireConfig
+	// waiting is set once the call waits (lockmw.waiting counts it until
+	// the call returns): before its first pause, or at a busy gate.
+	waiting bool
 }
 
 // gate lets one default-mode waiter per key and Locker wait for the

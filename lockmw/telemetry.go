@@ -27,6 +27,7 @@ const (
 	metricAcquireDuration = "lockmw.acquire.duration"
 	metricHoldDuration    = "lockmw.hold.duration"
 	metricHeld            = "lockmw.held"
+	metricWaiting         = "lockmw.waiting"
 	metricRenewals        = "lockmw.renewals"
 	metricLost            = "lockmw.lost"
 
@@ -61,6 +62,7 @@ type telemetry struct {
 	acquireDuration metric.Float64Histogram
 	holdDuration    metric.Float64Histogram
 	held            metric.Int64UpDownCounter
+	waiting         metric.Int64UpDownCounter
 	renewals        metric.Int64Counter
 	lost            metric.Int64Counter
 
@@ -94,6 +96,9 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry,
 	errs = append(errs, err)
 	t.held, err = m.Int64UpDownCounter(metricHeld, metric.WithUnit("{lease}"),
 		metric.WithDescription("Leases currently held, by lock.name."))
+	errs = append(errs, err)
+	t.waiting, err = m.Int64UpDownCounter(metricWaiting, metric.WithUnit("{call}"),
+		metric.WithDescription("Acquire calls currently waiting for a lock another owner holds, by lock.name."))
 	errs = append(errs, err)
 	t.renewals, err = m.Int64Counter(metricRenewals, metric.WithUnit("{renewal}"),
 		metric.WithDescription("Lease renewals sent by the watchdog, by lock.outcome (ok or error)."))
@@ -155,6 +160,13 @@ func (t *telemetry) acquireDone(ctx context.Context, span trace.Span, name, outc
 	}
 	if outcome == outcomeAcquired && t.held.Enabled(ctx) {
 		t.held.Add(ctx, 1, metric.WithAttributes(attrName.String(name)))
+	}
+}
+
+// waitingFor adds n (1: a wait began, -1: it ended) to lockmw.waiting.
+func (t *telemetry) waitingFor(ctx context.Context, name string, n int64) {
+	if t.waiting.Enabled(ctx) {
+		t.waiting.Add(ctx, n, metric.WithAttributes(attrName.String(name)))
 	}
 }
 

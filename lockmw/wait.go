@@ -68,7 +68,19 @@ func (l *Locker) wait(opCtx, leaseParent context.Context, key string, ac *acquir
 		}
 		a.GiveUp = start.Add(ac.wait)
 	}
-	return l.policy.acquire(a, wait)
+	lease, err := l.policy.acquire(a, wait)
+	if a.waiting {
+		l.tel.waitingFor(a.Ctx, ac.name, -1)
+	}
+	return lease, err
+}
+
+// startWaiting counts a as waiting (lockmw.waiting), once per call.
+func (l *Locker) startWaiting(a *acquisition) {
+	if !a.waiting {
+		a.waiting = true
+		l.tel.waitingFor(a.Ctx, a.cfg.name, 1)
+	}
 }
 
 // newAcquisition returns the record of one Acquire or TryAcquire call for
@@ -101,7 +113,7 @@ func (p storePolicy) acquire(a *acquisition, wait bool) (*Lease, error) {
 		// wakes one waiter across all Lockers, not every waiting one.
 		q := &queueWay{l: l, token: newToken()}
 		if !ac.fair {
-			leave, _, err := l.enterGate(a.Ctx, a.Key, a.GiveUp)
+			leave, _, err := l.enterGate(a)
 			if err != nil {
 				return nil, gateErr(a, err, &NotAcquiredError{Key: a.Key.Name})
 			}
@@ -162,6 +174,7 @@ func (l *Locker) waitLoop(a *acquisition, wait bool, w waitWay) (lease *Lease, e
 		if !wait {
 			return nil, &NotAcquiredError{Key: a.Key.Name, RetryAfter: r.HolderTTL}
 		}
+		l.startWaiting(a)
 		if lease, err := w.pause(a, r, left); lease != nil || err != nil {
 			return lease, err
 		}
@@ -229,7 +242,7 @@ func (w *notifyWay) try(a *acquisition) (*Lease, store.Reply, error) { return w.
 func (w *notifyWay) pause(a *acquisition, r store.Reply, left time.Duration) (*Lease, error) {
 	l := w.l
 	if w.leave == nil {
-		leave, waited, err := l.enterGate(a.Ctx, a.Key, a.GiveUp)
+		leave, waited, err := l.enterGate(a)
 		if err != nil {
 			return nil, gateErr(a, err, &NotAcquiredError{Key: a.Key.Name, RetryAfter: r.HolderTTL})
 		}
@@ -411,11 +424,12 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// enterGate waits until the caller is the one waiter through key's gate,
-// or opCtx ends, giveUp passes (errGaveUp) or the Locker closes
-// (ErrClosed). waited says whether it had to wait; leave lets the next one
-// through.
-func (l *Locker) enterGate(opCtx context.Context, key store.Key, giveUp time.Time) (leave func(), waited bool, err error) {
+// enterGate waits until a is the one waiter through its key's gate, or
+// a.Ctx ends, a.GiveUp passes (errGaveUp) or the Locker closes
+// (ErrClosed); a waits (startWaiting) while the gate is taken. waited says
+// whether it had to wait; leave lets the next one through.
+func (l *Locker) enterGate(a *acquisition) (leave func(), waited bool, err error) {
+	opCtx, key, giveUp := a.Ctx, a.Key, a.GiveUp
 	l.gatesMu.Lock()
 	if l.gates == nil {
 		l.gates = make(map[store.Key]*gate)
@@ -444,6 +458,7 @@ func (l *Locker) enterGate(opCtx context.Context, key store.Key, giveUp time.Tim
 		return leave, false, nil
 	default:
 	}
+	l.startWaiting(a)
 	var deadline <-chan time.Time
 	if !giveUp.IsZero() {
 		t := time.NewTimer(time.Until(giveUp))

@@ -112,6 +112,7 @@ func Run(t *testing.T, s Store) {
 		{"BadInput", r.badInput},
 		{"Keys", r.keys},
 		{"Close", r.close},
+		{"WaitingMetric", r.waitingMetric},
 		{"Inspect", r.inspect},
 		{"Locks", r.locks},
 	} {

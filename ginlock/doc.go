@@ -76,6 +76,9 @@
 //     error log line with the store's error, saying how to create them,
 //     once per route and middleware.
 //
+// WithHolderInBusy adds the holder's description (the holding Locker's
+// lockmw.WithHolderInfo) to busy answers, as the problem's "holder" member;
+// it is off by default, since a description may name hosts.
 // WithBusyHandler and WithErrorHandler replace these responses.
 //
 // # When the response leaves

@@ -129,6 +129,9 @@ func (m *middleware) handle(c *gin.Context) {
 		outcome = adapt.AcquireOutcome(ctx, err)
 		switch outcome {
 		case OutcomeBusy:
+			if m.cfg.holderInBusy {
+				err = adapt.WithHolder(ctx, m.locker, key, err)
+			}
 			wait, known := hold.Wait(lockmw.RetryAfter(err))
 			if known {
 				err = &estimatedError{err: err, wait: wait}
@@ -347,6 +350,9 @@ type Problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
+	// Holder is the lock holder's description, on busy answers of a
+	// middleware given WithHolderInBusy (when the store reported one).
+	Holder string `json:"holder,omitempty"`
 }
 
 // WriteProblem writes p as an application/problem+json response with status
@@ -364,8 +370,13 @@ func DefaultBusyHandler(c *gin.Context, err error) {
 	if errors.As(err, &busy) && busy.Key != "" {
 		detail = busy.Key + " is being changed by another request; retry later"
 	}
-	WriteProblem(c, Problem{Type: ProblemBusy, Title: "Resource busy", Status: http.StatusConflict, Detail: detail})
+	holder, _ := HolderOf(err)
+	WriteProblem(c, Problem{Type: ProblemBusy, Title: "Resource busy", Status: http.StatusConflict, Detail: detail, Holder: holder})
 }
+
+// HolderOf returns the lock holder's description that a middleware given
+// WithHolderInBusy added to a busy error, for a custom busy handler.
+func HolderOf(err error) (string, bool) { return adapt.HolderOf(err) }
 
 // RetryAfterSeconds returns the Retry-After value for a busy error, in whole
 // seconds, rounded up, and at least 1. For the errors the middleware hands to

@@ -43,6 +43,7 @@ type config struct {
 	streaming   bool // send responses as written, before the release
 	// requestContextOnly: the engine need not set ContextWithFallback
 	requestContextOnly bool
+	holderInBusy       bool // WithHolderInBusy
 }
 
 // newConfig applies opts, skipping nil ones, and validates the result: the
@@ -168,4 +169,15 @@ func WithStreaming() Option {
 // answers 500 (ErrMisconfigured) and logs how to fix it.
 func WithRequestContextOnly() Option {
 	return optionFunc(func(c *config) { c.requestContextOnly = true })
+}
+
+// WithHolderInBusy adds the holder's description (lockmw.WithHolderInfo of
+// the Locker that holds the lock) to busy answers: DefaultBusyHandler puts
+// it in the problem's "holder" member, and a custom busy handler reads it
+// with HolderOf. Off by default: a description may name hosts, which a
+// client should not see unless the service means it to. A busy answer then
+// costs one more read of the store (Locker.Inspect, bounded to 250ms;
+// without an answer in time, the busy answer goes out without it).
+func WithHolderInBusy() Option {
+	return optionFunc(func(c *config) { c.holderInBusy = true })
 }

@@ -32,6 +32,9 @@
 // recorded on the span and logged (WithLogger).
 //
 //   - codes.Aborted: the lock is held by another call (or WithWait ran out).
+//     With WithHolderInBusy (off by default: a description may name hosts)
+//     it also carries an errdetails.ErrorInfo (Reason "LOCK_HELD") whose
+//     metadata "holder" is the holding Locker's lockmw.WithHolderInfo.
 //     The status carries an errdetails.RetryInfo with the expected wait, and
 //     the trailer grpc-retry-pushback-ms carries it in milliseconds (at
 //     least 1), so

@@ -262,6 +262,9 @@ func (in *interceptor) lock(ctx context.Context, method, tmpl string, req any, s
 	span.SetAttributes(adapt.AttrWaitMS.Int64(acquiredAt.Sub(start).Milliseconds()))
 	hold := in.holds.For(name)
 	if err != nil {
+		if in.cfg.holderInBusy && adapt.AcquireOutcome(ctx, err) == outcomeBusy {
+			err = adapt.WithHolder(ctx, in.locker, key, err)
+		}
 		outcome, st := acquireStatus(ctx, key, err, hold)
 		if outcome == outcomeBusy {
 			if d, ok := retryDelayOf(st); ok {
@@ -306,6 +309,12 @@ func acquireStatus(ctx context.Context, key string, err error, hold *adapt.Hold)
 		st := status.New(codes.Aborted, fmt.Sprintf("grpclock: lock %q is held by another call; retry later", key))
 		if d, ok := hold.Wait(lockmw.RetryAfter(err)); ok && d > 0 {
 			if withInfo, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)}); derr == nil {
+				st = withInfo
+			}
+		}
+		if holder, ok := adapt.HolderOf(err); ok {
+			info := &errdetails.ErrorInfo{Reason: "LOCK_HELD", Domain: "lockmw", Metadata: map[string]string{"holder": holder}}
+			if withInfo, derr := st.WithDetails(info); derr == nil {
 				st = withInfo
 			}
 		}

@@ -41,6 +41,8 @@ type config struct {
 	tp       trace.TracerProvider
 	mp       metric.MeterProvider
 	logger   *slog.Logger
+	// holderInBusy: WithHolderInBusy
+	holderInBusy bool
 }
 
 // newConfig applies opts, skipping nil ones, and validates the result: the
@@ -141,4 +143,15 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // grpclock.calls counter. Without it the global provider is used.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// WithHolderInBusy adds the holder's description (lockmw.WithHolderInfo of
+// the Locker that holds the lock) to busy answers, as an
+// errdetails.ErrorInfo (Reason "LOCK_HELD", Domain "lockmw", Metadata
+// "holder"). Off by default: a description may name hosts, which a client
+// should not see unless the service means it to. A busy answer then costs
+// one more read of the store (Locker.Inspect, bounded to 250ms; without an
+// answer in time, the busy answer goes out without it).
+func WithHolderInBusy() Option {
+	return optionFunc(func(c *config) { c.holderInBusy = true })
 }

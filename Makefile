@@ -106,7 +106,7 @@ postgresql:
 # fails if any module failed. The ZooKeeper checker's short run is the one
 # test run without -race (go-zookeeper v1.0.4 races on its own last zxid
 # after reconnects: see lockmw/zookeeper/chaos_test.go).
-TEST_MODULES := . $(ETCD_MODULE) $(PG_MODULE) $(MYSQL_MODULE) $(ZK_MODULE) examples examples/sql examples/zookeeper $(PEERS_MODULE)
+TEST_MODULES := . $(ETCD_MODULE) $(PG_MODULE) $(MYSQL_MODULE) $(ZK_MODULE) examples examples/sql examples/zookeeper examples/inspect $(PEERS_MODULE)
 # TEST_JOBS: how many modules test at once. Each starts its own servers and
 # runs its packages in parallel; all eight at once on a 2-core machine made
 # timing-bound tests (1s TTLs, bounded store requests) fail at random.
@@ -180,10 +180,12 @@ lint:
 	cd examples/zookeeper && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd $(PG_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd examples/sql && $(GO) vet ./... && $(GO) tool staticcheck ./...
+	cd examples/inspect && $(GO) vet ./... && $(GO) tool staticcheck ./...
 	cd $(PEERS_MODULE) && $(GO) vet ./... && $(GO) tool staticcheck ./...
 
-# demo: the examples, each bounded. quickstart, flashsale, grpc, cron and
-# cache run on an embedded Redis; zookeeper and sql run through their
+# demo: the examples, each bounded. quickstart, flashsale, grpc, cron,
+# cache and inspect (a module of its own: it links every store) run on an
+# embedded Redis; zookeeper and sql run through their
 # TestExample, which starts a ZooKeeper or PostgreSQL server of its own
 # (installed here when missing) and prints the example's output.
 demo: zookeeper postgresql
@@ -193,5 +195,6 @@ demo: zookeeper postgresql
 	$(GO) run ./examples/grpc
 	$(GO) run ./examples/cron
 	$(GO) run ./examples/cache
+	cd examples/inspect && $(GO) run .
 	cd examples/zookeeper && $(GO) test -count=1 -timeout 3m -run '^TestExample$$' -v .
 	cd examples/sql && $(GO) test -count=1 -timeout 3m -run '^TestExample$$' -v .

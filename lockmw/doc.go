@@ -294,6 +294,25 @@
 // of your own cannot plug in. Every store runs one conformance suite and
 // the randomized safety checker.
 //
+// # Inspecting locks
+//
+// Locker.Inspect reports, read-only, whether a lock is held, for how long
+// yet by the store's clock, with which fence, since when, by which holder
+// (the WithHolderInfo of the Locker that holds it, never read for safety)
+// and how many queue entries wait for it; Locker.Locks lists the held
+// locks under the Locker's prefix a page at a time, each page a bounded
+// amount of the store's work. Every store answers, and every field carries
+// its exactness on that store (Exact, AtMost, AtLeast or Unknown): a store
+// reports what it keeps and invents nothing (see each store's package
+// documentation, "Inspecting"). The lockmw.waiting metric counts the
+// Acquire calls that wait.
+//
+// There is no force-release. A holder that is stuck or gone loses its
+// lock when its TTL runs out (or at once, when its Locker closes); a lock
+// released by hand while its holder still works would be the one way to
+// let two holders run at once, and fences make it unnecessary: a storage
+// layer that checks them refuses the stale holder's writes.
+//
 // # Telemetry
 //
 // Spans (tracer scope ScopeName): lockmw.acquire, lockmw.release, and
@@ -388,8 +407,10 @@
 // # Redis keys
 //
 // A lock on key K uses prefix+"{K}" (the holder, for its lease's TTL),
-// prefix+"{K}:fence" (the fence counter) and, while waiters queue,
-// prefix+"{K}:q"; on a Cluster a K that starts with '}' is named
+// prefix+"{K}:fence" (the fence counter), while waiters queue,
+// prefix+"{K}:q", and, for a Locker given WithHolderInfo, prefix+"{K}:i"
+// (its description, with its token and the server's time, expiring with
+// the lock); on a Cluster a K that starts with '}' is named
 // prefix+"#{H}{K}" instead. The counter and the queue expire once the lock
 // has been idle for the retention (WithRetention, a day by default).
 //

@@ -197,8 +197,9 @@
 //
 // A lock on key K (1 to MaxKeyLen bytes) uses prefix+"{K}" (the owner
 // token, with the lease's expiry), prefix+"{K}:fence" (the fencing
-// counter), prefix+"{K}:q" (the wait queue, only while waiters queue), and
-// the channels prefix+"{K}:n" (releases) and prefix+"{K}:g:ID" (hand-overs
+// counter), prefix+"{K}:q" (the wait queue, only while waiters queue),
+// prefix+"{K}:i" (the holder's description, only for a Locker given
+// WithHolderInfo, expiring with the lock: inspect.go), and the channels prefix+"{K}:n" (releases) and prefix+"{K}:g:ID" (hand-overs
 // to the waiters of the Locker with id ID). All share the hash tag {K}, so
 // they live in one Cluster slot. On a Cluster, a key K that starts with '}'
 // ("}", "}x", "}{a}") would give the empty tag "{}", with which Redis

@@ -131,42 +131,29 @@ func (r *runner) inspect(t *testing.T) {
 
 	checkFree(t, "a key never used", inspectOK(t, plain, k), 0)
 
-	before := time.Now()
-	lease := acquireOK(t, plain, k)
-	after := time.Now()
-	r.checkHeld(t, "held, no holder info", inspectOK(t, described, k), lease, ttl, false, before, after)
-
+	lease := r.holdInspected(t, "held, no holder info", plain, described, k, ttl, false)
 	if r.Fair {
 		r.inspectWaiters(t, described, k, ttl)
 	}
-	fence := lease.Fence()
-	releaseOK(t, lease)
-	checkFree(t, "released", inspectOK(t, plain, k), fence)
+	releaseInspected(t, "released", lease, plain)
 
-	before = time.Now()
-	lease = acquireOK(t, described, k)
-	after = time.Now()
-	r.checkHeld(t, "held with holder info", inspectOK(t, plain, k), lease, ttl, true, before, after)
-	fence = lease.Fence()
-	releaseOK(t, lease)
-	checkFree(t, "released by a described holder", inspectOK(t, plain, k), fence)
+	lease = r.holdInspected(t, "held with holder info", described, plain, k, ttl, true)
+	releaseInspected(t, "released by a described holder", lease, plain)
 
 	// The next holder gave no description: the last one's is not shown
 	// for it, wherever the store keeps descriptions.
-	before = time.Now()
-	lease = acquireOK(t, plain, k)
-	after = time.Now()
-	r.checkHeld(t, "held without holder info after a described holder", inspectOK(t, described, k), lease, ttl, false, before, after)
+	lease = r.holdInspected(t, "held without holder info after a described holder", plain, described, k, ttl, false)
 	releaseOK(t, lease)
 
 	// A holding that expires: Inspect stops reporting it, and its holder
 	// info, within its TTL (plus the store's expiry slack).
 	short := r.MinTTL
+	before := time.Now()
 	lease, err := described.Acquire(context.Background(), k, lockmw.WithLeaseTTL(short), lockmw.WithoutWatchdog())
 	if err != nil {
 		t.Fatalf("Acquire(%q) without watchdog: %v", k, err)
 	}
-	fence = lease.Fence()
+	fence := lease.Fence()
 	r.checkHeld(t, "held without watchdog", inspectOK(t, plain, k), lease, short, true, before, time.Now())
 	deadline := time.Now().Add(short + 5*time.Second)
 	for {
@@ -191,6 +178,25 @@ func (r *runner) inspect(t *testing.T) {
 		t.Fatalf("Inspect on a closed Locker: %v, want ErrClosed", err)
 	}
 	r.waitNoLeftovers(t, k)
+}
+
+// holdInspected takes k with holder and checks what reader's Inspect
+// reports of the holding (described: holder gave WithHolderInfo).
+func (r *runner) holdInspected(t *testing.T, what string, holder, reader *lockmw.Locker, k string, ttl time.Duration, described bool) *lockmw.Lease {
+	t.Helper()
+	before := time.Now()
+	lease := acquireOK(t, holder, k)
+	r.checkHeld(t, what, inspectOK(t, reader, k), lease, ttl, described, before, time.Now())
+	return lease
+}
+
+// releaseInspected releases lease and checks that reader's Inspect reports
+// the lock free.
+func releaseInspected(t *testing.T, what string, lease *lockmw.Lease, reader *lockmw.Locker) {
+	t.Helper()
+	fence := lease.Fence()
+	releaseOK(t, lease)
+	checkFree(t, what, inspectOK(t, reader, lease.Key()), fence)
 }
 
 // inspectWaiters queues two Fair waiters of other Lockers behind the lock

@@ -89,7 +89,10 @@ func (s *sqlStore) inspectCols() (exprs, names []string) {
 			// held_since is UTC, as is the epoch literal: the difference
 			// does not depend on the session's time_zone.
 			"IF(" + heldBy + ", TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.held_since), NULL)",
-			"(SELECT COUNT(*) FROM " + s.n.queue + " q WHERE q.prefix = l.prefix AND q.name = l.name AND q.expires_at > UTC_TIMESTAMP(6) AND q.token <> l.token)",
+			// By the queue's primary key (prefix, name, token): the
+			// entries of this lock only, never a range of every lock's
+			// live entries by expires_at.
+			"(SELECT COUNT(*) FROM " + s.n.queue + " q FORCE INDEX (PRIMARY) WHERE q.prefix = l.prefix AND q.name = l.name AND q.expires_at > UTC_TIMESTAMP(6) AND q.token <> l.token)",
 		},
 		[]string{"fence", "live", "left_us", "holder_info", "since_us", "waiters"}
 }

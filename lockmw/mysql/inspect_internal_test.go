@@ -19,18 +19,27 @@ import (
 const testInfo = "orders-7d9f host-a pid 42"
 
 // A Locker without a holder description sends the acquisition statements
-// it sent before descriptions existed: neither names holder nor
-// held_since. With one, both do (so the check above checks the switch).
+// it sent before descriptions existed, byte for byte (golden: what
+// takeStmt and takeRowStmt of commit 254626b return for the same
+// arguments); neither names holder nor held_since. With one, both do.
 func TestStatementsWithoutHolderInfoAreUnchanged(t *testing.T) {
 	n, _ := namesFor("")
 	k := store.Key{Prefix: "p:", Name: "k"}
+	before := map[bool][2]string{
+		false: {"SET STATEMENT max_statement_time=0.800000 FOR INSERT INTO `lockmw_locks` (prefix, name, token, fence, expires_at, queue_seen) VALUES (X'703a', X'6b', X'746f6b', LAST_INSERT_ID(NEXTVAL(`lockmw_locks_fence`)), UTC_TIMESTAMP(6) + INTERVAL 1000000 MICROSECOND, 0) ON DUPLICATE KEY UPDATE token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR NOT EXISTS (SELECT 1 FROM `lockmw_locks_queue` q WHERE q.prefix = X'703a' AND q.name = X'6b' AND q.expires_at > UTC_TIMESTAMP(6)))), VALUES(token), token), fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL(`lockmw_locks_fence`)), fence), expires_at = IF(IF(@lockmw_take, (@lockmw_take := NULL) IS NULL, (@lockmw_take := NULL) IS NOT NULL), VALUES(expires_at), IF(LAST_INSERT_ID(IF(token = VALUES(token), 2305843009213693952, 4611686018427387904) + ((fence & 268435455) << 32) + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)) IS NULL, NULL, expires_at))",
+			"SET STATEMENT max_statement_time=0.800000 FOR UPDATE `lockmw_locks` SET fence = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), LAST_INSERT_ID(NEXTVAL(`lockmw_locks_fence`)), fence), token = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), X'746f6b', token), expires_at = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), UTC_TIMESTAMP(6) + INTERVAL 1000000 MICROSECOND, IF(LAST_INSERT_ID(IF(expires_at <= UTC_TIMESTAMP(6), 1152921504606846976, IF(token = X'746f6b', 2305843009213693952, 4611686018427387904) + ((fence & 268435455) << 32) + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0))) IS NULL, NULL, expires_at)) WHERE prefix = X'703a' AND name = X'6b'"},
+		true: {"SET STATEMENT max_statement_time=0.800000 FOR INSERT INTO `lockmw_locks` (prefix, name, token, fence, expires_at, queue_seen) VALUES (X'703a', X'6b', X'746f6b', LAST_INSERT_ID(NEXTVAL(`lockmw_locks_fence`)), UTC_TIMESTAMP(6) + INTERVAL 1000000 MICROSECOND, 0) ON DUPLICATE KEY UPDATE token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR NOT EXISTS (SELECT 1 FROM `lockmw_locks_queue` q WHERE q.prefix = X'703a' AND q.name = X'6b' AND q.expires_at > UTC_TIMESTAMP(6) AND q.token <> X'746f6b' AND q.seq < COALESCE((SELECT me.seq FROM `lockmw_locks_queue` me WHERE me.prefix = X'703a' AND me.name = X'6b' AND me.token = X'746f6b' AND me.expires_at > UTC_TIMESTAMP(6)), 18446744073709551615)))), VALUES(token), token), queue_seen = IF(@lockmw_take, queue_seen, 1), fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL(`lockmw_locks_fence`)), fence), expires_at = IF(IF(@lockmw_take, (@lockmw_take := NULL) IS NULL, (@lockmw_take := NULL) IS NOT NULL), VALUES(expires_at), IF(LAST_INSERT_ID(IF(token = VALUES(token), 2305843009213693952, 4611686018427387904) + ((fence & 268435455) << 32) + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0)) IS NULL, NULL, expires_at))",
+			"SET STATEMENT max_statement_time=0.800000 FOR UPDATE `lockmw_locks` SET fence = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), LAST_INSERT_ID(NEXTVAL(`lockmw_locks_fence`)), fence), token = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), X'746f6b', token), queue_seen = IF(expires_at <= UTC_TIMESTAMP(6) OR token = X'746f6b', queue_seen, 1), expires_at = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), UTC_TIMESTAMP(6) + INTERVAL 1000000 MICROSECOND, IF(LAST_INSERT_ID(IF(expires_at <= UTC_TIMESTAMP(6), 1152921504606846976, IF(token = X'746f6b', 2305843009213693952, 4611686018427387904) + ((fence & 268435455) << 32) + GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0))) IS NULL, NULL, expires_at)) WHERE prefix = X'703a' AND name = X'6b'"},
+	}
 	for _, info := range []string{"", testInfo} {
 		s := &sqlStore{n: n, info: info}
 		for _, queued := range []bool{false, true} {
-			for name, q := range map[string]string{
-				"takeStmt":    s.takeStmt(k, "tok", time.Second, queued),
-				"takeRowStmt": s.takeRowStmt(k, "tok", time.Second, queued),
-			} {
+			stmts := [2]string{s.takeStmt(k, "tok", time.Second, queued), s.takeRowStmt(k, "tok", time.Second, queued)}
+			for i, name := range []string{"takeStmt", "takeRowStmt"} {
+				q := stmts[i]
+				if info == "" && q != before[queued][i] {
+					t.Errorf("queued %v: without a description, %s is\n%s\nnot as before descriptions:\n%s", queued, name, q, before[queued][i])
+				}
 				for _, col := range []string{"holder", "held_since"} {
 					if named := strings.Contains(q, col); named != (info != "") {
 						t.Errorf("info %q, queued %v: %s names %s: %v, want %v\n%s", info, queued, name, col, named, info != "", q)

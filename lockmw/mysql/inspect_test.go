@@ -37,6 +37,9 @@ func TestHolderInfoNeverShownForAnotherToken(t *testing.T) {
 		if err != nil || info.Holder.Value != describedAs || !info.Since.Known() {
 			t.Fatalf("round %d: held by the described Locker: %+v, %v", round, info, err)
 		}
+		if _, err := plain.TryAcquire(ctx, key); !errors.Is(err, lockmw.ErrNotAcquired) {
+			t.Fatalf("round %d: a Locker without a description beside a described holding: %v, want ErrNotAcquired", round, err)
+		}
 		<-lease.Context().Done()
 		for {
 			// The row expires by the database's clock.
@@ -59,7 +62,59 @@ func TestHolderInfoNeverShownForAnotherToken(t *testing.T) {
 		if err != nil || !info.Held || info.Fence.Value != taken.Fence() || info.Holder.Known() || info.Since.Known() {
 			t.Fatalf("round %d: taken over by a Locker without a description: %+v, %v; want held with fence %d, holder and since unknown", round, info, err, taken.Fence())
 		}
+		if _, err := described.TryAcquire(ctx, key); !errors.Is(err, lockmw.ErrNotAcquired) {
+			t.Fatalf("round %d: a described Locker beside a holding without a description: %v, want ErrNotAcquired", round, err)
+		}
 		if err := taken.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Lockers with and without a description (the latter's statements are
+// those of the version before descriptions) wait for each other as Fair
+// waiters, each way: the waiter gets the lock once the other's holding
+// ends, and Inspect then shows the waiter's description, or none.
+func TestDescribedAndPlainWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	described := newLocker(t, srv, lockmw.WithHolderInfo(describedAs))
+	plain := newLocker(t, srv)
+	ctx := bg(t)
+	const key = "mixed-fair"
+	for _, c := range []struct {
+		holder, waiter *lockmw.Locker
+		info           string
+	}{{plain, described, describedAs}, {described, plain, ""}} {
+		held, err := c.holder.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lockmw.Lease, 1)
+		go func() {
+			l, err := c.waiter.Acquire(ctx, key, lockmw.Fair())
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		for deadline := time.Now().Add(10 * time.Second); len(queueTokens(t, srv.DB(t, ""), key, true)) == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the Fair waiter did not queue")
+			}
+		}
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		l := <-got
+		if l == nil {
+			t.FailNow()
+		}
+		info, err := plain.Inspect(ctx, key)
+		if err != nil || !info.Held || info.Fence.Value != l.Fence() || info.Holder.Value != c.info || info.Holder.Known() != (c.info != "") {
+			t.Fatalf("the waiter's holding: %+v, %v; want held with fence %d and holder %q", info, err, l.Fence(), c.info)
+		}
+		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -78,6 +78,7 @@ func TestHolderInfoNeverShownForAnotherToken(t *testing.T) {
 func TestDescribedAndPlainWaitForEachOther(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
+	admin := srv.DB(t, "")
 	described := newLocker(t, srv, lockmw.WithHolderInfo(describedAs))
 	plain := newLocker(t, srv)
 	ctx := bg(t)
@@ -98,7 +99,7 @@ func TestDescribedAndPlainWaitForEachOther(t *testing.T) {
 			}
 			got <- l
 		}()
-		for deadline := time.Now().Add(10 * time.Second); len(queueTokens(t, srv.DB(t, ""), key, true)) == 0; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); len(queueTokens(t, admin, key, true)) == 0; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatal("the Fair waiter did not queue")
 			}

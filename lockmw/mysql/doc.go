@@ -344,11 +344,13 @@
 //     holder naming the earlier token: Inspect shows none). A release that
 //     hands the lock to a Fair waiter does not know the waiter's
 //     description: the waiter's Locker writes it (one UPDATE matched on its
-//     token and live row) when it learns the hand-over, with Since unknown
-//     (when the hand-over happened is not kept). Since is exact for a
-//     described Locker's holdings otherwise, unknown for holdings of a
-//     Locker without a description (their statements write nothing more
-//     than they did before descriptions: the hot path costs the same).
+//     token and live row) when it learns the hand-over, with the time it
+//     wrote it, reported as Since at most that (when the hand-over
+//     happened is not kept; a byte between token and description in
+//     holder tells the two kinds apart). Since is exact for a described
+//     Locker's other holdings, unknown for holdings of a Locker without a
+//     description (their statements write nothing more than they did
+//     before descriptions: the hot path costs the same).
 //   - Waiters (at least) and FairWaiters (exact): the lock's live queue
 //     entries of tokens other than the holder's. Only Fair waiters queue
 //     (one entry each, until it is deleted or expires: a waiter that died

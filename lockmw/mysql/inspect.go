@@ -27,10 +27,20 @@ var _ store.Inspector = (*sqlStore)(nil)
 // is called before the first acquisition.
 func (s *sqlStore) UseHolderInfo(info string) { s.info = info }
 
+// The byte between the token and the description in the holder column
+// says what held_since is: the start of the acquisition statement that
+// took the holding (sinceTaken), or when its Locker learnt that a release
+// handed it the lock, after the hand-over (sinceHanded).
+const (
+	sinceTaken  = "\x00"
+	sinceHanded = "\x01"
+)
+
 // holderLit is the holder column's value for token's holding: the token, a
-// NUL byte, the description. Tokens and descriptions hold no NUL byte, so
-// the value names its token exactly (see heldBy).
-func (s *sqlStore) holderLit(token string) string { return hexLit(token + "\x00" + s.info) }
+// sinceTaken or sinceHanded byte, the description. Tokens (hex) and
+// descriptions (printable) hold neither byte, so the value names its token
+// exactly (see inspectCols).
+func (s *sqlStore) holderLit(token, since string) string { return hexLit(token + since + s.info) }
 
 // describeRow is takeRowStmt's assignments of the holder description and
 // the holding's start, taken when take (the statement's decision) holds;
@@ -40,7 +50,7 @@ func (s *sqlStore) describeRow(take, token string) string {
 	if s.info == "" {
 		return ""
 	}
-	return "holder = IF(" + take + ", " + s.holderLit(token) + ", holder), held_since = IF(" + take + ", UTC_TIMESTAMP(6), held_since), "
+	return "holder = IF(" + take + ", " + s.holderLit(token, sinceTaken) + ", holder), held_since = IF(" + take + ", UTC_TIMESTAMP(6), held_since), "
 }
 
 // ownDescribed is own, for an attempt that found token holding k's row
@@ -57,30 +67,32 @@ func (s *sqlStore) ownDescribed(ctx context.Context, k store.Key, token string, 
 // describeHanded writes the description of a Locker with one into k's
 // row, which a release handed to token (releaseStmt, which does not know
 // the new holder's description): one UPDATE bound to token's live
-// holding, which leaves held_since NULL (the store does not know when the
-// hand-over was). It leaves a row that names token already as it is. A
+// holding, with held_since now, by which the hand-over had happened (when
+// is not kept: Inspect reports Since as at most that). It leaves a row
+// whose holder names token already as it is. A
 // failure leaves the holding undescribed (Inspect: Holder unknown), never
 // the lease in doubt: the description is never read for safety.
 func (s *sqlStore) describeHanded(ctx context.Context, k store.Key, token string, ttl time.Duration) {
 	if s.info == "" {
 		return
 	}
-	lit := s.holderLit(token)
-	_, _ = s.exec(ctx, ttl, bounded(ttl, "UPDATE "+s.n.locks+" SET holder = "+lit+", held_since = NULL"+
-		" WHERE prefix = "+hexLit(k.Prefix)+" AND name = "+hexLit(k.Name)+" AND token = "+hexLit(token)+
-		" AND expires_at > UTC_TIMESTAMP(6) AND NOT (holder <=> "+lit+")"))
+	_, _ = s.exec(ctx, ttl, bounded(ttl, "UPDATE "+s.n.locks+" l SET l.holder = "+s.holderLit(token, sinceHanded)+", l.held_since = UTC_TIMESTAMP(6)"+
+		" WHERE "+keyWhere("l", k)+" AND l.token = "+hexLit(token)+" AND l.expires_at > UTC_TIMESTAMP(6) AND NOT IFNULL("+heldBy+", FALSE)"))
 }
+
+// heldBy is true when the holder column of the lock row l names the
+// row's token: this holding's Locker wrote it (a holder of another token,
+// of a Locker with or without a description, old or new, leaves holder
+// naming the earlier token, or NULL).
+const heldBy = "(l.token <> X'' AND LEFT(l.holder, LENGTH(l.token)) = l.token AND SUBSTRING(l.holder, LENGTH(l.token) + 1, 1) IN (X'00', X'01'))"
 
 // inspectCols are the columns Inspect and List read of the lock row l
 // (and its queue entries), with their names: fence, live, µs left, the
-// holder's description and the holding's start in µs since the epoch
-// (NULL unless holder names the row's token), and the count of live queue
-// entries of tokens other than the holder's.
+// holder's description, the holding's start in µs since the epoch and
+// the byte that says what that start is (the three NULL unless holder
+// names the row's token), and the count of live queue entries of tokens
+// other than the holder's.
 func (s *sqlStore) inspectCols() (exprs, names []string) {
-	// The row's token is in holder: this holding's Locker wrote it (a
-	// holder of another token, old or new, Locker with or without a
-	// description, leaves holder naming the earlier token).
-	heldBy := "l.token <> X'' AND LEFT(l.holder, LENGTH(l.token) + 1) = CONCAT(l.token, X'00')"
 	return []string{
 			"l.fence",
 			"(l.token <> X'' AND l.expires_at > UTC_TIMESTAMP(6))",
@@ -89,12 +101,13 @@ func (s *sqlStore) inspectCols() (exprs, names []string) {
 			// held_since is UTC, as is the epoch literal: the difference
 			// does not depend on the session's time_zone.
 			"IF(" + heldBy + ", TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.held_since), NULL)",
+			"IF(" + heldBy + ", ORD(SUBSTRING(l.holder, LENGTH(l.token) + 1, 1)), NULL)",
 			// By the queue's primary key (prefix, name, token): the
 			// entries of this lock only, never a range of every lock's
 			// live entries by expires_at.
 			"(SELECT COUNT(*) FROM " + s.n.queue + " q FORCE INDEX (PRIMARY) WHERE q.prefix = l.prefix AND q.name = l.name AND q.expires_at > UTC_TIMESTAMP(6) AND q.token <> l.token)",
 		},
-		[]string{"fence", "live", "left_us", "holder_info", "since_us", "waiters"}
+		[]string{"fence", "live", "left_us", "holder_info", "since_us", "since_is", "waiters"}
 }
 
 // inspected is one row of inspectCols.
@@ -104,11 +117,12 @@ type inspected struct {
 	leftUs  sql.NullInt64
 	holder  sql.NullString
 	sinceUs sql.NullInt64
+	sinceIs sql.NullInt64 // the byte between token and description
 	waiters sql.NullInt64
 }
 
 func (r *inspected) dest() []any {
-	return []any{&r.fence, &r.live, &r.leftUs, &r.holder, &r.sinceUs, &r.waiters}
+	return []any{&r.fence, &r.live, &r.leftUs, &r.holder, &r.sinceUs, &r.sinceIs, &r.waiters}
 }
 
 // inspection is what r reports of the lock name, with the exactness the
@@ -135,7 +149,11 @@ func (r *inspected) inspection(name string) store.Inspection {
 	if r.holder.Valid {
 		in.Holder = store.Reading[string]{Value: r.holder.String, Is: store.Exact}
 		if r.sinceUs.Valid {
-			in.Since = store.Reading[time.Time]{Value: time.UnixMicro(r.sinceUs.Int64).UTC(), Is: store.Exact}
+			is := store.Exact // the acquisition statement's start
+			if r.sinceIs.Int64 == int64(sinceHanded[0]) {
+				is = store.AtMost // when the holder learnt the hand-over
+			}
+			in.Since = store.Reading[time.Time]{Value: time.UnixMicro(r.sinceUs.Int64).UTC(), Is: is}
 		}
 	}
 	return in
@@ -243,7 +261,7 @@ func (s *sqlStore) listStmt(prefix, after string, limit int) string {
 	for i := range cols {
 		cols[i] += " AS " + names[i]
 	}
-	return "SELECT name, fence, live, left_us, holder_info, since_us, waiters, rn FROM (" +
+	return "SELECT name, fence, live, left_us, holder_info, since_us, since_is, waiters, rn FROM (" +
 		"SELECT w.*, ROW_NUMBER() OVER (ORDER BY w.name) AS rn FROM (" +
 		"SELECT l.name, " + strings.Join(cols, ", ") +
 		" FROM " + s.n.locks + " l WHERE l.prefix = " + hexLit(prefix) + " AND l.name > " + hexLit(after) +

@@ -55,8 +55,8 @@ func TestStatementsWithoutHolderInfoAreUnchanged(t *testing.T) {
 // hand-over, the row's holder names the releasing token, and Inspect
 // reports no holder; once it learns it (by its poll, or by its next
 // attempt), its Locker writes its description, bound to its token, and
-// Inspect reports it, with Since unknown (the store does not know when
-// the hand-over was).
+// Inspect reports it, with Since at most the time it learnt it (the store
+// does not keep when the hand-over was).
 func TestHandedHoldingIsDescribed(t *testing.T) {
 	t.Parallel()
 	s, admin := newTestStore(t)
@@ -65,6 +65,7 @@ func TestHandedHoldingIsDescribed(t *testing.T) {
 	ttl := 5 * time.Second
 	for _, learn := range []string{"poll", "attempt"} {
 		k := store.Key{Prefix: "p:", Name: "handed-" + learn}
+		start := time.Now()
 		r, fence, _ := handedSetup(t, s, admin, k, ttl)
 		in, err := s.Inspect(ctx, k)
 		if err != nil || !in.Held || in.Holder.Is != store.Unknown || in.Since.Is != store.Unknown {
@@ -80,8 +81,11 @@ func TestHandedHoldingIsDescribed(t *testing.T) {
 			t.Fatalf("%s: learning the hand-over: %+v, %v", learn, got, err)
 		}
 		in, err = s.Inspect(ctx, k)
-		if err != nil || !in.Held || in.Holder != (store.Reading[string]{Value: testInfo, Is: store.Exact}) || in.Since.Is != store.Unknown || in.Fence.Value != fence {
-			t.Fatalf("%s: handed and learnt: %+v, %v; want held with fence %d, holder %q exact, since unknown", learn, in, err, fence, testInfo)
+		if err != nil || !in.Held || in.Holder != (store.Reading[string]{Value: testInfo, Is: store.Exact}) || in.Fence.Value != fence {
+			t.Fatalf("%s: handed and learnt: %+v, %v; want held with fence %d, holder %q exact", learn, in, err, fence, testInfo)
+		}
+		if in.Since.Is != store.AtMost || in.Since.Value.Before(start.Add(-2*time.Second)) || in.Since.Value.After(time.Now().Add(2*time.Second)) {
+			t.Fatalf("%s: handed and learnt: since %v (%v), want at most a time between %v and now", learn, in.Since.Value, in.Since.Is, start)
 		}
 		if o, err := s.Release(ctx, k, "w"); err != nil || o != store.Owned {
 			t.Fatalf("%s: release: %v, %v", learn, o, err)

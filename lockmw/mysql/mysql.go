@@ -536,7 +536,7 @@ func (s *sqlStore) takeStmt(k store.Key, token string, ttl time.Duration, queued
 	// one without writes neither column.
 	cols, vals, described := "", "", ""
 	if s.info != "" {
-		cols, vals = ", holder, held_since", ", "+s.holderLit(token)+", UTC_TIMESTAMP(6)"
+		cols, vals = ", holder, held_since", ", "+s.holderLit(token, sinceTaken)+", UTC_TIMESTAMP(6)"
 		described = "holder = IF(@lockmw_take, VALUES(holder), holder), held_since = IF(@lockmw_take, VALUES(held_since), held_since), "
 	}
 	return bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen"+cols+") VALUES ("+

@@ -66,9 +66,10 @@ func (n names) statements() []string {
 		// not name the column, insert 1: their Fair waiters do not mark
 		// rows).
 		"ALTER TABLE " + n.locks + " ADD COLUMN IF NOT EXISTS queue_seen TINYINT NOT NULL DEFAULT 1",
-		// holder is the holding token, a NUL byte and its Locker's
-		// description (lockmw.WithHolderInfo), held_since when that
-		// holding began (UTC): written only by Lockers given a
+		// holder is the holding token, a byte that says what held_since
+		// is, and its Locker's description (lockmw.WithHolderInfo);
+		// held_since when that holding began (UTC): written only by
+		// Lockers given a
 		// description, with the holding, and read (Inspect, List) only
 		// while the row's token is the one in holder (inspect.go). The
 		// migration of a lock table made before them (instant: rows read

@@ -45,5 +45,18 @@ func TestConformanceMariaDB(t *testing.T) {
 		Fair:   true,
 		Queued: func(t testing.TB, key string) int { return len(queueTokens(t, admin, key, true)) },
 		MinTTL: mysql.MinTTL,
+		// See the package documentation, "Inspecting": the row keeps the
+		// holder's fence and expiry, and, for a Locker with a
+		// description, the description and the holding's start; only
+		// Fair waiters queue.
+		Inspects: &conformance.Inspects{
+			TTL:           lockmw.Exact,
+			Fence:         lockmw.Exact,
+			Holder:        lockmw.Exact,
+			Since:         lockmw.Unknown,
+			SinceWithInfo: lockmw.Exact,
+			Waiters:       lockmw.AtLeast,
+			FairWaiters:   lockmw.Exact,
+		},
 	})
 }

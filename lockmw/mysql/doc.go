@@ -22,7 +22,8 @@
 // another): the table T, one row per lock (prefix and name as the primary
 // key, the holder's token, the fence, expires_at, a DATETIME(6) in UTC,
 // and queue_seen, 0 until a Fair waiter queues for the lock, on rows this
-// version inserted); the sequence T_fence (NOCACHE); the table T_queue of waiters (one
+// version inserted; holder and held_since, NULL unless a Locker given
+// lockmw.WithHolderInfo took the holding, see Inspecting); the sequence T_fence (NOCACHE); the table T_queue of waiters (one
 // row per waiting token: its place seq, an expires_at, and handover, 1
 // when its waiter takes hand-overs); and the table T_claims of cronlock's
 // fire claims. New fails with ErrMissingTable, saying how to create them,
@@ -310,6 +311,73 @@
 // before its entry is queued, and every plain attempt of either reads the
 // queue of a free row with queue_seen = 1. No schema change: this version
 // only sends a cheaper statement where the row says it may.
+//
+// Lockers of the version before holder descriptions and of this one
+// exclude and wait for each other on one migrated table: a Locker of this
+// one without a description sends the earlier version's statements byte
+// for byte, and one with a description adds two assignments (holder,
+// held_since) that follow the statement's decision and read nothing it
+// decides on. A holding of the earlier version leaves holder naming an
+// earlier token (or NULL): Inspect shows no description for it.
+//
+// # Inspecting
+//
+// Locker.Inspect is one SELECT, a plain consistent read (no FOR UPDATE,
+// no share lock, no GET_LOCK: no lock step waits for it, and it waits for
+// none), of the lock's row by its key and of its queue's live entries by
+// the queue's primary key, on the database's clock. It reports:
+//
+//   - Held: the row holds a token and expires_at is ahead of
+//     UTC_TIMESTAMP(6). A key without a row (never used, or idle past
+//     Retention) reads as not held, every other field unknown.
+//   - TTL (exact): expires_at minus UTC_TIMESTAMP(6), while held.
+//   - Fence (exact): the row's fence, the holder's; once free, the last
+//     holding's, which the next holder's is above.
+//   - Holder (exact) and Since: the description of the holding's Locker
+//     (lockmw.WithHolderInfo) and when its holding began, from the row's
+//     columns holder and held_since, reported only while holder names the
+//     row's token: the acquisition statement that takes the row (the
+//     insert, the one UPDATE of a known row, a Fair waiter's attempt)
+//     writes both with the token, in the same statement, so they end or
+//     are overwritten with the holding (a later holder of another token,
+//     with a description or without, or of an earlier version, leaves
+//     holder naming the earlier token: Inspect shows none). A release that
+//     hands the lock to a Fair waiter does not know the waiter's
+//     description: the waiter's Locker writes it (one UPDATE matched on its
+//     token and live row) when it learns the hand-over, with the time it
+//     wrote it, reported as Since at most that (when the hand-over
+//     happened is not kept; a byte between token and description in
+//     holder tells the two kinds apart). Since is exact for a described
+//     Locker's other holdings, unknown for holdings of a Locker without a
+//     description (their statements write nothing more than they did
+//     before descriptions: the hot path costs the same).
+//   - Waiters (at least) and FairWaiters (exact): the lock's live queue
+//     entries of tokens other than the holder's. Only Fair waiters queue
+//     (one entry each, until it is deleted or expires: a waiter that died
+//     counts until its entry's TTL ends); default-mode waiters poll, and
+//     the store keeps nothing of them, so Waiters is a lower bound.
+//
+// Locker.Locks lists the locks of the Locker's prefix that are held or
+// have live queue entries, in name order. One page is one SELECT that
+// reads at most 1000 rows of the prefix after the cursor's name by the
+// primary key (prefix, name): VARBINARY columns, so the range is byte
+// order, whatever the connection's collation, and no further index is
+// needed; each row's waiters are counted as Inspect counts them. A page
+// then holds up to limit of those rows' locks (possibly none, when all it
+// read were idle: the cursor then points past them), so a prefix of
+// 100,000 idle rows costs 100 pages of a bounded read each, never one
+// long statement. The cursor is "m1." and the base64 (URL alphabet) of the
+// last name read; any other fails with lockmw.ErrInvalidOption.
+//
+// The migration: CreateTable, or the ALTER TABLE statement of Schema, adds
+// the nullable columns holder and held_since (an instant ALTER; Lockers of
+// earlier versions keep working beside it, writing neither). On a table
+// made before them, Lockers without a description keep working as before;
+// New with lockmw.WithHolderInfo fails with ErrOldSchema, and so do
+// Inspect and Locks, naming the migration (they report no fewer fields
+// instead: an operator should learn that the table needs it). There is no
+// force-release: a stuck holding ends with its TTL (or its Locker's
+// Close), and fences make a stale holder's writes refusable.
 //
 // # Errors
 //

@@ -25,7 +25,9 @@ var (
 	ErrMissingTable error = &setupError{"lockmw/mysql: the store's table is missing"}
 	// ErrOldSchema means the store's tables were made by an earlier
 	// version and lack what this one needs (the queue's column
-	// handover, the lock table's column queue_seen): migrate them with
+	// handover, the lock table's column queue_seen; the lock table's
+	// holder and held_since, for lockmw.WithHolderInfo, Inspect and
+	// Locks): migrate them with
 	// CreateTable, which is idempotent, or the ALTER TABLE statements of
 	// Schema. It matches lockmw.ErrStoreSetup.
 	ErrOldSchema error = &setupError{"lockmw/mysql: the store's tables need a migration"}

@@ -136,10 +136,17 @@ func (s *sqlStore) check() error {
 	// Hand-overs need the queue's column handover, and acquisitions the
 	// lock table's column queue_seen (schema.go): a table without it was
 	// made by an earlier version.
-	for _, c := range []struct{ table, column, since string }{
+	columns := []struct{ table, column, since string }{
 		{n.queue, "handover", "made before waiters took hand-overs"},
 		{n.locks, "queue_seen", "made before plain attempts skipped the queue of a lock no Fair waiter queued for"},
-	} {
+	}
+	if s.info != "" {
+		// A Locker given lockmw.WithHolderInfo writes its description
+		// with each holding (inspect.go); one without it writes neither
+		// column, and runs on a table without them.
+		columns = append(columns, struct{ table, column, since string }{n.locks, "holder, held_since", "made before Lockers kept a holder description (lockmw.WithHolderInfo)"})
+	}
+	for _, c := range columns {
 		if _, err := db.ExecContext(ctx, "SELECT "+c.column+" FROM "+c.table+" LIMIT 0"); err != nil {
 			var me *driver.MySQLError
 			if errors.As(err, &me) && me.Number == erBadField {
@@ -216,6 +223,8 @@ type sqlStore struct {
 	pace pacer // when default-mode waiters try again (poll.go)
 
 	rows rowKinds // what the store last saw of keys' rows: whether takeRow may decide
+
+	info string // the Locker's holder description (UseHolderInfo), "" for none: set before the first acquisition
 }
 
 var (
@@ -374,7 +383,7 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 		// The row holds token, live: a release handed it the lock (see
 		// Release), and its waiter did not learn it from a poll. The
 		// statement wrote nothing; the holding is reported as it is.
-		return s.own(ctx, k, token, ttl)
+		return s.ownDescribed(ctx, k, token, ttl)
 	}
 	if id <= 0 || n < 1 || n > 2 {
 		return store.Reply{}, fmt.Errorf("lockmw/mysql: acquisition answered %d rows affected, id %d: not an answer of this store's statement", n, id)
@@ -423,7 +432,7 @@ func (s *sqlStore) takeRow(ctx context.Context, k store.Key, token string, ttl t
 		}
 		return store.Reply{HolderTTL: time.Duration(id&leftMask) * time.Microsecond, Seen: 1 + id>>seenShift&seenMask}, true, nil
 	case id&ownFlag != 0:
-		r, err := s.own(ctx, k, token, ttl)
+		r, err := s.ownDescribed(ctx, k, token, ttl)
 		return r, true, err
 	}
 	if n != 1 {
@@ -457,6 +466,7 @@ func (s *sqlStore) takeRowStmt(k store.Key, token string, ttl time.Duration, que
 	return bounded(ttl, "UPDATE "+s.n.locks+" SET "+
 		"fence = IF("+take+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
 		"token = IF("+take+", "+hexLit(token)+", token), "+
+		s.describeRow(take, token)+
 		mark+
 		"expires_at = IF("+take+", UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+
 		"IF(LAST_INSERT_ID(IF("+free+", "+strconv.FormatInt(queueFlag, 10)+", IF(token = "+hexLit(token)+", "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
@@ -520,13 +530,23 @@ func (s *sqlStore) takeStmt(k store.Key, token string, ttl time.Duration, queued
 	if queued {
 		mark = "queue_seen = IF(@lockmw_take, queue_seen, 1), "
 	}
-	return bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen) VALUES ("+
+	//
+	// A Locker with a holder description writes it, and the holding's
+	// start, in the inserted row and in a row taken over (describeRow);
+	// one without writes neither column.
+	cols, vals, described := "", "", ""
+	if s.info != "" {
+		cols, vals = ", holder, held_since", ", "+s.holderLit(token, sinceTaken)+", UTC_TIMESTAMP(6)"
+		described = "holder = IF(@lockmw_take, VALUES(holder), holder), held_since = IF(@lockmw_take, VALUES(held_since), held_since), "
+	}
+	return bounded(ttl, "INSERT INTO "+s.n.locks+" (prefix, name, token, fence, expires_at, queue_seen"+cols+") VALUES ("+
 		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), "+
-		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+seen+")"+
+		"UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+seen+vals+")"+
 		" ON DUPLICATE KEY UPDATE "+
 		"token = IF(@lockmw_take := (expires_at <= UTC_TIMESTAMP(6) AND (queue_seen = 0 OR "+s.queueClear(k, token, queued)+")), VALUES(token), token), "+
 		mark+
 		"fence = IF(@lockmw_take, LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
+		described+
 		"expires_at = IF(IF(@lockmw_take, (@lockmw_take := NULL) IS NULL, (@lockmw_take := NULL) IS NOT NULL), VALUES(expires_at), "+
 		"IF(LAST_INSERT_ID(IF(token = VALUES(token), "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
 		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+

@@ -258,6 +258,7 @@ func (s *sqlStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl 
 			// has left, minus ttl: it ends no later than the row.
 			s.settle(ctx, k, token, ttl)
 			s.keepPace(k, w.sample(sent))
+			s.describeHanded(ctx, k, token, ttl)
 			return handedReply(sent, t.fence, t.heldLeft, ttl), nil
 		}
 		now := t.reply()

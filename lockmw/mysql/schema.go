@@ -54,6 +54,8 @@ func (n names) statements() []string {
   fence BIGINT UNSIGNED NOT NULL,
   expires_at DATETIME(6) NOT NULL,
   queue_seen TINYINT NOT NULL DEFAULT 1,
+  holder VARBINARY(321) NULL DEFAULT NULL,
+  held_since DATETIME(6) NULL DEFAULT NULL,
   PRIMARY KEY (prefix, name),
   KEY expires_at (expires_at)
 ) ENGINE=InnoDB`,
@@ -64,6 +66,16 @@ func (n names) statements() []string {
 		// not name the column, insert 1: their Fair waiters do not mark
 		// rows).
 		"ALTER TABLE " + n.locks + " ADD COLUMN IF NOT EXISTS queue_seen TINYINT NOT NULL DEFAULT 1",
+		// holder is the holding token, a byte that says what held_since
+		// is, and its Locker's description (lockmw.WithHolderInfo);
+		// held_since when that holding began (UTC): written only by
+		// Lockers given a
+		// description, with the holding, and read (Inspect, List) only
+		// while the row's token is the one in holder (inspect.go). The
+		// migration of a lock table made before them (instant: rows read
+		// NULL; Lockers made before them, and Lockers without a
+		// description, write neither).
+		"ALTER TABLE " + n.locks + " ADD COLUMN IF NOT EXISTS holder VARBINARY(321) NULL DEFAULT NULL, ADD COLUMN IF NOT EXISTS held_since DATETIME(6) NULL DEFAULT NULL",
 		// Fences of every lock of the table: NOCACHE, so that values are
 		// handed out in the order of the calls across all connections.
 		"CREATE SEQUENCE IF NOT EXISTS " + n.fence + " START WITH 1 MINVALUE 1 INCREMENT BY 1 NOCACHE NOCYCLE ENGINE=InnoDB",
@@ -112,7 +124,9 @@ func (n names) statements() []string {
 // claims. Every statement is
 // idempotent (IF NOT EXISTS); the ALTER TABLE statements are the
 // migrations of tables made by earlier versions (the queue's column
-// handover, the lock table's queue_seen), which New requires. It fails, with an error matching
+// handover, the lock table's queue_seen, which New requires; the lock
+// table's holder and held_since, which New requires of a Locker given
+// lockmw.WithHolderInfo, and Inspect and Locks of every Locker). It fails, with an error matching
 // lockmw.ErrInvalidOption, on a table name that is not 1 to 48 letters,
 // digits and underscores.
 func Schema(table string) (string, error) {

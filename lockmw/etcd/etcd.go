@@ -265,6 +265,11 @@ type etcdStore struct {
 	// the first that CheckTTL accepted: New waits that long for etcd.
 	logger    *slog.Logger
 	lockerTTL time.Duration
+	// value is what the store's keys hold: "" (what every release before
+	// holder descriptions wrote), or the Locker's holder description
+	// (UseHolderInfo, inspect.go). Set before the first acquisition, then
+	// only read.
+	value string
 }
 
 // slot is the shared lease for one TTL. mu serializes its refresh.
@@ -497,7 +502,7 @@ func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl 
 		}
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(d), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id))).
+			Then(clientv3.OpPut(e.name, s.value, clientv3.WithLease(le.id))).
 			Else(clientv3.OpGet(d, clientv3.WithFirstCreate()...)).
 			Commit()
 		if err != nil {
@@ -706,7 +711,7 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 		}
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
-			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id)),
+			Then(clientv3.OpPut(e.name, s.value, clientv3.WithLease(le.id)),
 				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxBelow+1))).
 			Else(elseOps...).
 			Commit()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-		"sync"
+	"sync"
 	"testing"
 	"time"
 

@@ -118,67 +118,6 @@ func TestInspectShowsOnlyTheHoldersDescription(t *testing.T) {
 	}
 }
 
-// A Locker without a description writes what every earlier release wrote:
-// its keys' values are empty, so older Lockers, which never read the
-// values, and lock steps see the same bytes. One with a description writes
-// it in the value of the key its acquisition creates, in the same request:
-// a free lock still costs one transaction and one delete.
-func TestHolderInfoCostsNoRequest(t *testing.T) {
-	srv := etcdtest.Start(t)
-	cli := srv.Client(t)
-	ctx := bg(t)
-	const info = "orders-7d9f host-a pid 42"
-	for _, c := range []struct {
-		opts  []lockmw.Option
-		value string
-	}{
-		{nil, ""},
-		{[]lockmw.Option{lockmw.WithHolderInfo(info)}, etcd.HolderTag + info},
-	} {
-		for _, fair := range []bool{false, true} {
-			var aopts []lockmw.AcquireOption
-			if fair {
-				aopts = append(aopts, lockmw.Fair())
-			}
-			l := newLocker(t, cli, append(c.opts, lockmw.WithTTL(quietTTL))...)
-			lease, err := l.Acquire(ctx, "cost", aopts...) // grants the Locker's etcd lease
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := cli.Get(ctx, lockDir("cost"), clientv3.WithPrefix())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != c.value {
-				t.Fatalf("fair %v: the holder's key %+v, want one with value %q", fair, resp.Kvs, c.value)
-			}
-			if err := lease.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			before := received(t, srv)
-			const n = 20
-			for range n {
-				lease, err := l.Acquire(ctx, "cost", aopts...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := lease.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			for method, v := range received(t, srv) {
-				want := int64(0)
-				if method == "Txn" || method == "DeleteRange" {
-					want = n
-				}
-				if got := v - before[method]; got != want {
-					t.Errorf("value %q, fair %v: %d lock+unlock sent %d %s, want %d", c.value, fair, n, got, method, want)
-				}
-			}
-		}
-	}
-}
-
 // rangeReads counts, through a client interceptor, the key-values of
 // each range read a client receives.
 type rangeReads struct {

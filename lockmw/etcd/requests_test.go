@@ -33,13 +33,16 @@ func TestFreeLockCostsOneTxnAndOneDelete(t *testing.T) {
 		{nil, ""},
 		{[]lockmw.Option{lockmw.WithHolderInfo(info)}, etcd.HolderTag + info},
 	} {
-		for _, fair := range []bool{false, true} {
-			var opts []lockmw.AcquireOption
-			if fair {
-				opts = append(opts, lockmw.Fair())
+		l := newLocker(t, cli, append(c.opts, lockmw.WithTTL(quietTTL))...)
+		for _, way := range []string{"Acquire", "Acquire Fair", "TryAcquire"} {
+			acquire := func() (*lockmw.Lease, error) { return l.Acquire(ctx, "free") }
+			switch way {
+			case "Acquire Fair":
+				acquire = func() (*lockmw.Lease, error) { return l.Acquire(ctx, "free", lockmw.Fair()) }
+			case "TryAcquire":
+				acquire = func() (*lockmw.Lease, error) { return l.TryAcquire(ctx, "free") }
 			}
-			l := newLocker(t, cli, append(c.opts, lockmw.WithTTL(quietTTL))...)
-			warm, err := l.Acquire(ctx, "free", opts...) // grants the Locker's etcd lease
+			warm, err := acquire() // grants the Locker's etcd lease
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +51,7 @@ func TestFreeLockCostsOneTxnAndOneDelete(t *testing.T) {
 				t.Fatal(err)
 			}
 			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != c.value {
-				t.Fatalf("fair %v: the holder's key %+v, want one with value %q", fair, resp.Kvs, c.value)
+				t.Fatalf("%s: the holder's key %+v, want one with value %q", way, resp.Kvs, c.value)
 			}
 			if err := warm.Release(ctx); err != nil {
 				t.Fatal(err)
@@ -56,7 +59,7 @@ func TestFreeLockCostsOneTxnAndOneDelete(t *testing.T) {
 			before := received(t, srv)
 			const n = 50
 			for range n {
-				lease, err := l.Acquire(ctx, "free", opts...)
+				lease, err := acquire()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -71,7 +74,7 @@ func TestFreeLockCostsOneTxnAndOneDelete(t *testing.T) {
 					want = n
 				}
 				if got := v - before[method]; got != want {
-					t.Errorf("value %q, fair %v: %d lock+unlock sent %d %s, want %d", c.value, fair, n, got, method, want)
+					t.Errorf("value %q, %s: %d lock+unlock sent %d %s, want %d", c.value, way, n, got, method, want)
 				}
 			}
 		}

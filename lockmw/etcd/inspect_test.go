@@ -54,10 +54,15 @@ func TestInspectShowsOnlyTheHoldersDescription(t *testing.T) {
 		wg.Go(func() {
 			if lease, err := w.Acquire(wctx, key, lockmw.Fair()); err == nil {
 				got <- lease
+			} else if !errors.Is(err, context.Canceled) {
+				t.Errorf("a described Fair waiter: %v", err)
 			}
 		})
 		waiters++
-		for len(entries(t, cli, key)) != waiters+1 {
+		for deadline := time.Now().Add(10 * time.Second); len(entries(t, cli, key)) != waiters+1; {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d did not queue: the lock's keys are %v", waiters, entries(t, cli, key))
+			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		es := entries(t, cli, key)

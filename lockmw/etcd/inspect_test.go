@@ -106,7 +106,12 @@ func TestInspectShowsOnlyTheHoldersDescription(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	next := <-got // the first waiter: its key went in through Enqueue
+	var next *lockmw.Lease // the first waiter: its key went in through Enqueue
+	select {
+	case next = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no waiter took the released lock: its keys are %v", entries(t, cli, key))
+	}
 	if in, err = reader.Inspect(ctx, key); err != nil {
 		t.Fatal(err)
 	}

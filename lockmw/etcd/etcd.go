@@ -161,8 +161,10 @@
 //   - Fence: that key's create revision, the holder's fence (Exact). For a
 //     free lock, the revision of the read, which no earlier holder's fence
 //     is above and the next holder's is (AtMost).
-//   - Waiters: D's other keys, the queue entries (Exact). FairWaiters:
-//     Unknown, as a key does not say whether its waiter is Fair.
+//   - Waiters: D's other keys, the queue entries (Exact; a key that a
+//     request without an answer left behind stands in the queue too, until
+//     its lease ends). FairWaiters: Unknown, as a key does not say whether
+//     its waiter is Fair.
 //   - TTL: what is left of the holder key's etcd lease by the leader's
 //     clock, read with TimeToLive, a second request (a member that does
 //     not lead forwards it to the leader). etcd answers in whole seconds,

@@ -95,6 +95,15 @@ func runConformance(t *testing.T, name string, c *etcdtest.Cluster) {
 			return n
 		},
 		MinTTL: etcd.MinTTL,
+		// etcd keeps no time (Since), nor the mode of a queue entry
+		// (FairWaiters); TimeToLive cuts the TTL to whole seconds, so the
+		// store reports the bound above it (package doc, "Inspecting").
+		Inspects: &conformance.Inspects{
+			TTL:     lockmw.AtMost,
+			Fence:   lockmw.Exact,
+			Holder:  lockmw.Exact,
+			Waiters: lockmw.Exact,
+		},
 	})
 }
 

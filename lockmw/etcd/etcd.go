@@ -13,7 +13,8 @@
 // Locker; n is a slot number the Locker reuses once the slot's last key is
 // known to be deleted, so that a lock's directory does not accumulate
 // names, which etcd's range scans would visit until compaction), attached
-// to an etcd lease. The lock is held by the key of D with the lowest
+// to an etcd lease, its value empty or the Locker's holder description
+// (see Inspecting). The lock is held by the key of D with the lowest
 // create revision, and that revision is the holder's fence (Lease.Fence):
 // etcd revisions are cluster-wide and strictly rising.
 //
@@ -147,6 +148,58 @@
 // across all Lockers rather than every waiting one. A default attempt
 // succeeds only on an empty D, so it never passes a queued waiter.
 //
+// # Inspecting
+//
+// Locker.Inspect and Locker.Locks are plain reads (etcd serves them beside
+// writes, from its multi-version store); they write nothing and take part
+// in no transaction, and nothing in them is read for safety.
+//
+// Inspect reads D in one range read: its key of lowest create revision,
+// with its value, and the number of D's keys (etcd counts a range's keys
+// whatever its limit). The lock is held when D has a key; then:
+//
+//   - Fence: that key's create revision, the holder's fence (Exact). For a
+//     free lock, the revision of the read, which no earlier holder's fence
+//     is above and the next holder's is (AtMost).
+//   - Waiters: D's other keys, the queue entries (Exact; a key that a
+//     request without an answer left behind stands in the queue too, until
+//     its lease ends). FairWaiters: Unknown, as a key does not say whether
+//     its waiter is Fair.
+//   - TTL: what is left of the holder key's etcd lease by the leader's
+//     clock, read with TimeToLive, a second request (a member that does
+//     not lead forwards it to the leader). etcd answers in whole seconds,
+//     cut down, so the store reports the answer plus a second, which what
+//     is left is below (AtMost). A lease gone since the read: 0 (AtMost).
+//   - Since: Unknown. etcd keeps no time, of a key's creation or anything
+//     else, and a client's wall clock is not one lockmw stores.
+//   - Holder: the description of the Locker whose key holds
+//     (lockmw.WithHolderInfo), Exact; Unknown when it gave none.
+//
+// A Locker given a description writes it as the value of every key it
+// creates ("lockmw-holder/1 " and the description), in the transaction that
+// creates the key: no request and no key more. It goes with the key, when
+// the holding or queue entry ends or its etcd lease does, and a key name
+// reused later gets its value anew when created. Inspect and Locks show the
+// value of the holder's key only, never a waiter's. A Locker without a
+// description writes the empty value, as every earlier release did; no
+// release reads the values for locking (key names and the watch of
+// deletions are unchanged), so Lockers with and without descriptions, of
+// this release and earlier ones, exclude and wake each other as before.
+//
+// Locks reads, per page, one range under the prefix, limited to twice the
+// page's size, from the key its cursor names (a versioned, checksummed
+// encoding of a key under the prefix; anything else gives
+// lockmw.ErrInvalidOption), and lists the directories it read whole, up to
+// a page; a directory longer than the read (a long queue) is read alone,
+// as Inspect reads it. Then it asks TimeToLive once per distinct lease of
+// the listed holders' keys (a Locker's locks share a lease), eight at a
+// time. etcd keeps keys only for held locks and their waiters (a free lock
+// has none), so a listing reads no idle locks; cronlock's records under
+// the prefix are skipped. etcd 3.6 still walks the rest of a limited range
+// in its in-memory index for each read, to count it (without reading those
+// keys; deleted names stay in the index until compaction): work that the
+// page's limit does not bound.
+//
 // # Compared with concurrency.Mutex
 //
 // The etcd client's concurrency.Mutex has traps that this store avoids,
@@ -265,6 +318,11 @@ type etcdStore struct {
 	// the first that CheckTTL accepted: New waits that long for etcd.
 	logger    *slog.Logger
 	lockerTTL time.Duration
+	// value is what the store's keys hold: "" (what every release before
+	// holder descriptions wrote), or the Locker's holder description
+	// (UseHolderInfo, inspect.go). Set before the first acquisition, then
+	// only read.
+	value string
 }
 
 // slot is the shared lease for one TTL. mu serializes its refresh.
@@ -497,7 +555,7 @@ func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl 
 		}
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(d), "=", 0).WithPrefix()).
-			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id))).
+			Then(clientv3.OpPut(e.name, s.value, clientv3.WithLease(le.id))).
 			Else(clientv3.OpGet(d, clientv3.WithFirstCreate()...)).
 			Commit()
 		if err != nil {
@@ -706,7 +764,7 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 		}
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
-			Then(clientv3.OpPut(e.name, "", clientv3.WithLease(le.id)),
+			Then(clientv3.OpPut(e.name, s.value, clientv3.WithLease(le.id)),
 				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxBelow+1))).
 			Else(elseOps...).
 			Commit()

@@ -8,3 +8,7 @@ import "github.com/lockmw/lockmw/lockmw/internal/store"
 
 // LockDir is the etcd key prefix of the lock key under prefix.
 func LockDir(prefix, key string) string { return dir(store.Key{Prefix: prefix, Name: key}) }
+
+// HolderTag starts the value of a key whose Locker gave a holder
+// description.
+const HolderTag = holderTag

@@ -3,7 +3,10 @@ package etcd_test
 import (
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
 
@@ -14,41 +17,65 @@ import (
 // key's name is its own, so no transaction compares its revision), and
 // nothing else while the Locker's etcd lease is fresh (no grant, no
 // renewal on the way).
+//
+// A holder description (lockmw.WithHolderInfo) changes nothing of that: it
+// is the value of the key the transaction creates. Without one, the value
+// is empty, the bytes every earlier release wrote.
 func TestFreeLockCostsOneTxnAndOneDelete(t *testing.T) {
 	srv := etcdtest.Start(t)
+	cli := srv.Client(t)
 	ctx := bg(t)
-	for _, fair := range []bool{false, true} {
-		var opts []lockmw.AcquireOption
-		if fair {
-			opts = append(opts, lockmw.Fair())
-		}
-		l := newLocker(t, srv.Client(t), lockmw.WithTTL(quietTTL))
-		warm, err := l.Acquire(ctx, "free", opts...) // grants the Locker's etcd lease
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := warm.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		before := received(t, srv)
-		const n = 50
-		for range n {
-			lease, err := l.Acquire(ctx, "free", opts...)
+	const info = "orders-7d9f host-a pid 42"
+	for _, c := range []struct {
+		opts  []lockmw.Option
+		value string
+	}{
+		{nil, ""},
+		{[]lockmw.Option{lockmw.WithHolderInfo(info)}, etcd.HolderTag + info},
+	} {
+		l := newLocker(t, cli, append(c.opts, lockmw.WithTTL(quietTTL))...)
+		for _, way := range []string{"Acquire", "Acquire Fair", "TryAcquire"} {
+			acquire := func() (*lockmw.Lease, error) { return l.Acquire(ctx, "free") }
+			switch way {
+			case "Acquire Fair":
+				acquire = func() (*lockmw.Lease, error) { return l.Acquire(ctx, "free", lockmw.Fair()) }
+			case "TryAcquire":
+				acquire = func() (*lockmw.Lease, error) { return l.TryAcquire(ctx, "free") }
+			}
+			warm, err := acquire() // grants the Locker's etcd lease
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := lease.Release(ctx); err != nil {
+			resp, err := cli.Get(ctx, lockDir("free"), clientv3.WithPrefix())
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		after := received(t, srv)
-		for method, v := range after {
-			want := int64(0)
-			if method == "Txn" || method == "DeleteRange" {
-				want = n
+			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != c.value {
+				t.Fatalf("%s: the holder's key %+v, want one with value %q", way, resp.Kvs, c.value)
 			}
-			if got := v - before[method]; got != want {
-				t.Errorf("fair %v: %d lock+unlock sent %d %s, want %d", fair, n, got, method, want)
+			if err := warm.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			before := received(t, srv)
+			const n = 50
+			for range n {
+				lease, err := acquire()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := received(t, srv)
+			for method, v := range after {
+				want := int64(0)
+				if method == "Txn" || method == "DeleteRange" {
+					want = n
+				}
+				if got := v - before[method]; got != want {
+					t.Errorf("value %q, %s: %d lock+unlock sent %d %s, want %d", c.value, way, n, got, method, want)
+				}
 			}
 		}
 	}

@@ -39,14 +39,31 @@ func (s *zkStore) UseHolderInfo(info string) {
 	s.info = []byte(info)
 }
 
-// Inspect reads k's parent's children, then the first lock node's data
-// and stat: two requests while the lock is held, one while it is not.
+// Inspect syncs the session's server with the leader, then reads k's
+// parent's children, then the first lock node's data and stat: three
+// requests while the lock is held, two while it is not.
 func (s *zkStore) Inspect(ctx context.Context, k store.Key) (store.Inspection, error) {
 	if s.tr.now().id == 0 {
 		return store.Inspection{}, s.noSession()
 	}
-	in, _, err := s.inspectAt(ctx, s.parentOf(k), k.Name)
+	parent := s.parentOf(k)
+	if err := s.sync(ctx, parent); err != nil {
+		return store.Inspection{}, err
+	}
+	in, _, err := s.inspectAt(ctx, parent, k.Name)
 	return in, err
+}
+
+// sync makes the session's server catch up with the leader: a follower
+// answers reads from what it has applied, which may be behind a holding
+// another session's server has confirmed; the session's reads after the
+// sync see every write committed before it.
+func (s *zkStore) sync(ctx context.Context, p string) error {
+	_, err := s.do(ctx, "sync", p, func() error {
+		_, err := s.conn.Sync(p)
+		return err
+	})
+	return err
 }
 
 // inspectRetries bounds the re-reads when the first node goes between the
@@ -147,8 +164,8 @@ const listIdleBudget = 256
 // listParallel bounds the reads List has in flight at once.
 const listParallel = 32
 
-// List reads the root's children (one response, every name under the
-// root), keeps the lock parents of prefix after the cursor's name in byte
+// List syncs the session's server with the leader, reads the root's
+// children (one response, every name under the root), keeps the lock parents of prefix after the cursor's name in byte
 // order, and inspects them in that order, at most limit + listIdleBudget
 // of them, until limit are held or waited for.
 func (s *zkStore) List(ctx context.Context, prefix, cursor string, limit int) ([]store.Inspection, string, error) {
@@ -166,6 +183,9 @@ func (s *zkStore) List(ctx context.Context, prefix, cursor string, limit int) ([
 	root := strings.TrimSuffix(s.root, "/")
 	if root == "" {
 		root = "/"
+	}
+	if err := s.sync(ctx, root); err != nil {
+		return nil, "", err
 	}
 	var names []string
 	_, err := s.do(ctx, "children", root, func() error {

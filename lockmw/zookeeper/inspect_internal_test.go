@@ -40,8 +40,8 @@ func holderNode(t *testing.T, adm *zk.Conn, parent string) ([]byte, *zk.Stat) {
 // Without WithHolderInfo a lock node has no data and an acquisition costs
 // the requests it cost before (a create and a delete for a free lock);
 // with it, the same requests, the description being the node's data.
-// Inspect costs the children and the holder node's read while held, the
-// children alone while free.
+// Inspect costs a sync, the children and the holder node's read while
+// held, a sync and the children while free.
 func TestHolderInfoCostsNothingWithout(t *testing.T) {
 	t.Parallel()
 	srv := zktest.Start(t)
@@ -93,15 +93,15 @@ func TestHolderInfoCostsNothingWithout(t *testing.T) {
 		if got.Holder.Known() != described || got.Holder.Value != want {
 			t.Fatalf("described %v: Inspect reports holder %+v", described, got.Holder)
 		}
-		if ops, _ := c.take(); !maps.Equal(ops, map[string]int{"create": 1, "children": 1, "get": 1}) {
-			t.Fatalf("described %v: an acquisition of a free lock and an Inspect of it held: requests %v, want a create, and the children and the holder's node read", described, ops)
+		if ops, _ := c.take(); !maps.Equal(ops, map[string]int{"create": 1, "sync": 1, "children": 1, "get": 1}) {
+			t.Fatalf("described %v: an acquisition of a free lock and an Inspect of it held: requests %v, want a create, and a sync, the children and the holder's node read", described, ops)
 		}
 		releaseOK(lease)
 		if _, err := l.Inspect(ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		if ops, _ := c.take(); !maps.Equal(ops, map[string]int{"delete": 1, "children": 1}) {
-			t.Fatalf("described %v: a release and an Inspect of the free lock: requests %v, want a delete and a read of the children", described, ops)
+		if ops, _ := c.take(); !maps.Equal(ops, map[string]int{"delete": 1, "sync": 1, "children": 1}) {
+			t.Fatalf("described %v: a release and an Inspect of the free lock: requests %v, want a delete, a sync and a read of the children", described, ops)
 		}
 	}
 }
@@ -271,10 +271,10 @@ func TestListThroughIdleParents(t *testing.T) {
 		got := reads
 		reads = nil
 		mu.Unlock()
-		// The root's children, then at most limit + the idle budget
+		// A sync, the root's children, then at most limit + the idle budget
 		// parents' children, and the holder nodes of at most limit.
-		if got["children"] > 1+limit+listIdleBudget || got["get"] > limit || len(got) > 2 || len(page) > limit {
-			t.Fatalf("page %d: requests %v and %d locks; want at most %d reads of children and %d of nodes, %d locks",
+		if got["children"] > 1+limit+listIdleBudget || got["get"] > limit || got["sync"] != 1 || len(got) > 3 || len(page) > limit {
+			t.Fatalf("page %d: requests %v and %d locks; want a sync, at most %d reads of children and %d of nodes, %d locks",
 				pages, got, len(page), 1+limit+listIdleBudget, limit, limit)
 		}
 		for _, info := range page {

@@ -249,7 +249,7 @@ func TestListThroughIdleParents(t *testing.T) {
 	)
 	s.hook = func(op, p string, err error) error {
 		mu.Lock()
-		if reads != nil && strings.HasPrefix(p, root) {
+		if reads != nil && op != "multi" && strings.HasPrefix(p, root) { // renewals are not the listing's
 			reads[op]++
 		}
 		mu.Unlock()

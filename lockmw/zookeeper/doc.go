@@ -184,12 +184,14 @@
 //
 // # Inspecting
 //
-// Locker.Inspect reads the lock's parent's children, then the first lock
-// node's data and stat: two requests while the lock has lock nodes (the
-// second needs the first's answer, and go-zookeeper has no multi-read),
-// one otherwise. It writes nothing and sets no watch, so no lock step
-// waits for it; when the first node goes between the two reads, it reads
-// again (up to 4 times). It reports:
+// Locker.Inspect syncs its server with the leader (a follower answers
+// reads from what it has applied, which may be behind a holding confirmed
+// through another server), then reads the lock's parent's children, then
+// the first lock node's data and stat: three requests while the lock has
+// lock nodes (each needs the answer before it; go-zookeeper has no
+// multi-read), two otherwise. It writes nothing and sets no watch, so no
+// lock step waits for it; when the first node goes between the two reads,
+// it reads again (up to 4 times). It reports:
 //
 //   - Held: a lock node exists. The first holds the lock, or is about to
 //     (a waiter whose predecessor just went).
@@ -216,8 +218,8 @@
 //     given up, or deleted with the session). A Locker without it creates
 //     its nodes with no data, as before: the same requests and bytes.
 //
-// Locker.Locks reads the root's children (Config.Root) in one response,
-// at each page: ZooKeeper has no range read of children, so a page costs
+// Locker.Locks syncs likewise, then reads the root's children
+// (Config.Root) in one response, at each page: ZooKeeper has no range read of children, so a page costs
 // one read of every name under the root (its length + 4 bytes each; the
 // server answers from memory, and go-zookeeper reads responses of any
 // size by default). It keeps the names of the prefix's lock parents (names

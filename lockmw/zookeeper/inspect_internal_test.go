@@ -325,3 +325,51 @@ func TestListThroughIdleParents(t *testing.T) {
 		}
 	}
 }
+
+// On an ensemble, Inspect through a follower sees a holding that another
+// server confirmed before Inspect was called, though the follower had not
+// applied it yet (it was paused during the acquisition): Inspect syncs its
+// server with the leader before it reads.
+func TestInspectSeesAHoldingConfirmedElsewhere(t *testing.T) {
+	t.Parallel()
+	e := zktest.StartEnsemble(t, 3)
+	leader := e.Leader(t)
+	follower := e.Servers()[0]
+	if follower == leader {
+		follower = e.Servers()[1]
+	}
+	holder, _ := testLocker(t, []string{leader.Addr()})
+	inspector, _ := testLocker(t, []string{follower.Addr()})
+	ctx := context.Background()
+	const key = "confirmed-elsewhere"
+	if _, err := inspector.Inspect(ctx, key); err != nil { // the session is there
+		t.Fatal(err)
+	}
+	follower.Pause(t)
+	lease, err := holder.Acquire(ctx, key)
+	if err != nil {
+		follower.Resume(t)
+		t.Fatal(err)
+	}
+	type result struct {
+		info lockmw.LockInfo
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		info, err := inspector.Inspect(ctx, key)
+		got <- result{info, err}
+	}()
+	time.Sleep(50 * time.Millisecond) // the request waits in the paused server's socket
+	follower.Resume(t)
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if !r.info.Held || r.info.Fence.Value != lease.Fence() {
+		t.Fatalf("Inspect through a follower after an acquisition through the leader: %+v, want held with fence %d", r.info, lease.Fence())
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -188,8 +188,8 @@
 // reads from what it has applied, which may be behind a holding confirmed
 // through another server), then reads the lock's parent's children, then
 // the first lock node's data and stat: three requests while the lock has
-// lock nodes (each needs the answer before it; go-zookeeper has no
-// multi-read), two otherwise. It writes nothing and sets no watch, so no
+// lock nodes (one after another: go-zookeeper's calls wait for their
+// answers, and it has no multi-read), two otherwise. It writes nothing and sets no watch, so no
 // lock step waits for it; when the first node goes between the two reads,
 // it reads again (up to 4 times). It reports:
 //

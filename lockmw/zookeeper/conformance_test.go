@@ -80,5 +80,20 @@ func runConformance(t *testing.T, name string, e *zktest.Ensemble) {
 		Queued:               func(t testing.TB, key string) int { return max(len(nodes(t, adm, key))-1, 0) },
 		Notifies:             true,
 		Requests:             func(t testing.TB) int64 { return received(t, e) },
+		// doc.go, "Inspecting": a holding lives with its session (no
+		// TTL); the fence is the holder node's czxid; Since its ctime,
+		// exact for a holder that was first at its create (the suite's
+		// holders are), at least that otherwise; the holder info is its
+		// node's data; waiters are the other lock nodes, whose mode no
+		// node tells.
+		Inspects: &conformance.Inspects{
+			TTL:           lockmw.Unknown,
+			Fence:         lockmw.Exact,
+			Holder:        lockmw.Exact,
+			Since:         lockmw.Exact,
+			SinceWithInfo: lockmw.Exact,
+			Waiters:       lockmw.Exact,
+			FairWaiters:   lockmw.Unknown,
+		},
 	})
 }

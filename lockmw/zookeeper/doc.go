@@ -20,7 +20,8 @@
 // which ZooKeeper deletes once it is empty (a persistent node that
 // releases delete on servers without containers). Each acquisition and
 // each waiter creates one ephemeral sequential child, "lock-"+token+"-"+
-// sequence, whose name carries the lease's token. The children are a
+// sequence, whose name carries the lease's token (its data: the Locker's
+// lockmw.WithHolderInfo, or none; see Inspecting). The children are a
 // queue in sequence order, compared with serial-number arithmetic on the
 // 32-bit sequence (which wraps; never as strings or plain integers); names
 // that are not lock nodes are ignored. The first holds the lock, and its
@@ -175,7 +176,64 @@
 // parent's child count, which a create reads now, counts every version's
 // nodes alike). So Lockers of either version on
 // one ensemble queue in one queue: they exclude each other, and a release
-// wakes the next waiter whichever version it runs.
+// wakes the next waiter whichever version it runs. A Locker given
+// lockmw.WithHolderInfo writes it as its lock nodes' data, in their
+// create; no version reads a lock node's data for a decision (the data
+// watch on the node before the predecessor fetches it and ignores it), and
+// it never changes after the create, so no watch fires for it.
+//
+// # Inspecting
+//
+// Locker.Inspect syncs its server with the leader (a follower answers
+// reads from what it has applied, which may be behind a holding confirmed
+// through another server), then reads the lock's parent's children, then
+// the first lock node's data and stat: three requests while the lock has
+// lock nodes (one after another: go-zookeeper's calls wait for their
+// answers, and it has no multi-read), two otherwise. It writes nothing and sets no watch, so no
+// lock step waits for it; when the first node goes between the two reads,
+// it reads again (up to 4 times). It reports:
+//
+//   - Held: a lock node exists. The first holds the lock, or is about to
+//     (a waiter whose predecessor just went).
+//   - Fence: the first node's czxid, Exact (never its sequence). Not held:
+//     the parent's pzxid, the zxid of its last child change, AtMost: the
+//     last holder's fence is not above it, and the next holder's is above
+//     it. Unknown when the parent is gone (a key never used, or idle and
+//     deleted by the server).
+//   - Since: the first node's ctime, by the server's clock. Exact when
+//     the node is its parent's only child and no child changed since its
+//     create (the parent's pzxid is the node's czxid): it was first from
+//     its creation. Otherwise AtLeast: a holder that waited began holding
+//     at its predecessor's deletion, whose time ZooKeeper does not keep.
+//   - TTL: Unknown. A holding lives with its session and its holder's
+//     renewals, not with a TTL the server keeps.
+//   - Waiters: the other lock nodes, Exact (a single attempt's node, which
+//     it deletes at once when the lock is busy, counts while it exists).
+//     FairWaiters: Unknown: Fair and default waiters queue alike, and no
+//     node says its mode.
+//   - Holder: the first node's data, Exact, when its Locker was given
+//     lockmw.WithHolderInfo (Unknown otherwise). The create writes it as
+//     the node's data, in the same request: it is the holding's own (the
+//     node's name carries the token), and it ends with the node (released,
+//     given up, or deleted with the session). A Locker without it creates
+//     its nodes with no data, as before: the same requests and bytes.
+//
+// Locker.Locks syncs likewise, then reads the root's children
+// (Config.Root) in one response, at each page: ZooKeeper has no range read of children, so a page costs
+// one read of every name under the root (its length + 4 bytes each; the
+// server answers from memory, and go-zookeeper reads responses of any
+// size by default). It keeps the names of the prefix's lock parents (names
+// that do not unescape as a key, such as session guards and cron records,
+// are skipped), sorts them, and resumes after the cursor's name. It then
+// inspects those parents in that order, as Inspect does (32 reads in
+// flight at most), at most limit + 256 of them, until it has limit locks
+// with lock nodes: parents without any (idle containers the server has
+// not deleted yet) are not listed, and a page may hold fewer locks than
+// limit, even none, with a cursor for the rest. A cursor is versioned
+// ("zk1.") and carries the last parent read, with a checksum over it and
+// the prefix: any other cursor, or one of another prefix's listing, gives
+// lockmw.ErrInvalidOption. Where the root holds many other nodes, give
+// the locks a root of their own (Config.Root).
 //
 // # Compared with zk.Lock
 //

@@ -571,7 +571,7 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 	prefix := parent + "/" + nodePrefix(token)
 	for try := 0; ; try++ {
 		s.mu.Lock()
-		ro, parentRO := s.guardRO, s.parentRO
+		ro, parentRO, info := s.guardRO, s.parentRO, s.info
 		s.mu.Unlock()
 		// The guard's op: a SetData of its (empty) data, which fails as a
 		// version check does when the guard is gone, and whose answer
@@ -581,7 +581,7 @@ func (s *zkStore) createIn(ctx context.Context, parent, token string, st session
 		if ro {
 			check = &zk.CheckVersionRequest{Path: guard, Version: -1}
 		}
-		ops := []any{check, &zk.CreateRequest{Path: prefix, Acl: s.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}}
+		ops := []any{check, &zk.CreateRequest{Path: prefix, Data: info, Acl: s.acl, Flags: zk.FlagEphemeral | zk.FlagSequence}}
 		if !parentRO {
 			// The parent's op: a SetData of its (empty) data after the
 			// create, whose answer carries the parent's stat in this

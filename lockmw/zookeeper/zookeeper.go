@@ -152,9 +152,12 @@ type zkStore struct {
 	// create does not write it, and its answer does not say whether the
 	// node is alone: the queue is read after it (see createIn).
 	parentRO bool
-	closed   bool
-	logger   *slog.Logger                     // the Locker's (store.Logging)
-	lost     func(tokens []string, why error) // the Locker's (store.LossNotifier)
+	// info is the holder description (UseHolderInfo), the data of every
+	// lock node created; nil: nodes have none.
+	info   []byte
+	closed bool
+	logger *slog.Logger                     // the Locker's (store.Logging)
+	lost   func(tokens []string, why error) // the Locker's (store.LossNotifier)
 
 	// hook, set by tests, sees each request's outcome and may replace its
 	// error (as a lost reply would).

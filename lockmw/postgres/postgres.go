@@ -73,6 +73,10 @@ type pgStore struct {
 	// grants is the channel this Locker hears its waiters' grants on,
 	// its own (see "Hand-over"): its entries name it.
 	grants string
+	// holderInfo is the Locker's lockmw.WithHolderInfo ("" without it),
+	// set before its first acquisition (UseHolderInfo): its acquisitions
+	// write it into the row they take (inspect.go).
+	holderInfo string
 
 	lis    *listener
 	hot    hotLocks              // locks its queued attempts found busy lately
@@ -90,6 +94,12 @@ type pgStore struct {
 type statements struct {
 	insertLease, insertLeaseQueued, fence, enqueueFence, release, handOver,
 	lockOwn, freeIfUnqueued, renew, refresh, sweepLeases, sweepQueue string
+	// insertLeaseInfo and insertLeaseQueuedInfo are insertLease and
+	// insertLeaseQueued of a Locker given lockmw.WithHolderInfo: the same
+	// upserts, which also write the holder's description ($4), its token
+	// and the acquisition time (inspect.go). A Locker without it sends
+	// the statements above, unchanged.
+	insertLeaseInfo, insertLeaseQueuedInfo string
 }
 
 // released marks the row a release's first statement locked, for the
@@ -111,6 +121,29 @@ SELECT $1, $2, 0, ` + until + where + `
 ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at = excluded.expires_at
 WHERE l.expires_at <= clock_timestamp()`
 	}
+	// The same upsert, with the same conditions, writing the holder's
+	// description too (inspect.go): with its token, so that a later
+	// holding of the row by a Locker that writes none (an upsert above,
+	// a hand-over) never shows it.
+	upsertInfo := func(where string) string {
+		return `INSERT INTO ` + n.table + ` AS l (name, token, fence, expires_at, holder_info, holder_token, holder_since)
+SELECT $1, $2, 0, ` + until + `, $4::text, $2, clock_timestamp()` + where + `
+ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at = excluded.expires_at,
+	holder_info = excluded.holder_info, holder_token = excluded.holder_token, holder_since = excluded.holder_since
+WHERE l.expires_at <= clock_timestamp()`
+	}
+	// A plain attempt passes no unexpired waiter.
+	plainWhere := `
+WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.expires_at > clock_timestamp())`
+	// A queued attempt passes no unexpired waiter queued before it:
+	// before its own unexpired entry, or, without one, at all. When it
+	// finds the row held, the conflict locks the row until the
+	// transaction ends, even though it does not update it ("the release
+	// race" in Enqueue).
+	queuedWhere := `
+WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.token <> $2 AND q.expires_at > clock_timestamp()
+	AND q.seq < coalesce((SELECT me.seq FROM ` + n.queue + ` me
+		WHERE me.name = $1 AND me.token = $2 AND me.expires_at > clock_timestamp()), 9223372036854775807))`
 	// The fence is drawn while the row is locked by the statement before,
 	// in the same transaction (see "Safety"), and only for a row that
 	// statement wrote (fence 0): a committed row has a fence above 0.
@@ -123,18 +156,10 @@ WHERE l.expires_at <= clock_timestamp()`
 	// The holder's remaining TTL, if the lock is held.
 	holder := `SELECT ` + left + ` AS us FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()`
 	return statements{
-		// A plain attempt passes no unexpired waiter.
-		insertLease: upsert(`
-WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.expires_at > clock_timestamp())`),
-		// A queued attempt passes no unexpired waiter queued before it:
-		// before its own unexpired entry, or, without one, at all. When
-		// it finds the row held, the conflict locks the row until the
-		// transaction ends, even though it does not update it ("the
-		// release race" in Enqueue).
-		insertLeaseQueued: upsert(`
-WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.token <> $2 AND q.expires_at > clock_timestamp()
-	AND q.seq < coalesce((SELECT me.seq FROM ` + n.queue + ` me
-		WHERE me.name = $1 AND me.token = $2 AND me.expires_at > clock_timestamp()), 9223372036854775807))`),
+		insertLease:           upsert(plainWhere),
+		insertLeaseQueued:     upsert(queuedWhere),
+		insertLeaseInfo:       upsertInfo(plainWhere),
+		insertLeaseQueuedInfo: upsertInfo(queuedWhere),
 		// Columns (as enqueueFence's): fence, what is left of the token's
 		// own row (when reported as it is), the holder's TTL, the entry
 		// before the token's and its TTL, waiters woken, the entry's seq.
@@ -273,6 +298,7 @@ var (
 	_ store.Store       = (*pgStore)(nil)
 	_ store.LeftNothing = (*pgStore)(nil)
 	_ store.Logging     = (*pgStore)(nil)
+	_ store.Inspector   = (*pgStore)(nil)
 )
 
 func newStore(pool *pgxpool.Pool, n names) *pgStore {
@@ -353,11 +379,19 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 // drawn under its row lock (see "Safety").
 func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *pgx.Batch {
 	b := &pgx.Batch{}
-	if queued {
+	switch {
+	case queued && s.holderInfo != "":
+		b.Queue(s.sql.insertLeaseQueuedInfo, row, token, micros(ttl), s.holderInfo)
+	case queued:
 		b.Queue(s.sql.insertLeaseQueued, row, token, micros(ttl))
+	case s.holderInfo != "":
+		b.Queue(s.sql.insertLeaseInfo, row, token, micros(ttl), s.holderInfo)
+	default:
+		b.Queue(s.sql.insertLease, row, token, micros(ttl))
+	}
+	if queued {
 		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
 	} else {
-		b.Queue(s.sql.insertLease, row, token, micros(ttl))
 		b.Queue(s.sql.fence, row, token)
 	}
 	return b

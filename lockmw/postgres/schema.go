@@ -85,6 +85,17 @@ CREATE TABLE IF NOT EXISTS %[1]s (
 	expires_at timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS %[5]s ON %[1]s (expires_at);
+-- Inspecting (Locker.Inspect, Locker.Locks), from the release that added
+-- it: the holder's description and acquisition time, written only by
+-- Lockers given lockmw.WithHolderInfo, and holder_token, the token they
+-- belong to (shown only while that token holds the row). Older Lockers
+-- write none of them.
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_info text;
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_token text;
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_since timestamptz;
+-- The listing's index: a prefix's names are a range in byte order
+-- (COLLATE "C"), whatever the database's collation.
+CREATE INDEX IF NOT EXISTS %[9]s ON %[1]s (name COLLATE "C");
 -- One row per waiter; the lowest unexpired seq of a name goes first.
 -- handover: the channel the waiter's Locker hears a release's grant on
 -- (NULL: a Locker before hand-overs, woken by its token on the table's).
@@ -115,7 +126,7 @@ CREATE TABLE IF NOT EXISTS %[3]s (
 );
 CREATE INDEX IF NOT EXISTS %[8]s ON %[3]s (keep_until);
 `, n.table, n.queue, n.claims, n.seq,
-		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires"), indexName(sc, "_claims_keep")), nil
+		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires"), indexName(sc, "_claims_keep"), indexName(sc, "_names")), nil
 }
 
 // name is the row name of lock k in the lease and queue tables: the

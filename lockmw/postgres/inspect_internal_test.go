@@ -1,0 +1,307 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
+
+// Inspecting (inspect.go): the statements an acquisition sends with and
+// without holder info, and the listing's index and bounds.
+
+// statementLog records every statement sent on a pool, with its number of
+// arguments.
+type statementLog struct {
+	mu   sync.Mutex
+	sent []sentStatement
+}
+
+type sentStatement struct {
+	sql  string
+	args int
+}
+
+func (l *statementLog) add(sql string, args int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sent = append(l.sent, sentStatement{sql, args})
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.add(d.SQL, len(d.Args))
+	return ctx
+}
+func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	l.add(d.SQL, len(d.Args))
+}
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// take returns the statements sent since the last call.
+func (l *statementLog) take() []sentStatement {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.sent
+	l.sent = nil
+	return out
+}
+
+// lockSteps has l take key while it is free, release it, then queue for
+// it behind other's holding and take it from other's release: a plain
+// and a queued acquisition, and a release.
+func lockSteps(t *testing.T, ctx context.Context, pool *pgxpool.Pool, l, other *lockmw.Locker, key string) {
+	t.Helper()
+	lease, err := l.TryAcquire(ctx, key)
+	if err == nil {
+		err = lease.Release(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		lease, err := l.Acquire(ctx, key, lockmw.Fair())
+		if err == nil {
+			err = lease.Release(ctx)
+		}
+		got <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for queueLen(t, ctx, pool, key) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquisition does not queue")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queueLen counts lock key's queue entries (default prefix).
+func queueLen(t *testing.T, ctx context.Context, pool *pgxpool.Pool, key string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM lockmw_locks_queue WHERE name = $1", RowName(lockmw.DefaultPrefix, key)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAcquisitionsWithoutHolderInfoUnchanged: a Locker without
+// WithHolderInfo sends the lock statements of releases before Inspect: its
+// upserts name no holder column and take the three arguments they took
+// (name, token, TTL); one given it sends the upserts that write them, with
+// the description as a fourth.
+func TestAcquisitionsWithoutHolderInfoUnchanged(t *testing.T) {
+	log := &statementLog{}
+	ctx, pool, _ := startStoreWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = log })
+	cfg := pool.Config()
+	cfg.ConnConfig.Tracer = nil
+	otherPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherPool.Close()
+	other, err := New(otherPool, lockmw.WithTTL(handTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for _, described := range []bool{false, true} {
+		var opts []lockmw.Option
+		if described {
+			opts = append(opts, lockmw.WithHolderInfo("host-a pid 42"))
+		}
+		l, err := New(pool, append(opts, lockmw.WithTTL(handTTL))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.take()
+		lockSteps(t, ctx, pool, l, other, fmt.Sprintf("steps-%v", described))
+		_ = l.Close()
+		upserts := 0
+		for _, st := range log.take() {
+			writesHolder := strings.Contains(st.sql, "holder_")
+			if !strings.HasPrefix(st.sql, "INSERT INTO "+`"lockmw_locks"`+" ") {
+				if writesHolder {
+					t.Errorf("described %v: a statement other than the upsert names a holder column: %s", described, st.sql)
+				}
+				continue
+			}
+			upserts++
+			if want := map[bool]int{false: 3, true: 4}[described]; writesHolder != described || st.args != want {
+				t.Errorf("described %v: an upsert with %d arguments (want %d), naming holder columns: %v:\n%s", described, st.args, want, writesHolder, st.sql)
+			}
+		}
+		if upserts < 2 {
+			t.Fatalf("described %v: %d upserts seen; the test needs a plain and a queued one", described, upserts)
+		}
+	}
+}
+
+// fillIdle inserts n expired lease rows under prefix, named in byte order
+// before "~": rows of holdings that ended without a release.
+func fillIdle(t *testing.T, ctx context.Context, pool *pgxpool.Pool, prefix string, n int) {
+	t.Helper()
+	p := RowName(prefix, "idle-")
+	if _, err := pool.Exec(ctx, `INSERT INTO lockmw_locks (name, token, fence, expires_at)
+	SELECT $1 || lpad(i::text, 7, '0'), 'crashed', i, clock_timestamp() - interval '1 hour' FROM generate_series(1, $2::int) i`, p, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE lockmw_locks"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestListingUsesNamesIndex: under a collation whose order is not byte
+// order (the name columns made ICU's "und-x-icu", as a database's default
+// collation may be), the listing's statement reads the names index, in
+// order and limited, with 20,000 rows under the prefix, whether planned
+// for its arguments or generically.
+func TestListingUsesNamesIndex(t *testing.T) {
+	ctx, pool, _ := startStore(t)
+	var icu bool
+	if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collname = 'und-x-icu')").Scan(&icu); err != nil {
+		t.Fatal(err)
+	}
+	if !icu {
+		t.Skip(`this PostgreSQL has no ICU collation "und-x-icu" (built without ICU)`)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE lockmw_locks ALTER COLUMN name TYPE text COLLATE "und-x-icu";
+ALTER TABLE lockmw_locks_queue ALTER COLUMN name TYPE text COLLATE "und-x-icu"`); err != nil {
+		t.Fatal(err)
+	}
+	fillIdle(t, ctx, pool, "lockmw:", 20000)
+	n, _ := Schema{}.names()
+	r := prefixRanges("lockmw:")
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		args := []any{"", r.plainLo, r.plainHi, r.hexLo, r.hexHi, listBudget(100), 100}
+		q := "EXPLAIN " + listSQL(n)
+		_, err = c.Exec(ctx, "SET plan_cache_mode = "+mode)
+		if err == nil && mode == "force_generic_plan" {
+			// A prepared statement's plan for any arguments.
+			lit := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+			q = fmt.Sprintf("EXPLAIN EXECUTE listp(%s, %s, %s, %s, %s, %d, %d)", lit(""), lit(r.plainLo), lit(r.plainHi), lit(r.hexLo), lit(r.hexHi), listBudget(100), 100)
+			args = nil
+			_, err = c.Exec(ctx, "PREPARE listp(text, text, text, text, text, bigint, bigint) AS "+listSQL(n))
+		}
+		if err == nil {
+			var rows pgx.Rows
+			rows, err = c.Query(ctx, q, args...)
+			if err == nil {
+				plan, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+		}
+		_, _ = c.Exec(ctx, "RESET plan_cache_mode; DEALLOCATE ALL")
+		c.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		t.Logf("%s:\n%s", mode, text)
+		if !strings.Contains(text, "Index Scan using lockmw_locks_names on lockmw_locks") || strings.Contains(text, "Seq Scan on lockmw_locks ") ||
+			strings.Contains(text, "Bitmap Heap Scan on lockmw_locks ") {
+			t.Fatalf("plan_cache_mode %s: the listing does not read the names index in order:\n%s", mode, text)
+		}
+	}
+}
+
+// TestListingBoundedPastIdleRows: a page reads at most listBudget rows:
+// behind thousands of rows of ended holdings, a page lists none and names
+// the next; walking on lists the held locks behind them, with a key that
+// is no text (a hex row name) among them, and every cursor of the walk is
+// one of this prefix's.
+func TestListingBoundedPastIdleRows(t *testing.T) {
+	ctx, pool, s := startStore(t)
+	const prefix = "lockmw:"
+	fillIdle(t, ctx, pool, prefix, 3000)
+	held := []string{"~held-1", "~held-2", "nul\x00", "bad\xff"}
+	for i, k := range held {
+		if r, err := s.Acquire(ctx, store.Key{Prefix: prefix, Name: k}, fmt.Sprint("t", i), handTTL, true); err != nil || !r.Acquired {
+			t.Fatalf("acquiring %q: %+v, %v", k, r, err)
+		}
+	}
+	// Another prefix's lock, which the listing must not show.
+	if r, err := s.Acquire(ctx, store.Key{Prefix: "other:", Name: "x"}, "o", handTTL, true); err != nil || !r.Acquired {
+		t.Fatal(r, err)
+	}
+	const limit = 10
+	var listed []string
+	cursor, pages, empty := "", 0, 0
+	for {
+		page, next, err := s.List(ctx, prefix, cursor, limit)
+		if err != nil {
+			t.Fatalf("List after %d pages: %v", pages, err)
+		}
+		pages++
+		if len(page) == 0 && next != "" {
+			empty++
+		}
+		if pages == 1 && (len(page) != 0 || next == "") {
+			t.Fatalf("the first page, before 3000 rows of ended holdings: %d locks, next %q; want none, and a next page (a page reads a bounded number of rows)", len(page), next)
+		}
+		for _, in := range page {
+			if !in.Held || in.Fence.Is != store.Exact {
+				t.Fatalf("listed %+v", in)
+			}
+			listed = append(listed, in.Name)
+		}
+		if next == "" {
+			break
+		}
+		if _, err := prefixRanges(prefix).decodeCursor(next); err != nil {
+			t.Fatalf("List's own cursor %q: %v", next, err)
+		}
+		if pages > 3000/limit {
+			t.Fatalf("%d pages and still a next one", pages)
+		}
+		cursor = next
+	}
+	slices.Sort(listed)
+	want := slices.Clone(held)
+	slices.Sort(want)
+	if !slices.Equal(listed, want) {
+		t.Fatalf("listed %q, want %q", listed, want)
+	}
+	t.Logf("%d pages, %d of them empty", pages, empty)
+}
+
+// TestListingRefusesOthersCursors: a cursor List did not make for this
+// prefix (another format, another prefix's, one not base64) gives an
+// error matching store.ErrBadCursor.
+func TestListingRefusesOthersCursors(t *testing.T) {
+	ctx, _, s := startStore(t)
+	other := prefixRanges("other:").encodeCursor(RowName("other:", "x"))
+	for _, c := range []string{"x", "pg1.***", other, cursorVersion + "MTox"} {
+		if _, _, err := s.List(ctx, "lockmw:", c, 10); !errors.Is(err, store.ErrBadCursor) {
+			t.Errorf("List(cursor %q): %v, want ErrBadCursor", c, err)
+		}
+	}
+}

@@ -15,7 +15,8 @@
 //
 // CreateTable (or SQL, for a migration of one's own) creates, for the
 // lease table T (DefaultTable, or Schema.Table): T, one row per held lock
-// (name, token, fence, expires_at); T_queue, one row per waiter (name,
+// (name, token, fence, expires_at, and the holder columns of "Inspecting"),
+// with the index T_names on name COLLATE "C"; T_queue, one row per waiter (name,
 // token, seq, expires_at, handover); T_claims, cronlock's fire claims; and the
 // sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
 // position is drawn. A lock's row name is the length of the Locker's
@@ -294,6 +295,62 @@
 // and the sweep deletes rows past it: a job idle that long leaves nothing
 // behind, and no fire runs twice unless one of its claims comes that late
 // (fireclaim.go argues it).
+//
+// # Inspecting
+//
+// Locker.Inspect reads a lock in one statement, and a page of Locker.Locks
+// in one statement: plain snapshot reads of T, T_queue and the fence
+// sequence, by the database's clock (clock_timestamp(), read once per
+// statement), with no row lock, advisory lock or transaction that a lock
+// step could wait on, writing nothing. They report:
+//
+//   - Held, and TTL (Exact): the row's expires_at against the database's
+//     clock.
+//   - Fence (Exact): the row's fence, the holder's (when the lock is free,
+//     the last holding's, while its expired row is kept); a lock without a
+//     row reports the fence sequence's last value (AtMost), which the next
+//     holder's fence will be above.
+//   - Holder and Since (Exact): the holder's lockmw.WithHolderInfo and the
+//     time its acquisition statement ran (the database's clock), which a
+//     Locker given WithHolderInfo writes into the row it takes, in the
+//     acquisition's own upsert: holder_info, holder_since, and
+//     holder_token, the token they belong to. They are shown only while
+//     that token holds the row, and end with it (a release deletes the
+//     row; a later holding, or a sweep, replaces or deletes it). A holding
+//     by a Locker without WithHolderInfo reports both Unknown: such a
+//     Locker sends the upserts of releases before Inspect, unchanged,
+//     and writes no holder column. So does a holding handed over by a
+//     release (see "Hand-over", a contended lock): the release writes no
+//     description, so that releases send the statements they did.
+//   - Waiters (Exact): the lock's unexpired queue entries (one per Fair
+//     waiter, and one per key and Locker for default-mode waiters, whose
+//     other goroutines wait in the Locker); FairWaiters Unknown, since an
+//     entry does not say its waiter's mode.
+//
+// Locks lists the locks of T under the Locker's prefix (row names that
+// start with the prefix's, plain or hex) whose holding is live, or whose
+// row has unexpired waiters, in byte order of row names: one statement per
+// page, two ordered index scans of T_names (byte order whatever the
+// database's collation) after the cursor, limited to 2×limit+100 rows, so
+// that rows of ended holdings that nobody released (until the sweep
+// deletes them) cost a page a bounded read, however many there are: a
+// page may then list fewer locks than asked, with a cursor to go on. A
+// lock whose row is gone while waiters are queued (between a release and
+// its first waiter's acquisition) is not listed. The cursor is "pg1." and
+// the last row name read, in URL-safe base64; List refuses one that does
+// not name a row under the prefix (lockmw.ErrInvalidOption).
+//
+// Upgrading from a release before Inspect: its T lacks the holder columns
+// and T_names. Run CreateTable again (or the new SQL(): ALTER TABLE … ADD
+// COLUMN IF NOT EXISTS, CREATE INDEX IF NOT EXISTS; on a large T, create
+// the index CONCURRENTLY first, by hand). Until then Lockers without
+// WithHolderInfo lock on it as they did, while Inspect and Locks fail with
+// ErrNoTable saying to migrate, and so does New given WithHolderInfo
+// (when it can reach the server; otherwise its acquisitions). Old and new
+// Lockers share migrated tables: old ones write no holder column, and
+// a holding of theirs reads Holder and Since Unknown; a new Locker's
+// upserts take a row under the conditions old ones do, and no lock step
+// reads the holder columns.
 //
 // # Compared with advisory locks
 //

@@ -16,7 +16,7 @@
 // CreateTable (or SQL, for a migration of one's own) creates, for the
 // lease table T (DefaultTable, or Schema.Table): T, one row per held lock
 // (name, token, fence, expires_at, and the holder columns of "Inspecting"),
-// with the index T_names on name COLLATE "C"; T_queue, one row per waiter (name,
+// its names in byte order (COLLATE "C"); T_queue, one row per waiter (name,
 // token, seq, expires_at, handover); T_claims, cronlock's fire claims; and the
 // sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
 // position is drawn. A lock's row name is the length of the Locker's
@@ -330,8 +330,10 @@
 // Locks lists the locks of T under the Locker's prefix (row names that
 // start with the prefix's, plain or hex) whose holding is live, or whose
 // row has unexpired waiters, in byte order of row names: one statement per
-// page, two ordered index scans of T_names (byte order whatever the
-// database's collation) after the cursor, limited to 2×limit+100 rows, so
+// page, two ordered index scans after the cursor (of T's primary key,
+// whose names are COLLATE "C", or, on a table made before Inspect whose
+// names have the database's collation, of the index T_names that the
+// migration adds on name COLLATE "C"), limited to 2×limit+100 rows, so
 // that rows of ended holdings that nobody released (until the sweep
 // deletes them) cost a page a bounded read, however many there are: a
 // page may then list fewer locks than asked, with a cursor to go on. A
@@ -341,9 +343,10 @@
 // not name a row under the prefix (lockmw.ErrInvalidOption).
 //
 // Upgrading from a release before Inspect: its T lacks the holder columns
-// and T_names. Run CreateTable again (or the new SQL(): ALTER TABLE … ADD
-// COLUMN IF NOT EXISTS, CREATE INDEX IF NOT EXISTS; on a large T, create
-// the index CONCURRENTLY first, by hand). Until then Lockers without
+// and an index of its names in byte order. Run CreateTable again (or the
+// new SQL(): ALTER TABLE … ADD COLUMN IF NOT EXISTS, and CREATE INDEX IF
+// NOT EXISTS T_names when T's names are not COLLATE "C"; on a large T,
+// create that index CONCURRENTLY first, by hand). Until then Lockers without
 // WithHolderInfo lock on it as they did, while Inspect and Locks fail with
 // ErrNoTable saying to migrate, and so does New given WithHolderInfo
 // (when it can reach the server; otherwise its acquisitions). Old and new

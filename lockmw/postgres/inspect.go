@@ -61,8 +61,9 @@ func listBudget(limit int) int { return 2*limit + 100 }
 
 // listSQL is List's statement: $1 the cursor's row name ("" for the
 // first page), [$2, $3) and [$4, $5) the ranges of the prefix's plain and
-// hex row names (byte order: collation "C", served by the _names index
-// whatever the column's collation), $6 the budget, $7 the limit. It
+// hex row names (byte order: collation "C", served by the primary key of
+// a table whose names are COLLATE "C", or else by the _names index), $6
+// the budget, $7 the limit. It
 // reads at most $6 rows of the lease table after the cursor (two
 // ordered, limited index scans), and returns the last name read and how
 // many were read (for the next cursor), with each of the rows read that
@@ -230,7 +231,7 @@ func (s *pgStore) inspectErr(err error) error {
 
 // inspectHint says what to do about a lease table without the holder
 // columns and the listing's index.
-const inspectHint = "lacks the holder_info, holder_token and holder_since columns and the names index (made by a release before Inspect): migrate it by running postgres.CreateTable(ctx, pool) again, or the ALTER TABLE and CREATE INDEX statements of the new SQL()"
+const inspectHint = "lacks the holder_info, holder_token and holder_since columns (made by a release before Inspect): migrate it by running postgres.CreateTable(ctx, pool) again, or the ALTER TABLE and CREATE INDEX statements of the new SQL()"
 
 // ranges are the row names of a prefix's locks: plain names start with
 // plainLo (none when the prefix is no text: then plainLo = plainHi = ""),

@@ -123,8 +123,8 @@ func TestHolderInfoNeverShownForAnotherToken(t *testing.T) {
 func TestInspectOnOlderTable(t *testing.T) {
 	srv := startServer(t)
 	ctx := bg(t)
-	srv.Exec(t, `ALTER TABLE lockmw_locks DROP COLUMN holder_info, DROP COLUMN holder_token, DROP COLUMN holder_since;
-DROP INDEX lockmw_locks_names`)
+	srv.Exec(t, `ALTER TABLE lockmw_locks DROP COLUMN holder_info, DROP COLUMN holder_token, DROP COLUMN holder_since,
+	ALTER COLUMN name TYPE text COLLATE "default"`)
 	plain := newLocker(t, srv.URL())
 	lease, err := plain.Acquire(ctx, "old", lockmw.Fair())
 	if err != nil {

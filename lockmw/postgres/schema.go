@@ -78,8 +78,10 @@ func (sc Schema) SQL() (string, error) {
 -- Fences come from one sequence; CACHE 1 keeps them rising across sessions.
 CREATE SEQUENCE IF NOT EXISTS %[4]s AS bigint CACHE 1 NO CYCLE;
 -- One row per held lock; deleted on release, reused or swept once expired.
+-- Names compare in byte order (COLLATE "C"), so that the primary key serves
+-- the listing's prefix ranges too.
 CREATE TABLE IF NOT EXISTS %[1]s (
-	name       text        PRIMARY KEY,
+	name       text        COLLATE "C" PRIMARY KEY,
 	token      text        NOT NULL,
 	fence      bigint      NOT NULL,
 	expires_at timestamptz NOT NULL
@@ -93,9 +95,15 @@ CREATE INDEX IF NOT EXISTS %[5]s ON %[1]s (expires_at);
 ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_info text;
 ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_token text;
 ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_since timestamptz;
--- The listing's index: a prefix's names are a range in byte order
--- (COLLATE "C"), whatever the database's collation.
-CREATE INDEX IF NOT EXISTS %[9]s ON %[1]s (name COLLATE "C");
+-- The listing reads a prefix's names as a range in byte order (COLLATE
+-- "C"): a table made by a release before Inspect, whose names have the
+-- database's collation, gets an index of its names in that order.
+DO $lockmw$ BEGIN
+	IF (SELECT c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = %[10]s::regclass AND a.attname = 'name') NOT IN ('C', 'POSIX') THEN
+		CREATE INDEX IF NOT EXISTS %[9]s ON %[1]s (name COLLATE "C");
+	END IF;
+END $lockmw$;
 -- One row per waiter; the lowest unexpired seq of a name goes first.
 -- handover: the channel the waiter's Locker hears a release's grant on
 -- (NULL: a Locker before hand-overs, woken by its token on the table's).
@@ -126,7 +134,7 @@ CREATE TABLE IF NOT EXISTS %[3]s (
 );
 CREATE INDEX IF NOT EXISTS %[8]s ON %[3]s (keep_until);
 `, n.table, n.queue, n.claims, n.seq,
-		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires"), indexName(sc, "_claims_keep"), indexName(sc, "_names")), nil
+		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires"), indexName(sc, "_claims_keep"), indexName(sc, "_names"), "'"+n.table+"'"), nil
 }
 
 // name is the row name of lock k in the lease and queue tables: the

@@ -17,7 +17,7 @@
 // lease table T (DefaultTable, or Schema.Table): T, one row per held lock
 // (name, token, fence, expires_at, and the holder columns of "Inspecting"),
 // its names in byte order (COLLATE "C"); T_queue, one row per waiter (name,
-// token, seq, expires_at, handover); T_claims, cronlock's fire claims; and the
+// token, seq, expires_at, handover, holder_info); T_claims, cronlock's fire claims; and the
 // sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
 // position is drawn. A lock's row name is the length of the Locker's
 // prefix, a colon, the prefix and the key ("7:lockmw:order-1"), so that
@@ -311,17 +311,24 @@
 //     row reports the fence sequence's last value (AtMost), which the next
 //     holder's fence will be above.
 //   - Holder and Since (Exact): the holder's lockmw.WithHolderInfo and the
-//     time its acquisition statement ran (the database's clock), which a
-//     Locker given WithHolderInfo writes into the row it takes, in the
-//     acquisition's own upsert: holder_info, holder_since, and
-//     holder_token, the token they belong to. They are shown only while
-//     that token holds the row, and end with it (a release deletes the
-//     row; a later holding, or a sweep, replaces or deletes it). A holding
-//     by a Locker without WithHolderInfo reports both Unknown: such a
-//     Locker sends the upserts of releases before Inspect, unchanged,
-//     and writes no holder column. So does a holding handed over by a
-//     release (see "Hand-over", a contended lock): the release writes no
-//     description, so that releases send the statements they did.
+//     time its holding began (the database's clock), in the row's
+//     holder_info, holder_since, and holder_token, the token they belong
+//     to. A Locker given WithHolderInfo writes them in its acquisition's
+//     own upsert, and keeps its description in its queue entries
+//     (holder_info), from which a release's hand-over (see "Hand-over")
+//     copies it into the row it hands, with the waiter's token and the
+//     hand-over's time. They are shown only while that token holds the
+//     row, and end with it (a release deletes the row; a later holding, or
+//     a sweep, replaces or deletes it). A holding by a Locker without
+//     WithHolderInfo reports both Unknown: such a Locker sends the
+//     acquisition statements of releases before Inspect, unchanged, and
+//     writes no holder column but in its hand-overs (the one lock step
+//     that writes more than before, whoever releases: the waiter's
+//     description, or NULL). So does a holding handed over by a Locker
+//     whose New did not find the holder columns (a table before the
+//     migration, or a server New could not reach: its releases send the
+//     hand-over of releases before Inspect), or by a Locker of a release
+//     before Inspect.
 //   - Waiters (Exact): the lock's unexpired queue entries (one per Fair
 //     waiter, and one per key and Locker for default-mode waiters, whose
 //     other goroutines wait in the Locker); FairWaiters Unknown, since an
@@ -343,17 +350,19 @@
 // not name a row under the prefix (lockmw.ErrInvalidOption).
 //
 // Upgrading from a release before Inspect: its T lacks the holder columns
-// and an index of its names in byte order. Run CreateTable again (or the
+// and an index of its names in byte order, its T_queue holder_info. Run CreateTable again (or the
 // new SQL(): ALTER TABLE … ADD COLUMN IF NOT EXISTS, and CREATE INDEX IF
 // NOT EXISTS T_names when T's names are not COLLATE "C"; on a large T,
 // create that index CONCURRENTLY first, by hand). Until then Lockers without
-// WithHolderInfo lock on it as they did, while Inspect and Locks fail with
-// ErrNoTable saying to migrate, and so does New given WithHolderInfo
-// (when it can reach the server; otherwise its acquisitions). Old and new
-// Lockers share migrated tables: old ones write no holder column, and
-// a holding of theirs reads Holder and Since Unknown; a new Locker's
-// upserts take a row under the conditions old ones do, and no lock step
-// reads the holder columns.
+// WithHolderInfo lock on it as they did (their hand-overs as releases
+// before Inspect, until they are made anew after the migration), while
+// Inspect and Locks fail with ErrNoTable saying to migrate, and so does
+// New given WithHolderInfo (when it can reach the server; otherwise its
+// acquisitions). Old and new Lockers share migrated tables: old ones write
+// no holder column, and a holding of theirs reads Holder and Since
+// Unknown; a new Locker's upserts, enqueues and hand-overs take, queue
+// and hand over under the conditions old ones do, only writing more
+// columns, and no lock step reads the holder columns.
 //
 // # Compared with advisory locks
 //

@@ -25,8 +25,10 @@ import (
 // acquisitions (see "Inspecting" in doc.go).
 
 // UseHolderInfo makes the Locker's acquisitions write info into the rows
-// they take (insertLeaseInfo, insertLeaseQueuedInfo). It is called before
-// the Locker's first acquisition, and only with a description.
+// they take and the queue entries they make (insertLeaseInfo,
+// insertLeaseQueuedInfo, enqueueFenceInfo), from which hand-overs copy it.
+// It is called before the Locker's first acquisition, and only with a
+// description.
 func (s *pgStore) UseHolderInfo(info string) { s.holderInfo = info }
 
 // inspectCols are the columns an inspection reads of the lock whose row
@@ -231,7 +233,7 @@ func (s *pgStore) inspectErr(err error) error {
 
 // inspectHint says what to do about a lease table without the holder
 // columns and the listing's index.
-const inspectHint = "lacks the holder_info, holder_token and holder_since columns (made by a release before Inspect): migrate it by running postgres.CreateTable(ctx, pool) again, or the ALTER TABLE and CREATE INDEX statements of the new SQL()"
+const inspectHint = "lacks the holder_info, holder_token and holder_since columns, or its queue table holder_info (made by a release before Inspect): migrate it by running postgres.CreateTable(ctx, pool) again, or the ALTER TABLE and CREATE INDEX statements of the new SQL()"
 
 // ranges are the row names of a prefix's locks: plain names start with
 // plainLo (none when the prefix is no text: then plainLo = plainHi = ""),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -110,13 +111,14 @@ func queueLen(t *testing.T, ctx context.Context, pool *pgxpool.Pool, key string)
 }
 
 // TestAcquisitionsWithoutHolderInfoUnchanged: a Locker without
-// WithHolderInfo sends the lock statements of releases before Inspect: its
-// upserts name no holder column and take the three arguments they took
-// (name, token, TTL); one given it sends the upserts that write them, with
-// the description as a fourth.
+// WithHolderInfo sends the acquisition statements of releases before
+// Inspect (insertLease, insertLeaseQueued, fence, enqueueFence: the same
+// text, the same arguments, no holder column); one given it sends the
+// upserts and the enqueue that write its description, as one more
+// argument.
 func TestAcquisitionsWithoutHolderInfoUnchanged(t *testing.T) {
 	log := &statementLog{}
-	ctx, pool, _ := startStoreWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = log })
+	ctx, pool, s := startStoreWith(t, func(cfg *pgxpool.Config) { cfg.ConnConfig.Tracer = log })
 	cfg := pool.Config()
 	cfg.ConnConfig.Tracer = nil
 	otherPool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -129,6 +131,16 @@ func TestAcquisitionsWithoutHolderInfoUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
+	type kind struct {
+		name string
+		args int
+	}
+	kinds := map[string]kind{
+		s.sql.insertLease: {"insertLease", 3}, s.sql.insertLeaseQueued: {"insertLeaseQueued", 3},
+		s.sql.enqueueFence: {"enqueueFence", 5}, s.sql.fence: {"fence", 2},
+		s.sql.insertLeaseInfo: {"insertLeaseInfo", 4}, s.sql.insertLeaseQueuedInfo: {"insertLeaseQueuedInfo", 4},
+		s.sql.enqueueFenceInfo: {"enqueueFenceInfo", 6},
+	}
 	for _, described := range []bool{false, true} {
 		var opts []lockmw.Option
 		if described {
@@ -141,22 +153,26 @@ func TestAcquisitionsWithoutHolderInfoUnchanged(t *testing.T) {
 		log.take()
 		lockSteps(t, ctx, pool, l, other, fmt.Sprintf("steps-%v", described))
 		_ = l.Close()
-		upserts := 0
+		seen := map[string]bool{}
 		for _, st := range log.take() {
-			writesHolder := strings.Contains(st.sql, "holder_")
-			if !strings.HasPrefix(st.sql, "INSERT INTO "+`"lockmw_locks"`+" ") {
-				if writesHolder {
-					t.Errorf("described %v: a statement other than the upsert names a holder column: %s", described, st.sql)
+			k, ok := kinds[st.sql]
+			if !ok {
+				if strings.HasPrefix(st.sql, "INSERT INTO") {
+					t.Errorf("described %v: an acquisition statement of no known kind: %s", described, st.sql)
 				}
 				continue
 			}
-			upserts++
-			if want := map[bool]int{false: 3, true: 4}[described]; writesHolder != described || st.args != want {
-				t.Errorf("described %v: an upsert with %d arguments (want %d), naming holder columns: %v:\n%s", described, st.args, want, writesHolder, st.sql)
+			if st.args != k.args {
+				t.Errorf("described %v: %s with %d arguments, want %d", described, k.name, st.args, k.args)
 			}
+			seen[k.name] = true
 		}
-		if upserts < 2 {
-			t.Fatalf("described %v: %d upserts seen; the test needs a plain and a queued one", described, upserts)
+		want := []string{"insertLease", "insertLeaseQueued", "enqueueFence", "fence"}
+		if described {
+			want = []string{"insertLeaseInfo", "insertLeaseQueuedInfo", "enqueueFenceInfo", "fence"}
+		}
+		if got := slices.Sorted(maps.Keys(seen)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+			t.Fatalf("described %v: acquisition statements sent: %v, want %v", described, got, want)
 		}
 	}
 }

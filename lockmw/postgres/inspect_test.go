@@ -116,6 +116,50 @@ func TestHolderInfoNeverShownForAnotherToken(t *testing.T) {
 	}
 }
 
+// TestHandOverCarriesWaitersInfo: a release hands the lock to a waiter of
+// a Locker given WithHolderInfo with the description the waiter's queue
+// entry keeps, dated from the hand-over; from one without, Holder and
+// Since are unknown (TestHolderInfoNeverShownForAnotherToken).
+func TestHandOverCarriesWaitersInfo(t *testing.T) {
+	srv := startServer(t)
+	ctx := bg(t)
+	described := newLocker(t, srv.URL(), lockmw.WithHolderInfo(describedAs))
+	plain := newLocker(t, srv.URL())
+	held, err := plain.TryAcquire(ctx, "handed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lockmw.Lease, 1)
+	go func() {
+		l, err := described.Acquire(ctx, "handed", lockmw.Fair())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitQueued(t, srv, "handed", 1)
+	before := time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waiter := <-got
+	after := time.Now()
+	if waiter == nil {
+		t.FailNow()
+	}
+	defer waiter.Release(ctx)
+	info, err := plain.Inspect(ctx, "handed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Held || info.Fence.Value != waiter.Fence() || info.Holder.Value != describedAs || info.Holder.Is != lockmw.Exact || info.Since.Is != lockmw.Exact {
+		t.Fatalf("handed to a described waiter: %+v; want held with fence %d, Holder %q and Since exact", info, waiter.Fence(), describedAs)
+	}
+	if s := info.Since.Value; s.Before(before.Add(-2*time.Second)) || s.After(after.Add(2*time.Second)) {
+		t.Fatalf("handed between %v and %v, but held since %v", before, after, s)
+	}
+}
+
 // TestInspectOnOlderTable: a table made by a release before Inspect (no
 // holder columns, no names index) keeps working for locking; Inspect,
 // Locks and a Locker given WithHolderInfo say to migrate it; CreateTable
@@ -124,11 +168,27 @@ func TestInspectOnOlderTable(t *testing.T) {
 	srv := startServer(t)
 	ctx := bg(t)
 	srv.Exec(t, `ALTER TABLE lockmw_locks DROP COLUMN holder_info, DROP COLUMN holder_token, DROP COLUMN holder_since,
-	ALTER COLUMN name TYPE text COLLATE "default"`)
+	ALTER COLUMN name TYPE text COLLATE "default";
+ALTER TABLE lockmw_locks_queue DROP COLUMN holder_info`)
 	plain := newLocker(t, srv.URL())
-	lease, err := plain.Acquire(ctx, "old", lockmw.Fair())
+	first, err := plain.Acquire(ctx, "old", lockmw.Fair())
 	if err != nil {
 		t.Fatalf("Acquire on a table before Inspect: %v", err)
+	}
+	// A release hands the lock to a waiter as releases before Inspect do.
+	waiting := make(chan error, 1)
+	var lease *lockmw.Lease
+	go func() {
+		var err error
+		lease, err = newLocker(t, srv.URL()).Acquire(ctx, "old", lockmw.Fair())
+		waiting <- err
+	}()
+	waitQueued(t, srv, "old", 1)
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("a release before a waiter, on a table before Inspect: %v", err)
+	}
+	if err := <-waiting; err != nil {
+		t.Fatalf("a waiter on a table before Inspect: %v", err)
 	}
 	defer lease.Release(ctx)
 	if _, err := plain.TryAcquire(ctx, "old"); !errors.Is(err, lockmw.ErrNotAcquired) {

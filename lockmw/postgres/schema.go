@@ -117,6 +117,9 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 );
 -- Migration from releases before hand-overs (their Lockers leave it false).
 ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS handover text;
+-- Inspecting: the description of a waiter whose Locker was given
+-- lockmw.WithHolderInfo, which a release's hand-over copies into the row.
+ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS holder_info text;
 CREATE INDEX IF NOT EXISTS %[6]s ON %[2]s (name, seq);
 CREATE INDEX IF NOT EXISTS %[7]s ON %[2]s (expires_at);
 -- cronlock's fire claims: one row per Locker prefix and job, swept once

@@ -49,7 +49,8 @@ func (s *pgStore) checkStart() error {
 	var migrated, inspectable bool
 	err = c.QueryRow(ctx, `SELECT to_regclass($1) IS NULL, to_regclass($2) IS NULL, to_regclass($3) IS NULL, to_regclass($4) IS NULL,
 	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'handover' AND NOT attisdropped),
-	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'holder_info' AND NOT attisdropped)`,
+	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'holder_info' AND NOT attisdropped)
+		AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'holder_info' AND NOT attisdropped)`,
 		objs[0], objs[1], objs[2], objs[3]).Scan(&absent[0], &absent[1], &absent[2], &absent[3], &migrated, &inspectable)
 	if err != nil {
 		s.warnUnreachable(classify(err))
@@ -77,6 +78,7 @@ func (s *pgStore) checkStart() error {
 		return fmt.Errorf("%w%s: lockmw.WithHolderInfo needs the holder columns: %s in database %q at %s %s", ErrNoTable, how, s.n.table, s.pool.Config().ConnConfig.Database, s.address(), inspectHint)
 	}
 	if len(missing) == 0 {
+		s.handsInfo = inspectable
 		return nil
 	}
 	return fmt.Errorf("%w%s: missing in database %q at %s: %s", ErrNoTable, how, s.pool.Config().ConnConfig.Database, s.address(), strings.Join(missing, ", "))

@@ -48,6 +48,33 @@ func waitQueued(t *testing.T, srv *pgtest.Server, key string, n int) {
 	}
 }
 
+// handOver has holder take key, then releases it to a Fair waiter of
+// waiter, whose lease it returns, with the times before the release and
+// after the waiter got the lock.
+func handOver(t *testing.T, srv *pgtest.Server, holder, waiter *lockmw.Locker, key string) (lease *lockmw.Lease, before, after time.Time) {
+	t.Helper()
+	ctx := bg(t)
+	held, err := holder.TryAcquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		var err error
+		lease, err = waiter.Acquire(ctx, key, lockmw.Fair())
+		got <- err
+	}()
+	waitQueued(t, srv, key, 1)
+	before = time.Now()
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("the waiter for %q: %v", key, err)
+	}
+	return lease, before, time.Now()
+}
+
 // TestHolderInfoNeverShownForAnotherToken: a row keeps the description of
 // the holding that wrote it after that holding ends (an expired row reused
 // by a Locker without WithHolderInfo, which writes no description; a row
@@ -87,26 +114,7 @@ func TestHolderInfoNeverShownForAnotherToken(t *testing.T) {
 	_ = lease.Release(ctx)
 
 	// A described holder's row handed over to a plain Fair waiter.
-	held, err := described.TryAcquire(ctx, "handed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *lockmw.Lease, 1)
-	go func() {
-		l, err := plain.Acquire(ctx, "handed", lockmw.Fair())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	waitQueued(t, srv, "handed", 1)
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waiter := <-got
-	if waiter == nil {
-		t.FailNow()
-	}
+	waiter, _, _ := handOver(t, srv, described, plain, "handed")
 	defer waiter.Release(ctx)
 	if info, err = described.Inspect(ctx, "handed"); err != nil {
 		t.Fatal(err)
@@ -125,28 +133,7 @@ func TestHandOverCarriesWaitersInfo(t *testing.T) {
 	ctx := bg(t)
 	described := newLocker(t, srv.URL(), lockmw.WithHolderInfo(describedAs))
 	plain := newLocker(t, srv.URL())
-	held, err := plain.TryAcquire(ctx, "handed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *lockmw.Lease, 1)
-	go func() {
-		l, err := described.Acquire(ctx, "handed", lockmw.Fair())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	waitQueued(t, srv, "handed", 1)
-	before := time.Now()
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waiter := <-got
-	after := time.Now()
-	if waiter == nil {
-		t.FailNow()
-	}
+	waiter, before, after := handOver(t, srv, plain, described, "handed")
 	defer waiter.Release(ctx)
 	info, err := plain.Inspect(ctx, "handed")
 	if err != nil {

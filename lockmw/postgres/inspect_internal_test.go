@@ -348,3 +348,34 @@ func TestListingRefusesOthersCursors(t *testing.T) {
 		}
 	}
 }
+
+// TestListingPrefixNotText: a prefix that is no text (its locks' rows all
+// have hex names) lists its locks, and not those of a prefix that starts
+// with it, nor of one it starts with.
+func TestListingPrefixNotText(t *testing.T) {
+	ctx, _, s := startStore(t)
+	const prefix = "p\xff:"
+	for i, k := range []store.Key{{Prefix: prefix, Name: "a"}, {Prefix: prefix, Name: "b\x00"}, {Prefix: prefix + "x", Name: "c"}, {Prefix: "p", Name: "\xff:d"}} {
+		if r, err := s.Acquire(ctx, k, fmt.Sprint("t", i), handTTL, true); err != nil || !r.Acquired {
+			t.Fatalf("acquiring %q: %+v, %v", k, r, err)
+		}
+	}
+	page, next, err := s.List(ctx, prefix, "", 10)
+	if err != nil || next != "" {
+		t.Fatalf("List: %v, next %q", err, next)
+	}
+	var keys []string
+	for _, in := range page {
+		keys = append(keys, in.Name)
+	}
+	if want := []string{"a", "b\x00"}; !slices.Equal(keys, want) {
+		t.Fatalf("listed %q under %q, want %q", keys, prefix, want)
+	}
+	page, next, err = s.List(ctx, prefix, "", 1)
+	if err != nil || len(page) != 1 || page[0].Name != "a" || next == "" {
+		t.Fatalf("a page of 1: %+v, next %q, %v", page, next, err)
+	}
+	if page, next, err = s.List(ctx, prefix, next, 1); err != nil || len(page) != 1 || page[0].Name != "b\x00" {
+		t.Fatalf("the second page of 1: %+v, next %q, %v", page, next, err)
+	}
+}

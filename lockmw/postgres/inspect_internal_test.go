@@ -379,3 +379,49 @@ func TestListingPrefixNotText(t *testing.T) {
 		t.Fatalf("the second page of 1: %+v, next %q, %v", page, next, err)
 	}
 }
+
+// TestHandOversBesideOlderLockers: a release that copies descriptions
+// (handOverInfo) and one of releases before Inspect (handOver, the same
+// text as theirs) hand the lock to a described waiter alike, the first
+// with the waiter's description, the second without any; and the first
+// wakes, and does not hand the lock to, an entry of a Locker before
+// hand-overs (TestOldEntryWokenNotHanded, with the older release).
+func TestHandOversBesideOlderLockers(t *testing.T) {
+	ctx, pool, s := startStore(t)
+	s.holderInfo = "w-info"
+	for _, copies := range []bool{true, false} {
+		s.handsInfo = copies
+		k := store.Key{Prefix: "lockmw:", Name: fmt.Sprint("copies-", copies)}
+		h, w := holdAndQueue(t, ctx, s, k)
+		o, _, handed := release(t, ctx, pool, s, k, "h")
+		if o != store.Owned || handed <= h.Fence || handed <= w.Counter {
+			t.Fatalf("copies %v: h's release: %v, handed fence %d; want Owned, handed above h's %d and w's seq %d", copies, o, handed, h.Fence, w.Counter)
+		}
+		in, err := s.Inspect(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, fence, _ := leaseRow(t, ctx, pool, k)
+		if token != "w" || uint64(fence) != handed || !in.Held || in.Fence.Value != handed {
+			t.Fatalf("copies %v: the row is %s's with fence %d, Inspect %+v; want w's, with %d", copies, token, fence, in, handed)
+		}
+		if got := in.Holder.Value; (got == "w-info") != copies || (in.Holder.Is == store.Exact) != copies || (in.Since.Is == store.Exact) != copies {
+			t.Fatalf("copies %v: handed to a described waiter: %+v", copies, in)
+		}
+	}
+
+	s.handsInfo = true
+	k := store.Key{Prefix: "lockmw:", Name: "mixed"}
+	if r, err := s.Acquire(ctx, k, "h", handTTL, true); err != nil || !r.Acquired {
+		t.Fatalf("h's acquisition: %+v, %v", r, err)
+	}
+	// The old Enqueue's queue insert (e916f6c's enqueueFence).
+	if _, err := pool.Exec(ctx, `INSERT INTO lockmw_locks_queue AS q (name, token, seq, expires_at)
+		SELECT $1, 'old', nextval('"lockmw_locks_fence"'), clock_timestamp() + interval '10 seconds'`, name(k)); err != nil {
+		t.Fatal(err)
+	}
+	o, woke, handed := release(t, ctx, pool, s, k, "h")
+	if o != store.Owned || woke != 1 || handed != 0 || entries(t, ctx, pool, k, "old") != 1 {
+		t.Fatalf("h's release before an old waiter: %v, woke %d, handed %d; want Owned, 1 wake, nothing handed, the entry kept", o, woke, handed)
+	}
+}

@@ -21,8 +21,9 @@ import (
 // one read-only statement each, by the database's clock, reading the
 // lease row, its queue entries and the fence sequence without a lock of
 // any kind (a plain snapshot read, which no lock step waits on), and the
-// holder description a Locker given lockmw.WithHolderInfo writes with its
-// acquisitions (see "Inspecting" in doc.go).
+// holder description that a Locker given lockmw.WithHolderInfo writes with
+// its acquisitions, and hand-overs copy from its queue entries (see
+// "Inspecting" in doc.go).
 
 // UseHolderInfo makes the Locker's acquisitions write info into the rows
 // they take and the queue entries they make (insertLeaseInfo,
@@ -65,12 +66,11 @@ func listBudget(limit int) int { return 2*limit + 100 }
 // first page), [$2, $3) and [$4, $5) the ranges of the prefix's plain and
 // hex row names (byte order: collation "C", served by the primary key of
 // a table whose names are COLLATE "C", or else by the _names index), $6
-// the budget, $7 the limit. It
-// reads at most $6 rows of the lease table after the cursor (two
-// ordered, limited index scans), and returns the last name read and how
-// many were read (for the next cursor), with each of the rows read that
-// is held, or that waiters wait for, $7 at most, in one row each (one row
-// of NULLs when none is).
+// the budget, $7 the limit. It reads at most $6 rows of the lease table
+// after the cursor (two ordered, limited index scans), and returns the
+// last name read and how many were read (for the next cursor), with each
+// of the rows read that is held, or that waiters wait for, $7 at most, in
+// one row each (one row of NULLs when none is).
 func listSQL(n names) string {
 	branch := func(lo, hi string) string {
 		return `(SELECT name COLLATE "C" AS k, name, token, fence, expires_at, holder_info, holder_token, holder_since FROM ` + n.table + `
@@ -111,7 +111,7 @@ func (s *pgStore) Inspect(ctx context.Context, k store.Key) (store.Inspection, e
 		waiters      int64
 		lastSequence *int64
 	)
-	err = c.QueryRow(ctx, inspectSQL(s.n), name(k)).Scan(&held, &us, &fence, &holder, &since, &waiters, &lastSequence)
+	err = c.QueryRow(ctx, s.sql.inspect, name(k)).Scan(&held, &us, &fence, &holder, &since, &waiters, &lastSequence)
 	if err != nil {
 		return store.Inspection{}, s.inspectErr(err)
 	}
@@ -164,7 +164,7 @@ func (s *pgStore) List(ctx context.Context, prefix, cursor string, limit int) ([
 	}
 	defer c.Release()
 	budget := listBudget(limit)
-	rows, err := c.Query(ctx, listSQL(s.n), after, r.plainLo, r.plainHi, r.hexLo, r.hexHi, budget, limit)
+	rows, err := c.Query(ctx, s.sql.list, after, r.plainLo, r.plainHi, r.hexLo, r.hexHi, budget, limit)
 	if err != nil {
 		return nil, "", s.inspectErr(err)
 	}

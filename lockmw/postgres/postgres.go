@@ -111,6 +111,8 @@ type statements struct {
 	// descriptions (pgStore.handsInfo): it copies the waiter's into the
 	// row it hands over. Both only add columns to what they write.
 	enqueueFenceInfo, handOverInfo string
+	// inspect and list are Inspect's and List's (inspect.go).
+	inspect, list string
 }
 
 // released marks the row a release's first statement locked, for the
@@ -260,6 +262,8 @@ SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o
 		// before it and its own entry's seq.
 		enqueueFence:     enqueueFence(false),
 		enqueueFenceInfo: enqueueFence(true),
+		inspect:          inspectSQL(n),
+		list:             listSQL(n),
 		// A release, or a waiter leaving, locks token's row, marking it
 		// released (it reports whether the row was live), and deletes
 		// token's entry. handOver, the next statement of its transaction

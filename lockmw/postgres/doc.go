@@ -188,7 +188,8 @@
 //     (its Locker understands grants, and listens on that channel of its
 //     own), lock f's entry FOR UPDATE, reading its latest expiry e;
 //     UPDATE the marked row SET token = f, fence = nextval(T_fence),
-//     expires_at = e; DELETE f's entry; and pg_notify(handover, 'g <f>
+//     expires_at = e (and f's description: see "Inspecting"); DELETE f's
+//     entry; and pg_notify(handover, 'g <f>
 //     <fence> <seq of f's entry>'), which wakes f's Locker alone. Otherwise the
 //     marked row is deleted and, when the lock is free, f is woken by its
 //     token alone, as before hand-overs.

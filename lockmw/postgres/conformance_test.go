@@ -34,5 +34,17 @@ func TestConformancePostgres(t *testing.T) {
 		QueuesDefaultWaiters: true,
 		Queued:               func(t testing.TB, key string) int { return queued(t, srv, key) },
 		Notifies:             true,
+		// The row keeps the holder's expiry, fence, and (from a Locker
+		// given WithHolderInfo) its description and acquisition time; the
+		// queue keeps entries, which do not say their waiter's mode.
+		Inspects: &conformance.Inspects{
+			TTL:           lockmw.Exact,
+			Fence:         lockmw.Exact,
+			Holder:        lockmw.Exact,
+			Since:         lockmw.Unknown,
+			SinceWithInfo: lockmw.Exact,
+			Waiters:       lockmw.Exact,
+			FairWaiters:   lockmw.Unknown,
+		},
 	})
 }

@@ -15,8 +15,9 @@
 //
 // CreateTable (or SQL, for a migration of one's own) creates, for the
 // lease table T (DefaultTable, or Schema.Table): T, one row per held lock
-// (name, token, fence, expires_at); T_queue, one row per waiter (name,
-// token, seq, expires_at, handover); T_claims, cronlock's fire claims; and the
+// (name, token, fence, expires_at, and the holder columns of "Inspecting"),
+// its names in byte order (COLLATE "C"); T_queue, one row per waiter (name,
+// token, seq, expires_at, handover, holder_info); T_claims, cronlock's fire claims; and the
 // sequence T_fence (CACHE 1 NO CYCLE), from which every fence and queue
 // position is drawn. A lock's row name is the length of the Locker's
 // prefix, a colon, the prefix and the key ("7:lockmw:order-1"), so that
@@ -187,7 +188,8 @@
 //     (its Locker understands grants, and listens on that channel of its
 //     own), lock f's entry FOR UPDATE, reading its latest expiry e;
 //     UPDATE the marked row SET token = f, fence = nextval(T_fence),
-//     expires_at = e; DELETE f's entry; and pg_notify(handover, 'g <f>
+//     expires_at = e (and f's description: see "Inspecting"); DELETE f's
+//     entry; and pg_notify(handover, 'g <f>
 //     <fence> <seq of f's entry>'), which wakes f's Locker alone. Otherwise the
 //     marked row is deleted and, when the lock is free, f is woken by its
 //     token alone, as before hand-overs.
@@ -294,6 +296,74 @@
 // and the sweep deletes rows past it: a job idle that long leaves nothing
 // behind, and no fire runs twice unless one of its claims comes that late
 // (fireclaim.go argues it).
+//
+// # Inspecting
+//
+// Locker.Inspect reads a lock in one statement, and a page of Locker.Locks
+// in one statement: plain snapshot reads of T, T_queue and the fence
+// sequence, by the database's clock (clock_timestamp(), read once per
+// statement), with no row lock, advisory lock or transaction that a lock
+// step could wait on, writing nothing. They report:
+//
+//   - Held, and TTL (Exact): the row's expires_at against the database's
+//     clock.
+//   - Fence (Exact): the row's fence, the holder's (when the lock is free,
+//     the last holding's, while its expired row is kept); a lock without a
+//     row reports the fence sequence's last value (AtMost), which the next
+//     holder's fence will be above.
+//   - Holder and Since (Exact): the holder's lockmw.WithHolderInfo and the
+//     time its holding began (the database's clock), in the row's
+//     holder_info, holder_since, and holder_token, the token they belong
+//     to. A Locker given WithHolderInfo writes them in its acquisition's
+//     own upsert, and keeps its description in its queue entries
+//     (holder_info), from which a release's hand-over (see "Hand-over")
+//     copies it into the row it hands, with the waiter's token and the
+//     hand-over's time. They are shown only while that token holds the
+//     row, and end with it (a release deletes the row; a later holding, or
+//     a sweep, replaces or deletes it). A holding by a Locker without
+//     WithHolderInfo reports both Unknown: such a Locker sends the
+//     acquisition statements of releases before Inspect, unchanged, and
+//     writes no holder column but in its hand-overs (the one lock step
+//     that writes more than before, whoever releases: the waiter's
+//     description, or NULL). So does a holding handed over by a Locker
+//     whose New did not find the holder columns (a table before the
+//     migration, or a server New could not reach: its releases send the
+//     hand-over of releases before Inspect), or by a Locker of a release
+//     before Inspect.
+//   - Waiters (Exact): the lock's unexpired queue entries (one per Fair
+//     waiter, and one per key and Locker for default-mode waiters, whose
+//     other goroutines wait in the Locker); FairWaiters Unknown, since an
+//     entry does not say its waiter's mode.
+//
+// Locks lists the locks of T under the Locker's prefix (row names that
+// start with the prefix's, plain or hex) whose holding is live, or whose
+// row has unexpired waiters, in byte order of row names: one statement per
+// page, two ordered index scans after the cursor (of T's primary key,
+// whose names are COLLATE "C", or, on a table made before Inspect whose
+// names have the database's collation, of the index T_names that the
+// migration adds on name COLLATE "C"), limited to 2×limit+100 rows, so
+// that rows of ended holdings that nobody released (until the sweep
+// deletes them) cost a page a bounded read, however many there are: a
+// page may then list fewer locks than asked, with a cursor to go on. A
+// lock whose row is gone while waiters are queued (between a release and
+// its first waiter's acquisition) is not listed. The cursor is "pg1." and
+// the last row name read, in URL-safe base64; List refuses one that does
+// not name a row under the prefix (lockmw.ErrInvalidOption).
+//
+// Upgrading from a release before Inspect: its T lacks the holder columns
+// and an index of its names in byte order, its T_queue holder_info. Run CreateTable again (or the
+// new SQL(): ALTER TABLE … ADD COLUMN IF NOT EXISTS, and CREATE INDEX IF
+// NOT EXISTS T_names when T's names are not COLLATE "C"; on a large T,
+// create that index CONCURRENTLY first, by hand). Until then Lockers without
+// WithHolderInfo lock on it as they did (their hand-overs as releases
+// before Inspect, until they are made anew after the migration), while
+// Inspect and Locks fail with ErrNoTable saying to migrate, and so does
+// New given WithHolderInfo (when it can reach the server; otherwise its
+// acquisitions). Old and new Lockers share migrated tables: old ones write
+// no holder column, and a holding of theirs reads Holder and Since
+// Unknown; a new Locker's upserts, enqueues and hand-overs take, queue
+// and hand over under the conditions old ones do, only writing more
+// columns, and no lock step reads the holder columns.
 //
 // # Compared with advisory locks
 //

@@ -29,7 +29,9 @@ var (
 	// mend). A queue table made by a release before hand-overs (without
 	// the handover column) fails New with it too, saying to migrate: run
 	// CreateTable again, or the new SQL() (ALTER TABLE … ADD COLUMN IF
-	// NOT EXISTS).
+	// NOT EXISTS); so does a lease table made by a release before Inspect
+	// (without the holder columns) for a Locker given
+	// lockmw.WithHolderInfo, and Inspect and Locks on it.
 	ErrNoTable error = &setupError{"postgres: lockmw's table is missing: create it with postgres.CreateTable(ctx, pool), or run postgres.SQL() in a migration"}
 	// ErrReadOnly: the server refuses writes (a replica, a demoted
 	// primary, or default_transaction_read_only = on): point the pool at
@@ -51,6 +53,10 @@ var (
 // migrateHint says what to do about a queue table made by a release before
 // hand-overs (no handover column).
 const migrateHint = "lacks the handover column (made by a release before hand-overs): migrate it by running postgres.CreateTable(ctx, pool) again, or the ALTER TABLE of the new SQL()"
+
+// columnHint says what to do about a table without a column this release
+// reads or writes (handover, or the holder columns).
+const columnHint = "a column of this release is missing (a table made by an older release): migrate it by running postgres.CreateTable(ctx, pool) again, or the ALTER TABLE statements of the new SQL()"
 
 // classify returns err wrapped in the store's error for its kind, if any,
 // in one line; nil for nil.
@@ -82,7 +88,7 @@ func kindOf(err error) error {
 		case "42P01", "42704": // undefined_table, undefined_object (the sequence)
 			return fmt.Errorf("%w (%w)", ErrNoTable, err)
 		case "42703": // undefined_column: a table of an older release
-			return fmt.Errorf("%w: %s (%w)", ErrNoTable, migrateHint, err)
+			return fmt.Errorf("%w: %s (%w)", ErrNoTable, columnHint, err)
 		case "25006": // read_only_sql_transaction
 			return fmt.Errorf("%w (%w)", ErrReadOnly, err)
 		case "57014", "55P03": // query_canceled, lock_not_available

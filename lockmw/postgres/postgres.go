@@ -73,6 +73,15 @@ type pgStore struct {
 	// grants is the channel this Locker hears its waiters' grants on,
 	// its own (see "Hand-over"): its entries name it.
 	grants string
+	// holderInfo is the Locker's lockmw.WithHolderInfo ("" without it),
+	// set before its first acquisition (UseHolderInfo): its acquisitions
+	// write it into the row they take (inspect.go).
+	holderInfo string
+	// handsInfo: the tables keep descriptions in queue entries (New found
+	// the columns of "Inspecting"), so that this Locker's hand-overs copy
+	// the waiter's into the row (handOverInfo). Set by New before the
+	// Locker is returned; false when New could not look.
+	handsInfo bool
 
 	lis    *listener
 	hot    hotLocks              // locks its queued attempts found busy lately
@@ -90,6 +99,20 @@ type pgStore struct {
 type statements struct {
 	insertLease, insertLeaseQueued, fence, enqueueFence, release, handOver,
 	lockOwn, freeIfUnqueued, renew, refresh, sweepLeases, sweepQueue string
+	// insertLeaseInfo and insertLeaseQueuedInfo are insertLease and
+	// insertLeaseQueued of a Locker given lockmw.WithHolderInfo: the same
+	// upserts, which also write the holder's description ($4), its token
+	// and the acquisition time (inspect.go). A Locker without it sends
+	// the statements above, unchanged.
+	insertLeaseInfo, insertLeaseQueuedInfo string
+	// enqueueFenceInfo is enqueueFence of a Locker given
+	// lockmw.WithHolderInfo: it writes the description into the queue
+	// entry too. handOverInfo is handOver on tables whose queue keeps
+	// descriptions (pgStore.handsInfo): it copies the waiter's into the
+	// row it hands over. Both only add columns to what they write.
+	enqueueFenceInfo, handOverInfo string
+	// inspect and list are Inspect's and List's (inspect.go).
+	inspect, list string
 }
 
 // released marks the row a release's first statement locked, for the
@@ -111,6 +134,29 @@ SELECT $1, $2, 0, ` + until + where + `
 ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at = excluded.expires_at
 WHERE l.expires_at <= clock_timestamp()`
 	}
+	// The same upsert, with the same conditions, writing the holder's
+	// description too (inspect.go): with its token, so that a later
+	// holding of the row by a Locker that writes none (an upsert above,
+	// a hand-over) never shows it.
+	upsertInfo := func(where string) string {
+		return `INSERT INTO ` + n.table + ` AS l (name, token, fence, expires_at, holder_info, holder_token, holder_since)
+SELECT $1, $2, 0, ` + until + `, $4::text, $2, clock_timestamp()` + where + `
+ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at = excluded.expires_at,
+	holder_info = excluded.holder_info, holder_token = excluded.holder_token, holder_since = excluded.holder_since
+WHERE l.expires_at <= clock_timestamp()`
+	}
+	// A plain attempt passes no unexpired waiter.
+	plainWhere := `
+WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.expires_at > clock_timestamp())`
+	// A queued attempt passes no unexpired waiter queued before it:
+	// before its own unexpired entry, or, without one, at all. When it
+	// finds the row held, the conflict locks the row until the
+	// transaction ends, even though it does not update it ("the release
+	// race" in Enqueue).
+	queuedWhere := `
+WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.token <> $2 AND q.expires_at > clock_timestamp()
+	AND q.seq < coalesce((SELECT me.seq FROM ` + n.queue + ` me
+		WHERE me.name = $1 AND me.token = $2 AND me.expires_at > clock_timestamp()), 9223372036854775807))`
 	// The fence is drawn while the row is locked by the statement before,
 	// in the same transaction (see "Safety"), and only for a row that
 	// statement wrote (fence 0): a committed row has a fence above 0.
@@ -122,41 +168,25 @@ WHERE l.expires_at <= clock_timestamp()`
 	own := `SELECT fence, ` + left + ` AS us FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND fence <> 0 AND expires_at > clock_timestamp()`
 	// The holder's remaining TTL, if the lock is held.
 	holder := `SELECT ` + left + ` AS us FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()`
-	return statements{
-		// A plain attempt passes no unexpired waiter.
-		insertLease: upsert(`
-WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.expires_at > clock_timestamp())`),
-		// A queued attempt passes no unexpired waiter queued before it:
-		// before its own unexpired entry, or, without one, at all. When
-		// it finds the row held, the conflict locks the row until the
-		// transaction ends, even though it does not update it ("the
-		// release race" in Enqueue).
-		insertLeaseQueued: upsert(`
-WHERE NOT EXISTS (SELECT 1 FROM ` + n.queue + ` q WHERE q.name = $1 AND q.token <> $2 AND q.expires_at > clock_timestamp()
-	AND q.seq < coalesce((SELECT me.seq FROM ` + n.queue + ` me
-		WHERE me.name = $1 AND me.token = $2 AND me.expires_at > clock_timestamp()), 9223372036854775807))`),
-		// Columns (as enqueueFence's): fence, what is left of the token's
-		// own row (when reported as it is), the holder's TTL, the entry
-		// before the token's and its TTL, waiters woken, the entry's seq.
-		fence: `WITH u AS (` + drawFence + `), o AS (` + own + `)
-SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o), (` + holder + `),
-	NULL::text, NULL::bigint, 0::bigint, NULL::bigint`,
-		// A queued attempt that took the lock (or found it its own) draws
-		// its fence and takes its queue entry out; one that did not puts
-		// its entry in the queue (an expired entry queues anew, with a
-		// new seq; a live one keeps its place), with the channel its
-		// Locker hears grants on ($5: see "Hand-over"), and reports the unexpired entry just
-		// before it and its own entry's seq.
-		enqueueFence: `WITH u AS (` + drawFence + `
+	// enqueueFence's statement; with info, a Locker given
+	// lockmw.WithHolderInfo writes its description ($6) into its queue
+	// entry too, for a release's hand-over to copy into the row (see
+	// "Inspecting" in doc.go).
+	enqueueFence := func(info bool) string {
+		infoCol, infoVal, infoSet := "", "", ""
+		if info {
+			infoCol, infoVal, infoSet = ", holder_info", ", $6::text", ", holder_info = excluded.holder_info"
+		}
+		return `WITH u AS (` + drawFence + `
 ), o AS (` + own + `
 ), dq AS (
 	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2 AND (EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM o))
 ), e AS (
-	INSERT INTO ` + n.queue + ` AS q (name, token, seq, expires_at, handover)
-	SELECT $1, $2, nextval(` + n.seqLit + `), ` + until + `, $5 WHERE NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM o)
+	INSERT INTO ` + n.queue + ` AS q (name, token, seq, expires_at, handover` + infoCol + `)
+	SELECT $1, $2, nextval(` + n.seqLit + `), ` + until + `, $5` + infoVal + ` WHERE NOT EXISTS (SELECT 1 FROM u) AND NOT EXISTS (SELECT 1 FROM o)
 	ON CONFLICT (name, token) DO UPDATE SET
 		seq = CASE WHEN q.expires_at > clock_timestamp() THEN q.seq ELSE excluded.seq END,
-		expires_at = excluded.expires_at, handover = excluded.handover
+		expires_at = excluded.expires_at, handover = excluded.handover` + infoSet + `
 	RETURNING seq
 ), h AS (` + holder + `)
 SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o), (SELECT us FROM h),
@@ -172,7 +202,68 @@ SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o
 FROM (SELECT 1) one LEFT JOIN LATERAL (
 	SELECT q.token, q.expires_at FROM ` + n.queue + ` q
 	WHERE q.name = $1 AND q.token <> $2 AND q.seq < (SELECT seq FROM e) AND q.expires_at > clock_timestamp()
-	ORDER BY q.seq DESC LIMIT 1 FOR KEY SHARE) p ON true`,
+	ORDER BY q.seq DESC LIMIT 1 FOR KEY SHARE) p ON true`
+	}
+	// handOver's statement; with info, on tables whose queue entries keep
+	// a waiter's description, the hand-over copies the entry's into the
+	// row, with the entry's token and the time of the hand-over, when it
+	// has one (see "Inspecting" in doc.go). Nothing in it is read for
+	// safety.
+	handOver := func(info bool) string {
+		infoCol, infoSet := "", ""
+		if info {
+			infoCol = ", q.holder_info"
+			infoSet = `,
+		holder_info = lk.holder_info, holder_token = CASE WHEN lk.holder_info IS NOT NULL THEN lk.token END,
+		holder_since = CASE WHEN lk.holder_info IS NOT NULL THEN clock_timestamp() END`
+		}
+		return `WITH f AS (
+	SELECT token, seq FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
+	ORDER BY seq LIMIT 1
+), mk AS (
+	SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + `
+), lk AS (
+	SELECT q.token, q.seq, q.expires_at, q.handover` + infoCol + ` FROM ` + n.queue + ` q JOIN f ON q.token = f.token AND q.seq = f.seq
+	WHERE q.name = $1 AND q.handover IS NOT NULL AND q.expires_at > clock_timestamp() AND EXISTS (SELECT 1 FROM mk)
+	FOR UPDATE OF q
+), h AS (
+	UPDATE ` + n.table + ` l SET token = lk.token, fence = nextval(` + n.seqLit + `), expires_at = lk.expires_at` + infoSet + `
+	FROM lk WHERE l.name = $1 AND l.token = $2 AND l.` + released + `
+	RETURNING l.token, l.fence, lk.seq, lk.handover
+), dq AS (
+	DELETE FROM ` + n.queue + ` q USING h WHERE q.name = $1 AND q.token = h.token
+), dr AS (
+	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + ` AND NOT EXISTS (SELECT 1 FROM lk)
+)
+SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
+	(SELECT count(pg_notify(w.channel, w.payload)) FROM (
+		SELECT h.handover AS channel, 'g ' || h.token || ' ' || h.fence || ' ' || h.seq AS payload FROM h
+		UNION ALL
+		SELECT $3, f.token FROM f WHERE NOT EXISTS (SELECT 1 FROM h)
+			AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())) w),
+	(SELECT fence FROM h)`
+	}
+	return statements{
+		insertLease:           upsert(plainWhere),
+		insertLeaseQueued:     upsert(queuedWhere),
+		insertLeaseInfo:       upsertInfo(plainWhere),
+		insertLeaseQueuedInfo: upsertInfo(queuedWhere),
+		// Columns (as enqueueFence's): fence, what is left of the token's
+		// own row (when reported as it is), the holder's TTL, the entry
+		// before the token's and its TTL, waiters woken, the entry's seq.
+		fence: `WITH u AS (` + drawFence + `), o AS (` + own + `)
+SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o), (` + holder + `),
+	NULL::text, NULL::bigint, 0::bigint, NULL::bigint`,
+		// A queued attempt that took the lock (or found it its own) draws
+		// its fence and takes its queue entry out; one that did not puts
+		// its entry in the queue (an expired entry queues anew, with a
+		// new seq; a live one keeps its place), with the channel its
+		// Locker hears grants on ($5: see "Hand-over"), and reports the unexpired entry just
+		// before it and its own entry's seq.
+		enqueueFence:     enqueueFence(false),
+		enqueueFenceInfo: enqueueFence(true),
+		inspect:          inspectSQL(n),
+		list:             listSQL(n),
 		// A release, or a waiter leaving, locks token's row, marking it
 		// released (it reports whether the row was live), and deletes
 		// token's entry. handOver, the next statement of its transaction
@@ -203,31 +294,8 @@ SELECT (SELECT live FROM m)`,
 		// woken), names the token, fence and the entry's seq; otherwise, when the
 		// lock is free, the first waiter is woken by its token, as
 		// releases before hand-overs did.
-		handOver: `WITH f AS (
-	SELECT token, seq FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()
-	ORDER BY seq LIMIT 1
-), mk AS (
-	SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + `
-), lk AS (
-	SELECT q.token, q.seq, q.expires_at, q.handover FROM ` + n.queue + ` q JOIN f ON q.token = f.token AND q.seq = f.seq
-	WHERE q.name = $1 AND q.handover IS NOT NULL AND q.expires_at > clock_timestamp() AND EXISTS (SELECT 1 FROM mk)
-	FOR UPDATE OF q
-), h AS (
-	UPDATE ` + n.table + ` l SET token = lk.token, fence = nextval(` + n.seqLit + `), expires_at = lk.expires_at
-	FROM lk WHERE l.name = $1 AND l.token = $2 AND l.` + released + `
-	RETURNING l.token, l.fence, lk.seq, lk.handover
-), dq AS (
-	DELETE FROM ` + n.queue + ` q USING h WHERE q.name = $1 AND q.token = h.token
-), dr AS (
-	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND ` + released + ` AND NOT EXISTS (SELECT 1 FROM lk)
-)
-SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
-	(SELECT count(pg_notify(w.channel, w.payload)) FROM (
-		SELECT h.handover AS channel, 'g ' || h.token || ' ' || h.fence || ' ' || h.seq AS payload FROM h
-		UNION ALL
-		SELECT $3, f.token FROM f WHERE NOT EXISTS (SELECT 1 FROM h)
-			AND NOT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())) w),
-	(SELECT fence FROM h)`,
+		handOver:     handOver(false),
+		handOverInfo: handOver(true),
 		// A release of a lock not found busy lately (Release): lockOwn
 		// locks token's row as it is (FOR UPDATE: it reports whether the
 		// row was live, and writes no new row version) and deletes token's
@@ -273,6 +341,7 @@ var (
 	_ store.Store       = (*pgStore)(nil)
 	_ store.LeftNothing = (*pgStore)(nil)
 	_ store.Logging     = (*pgStore)(nil)
+	_ store.Inspector   = (*pgStore)(nil)
 )
 
 func newStore(pool *pgxpool.Pool, n names) *pgStore {
@@ -353,11 +422,22 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 // drawn under its row lock (see "Safety").
 func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *pgx.Batch {
 	b := &pgx.Batch{}
-	if queued {
+	switch {
+	case queued && s.holderInfo != "":
+		b.Queue(s.sql.insertLeaseQueuedInfo, row, token, micros(ttl), s.holderInfo)
+	case queued:
 		b.Queue(s.sql.insertLeaseQueued, row, token, micros(ttl))
-		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
-	} else {
+	case s.holderInfo != "":
+		b.Queue(s.sql.insertLeaseInfo, row, token, micros(ttl), s.holderInfo)
+	default:
 		b.Queue(s.sql.insertLease, row, token, micros(ttl))
+	}
+	switch {
+	case queued && s.holderInfo != "":
+		b.Queue(s.sql.enqueueFenceInfo, row, token, micros(ttl), s.n.channel, s.grants, s.holderInfo)
+	case queued:
+		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
+	default:
 		b.Queue(s.sql.fence, row, token)
 	}
 	return b
@@ -513,7 +593,11 @@ func freeResult(res pgx.BatchResults) (store.Ownership, bool, error) {
 func (s *pgStore) releaseBatch(row, token string) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue(s.sql.release, row, token)
-	b.Queue(s.sql.handOver, row, token, s.n.channel)
+	if s.handsInfo {
+		b.Queue(s.sql.handOverInfo, row, token, s.n.channel)
+	} else {
+		b.Queue(s.sql.handOver, row, token, s.n.channel)
+	}
 	return b
 }
 

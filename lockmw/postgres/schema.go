@@ -78,13 +78,32 @@ func (sc Schema) SQL() (string, error) {
 -- Fences come from one sequence; CACHE 1 keeps them rising across sessions.
 CREATE SEQUENCE IF NOT EXISTS %[4]s AS bigint CACHE 1 NO CYCLE;
 -- One row per held lock; deleted on release, reused or swept once expired.
+-- Names compare in byte order (COLLATE "C"), so that the primary key serves
+-- the listing's prefix ranges too.
 CREATE TABLE IF NOT EXISTS %[1]s (
-	name       text        PRIMARY KEY,
+	name       text        COLLATE "C" PRIMARY KEY,
 	token      text        NOT NULL,
 	fence      bigint      NOT NULL,
 	expires_at timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS %[5]s ON %[1]s (expires_at);
+-- Inspecting (Locker.Inspect, Locker.Locks), from the release that added
+-- it: the holder's description and acquisition time, written only by
+-- Lockers given lockmw.WithHolderInfo, and holder_token, the token they
+-- belong to (shown only while that token holds the row). Older Lockers
+-- write none of them.
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_info text;
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_token text;
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS holder_since timestamptz;
+-- The listing reads a prefix's names as a range in byte order (COLLATE
+-- "C"): a table made by a release before Inspect, whose names have the
+-- database's collation, gets an index of its names in that order.
+DO $lockmw$ BEGIN
+	IF (SELECT c.collname FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation
+		WHERE a.attrelid = %[10]s::regclass AND a.attname = 'name') NOT IN ('C', 'POSIX') THEN
+		CREATE INDEX IF NOT EXISTS %[9]s ON %[1]s (name COLLATE "C");
+	END IF;
+END $lockmw$;
 -- One row per waiter; the lowest unexpired seq of a name goes first.
 -- handover: the channel the waiter's Locker hears a release's grant on
 -- (NULL: a Locker before hand-overs, woken by its token on the table's).
@@ -98,6 +117,9 @@ CREATE TABLE IF NOT EXISTS %[2]s (
 );
 -- Migration from releases before hand-overs (their Lockers leave it false).
 ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS handover text;
+-- Inspecting: the description of a waiter whose Locker was given
+-- lockmw.WithHolderInfo, which a release's hand-over copies into the row.
+ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS holder_info text;
 CREATE INDEX IF NOT EXISTS %[6]s ON %[2]s (name, seq);
 CREATE INDEX IF NOT EXISTS %[7]s ON %[2]s (expires_at);
 -- cronlock's fire claims: one row per Locker prefix and job, swept once
@@ -115,7 +137,7 @@ CREATE TABLE IF NOT EXISTS %[3]s (
 );
 CREATE INDEX IF NOT EXISTS %[8]s ON %[3]s (keep_until);
 `, n.table, n.queue, n.claims, n.seq,
-		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires"), indexName(sc, "_claims_keep")), nil
+		indexName(sc, "_expires"), indexName(sc, "_queue_order"), indexName(sc, "_queue_expires"), indexName(sc, "_claims_keep"), indexName(sc, "_names"), "'"+n.table+"'"), nil
 }
 
 // name is the row name of lock k in the lease and queue tables: the

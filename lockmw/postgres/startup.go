@@ -24,8 +24,10 @@ const startupWait = 10 * time.Second
 func (s *pgStore) UseLogger(logger *slog.Logger) { s.logger = logger }
 
 // checkStart asks the server whether the Schema's tables and sequence
-// exist. It returns ErrNoTable, naming the missing ones, when the server
-// says they do not; when the server cannot be asked, it logs that once and
+// exist, with the columns this Locker writes (the queue's handover; the
+// lease table's holder columns, when it was given lockmw.WithHolderInfo).
+// It returns ErrNoTable, naming what is missing, when the server says so;
+// when the server cannot be asked, it logs that once and
 // returns nil.
 func (s *pgStore) checkStart() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startupWait)
@@ -44,10 +46,12 @@ func (s *pgStore) checkStart() error {
 	}()
 	objs := []string{s.n.table, s.n.queue, s.n.claims, s.n.seq}
 	var absent [4]bool
-	var migrated bool
+	var migrated, inspectable bool
 	err = c.QueryRow(ctx, `SELECT to_regclass($1) IS NULL, to_regclass($2) IS NULL, to_regclass($3) IS NULL, to_regclass($4) IS NULL,
-	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'handover' AND NOT attisdropped)`,
-		objs[0], objs[1], objs[2], objs[3]).Scan(&absent[0], &absent[1], &absent[2], &absent[3], &migrated)
+	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'handover' AND NOT attisdropped),
+	EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'holder_info' AND NOT attisdropped)
+		AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($2) AND attname = 'holder_info' AND NOT attisdropped)`,
+		objs[0], objs[1], objs[2], objs[3]).Scan(&absent[0], &absent[1], &absent[2], &absent[3], &migrated, &inspectable)
 	if err != nil {
 		s.warnUnreachable(classify(err))
 		return nil
@@ -67,7 +71,14 @@ func (s *pgStore) checkStart() error {
 		// statements need its handover column.
 		return fmt.Errorf("%w%s: %s in database %q at %s %s", ErrNoTable, how, s.n.queue, s.pool.Config().ConnConfig.Database, s.address(), migrateHint)
 	}
+	if len(missing) == 0 && s.holderInfo != "" && !inspectable {
+		// A lease table of a release before Inspect: a Locker given
+		// WithHolderInfo writes the holder columns (a Locker without it
+		// works on it as it is).
+		return fmt.Errorf("%w%s: lockmw.WithHolderInfo needs the holder columns: %s in database %q at %s %s", ErrNoTable, how, s.n.table, s.pool.Config().ConnConfig.Database, s.address(), inspectHint)
+	}
 	if len(missing) == 0 {
+		s.handsInfo = inspectable
 		return nil
 	}
 	return fmt.Errorf("%w%s: missing in database %q at %s: %s", ErrNoTable, how, s.pool.Config().ConnConfig.Database, s.address(), strings.Join(missing, ", "))

@@ -34,7 +34,7 @@ func TestSuiteFailsABrokenStore(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the suite passed a store without mutual exclusion:\n%s", out)
 	}
-	for _, sub := range []string{"Exclusion", "Fences", "LostWhenLinkCut", "Keys"} {
+	for _, sub := range []string{"Exclusion", "Fences", "LostWhenLinkCut", "Keys", "Inspect"} {
 		if want := "--- FAIL: TestSuiteFailsABrokenStore/" + sub + " "; !strings.Contains(string(out), want) {
 			t.Errorf("subtest %s did not fail against the broken store", sub)
 		}
@@ -69,5 +69,7 @@ func brokenStore(t *testing.T) Store {
 			}
 			return keys
 		},
+		// As on Redis: but each Locker reads only its own prefix.
+		Inspects: &Inspects{TTL: lockmw.Exact, Fence: lockmw.AtMost, Holder: lockmw.Exact, SinceWithInfo: lockmw.Exact, Waiters: lockmw.Exact},
 	}
 }

@@ -33,6 +33,13 @@
 //     normalisation: no two keys share a lock.
 //   - Close: releases held locks (another Locker gets them at once), ends
 //     waiting calls and later calls with ErrClosed, leaves nothing.
+//   - WaitingMetric: lockmw.waiting counts a Locker's waiting Acquire calls
+//     in every mode, not a busy TryAcquire, and returns to 0.
+//   - Inspect, Locks: what Inspect reports of a key never used, a held
+//     lock (with and without holder info, with Fair waiters), a released
+//     and an expired one, with the exactness the store declares
+//     (Inspects); the listing of a prefix's held locks past one page,
+//     without its idle ones, and its refusal of bad limits and cursors.
 //
 // A subtest that needs a hook the store does not provide (Pause, Kill, a
 // cuttable Locker, Fair) is skipped, saying which hook is missing; every

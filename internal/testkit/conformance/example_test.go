@@ -42,5 +42,10 @@ func ExampleRun() {
 			return out
 		},
 		Notifies: true,
+		// What Inspect reports on Redis, and how exactly.
+		Inspects: &conformance.Inspects{
+			TTL: lockmw.Exact, Fence: lockmw.AtMost, Holder: lockmw.Exact,
+			SinceWithInfo: lockmw.Exact, Waiters: lockmw.Exact,
+		},
 	})
 }

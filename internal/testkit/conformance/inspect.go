@@ -122,7 +122,7 @@ func (r *runner) checkHeld(t *testing.T, what string, info lockmw.LockInfo, leas
 
 func (r *runner) inspect(t *testing.T) {
 	if r.Inspects == nil {
-		t.Skipf("store %s declares no Inspects", r.Name)
+		t.Fatalf("store %s declares no Inspects: every store reports its locks (set Store.Inspects)", r.Name)
 	}
 	k := key(t, "")
 	ttl := r.ttl(10 * time.Second)
@@ -251,7 +251,7 @@ func (r *runner) inspectWaiters(t *testing.T, l *lockmw.Locker, k string, ttl ti
 
 func (r *runner) locks(t *testing.T) {
 	if r.Inspects == nil {
-		t.Skipf("store %s declares no Inspects", r.Name)
+		t.Fatalf("store %s declares no Inspects: every store reports its locks (set Store.Inspects)", r.Name)
 	}
 	// A prefix of this subtest's own, so that the listing sees only its
 	// locks.

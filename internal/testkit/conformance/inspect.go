@@ -143,7 +143,38 @@ func (r *runner) inspect(t *testing.T) {
 	// The next holder gave no description: the last one's is not shown
 	// for it, wherever the store keeps descriptions.
 	lease = r.holdInspected(t, "held without holder info after a described holder", plain, described, k, ttl, false)
+
+	// A described waiter of another Locker that the release hands the
+	// lock to (or that takes it after the release) is shown as the holder.
+	opts := []lockmw.AcquireOption{lockmw.WithWait(30 * time.Second)}
+	if r.Fair {
+		opts = append(opts, lockmw.Fair())
+	}
+	handed := make(chan *lockmw.Lease, 1)
+	go func() {
+		w, err := described.Acquire(context.Background(), k, opts...)
+		if err != nil {
+			t.Errorf("a described waiter: %v", err)
+		}
+		handed <- w
+	}()
+	if r.Fair {
+		deadline := time.Now().Add(10 * time.Second)
+		for r.Queued(t, k) != 1 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	releaseOK(t, lease)
+	if w := <-handed; w != nil {
+		info := inspectOK(t, plain, k)
+		if !info.Held || info.Holder.Is != r.Inspects.Holder || (r.Inspects.Holder == lockmw.Exact && info.Holder.Value != holderInfo) {
+			t.Fatalf("handed to a described waiter: %+v, want held by %q (%v)", info, holderInfo, r.Inspects.Holder)
+		}
+		if r.Inspects.Fence == lockmw.Exact && info.Fence.Value != w.Fence() {
+			t.Fatalf("handed to a described waiter: fence %d, the holder's is %d", info.Fence.Value, w.Fence())
+		}
+		releaseOK(t, w)
+	}
 
 	// A holding that expires: Inspect stops reporting it, and its holder
 	// info, within its TTL (plus the store's expiry slack).

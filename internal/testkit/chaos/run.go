@@ -604,18 +604,25 @@ func (c *chaosRun) allEnded(why string) {
 	}
 }
 
-func (c *chaosRun) lockerOpts() []lockmw.Option {
-	return []lockmw.Option{
+// lockerOpts are the options of slot's Lockers: odd slots describe
+// themselves (WithHolderInfo), so that the stores' holder descriptions,
+// written with or beside the holdings, run under the faults too.
+func (c *chaosRun) lockerOpts(slot int) []lockmw.Option {
+	opts := []lockmw.Option{
 		lockmw.WithTTL(c.tm.LockerTTL),
 		lockmw.WithDriftFactor(c.cfg.Drift),
 		lockmw.WithLogger(slog.New(slog.DiscardHandler)),
 	}
+	if slot%2 == 1 {
+		opts = append(opts, lockmw.WithHolderInfo(fmt.Sprintf("chaos slot %d", slot)))
+	}
+	return opts
 }
 
 // newLocker returns a new Locker for slot, or nil (after failing the test)
 // if the store could not make one.
 func (c *chaosRun) newLocker(slot int) *lockmw.Locker {
-	l, err := c.dep.NewLocker(slot, c.lockerOpts()...)
+	l, err := c.dep.NewLocker(slot, c.lockerOpts(slot)...)
 	if err != nil {
 		c.t.Errorf("new Locker for slot %d: %v", slot, err)
 		return nil

@@ -216,6 +216,9 @@ type sqlStore struct {
 	queuedMu  sync.Mutex
 	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
 	dequeuing sync.WaitGroup       // winners' entries being deleted (Close waits)
+	// closing is set, under queuedMu, when Close begins: no delete joins
+	// dequeuing after it (a WaitGroup's Add must not race its Wait).
+	closing bool
 
 	pacesMu sync.Mutex
 	paces   map[store.Key]time.Duration // what waiters saw of each key's hand-overs (queue.go)
@@ -754,6 +757,9 @@ func (s *sqlStore) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.queuedMu.Lock()
+		s.closing = true
+		s.queuedMu.Unlock()
 		s.dequeuing.Wait()
 	})
 	return nil

@@ -89,17 +89,24 @@ func (s *sqlStore) Enqueue(ctx context.Context, k store.Key, token string, ttl t
 
 // settle deletes, while the lease runs, the entry of token, which took the
 // lock (the next waiter waits for the entry to go and for the lock's
-// release anyway). If the delete fails, Release deletes it (the token
-// stays marked), or it expires.
+// release anyway). If the delete fails, or the store is closing (a waiter
+// may still be in WaitTurn when its Locker closes the store), Release
+// deletes it (the token stays marked), or it expires.
 func (s *sqlStore) settle(ctx context.Context, k store.Key, token string, ttl time.Duration) {
-	if !s.isMarked(token) {
+	s.queuedMu.Lock()
+	_, marked := s.queued[token]
+	if !marked || s.closing {
+		s.queuedMu.Unlock()
 		return
 	}
-	s.dequeuing.Go(func() {
+	s.dequeuing.Add(1)
+	s.queuedMu.Unlock()
+	go func() {
+		defer s.dequeuing.Done()
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 		defer cancel()
 		_ = s.dequeue(dctx, k, token)
-	})
+	}()
 }
 
 // turnState is what a queued token waits for, read in one SELECT.

@@ -145,7 +145,7 @@ func (s lockState) inspection(name string) store.Inspection {
 	return in
 }
 
-// inspectArgs are inspect.lua's keys for the lock r.
+// inspectKeys are inspect.lua's keys for the lock r.
 func inspectKeys(r lockRef) []string {
 	return []string{r.lock, r.fence, r.queue, infoKey(r.lock)}
 }

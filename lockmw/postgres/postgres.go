@@ -97,8 +97,8 @@ type pgStore struct {
 
 // statements are the store's SQL, with the Schema's names in.
 type statements struct {
-	insertLease, insertLeaseQueued, fence, enqueueFence, release, handOver,
-	lockOwn, freeIfUnqueued, renew, refresh, sweepLeases, sweepQueue string
+	insertLease, insertLeaseQueued, fence, readRow, enqueueFence, release, handOver,
+	lockOwn, dropEntry, freeIfUnqueued, releaseState, renew, refresh, sweepLeases, sweepQueue string
 	// insertLeaseInfo and insertLeaseQueuedInfo are insertLease and
 	// insertLeaseQueued of a Locker given lockmw.WithHolderInfo: the same
 	// upserts, which also write the holder's description ($4), its token
@@ -248,12 +248,20 @@ SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND
 		insertLeaseQueued:     upsert(queuedWhere),
 		insertLeaseInfo:       upsertInfo(plainWhere),
 		insertLeaseQueuedInfo: upsertInfo(queuedWhere),
-		// Columns (as enqueueFence's): fence, what is left of the token's
-		// own row (when reported as it is), the holder's TTL, the entry
-		// before the token's and its TTL, waiters woken, the entry's seq.
-		fence: `WITH u AS (` + drawFence + `), o AS (` + own + `)
-SELECT coalesce((SELECT fence FROM u), (SELECT fence FROM o)), (SELECT us FROM o), (` + holder + `),
-	NULL::text, NULL::bigint, 0::bigint, NULL::bigint`,
+		// A plain attempt's second and third statements, each a plain
+		// statement (a statement with CTEs costs the server several
+		// times a plain one's planning and executor start, for no
+		// gain here): fence draws the fence of the row the upsert wrote
+		// (drawFence), and readRow then reads the lock's live row, in a
+		// later snapshot of the same transaction, for takeResult: when
+		// fence drew none, the token's own row written by an earlier
+		// transaction (a hand-over it did not hear of, an answer lost),
+		// reported as it is, or another holder's TTL. A held row's lock,
+		// taken by the upsert's conflict, is kept until the transaction
+		// ends, so no release or hand-over commits between the two
+		// (neither can a fence draw for the token: it is this one).
+		fence:   drawFence,
+		readRow: `SELECT fence, ` + left + ` AS us, token = $2 AS mine FROM ` + n.table + ` WHERE name = $1 AND expires_at > clock_timestamp()`,
 		// A queued attempt that took the lock (or found it its own) draws
 		// its fence and takes its queue entry out; one that did not puts
 		// its entry in the queue (an expired entry queues anew, with a
@@ -296,27 +304,23 @@ SELECT (SELECT live FROM m)`,
 		// releases before hand-overs did.
 		handOver:     handOver(false),
 		handOverInfo: handOver(true),
-		// A release of a lock not found busy lately (Release): lockOwn
-		// locks token's row as it is (FOR UPDATE: it reports whether the
-		// row was live, and writes no new row version) and deletes token's
-		// entry; freeIfUnqueued, the next statement of its transaction (so
-		// with a snapshot taken after the row's lock, as handOver's),
-		// deletes the row when no unexpired entry but token's is queued,
-		// and reports whether one is (then Release hands the lock over
-		// with release and handOver, in a transaction of their own) and
+		// A release of a lock not found busy lately (Release), four plain
+		// statements of one transaction: lockOwn locks token's row as it
+		// is (FOR UPDATE: it reports whether the row was live, and writes
+		// no new row version); dropEntry deletes token's entry;
+		// freeIfUnqueued, in a new snapshot (taken after the row's lock,
+		// as handOver's), deletes the row when no unexpired entry but
+		// token's is queued; releaseState reports whether one is (when
+		// token has no row; when it has one that freeIfUnqueued did not
+		// delete, someone was: then Release hands the lock over with
+		// release and handOver, in a transaction of their own) and
 		// whether another token holds the lock.
-		lockOwn: `WITH m AS (
-	SELECT expires_at > clock_timestamp() AS live FROM ` + n.table + ` WHERE name = $1 AND token = $2 FOR UPDATE
-), dq AS (
-	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
-)
-SELECT (SELECT live FROM m)`,
-		freeIfUnqueued: `WITH q AS (
-	SELECT EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()) AS queued
-), d AS (
-	DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2 AND NOT (SELECT queued FROM q)
-)
-SELECT (SELECT queued FROM q),
+		lockOwn:   `SELECT expires_at > clock_timestamp() FROM ` + n.table + ` WHERE name = $1 AND token = $2 FOR UPDATE`,
+		dropEntry: `DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2`,
+		freeIfUnqueued: `DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2
+	AND NOT EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())
+RETURNING true`,
+		releaseState: `SELECT EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
 	EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())`,
 		renew: `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, token, us, i)
@@ -439,6 +443,7 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *
 		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
 	default:
 		b.Queue(s.sql.fence, row, token)
+		b.Queue(s.sql.readRow, row, token)
 	}
 	return b
 }
@@ -456,8 +461,12 @@ func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Dura
 	)
 	_, execErr := res.Exec()
 	var qrErr error
-	if execErr == nil {
+	switch {
+	case execErr != nil:
+	case queued:
 		qrErr = res.QueryRow().Scan(&fence, &ownUs, &holderUs, &pred, &predUs, &woken, &seq)
+	default:
+		fence, ownUs, holderUs, qrErr = plainResult(res)
 	}
 	closeErr := res.Close()
 	if err := errors.Join(execErr, qrErr); err != nil {
@@ -498,6 +507,32 @@ func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Dura
 		r.HolderTTL = time.Microsecond
 	}
 	return r, p, nil
+}
+
+// plainResult reads a plain attempt's fence and readRow: the fence drawn
+// for the row the upsert wrote, or the fence of the token's own live row
+// written before and what is left of it (own), or the holder's TTL.
+func plainResult(res pgx.BatchResults) (fence, own, holder *int64, err error) {
+	var drawn int64
+	switch err := res.QueryRow().Scan(&drawn); {
+	case err == nil:
+		fence = &drawn
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, nil, nil, err
+	}
+	var rowFence, us int64
+	var mine bool
+	switch err := res.QueryRow().Scan(&rowFence, &us, &mine); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fence, nil, nil, nil
+	case err != nil:
+		return nil, nil, nil, err
+	}
+	if fence == nil && mine && rowFence != 0 {
+		// The token's own row, written by an earlier transaction.
+		return &rowFence, &us, nil, nil
+	}
+	return fence, nil, &us, nil
 }
 
 // connectWait bounds how long an acquisition waits for a pool connection
@@ -561,16 +596,30 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 func (s *pgStore) freeBatch(row, token string) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue(s.sql.lockOwn, row, token)
+	b.Queue(s.sql.dropEntry, row, token)
 	b.Queue(s.sql.freeIfUnqueued, row, token)
+	b.Queue(s.sql.releaseState, row, token)
 	return b
 }
 
 // freeResult reads a freeBatch's results: the ownership token had, and
 // whether others are queued (then nothing but token's entry changed).
 func freeResult(res pgx.BatchResults) (store.Ownership, bool, error) {
-	var live *bool
-	var queued, other bool
+	var live, deleted, queued, other bool
+	found := true
 	err := res.QueryRow().Scan(&live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		found, err = false, nil
+	}
+	if err == nil {
+		_, err = res.Exec()
+	}
+	if err == nil {
+		err = res.QueryRow().Scan(&deleted)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+	}
 	if err == nil {
 		err = res.QueryRow().Scan(&queued, &other)
 	}
@@ -580,8 +629,15 @@ func freeResult(res pgx.BatchResults) (store.Ownership, bool, error) {
 	if err != nil {
 		return 0, false, classify(err)
 	}
+	if found {
+		// token's row, locked since lockOwn: freeIfUnqueued kept it only
+		// when it saw an entry queued (releaseState's later snapshot may
+		// no longer: the entry expired or left meanwhile, and the
+		// hand-over's batch then frees the row).
+		queued = !deleted
+	}
 	switch {
-	case live != nil && *live:
+	case live:
 		return store.Owned, queued, nil
 	case other:
 		return store.Taken, queued, nil

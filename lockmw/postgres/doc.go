@@ -68,7 +68,8 @@
 //     waiter is queued, a queued one when no unexpired waiter is before
 //     its entry, or at all if it has none), then UPDATE … SET fence =
 //     nextval(T_fence) WHERE token = t (a queued attempt that did not
-//     take the row puts its entry in the queue in that statement). The
+//     take the row puts its entry in the queue in that statement; a plain
+//     attempt then reads the lock's row, for a busy answer). The
 //     unique index makes concurrent inserts of one name wait for each
 //     other, and the conflict's WHERE is evaluated on the latest committed
 //     row, so only one of them writes. The lease's validity counts from
@@ -240,25 +241,30 @@
 //
 // # Releasing a lock nobody waits for
 //
-// A release of a lock its Locker has not found busy in the last second
-// (hot.go) first sends a cheaper batch, also one transaction of two
-// statements: SELECT … FOR UPDATE locks the releasing token's row as it
-// is (reporting whether it was live, and writing no row version) and
-// deletes the token's queue entry; then, in a new snapshot, the row is
-// deleted when no unexpired entry of another token is queued, and the
-// batch reports whether one is. Deleting the row is what the hand-over's
-// batch does when nobody is queued, and the queue is read as there, in a
-// statement after the row's lock: a waiter whose acquisition held that
-// lock is seen (the release race), one that comes later finds the row
-// locked, then gone. When someone is queued, nothing but the token's
-// entry changed, and the hand-over's batch follows at once, in a
-// transaction of its own, as if it had come alone; an entry of a Locker
-// before hand-overs counts as queued, so it is woken as before. Nothing
-// is marked, handed or notified in the cheap batch, and it costs the
-// server a fraction of the hand-over's statement. A lock found busy
-// lately gets the hand-over's batch directly, so a contended release
-// costs no extra round trip (TestFreeLockReleasedCheaply,
-// TestCheapReleaseHandsOver, TestCheapReleaseSeesWaiterEnqueuedMeanwhile).
+// A release of a lock its Locker has not found busy lately (hot.go) first
+// sends a cheaper batch, also one transaction, of three plain statements
+// (each without CTEs: PostgreSQL's planning and executor start of a
+// statement with CTEs cost several times a plain statement's, which is
+// most of the server's work for a lock nobody waits for): SELECT … FOR
+// UPDATE locks the releasing token's row as it is (reporting whether it
+// was live, and writing no row version); a DELETE takes the token's queue
+// entry out; then, in a new snapshot, the row is deleted when no
+// unexpired entry of another token is queued. Deleting the row is what
+// the hand-over's batch does when nobody is queued, and the queue is read
+// as there, in a statement after the row's lock: a waiter whose
+// acquisition held that lock is seen (the release race), one that comes
+// later finds the row locked, then gone. When the row is kept (someone is
+// queued: nothing but the token's entry changed), or the token has no
+// row (its lease ended: the hand-over's batch wakes the first waiter if
+// the lock is free, and tells a lock taken by another from one gone), the
+// hand-over's batch follows at once, in a transaction of its own, as if
+// it had come alone; an entry of a Locker before hand-overs counts as
+// queued, so it is woken as before. Nothing is marked, handed or notified
+// in the cheap batch, and it costs the server a fraction of the
+// hand-over's statement. A lock found busy lately gets the hand-over's
+// batch directly, so a contended release costs no extra round trip
+// (TestFreeLockReleasedCheaply, TestCheapReleaseHandsOver,
+// TestCheapReleaseSeesWaiterEnqueuedMeanwhile).
 //
 // # Errors
 //

@@ -98,7 +98,7 @@ type pgStore struct {
 // statements are the store's SQL, with the Schema's names in.
 type statements struct {
 	insertLease, insertLeaseQueued, fence, readRow, enqueueFence, release, handOver,
-	lockOwn, dropEntry, freeIfUnqueued, releaseState, renew, refresh, sweepLeases, sweepQueue string
+	lockOwn, dropEntry, freeIfUnqueued, renew, refresh, sweepLeases, sweepQueue string
 	// insertLeaseInfo and insertLeaseQueuedInfo are insertLease and
 	// insertLeaseQueued of a Locker given lockmw.WithHolderInfo: the same
 	// upserts, which also write the holder's description ($4), its token
@@ -304,24 +304,21 @@ SELECT (SELECT live FROM m)`,
 		// releases before hand-overs did.
 		handOver:     handOver(false),
 		handOverInfo: handOver(true),
-		// A release of a lock not found busy lately (Release), four plain
-		// statements of one transaction: lockOwn locks token's row as it
-		// is (FOR UPDATE: it reports whether the row was live, and writes
-		// no new row version); dropEntry deletes token's entry;
+		// A release of a lock not found busy lately (Release), three
+		// plain statements of one transaction: lockOwn locks token's row
+		// as it is (FOR UPDATE: it reports whether the row was live, and
+		// writes no new row version); dropEntry deletes token's entry;
 		// freeIfUnqueued, in a new snapshot (taken after the row's lock,
 		// as handOver's), deletes the row when no unexpired entry but
-		// token's is queued; releaseState reports whether one is (when
-		// token has no row; when it has one that freeIfUnqueued did not
-		// delete, someone was: then Release hands the lock over with
-		// release and handOver, in a transaction of their own) and
-		// whether another token holds the lock.
+		// token's is queued. When it kept the row (someone is queued), or
+		// token had none, Release sends release and handOver, in a
+		// transaction of their own, which hand the lock over or wake the
+		// first waiter, and report whether another token holds it.
 		lockOwn:   `SELECT expires_at > clock_timestamp() FROM ` + n.table + ` WHERE name = $1 AND token = $2 FOR UPDATE`,
 		dropEntry: `DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2`,
 		freeIfUnqueued: `DELETE FROM ` + n.table + ` WHERE name = $1 AND token = $2
 	AND NOT EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())
 RETURNING true`,
-		releaseState: `SELECT EXISTS (SELECT 1 FROM ` + n.queue + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp()),
-	EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND expires_at > clock_timestamp())`,
 		renew: `WITH r AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS r(name, token, us, i)
 ), u AS (
@@ -582,11 +579,13 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 	defer c.Release()
 	row := name(k)
 	if !s.hot.busyLately(row) {
-		o, queued, err := freeResult(c.SendBatch(ctx, s.freeBatch(row, token)))
-		if err != nil || !queued {
+		o, freed, err := freeResult(c.SendBatch(ctx, s.freeBatch(row, token)))
+		if err != nil || freed {
 			return o, err
 		}
-		// Others are queued: token's row is as it was; hand it over.
+		// Others are queued (token's row is as it was: hand it over), or
+		// token has no row (wake the first waiter if the lock is free, and
+		// tell Taken from Missing).
 	}
 	o, _, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(row, token)))
 	return o, err
@@ -598,18 +597,20 @@ func (s *pgStore) freeBatch(row, token string) *pgx.Batch {
 	b.Queue(s.sql.lockOwn, row, token)
 	b.Queue(s.sql.dropEntry, row, token)
 	b.Queue(s.sql.freeIfUnqueued, row, token)
-	b.Queue(s.sql.releaseState, row, token)
 	return b
 }
 
-// freeResult reads a freeBatch's results: the ownership token had, and
-// whether others are queued (then nothing but token's entry changed).
-func freeResult(res pgx.BatchResults) (store.Ownership, bool, error) {
-	var live, deleted, queued, other bool
-	found := true
-	err := res.QueryRow().Scan(&live)
-	if errors.Is(err, pgx.ErrNoRows) {
-		found, err = false, nil
+// freeResult reads a freeBatch's results: the ownership token had, when
+// freed is true (token's row is deleted); otherwise token's row is as it
+// was, or token had none, and Release goes on with the hand-over's batch.
+func freeResult(res pgx.BatchResults) (o store.Ownership, freed bool, err error) {
+	var live, deleted, found bool
+	err = res.QueryRow().Scan(&live)
+	switch {
+	case err == nil:
+		found = true
+	case errors.Is(err, pgx.ErrNoRows):
+		err = nil
 	}
 	if err == nil {
 		_, err = res.Exec()
@@ -620,29 +621,19 @@ func freeResult(res pgx.BatchResults) (store.Ownership, bool, error) {
 			err = nil
 		}
 	}
-	if err == nil {
-		err = res.QueryRow().Scan(&queued, &other)
-	}
 	if closeErr := res.Close(); err == nil {
 		err = closeErr
 	}
-	if err != nil {
-		return 0, false, classify(err)
-	}
-	if found {
-		// token's row, locked since lockOwn: freeIfUnqueued kept it only
-		// when it saw an entry queued (releaseState's later snapshot may
-		// no longer: the entry expired or left meanwhile, and the
-		// hand-over's batch then frees the row).
-		queued = !deleted
-	}
 	switch {
+	case err != nil:
+		return 0, false, classify(err)
+	case !found || !deleted:
+		return 0, false, nil
 	case live:
-		return store.Owned, queued, nil
-	case other:
-		return store.Taken, queued, nil
+		return store.Owned, true, nil
 	}
-	return store.Missing, queued, nil
+	// token's own row, expired: no other token held the lock.
+	return store.Missing, true, nil
 }
 
 // releaseBatch is a release's statements.

@@ -41,10 +41,14 @@ func TestFreeLockReleasedCheaply(t *testing.T) {
 	if rows != 0 {
 		t.Fatalf("%d rows left after the release", rows)
 	}
-	// Released again (or never held): Missing, and still nothing sent but
-	// the cheap batch.
+	// Released again (or never held): Missing. The cheap batch finds no
+	// row of h's, and the hand-over's batch follows, which would wake the
+	// first waiter if one were queued and tells Taken from Missing.
 	if o, err := s.Release(ctx, k, "h"); err != nil || o != store.Missing {
 		t.Fatalf("h's second release: %v, %v; want Missing", o, err)
+	}
+	if got := tr.releases(s); strings.Join(got, ",") != "free,handover" {
+		t.Fatalf("the release of a token without a row sent %v, want the cheap batch, then the hand-over's", got)
 	}
 }
 

@@ -176,13 +176,14 @@
 //
 // A release hands the lock to the first queued waiter in its own
 // transaction, so that the waiter holds the lock without a request of its
-// own. The release's batch (one implicit transaction) is two statements:
+// own. The release's batch (one implicit transaction) is two steps, in
+// three statements:
 //
 //  1. UPDATE T SET fence = -1 (or -2 when the row had expired) … WHERE
 //     token = r (the releasing token r), locking the row and marking it
-//     (a negative fence, in a column no index holds: a heap-only update),
-//     and DELETE r's queue entry.
-//  2. In a new snapshot (taken after statement 1 locked the row, so that
+//     (a negative fence, in a column no index holds: a heap-only update);
+//     then, in a statement of its own, DELETE r's queue entry.
+//  2. In a new snapshot (taken after step 1 locked the row, so that
 //     a waiter whose acquisition held the row's lock meanwhile is seen:
 //     "the release race" at Enqueue): f, the first unexpired entry; when
 //     r's row is the marked one and f's entry names a channel in handover
@@ -195,7 +196,7 @@
 //     marked row is deleted and, when the lock is free, f is woken by its
 //     token alone, as before hand-overs.
 //
-// Why the lease is safe. It becomes live only in statement 2's UPDATE,
+// Why the lease is safe. It becomes live only in step 2's UPDATE,
 // a compare-and-act step on r's row while r's transaction holds the
 // row's lock (r held it, or its row had expired: then the step takes an
 // expired row, as an acquisition may, and f is the first waiter, so it

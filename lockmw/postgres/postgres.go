@@ -274,21 +274,17 @@ SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND
 		list:             listSQL(n),
 		// A release, or a waiter leaving, locks token's row, marking it
 		// released (it reports whether the row was live), and deletes
-		// token's entry. handOver, the next statement of its transaction
-		// (so with a snapshot taken after the marking, see "the release
-		// race" in Enqueue, and "Hand-over"), then either hands the
-		// marked row to the first unexpired waiter when that waiter's
-		// entry names a channel for grants (its Locker understands
-		// hand-overs), or deletes it and wakes the first waiter, by its
-		// token, when the lock is free (only it may take the lock). The
-		// mark, a negative fence, carries whether the row was live.
-		release: `WITH m AS (
-	UPDATE ` + n.table + ` SET fence = CASE WHEN expires_at > clock_timestamp() THEN -1 ELSE -2 END
-	WHERE name = $1 AND token = $2 RETURNING fence = -1 AS live
-), dq AS (
-	DELETE FROM ` + n.queue + ` WHERE name = $1 AND token = $2
-)
-SELECT (SELECT live FROM m)`,
+		// token's entry (dropEntry), in plain statements. handOver, the
+		// next statement of its transaction (so with a snapshot taken
+		// after the marking, see "the release race" in Enqueue, and
+		// "Hand-over"), then either hands the marked row to the first
+		// unexpired waiter when that waiter's entry names a channel for
+		// grants (its Locker understands hand-overs), or deletes it and
+		// wakes the first waiter, by its token, when the lock is free
+		// (only it may take the lock). The mark, a negative fence,
+		// carries whether the row was live.
+		release: `UPDATE ` + n.table + ` SET fence = CASE WHEN expires_at > clock_timestamp() THEN -1 ELSE -2 END
+WHERE name = $1 AND token = $2 RETURNING fence = -1`,
 		// The hand-over (see "Hand-over" for its argument): f is the first
 		// unexpired entry in this statement's snapshot; lk locks it, when
 		// token's row is marked released and the entry names a channel
@@ -554,13 +550,13 @@ func (s *pgStore) isClosed() bool {
 // the lock to the first queued waiter (when its Locker understands
 // hand-overs) or, when the lock is then free, notifies the lock's channel
 // naming the first waiter, in one round trip (a batch: one transaction of
-// two statements, see "the release race" in Enqueue and "Hand-over").
+// three statements, see "the release race" in Enqueue and "Hand-over").
 //
 // On a lock this store has not found busy lately (hot.go), the round trip
 // is first a cheaper one (freeBatch): it deletes token's row when nobody
 // else is queued, which is all a release does then; when someone is, it
 // changes nothing but token's entry, and the hand-over's batch follows.
-// The cheap batch reads the queue as handOver does, in a second statement
+// The cheap batch reads the queue as handOver does, in a statement
 // after the row's lock, so a waiter whose acquisition held the row's lock
 // meanwhile is seen ("the release race" in Enqueue), and the lock is then
 // handed over by the batch that follows (see "Releasing a lock nobody
@@ -640,6 +636,7 @@ func freeResult(res pgx.BatchResults) (o store.Ownership, freed bool, err error)
 func (s *pgStore) releaseBatch(row, token string) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue(s.sql.release, row, token)
+	b.Queue(s.sql.dropEntry, row, token)
 	if s.handsInfo {
 		b.Queue(s.sql.handOverInfo, row, token, s.n.channel)
 	} else {
@@ -657,6 +654,12 @@ func releaseResult(res pgx.BatchResults) (store.Ownership, int64, uint64, error)
 	var notified int64
 	var handed *int64
 	err := res.QueryRow().Scan(&live)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil // token has no row
+	}
+	if err == nil {
+		_, err = res.Exec()
+	}
 	if err == nil {
 		err = res.QueryRow().Scan(&other, &notified, &handed)
 	}

@@ -173,7 +173,10 @@ func (s *sqlStore) run(ctx context.Context, c *sql.Conn, q query) (sql.Result, e
 		err := c.Raw(func(dc any) error {
 			var err error
 			res, err = s.runPrepared(ctx, dc, q)
-			if errors.Is(err, driver.ErrBadConn) {
+			if err != nil && !answered(err) {
+				// The connection may be broken: database/sql closes it
+				// (driver.ErrBadConn) or will find it closed; a new
+				// connection gets a new state.
 				s.conns.forget(dc)
 			}
 			return err

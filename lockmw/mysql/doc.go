@@ -47,9 +47,15 @@
 // daylight-saving change, would disagree on expiries), so no DSN setting
 // matters to it. MariaDB evaluates UTC_TIMESTAMP(6) once per statement, at
 // its start: an expiry check sees a row no more expired than it is, and a
-// new expiry is no later than start + TTL. Strings travel as hex literals
-// in the statement text, so every statement is one round trip whatever
-// the DSN (no server-side prepare). clientFoundRows does not matter (see
+// new expiry is no later than start + TTL. Strings travel as hex: in the
+// statement text as hex literals, or, in the two statements of every
+// uncontended lock and unlock (the UPDATE of a known row below, and the
+// plain release), as parameters decoded by UNHEX(?) of statements the
+// server prepared once per connection (prepared.go: it then parses them
+// once, not at every call; a server at max_prepared_stmt_count gets the
+// same statements as text). Either way every statement is one round trip
+// whatever the DSN, and no character set changes a string's bytes.
+// clientFoundRows does not matter (see
 // Acquisition); parseTime is not used. The server's clock must not be
 // stepped forward (slewing, as NTP does, is fine): that would expire rows
 // early, as it would expire Redis keys early.

@@ -3,7 +3,6 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -135,10 +134,11 @@ func TestTypedErrors(t *testing.T) {
 			_, err := l.TryAcquire(ctx, "blocked")
 			errs <- err
 		}()
-		// The acquisition statement names the key in hex (the admin's
-		// does not) and draws a fence (the give-back of the attempt that
-		// timed out, waiting too, does not), whichever form it takes.
-		id := waitStatement(t, admin, hex.EncodeToString([]byte("blocked")), "NEXTVAL(")
+		// The acquisition statement draws a fence (the admin's does not,
+		// nor does the give-back of the attempt that timed out, waiting
+		// too), whichever form it takes (the key's row known: prepared,
+		// its strings parameters).
+		id := waitStatement(t, admin, "NEXTVAL(`lockmw_locks_fence`)")
 		srv.KillConnection(t, id)
 		if err := <-errs; !errors.Is(err, mysql.ErrConnectionKilled) || !errors.Is(err, lockmw.ErrUnavailable) {
 			t.Fatalf("TryAcquire whose connection was killed: %v, want ErrConnectionKilled and ErrUnavailable", err)

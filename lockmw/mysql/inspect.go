@@ -42,15 +42,15 @@ const (
 // exactly (see inspectCols).
 func (s *sqlStore) holderLit(token, since string) string { return hexLit(token + since + s.info) }
 
-// describeRow is takeRowStmt's assignments of the holder description and
-// the holding's start, taken when take (the statement's decision) holds;
-// "" for a Locker without a description, whose statement is as it was
-// before descriptions.
-func (s *sqlStore) describeRow(take, token string) string {
+// describeRow is takeRowText's assignments of the holder description and
+// the holding's start, taken when take (the statement's decision) holds,
+// the value a parameter (takeRowStmt); "" for a Locker without a
+// description, whose statement is as it was before descriptions.
+func (s *sqlStore) describeRow(take string) string {
 	if s.info == "" {
 		return ""
 	}
-	return "holder = IF(" + take + ", " + s.holderLit(token, sinceTaken) + ", holder), held_since = IF(" + take + ", UTC_TIMESTAMP(6), held_since), "
+	return "holder = IF(" + take + ", " + placeholder + ", holder), held_since = IF(" + take + ", UTC_TIMESTAMP(6), held_since), "
 }
 
 // ownDescribed is own, for an attempt that found token holding k's row

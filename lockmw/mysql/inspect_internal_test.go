@@ -21,7 +21,9 @@ const testInfo = "orders-7d9f host-a pid 42"
 // A Locker without a holder description sends the acquisition statements
 // it sent before descriptions existed, byte for byte (golden: what
 // takeStmt and takeRowStmt of commit 254626b return for the same
-// arguments); neither names holder nor held_since. With one, both do.
+// arguments; takeRowStmt's is prepared now, its strings parameters, and
+// the statement with their values written in is compared); neither names
+// holder nor held_since. With one, both do.
 func TestStatementsWithoutHolderInfoAreUnchanged(t *testing.T) {
 	n, _ := namesFor("")
 	k := store.Key{Prefix: "p:", Name: "k"}
@@ -34,11 +36,17 @@ func TestStatementsWithoutHolderInfoAreUnchanged(t *testing.T) {
 	for _, info := range []string{"", testInfo} {
 		s := &sqlStore{n: n, info: info}
 		for _, queued := range []bool{false, true} {
-			stmts := [2]string{s.takeStmt(k, "tok", time.Second, queued), s.takeRowStmt(k, "tok", time.Second, queued)}
+			stmts := [2]string{s.takeStmt(k, "tok", time.Second, queued), s.takeRowStmt(k, "tok", time.Second, queued).literal()}
 			for i, name := range []string{"takeStmt", "takeRowStmt"} {
 				q := stmts[i]
 				if info == "" && q != before[queued][i] {
 					t.Errorf("queued %v: without a description, %s is\n%s\nnot as before descriptions:\n%s", queued, name, q, before[queued][i])
+				}
+				if described := strings.Replace(before[queued][i], "X'746f6b', token), ", "X'746f6b', token), holder = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), "+
+					hexLit("tok"+sinceTaken+info)+", holder), held_since = IF((expires_at <= UTC_TIMESTAMP(6) AND queue_seen = 0), UTC_TIMESTAMP(6), held_since), ", 1); i == 1 && info != "" && q != described {
+					// The prepared statement's values, in its
+					// placeholders' order, with the description's.
+					t.Errorf("queued %v: with a description, %s is\n%s\nwant\n%s", queued, name, q, described)
 				}
 				for _, col := range []string{"holder", "held_since"} {
 					if named := strings.Contains(q, col); named != (info != "") {

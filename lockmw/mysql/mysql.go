@@ -209,9 +209,9 @@ type sqlStore struct {
 	done      chan struct{}
 	closeOnce sync.Once
 
-	logger *slog.Logger        // the Locker's (store.Logging), for check's warning
-	ids    connIDs             // server ids of the pool's connections (stalled.go)
-	stalls stalls.Notes[int64] // connections of statements never answered, by token (stalled.go)
+	logger *slog.Logger          // the Locker's (store.Logging), for check's warning
+	conns  conns                 // the pool's connections: server ids, prepared statements (prepared.go)
+	stalls stalls.Notes[stalled] // connections of statements never answered, by token (stalled.go)
 
 	queuedMu  sync.Mutex
 	queued    map[string]time.Time // tokens that may have a queue entry, since when (queue.go)
@@ -226,6 +226,8 @@ type sqlStore struct {
 	pace pacer // when default-mode waiters try again (poll.go)
 
 	rows rowKinds // what the store last saw of keys' rows: whether takeRow may decide
+
+	texts texts // the prepared statements' texts (prepared.go)
 
 	info string // the Locker's holder description (UseHolderInfo), "" for none: set before the first acquisition
 }
@@ -359,7 +361,7 @@ func (s *sqlStore) take(ctx context.Context, k store.Key, token string, ttl time
 	}
 	q := s.takeStmt(k, token, ttl, queued)
 	sent := time.Now()
-	res, err := s.send(ctx, ttl, token, q)
+	res, err := s.send(ctx, ttl, token, query{text: q})
 	if err != nil {
 		if notRun(err) {
 			err = &unsentError{err}
@@ -459,23 +461,41 @@ func (s *sqlStore) takeRow(ctx context.Context, k store.Key, token string, ttl t
 // finds the row held by another token sets queue_seen before its waiter's
 // entry is queued (see take): that assignment changes queue_seen only on
 // a live row, where the decision is "busy" either way.
-func (s *sqlStore) takeRowStmt(k store.Key, token string, ttl time.Duration, queued bool) string {
+func (s *sqlStore) takeRowStmt(k store.Key, token string, ttl time.Duration, queued bool) query {
+	// The strings are parameters (prepared.go), in the order of their
+	// placeholders in takeRowText: the text is the same for every key and
+	// token, written once per TTL and prepared once per connection.
+	tok := hex.EncodeToString([]byte(token))
+	args := make([]any, 0, 6)
+	args = append(args, tok)
+	if s.info != "" {
+		args = append(args, hex.EncodeToString([]byte(token+sinceTaken+s.info)))
+	}
+	if queued {
+		args = append(args, tok)
+	}
+	args = append(args, tok, hex.EncodeToString([]byte(k.Prefix)), hex.EncodeToString([]byte(k.Name)))
+	return query{text: s.texts.get(textKey{takeRow, ttl, queued}, s.takeRowText), args: args}
+}
+
+// takeRowText is takeRowStmt's text, its strings placeholders.
+func (s *sqlStore) takeRowText(tk textKey) string {
 	free := "expires_at <= UTC_TIMESTAMP(6)"
 	take := "(" + free + " AND queue_seen = 0)"
 	mark := ""
-	if queued {
-		mark = "queue_seen = IF(" + free + " OR token = " + hexLit(token) + ", queue_seen, 1), "
+	if tk.queued {
+		mark = "queue_seen = IF(" + free + " OR token = " + placeholder + ", queue_seen, 1), "
 	}
-	return bounded(ttl, "UPDATE "+s.n.locks+" SET "+
+	return bounded(tk.ttl, "UPDATE "+s.n.locks+" SET "+
 		"fence = IF("+take+", LAST_INSERT_ID(NEXTVAL("+s.n.fence+")), fence), "+
-		"token = IF("+take+", "+hexLit(token)+", token), "+
-		s.describeRow(take, token)+
+		"token = IF("+take+", "+placeholder+", token), "+
+		s.describeRow(take)+
 		mark+
-		"expires_at = IF("+take+", UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, "+
-		"IF(LAST_INSERT_ID(IF("+free+", "+strconv.FormatInt(queueFlag, 10)+", IF(token = "+hexLit(token)+", "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
+		"expires_at = IF("+take+", UTC_TIMESTAMP(6) + INTERVAL "+micros(tk.ttl)+" MICROSECOND, "+
+		"IF(LAST_INSERT_ID(IF("+free+", "+strconv.FormatInt(queueFlag, 10)+", IF(token = "+placeholder+", "+strconv.FormatInt(ownFlag, 10)+", "+strconv.FormatInt(busyFlag, 10)+") + "+
 		"((fence & "+strconv.Itoa(seenMask)+") << "+strconv.Itoa(seenShift)+") + "+
 		"GREATEST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), 0))) IS NULL, NULL, expires_at))"+
-		" WHERE prefix = "+hexLit(k.Prefix)+" AND name = "+hexLit(k.Name))
+		" WHERE prefix = "+placeholder+" AND name = "+placeholder)
 }
 
 // maxRowsSeen bounds the keys whose row the store remembers; past it,
@@ -571,12 +591,11 @@ func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (stor
 	if err := s.dequeue(ctx, k, token); err != nil {
 		return 0, err
 	}
-	q := "UPDATE " + s.n.locks + " SET token = X'', expires_at = UTC_TIMESTAMP(6) WHERE prefix = " + hexLit(k.Prefix) + " AND name = " + hexLit(k.Name) +
-		" AND token = " + hexLit(token) + " AND expires_at > UTC_TIMESTAMP(6)"
+	q := s.releasePlainStmt(k, token)
 	if s.contended(k) {
-		q = s.releaseStmt(k, token)
+		q = query{text: s.releaseStmt(k, token)}
 	}
-	res, err := s.exec(ctx, time.Minute, q)
+	res, err := s.execQuery(ctx, time.Minute, q)
 	if err != nil {
 		return 0, err
 	}
@@ -590,6 +609,22 @@ func (s *sqlStore) Release(ctx context.Context, k store.Key, token string) (stor
 		return 0, err
 	}
 	return found[k].ownership(token), nil
+}
+
+// releasePlainStmt ends token's holding of k's row, leaving the row free
+// (no token, expired now): one UPDATE matched on token and an unexpired
+// row, its strings parameters (prepared.go).
+func (s *sqlStore) releasePlainStmt(k store.Key, token string) query {
+	return query{
+		text: s.texts.get(textKey{kind: releasePlain}, s.releasePlainText),
+		args: []any{hex.EncodeToString([]byte(k.Prefix)), hex.EncodeToString([]byte(k.Name)), hex.EncodeToString([]byte(token))},
+	}
+}
+
+// releasePlainText is releasePlainStmt's text, its strings placeholders.
+func (s *sqlStore) releasePlainText(textKey) string {
+	return "UPDATE " + s.n.locks + " SET token = X'', expires_at = UTC_TIMESTAMP(6) WHERE prefix = " + placeholder + " AND name = " + placeholder +
+		" AND token = " + placeholder + " AND expires_at > UTC_TIMESTAMP(6)"
 }
 
 // releaseStmt, for a lock that waiters of this store queued for (a plain

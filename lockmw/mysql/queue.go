@@ -74,9 +74,9 @@ func (s *sqlStore) Enqueue(ctx context.Context, k store.Key, token string, ttl t
 	// An expired entry (its waiter was slow to renew it, or the sweep
 	// deleted it) queues anew, last; a live one keeps its seq. seq is
 	// assigned first, reading expires_at before it changes.
-	_, err = s.send(ctx, ttl, token, bounded(ttl, "INSERT INTO "+s.n.queue+" (prefix, name, token, seq, expires_at, handover) VALUES ("+
+	_, err = s.send(ctx, ttl, token, query{text: bounded(ttl, "INSERT INTO "+s.n.queue+" (prefix, name, token, seq, expires_at, handover) VALUES ("+
 		hexLit(k.Prefix)+", "+hexLit(k.Name)+", "+hexLit(token)+", NEXTVAL("+s.n.fence+"), UTC_TIMESTAMP(6) + INTERVAL "+micros(ttl)+" MICROSECOND, 1)"+
-		" ON DUPLICATE KEY UPDATE seq = IF(expires_at > UTC_TIMESTAMP(6), seq, VALUES(seq)), expires_at = VALUES(expires_at), handover = 1"))
+		" ON DUPLICATE KEY UPDATE seq = IF(expires_at > UTC_TIMESTAMP(6), seq, VALUES(seq)), expires_at = VALUES(expires_at), handover = 1")})
 	if err != nil {
 		return store.Reply{}, err
 	}

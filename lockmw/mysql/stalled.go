@@ -7,7 +7,6 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	driver "github.com/go-sql-driver/mysql"
@@ -38,9 +37,11 @@ import (
 // statement fails without the server's answer, the store notes the id
 // against the token; a Release (or Leave) of that token first ends those
 // connections: it kills (KILL CONNECTION) each one still running a
-// statement that names the token (its text holds the token, so an id
-// reused after a server restart is never killed), and waits until the
-// server lists none of them. Only then does it release the row.
+// statement of the token (a text statement's text holds the token; a
+// prepared statement's holds its connection's mark, a random name the
+// store gave that connection, prepared.go: so an id reused after a server
+// restart is never killed), and waits until the server lists none of
+// them. Only then does it release the row.
 //
 // Why that is safe and enough: a connection's thread runs its statements
 // one after the other, and a thread that is gone runs nothing more; an
@@ -56,27 +57,24 @@ import (
 // be asked makes the release fail: the cleaner tries again, and warns
 // when it gives up, as it does for a release that fails.
 
-// maxConnIDs bounds the cache of connection ids; past it the cache is
-// emptied (ids are asked again, once per connection).
-const maxConnIDs = 4096
-
-// connIDs caches the server id of each driver connection, by the driver's
-// connection (database/sql's Conn.Raw).
-type connIDs struct {
-	mu  sync.Mutex
-	ids map[any]int64
-}
-
 // execer runs a statement: a *sql.DB or a *sql.Conn.
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// stalled is a connection noted against a token: its server id, and its
+// mark, which names it in the text of its prepared statements
+// (prepared.go).
+type stalled struct {
+	id   int64
+	mark string
 }
 
 // send runs q, a statement of token that may take a lock or queue an
 // entry, bounded by d, on a connection whose id the store knows; when it
 // fails without the server's answer, the connection is noted against
 // token (see the file's comment).
-func (s *sqlStore) send(ctx context.Context, d time.Duration, token, q string) (sql.Result, error) {
+func (s *sqlStore) send(ctx context.Context, d time.Duration, token string, q query) (sql.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	c, err := s.db.Conn(ctx)
@@ -84,13 +82,13 @@ func (s *sqlStore) send(ctx context.Context, d time.Duration, token, q string) (
 		return nil, s.classify(ctx, err)
 	}
 	defer c.Close()
-	id, err := s.connID(ctx, c)
+	st, err := s.connState(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.execOn(ctx, c, q)
+	res, err := s.run(ctx, c, q)
 	if err != nil && !answered(err) {
-		s.stalls.Note(token, id, Retention)
+		s.stalls.Note(token, stalled{st.id, st.mark}, Retention)
 	}
 	return res, err
 }
@@ -102,41 +100,39 @@ func answered(err error) bool {
 	return errors.As(err, &me) || notRun(err)
 }
 
-// connID returns c's server id, asking the server once per connection.
-func (s *sqlStore) connID(ctx context.Context, c *sql.Conn) (int64, error) {
-	var dc any
-	_ = c.Raw(func(d any) error { dc = d; return nil })
-	s.ids.mu.Lock()
-	id, ok := s.ids.ids[dc]
-	s.ids.mu.Unlock()
-	if ok {
-		return id, nil
+// connState returns c's state, with its server id, asked once per
+// connection.
+func (s *sqlStore) connState(ctx context.Context, c *sql.Conn) (*connState, error) {
+	var st *connState
+	_ = c.Raw(func(dc any) error { st = s.conns.state(dc); return nil })
+	if st.id != 0 {
+		return st, nil
 	}
-	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
-		return 0, s.classify(ctx, err)
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&st.id); err != nil {
+		st.id = 0
+		return nil, s.classify(ctx, err)
 	}
-	s.ids.mu.Lock()
-	if s.ids.ids == nil || len(s.ids.ids) >= maxConnIDs {
-		s.ids.ids = make(map[any]int64)
-	}
-	s.ids.ids[dc] = id
-	s.ids.mu.Unlock()
-	return id, nil
+	return st, nil
 }
 
 // endStalled returns once no connection noted against token is left in
 // the server, killing those that run a statement of token; an error when
 // the server could not be asked, or ctx ended first.
 func (s *sqlStore) endStalled(ctx context.Context, token string) error {
-	ids := s.stalls.Of(token)
-	if len(ids) == 0 {
+	noted := s.stalls.Of(token)
+	if len(noted) == 0 {
 		return nil
 	}
-	list := make([]string, len(ids))
-	for i, id := range ids {
-		list[i] = strconv.FormatInt(id, 10)
+	// A statement of token: its text holds the token (a text statement),
+	// or its connection's mark (a prepared one: prepared.go).
+	list := make([]string, len(noted))
+	runs := "INFO LIKE '%" + hex.EncodeToString([]byte(token)) + "%'"
+	for i, n := range noted {
+		id := strconv.FormatInt(n.id, 10)
+		list[i] = id
+		runs += " OR ID = " + id + " AND INFO LIKE '%" + n.mark + "%'"
 	}
-	q := "SELECT ID, COALESCE(INFO LIKE '%" + hex.EncodeToString([]byte(token)) + "%', FALSE) FROM information_schema.PROCESSLIST WHERE ID IN (" + strings.Join(list, ", ") + ")"
+	q := "SELECT ID, COALESCE(" + runs + ", FALSE) FROM information_schema.PROCESSLIST WHERE ID IN (" + strings.Join(list, ", ") + ")"
 	pause := 5 * time.Millisecond
 	for {
 		listed, kill, err := s.stalledLeft(ctx, q)
@@ -144,7 +140,7 @@ func (s *sqlStore) endStalled(ctx context.Context, token string) error {
 			return err
 		}
 		if listed == 0 {
-			s.stalls.Forget(token, ids)
+			s.stalls.Forget(token, noted)
 			return nil
 		}
 		for _, id := range kill {

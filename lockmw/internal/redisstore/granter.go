@@ -41,14 +41,15 @@ func (b *Store) Unlock(ctx context.Context, lock store.Key, token string) (o sto
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
 // already, with fence earlyFence ("" when none). queued says that waiters
-// were known to be queued behind token (see releaseFirst).
+// were known to be queued behind token: unless early (whose hand-over
+// sends no message), releaseFirst sends the release.
 func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64, queued bool) (Handoff, error) {
 	k := b.names.ref(lock)
 	keys := []string{k.lock, k.fence, k.queue, k.notify}
 	var reply any
 	var err error
-	if (queued || early != "") && b.plainAcquire && b.expiry.counter != "" {
-		reply, err = b.releaseFirst(ctx, k, keys, token, early, earlyFence)
+	if queued && early == "" && b.plainAcquire && b.expiry.counter != "" {
+		reply, err = b.releaseFirst(ctx, k, keys, token)
 	} else {
 		reply, err = b.runScript(ctx, reshardPatience, releaseScript, keys,
 			token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter, "")
@@ -214,8 +215,8 @@ func (b *Store) EntryOwner(entry string) (locker, token string) {
 // Moving reports a Cluster slot migration (slotMoving).
 func (b *Store) Moving(err error) bool { return slotMoving(err) }
 
-// releaseFirst runs the release script for a hand-over to a waiter queued
-// in Redis, on one server (no slots move), with the counter's PEXPIRE sent
+// releaseFirst runs the release script for a likely hand-over to a waiter
+// queued in Redis, on one server (no slots move), with the counter's PEXPIRE sent
 // just before it in the same pipeline instead of inside it (release.lua's
 // ARGV[8]): the same commands, in another order, and nothing else changes
 // in the store (PEXPIRE then INCRBY leaves the counter as INCRBY then
@@ -227,9 +228,9 @@ func (b *Store) Moving(err error) bool { return slotMoving(err) }
 // written after the releaser's reply, which was queued after it; with the
 // PEXPIRE's reply queued before the script runs, the grant message is
 // written first, and the waiter's process wakes before the releaser's.
-func (b *Store) releaseFirst(ctx context.Context, k lockRef, keys []string, token, early string, earlyFence uint64) (any, error) {
+func (b *Store) releaseFirst(ctx context.Context, k lockRef, keys []string, token string) (any, error) {
 	c := &releaseCall{fence: k.fence, keep: b.expiry.counter, keys: keys,
-		args: []any{token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter, "1"}}
+		args: []any{token, k.grants, b.self, b.publish, "", 0, b.expiry.counter, "1"}}
 	b.batch.runPlain(ctx, k.lock, c)
 	return c.cmd.Result()
 }

@@ -306,11 +306,11 @@ func TestHandOverRefreshesTheCounterBeforeTheScript(t *testing.T) {
 	mon := srv.Client(t, func(o *redis.Options) { o.Protocol = 2 }).Monitor(ctx, lines)
 	mon.Start()
 	eventually(t, 5*time.Second, func() error { // MONITOR is on once it shows a command
-		admin.Ping(ctx)
+		admin.Echo(ctx, "monitor-on")
 		for {
 			select {
 			case l := <-lines:
-				if strings.Contains(l, `"ping"`) {
+				if strings.Contains(l, `"monitor-on"`) {
 					return nil
 				}
 			default:
@@ -329,18 +329,18 @@ func TestHandOverRefreshesTheCounterBeforeTheScript(t *testing.T) {
 	if err := rc.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	admin.Ping(ctx) // the end of what MONITOR shows of the hand-over
+	admin.Echo(ctx, "monitor-end") // the end of what MONITOR shows of the hand-over
 	var seen []string
 	for done := false; !done; {
 		select {
 		case l := <-lines:
-			if strings.Contains(l, `"ping"`) {
+			if strings.Contains(l, `"monitor-end"`) {
 				done = true
 				break
 			}
 			seen = append(seen, l)
 		case <-time.After(5 * time.Second):
-			t.Fatalf("MONITOR did not show the closing PING; it showed:\n%s", strings.Join(seen, "\n"))
+			t.Fatalf("MONITOR did not show the closing ECHO; it showed:\n%s", strings.Join(seen, "\n"))
 		}
 	}
 	mon.Stop()

@@ -305,14 +305,15 @@
 // the waiter's subscription goroutine reading the grant to its Acquire
 // returning, about 22µs of Go (the grant's routing 6µs, the hop to the
 // waiting goroutine 3µs, the lease 5µs, leaving the wait and its telemetry
-// 7µs). Redis writes
-// the output of one event-loop turn last-queued first: with the PEXPIRE
-// sent just before the script (granter.go, releaseFirst), the grant message
-// is queued before the releaser's reply and written first, so the waiter's
-// process wakes before the releaser's. Measured in 28 interleaved pairs of
-// runs (each against raw SET NX polling in the same run), that lowered the
-// gap's median by about a tenth and raised util by 1–2%; util stayed 2–5%
-// below raw polling's on that loaded machine. Redlock needs two such hops (the wake,
+// 7µs). Redis writes the output of one event-loop turn last-queued first:
+// with the PEXPIRE sent just before the script (granter.go, releaseFirst),
+// the grant message is queued before the releaser's reply and written
+// first, so the waiter's process wakes before the releaser's. Measured in
+// 28 interleaved pairs of runs (each against raw SET NX polling in the
+// same run), that lowered the gap's median by about a tenth and raised util
+// by 1–2%; util stayed 2–5% below raw polling's on that loaded machine.
+//
+// Redlock needs two such hops (the wake,
 // then an attempt on a majority), and asks only the first majority, which
 // keeps it at 22 commands across 5 masters (19 before counters expired:
 // each master's draw refreshes the counter's expiry).

@@ -2,9 +2,13 @@ package lockmw_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
@@ -251,4 +255,128 @@ func TestRoomWaiterFollowsTheLockToAnotherLocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoLockState(t, admin, key)
+}
+
+// TestHandOverRefreshesTheCounterBeforeTheScript checks the order of a
+// release that hands the lock to a waiter of another Locker, on one server:
+// the fence counter's PEXPIRE goes just before the release script, in the
+// same pipeline, and not inside it (release.lua's ARGV[8]), so that Redis,
+// which writes a turn's output last-queued first, writes the waiter's grant
+// message before the releaser's reply (doc.go in redisstore, Performance).
+// The hand-over sends no more commands than before: one PEXPIRE of the
+// counter. Read with MONITOR, which tags a script's commands "lua".
+func TestHandOverRefreshesTheCounterBeforeTheScript(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := srv.Client(t)
+	ctx := context.Background()
+	const key = "handover:order"
+
+	a, b, c := newLocker(t, srv), newLocker(t, srv), newLocker(t, srv)
+	first, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		lease *lockmw.Lease
+		err   error
+	}
+	gotB, gotC := make(chan result, 1), make(chan result, 1)
+	go func() {
+		lease, err := b.Acquire(ctx, key)
+		gotB <- result{lease, err}
+	}()
+	waitQueueLen(t, admin, key, 1)
+	go func() {
+		lease, err := c.Acquire(ctx, key)
+		gotC <- result{lease, err}
+	}()
+	waitQueueLen(t, admin, key, 2)
+
+	// a's release grants b the lock, and the grant names c as next.
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rb := <-gotB
+	if rb.err != nil {
+		t.Fatal(rb.err)
+	}
+
+	lines := make(chan string, 1000)
+	// (go-redis reads MONITOR's output on RESP2 only.)
+	mon := srv.Client(t, func(o *redis.Options) { o.Protocol = 2 }).Monitor(ctx, lines)
+	mon.Start()
+	eventually(t, 5*time.Second, func() error { // MONITOR is on once it shows a command
+		admin.Echo(ctx, "monitor-on")
+		for {
+			select {
+			case l := <-lines:
+				if strings.Contains(l, `"monitor-on"`) {
+					return nil
+				}
+			default:
+				return errors.New("MONITOR shows no command yet")
+			}
+		}
+	})
+	// b's release hands the lock to c.
+	if err := rb.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rc := <-gotC
+	if rc.err != nil {
+		t.Fatal(rc.err)
+	}
+	if err := rc.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin.Echo(ctx, "monitor-end") // the end of what MONITOR shows of the hand-over
+	var seen []string
+	for done := false; !done; {
+		select {
+		case l := <-lines:
+			if strings.Contains(l, `"monitor-end"`) {
+				done = true
+				break
+			}
+			seen = append(seen, l)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("MONITOR did not show the closing ECHO; it showed:\n%s", strings.Join(seen, "\n"))
+		}
+	}
+	mon.Stop()
+
+	// The first PEXPIRE of the counter, and the command after it.
+	counter := `"` + fenceKey(key) + `"`
+	for i, l := range seen {
+		if !strings.Contains(strings.ToLower(l), `"pexpire" `+counter) {
+			continue
+		}
+		if strings.Contains(l, "lua]") {
+			t.Fatalf("b's release refreshed the counter inside the release script, after its grant message was queued behind the releaser's reply:\n%s", strings.Join(seen, "\n"))
+		}
+		if i+1 >= len(seen) || !strings.Contains(strings.ToLower(seen[i+1]), `"evalsha"`) || client(seen[i+1]) != client(l) {
+			t.Fatalf("the counter's PEXPIRE is not followed by the release script from the same client:\n%s", strings.Join(seen, "\n"))
+		}
+		n := 0
+		for _, l := range seen {
+			if strings.Contains(strings.ToLower(l), `"pexpire" `+counter) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("the hand-over sent %d PEXPIREs of the counter, want 1:\n%s", n, strings.Join(seen, "\n"))
+		}
+		return
+	}
+	t.Fatalf("no PEXPIRE of the counter in b's hand-over:\n%s", strings.Join(seen, "\n"))
+}
+
+// client is the client field of a MONITOR line ("[0 127.0.0.1:5000]", or
+// "[0 lua]" for a script's commands).
+func client(line string) string {
+	i, j := strings.Index(line, "["), strings.Index(line, "]")
+	if i < 0 || j < i {
+		return ""
+	}
+	return line[i:j]
 }

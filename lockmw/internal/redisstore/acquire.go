@@ -211,7 +211,7 @@ func (b *Store) acquireReplicated(ctx context.Context, k lockRef, token string, 
 	// Roll back: the lock must not stay with a holder who was told no.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
-	if _, rerr := b.ReleaseHandoff(rctx, k.Key, token, "", 0); rerr != nil {
+	if _, rerr := b.ReleaseHandoff(rctx, k.Key, token, "", 0, false); rerr != nil {
 		err = errors.Join(err, fmt.Errorf("rolling back (the lock expires after its TTL): %w", rerr))
 	}
 	return nil, err

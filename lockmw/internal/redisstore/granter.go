@@ -40,11 +40,20 @@ func (b *Store) Unlock(ctx context.Context, lock store.Key, token string) (o sto
 // ReleaseHandoff releases the lock held by token: it hands it to the first
 // live fair waiter, or deletes it and notifies waiting Lockers. early is
 // the queue entry of this Locker's fair waiter that was handed the lock
-// already, with fence earlyFence ("" when none).
-func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (Handoff, error) {
+// already, with fence earlyFence ("" when none). queued says that waiters
+// were known to be queued behind token: unless early (whose hand-over
+// sends no message), releaseFirst sends the release.
+func (b *Store) ReleaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64, queued bool) (Handoff, error) {
 	k := b.names.ref(lock)
-	reply, err := b.runScript(ctx, reshardPatience, releaseScript, []string{k.lock, k.fence, k.queue, k.notify},
-		token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter)
+	keys := []string{k.lock, k.fence, k.queue, k.notify}
+	var reply any
+	var err error
+	if queued && early == "" && b.plainAcquire && b.expiry.counter != "" {
+		reply, err = b.releaseFirst(ctx, k, keys, token)
+	} else {
+		reply, err = b.runScript(ctx, reshardPatience, releaseScript, keys,
+			token, k.grants, b.self, b.publish, early, earlyFence, b.expiry.counter, "")
+	}
 	if err != nil {
 		return Handoff{}, err
 	}
@@ -205,3 +214,51 @@ func (b *Store) EntryOwner(entry string) (locker, token string) {
 
 // Moving reports a Cluster slot migration (slotMoving).
 func (b *Store) Moving(err error) bool { return slotMoving(err) }
+
+// releaseFirst runs the release script for a likely hand-over to a waiter
+// queued in Redis, on one server (no slots move), with the counter's PEXPIRE sent
+// just before it in the same pipeline instead of inside it (release.lua's
+// ARGV[8]): the same commands, in another order, and nothing else changes
+// in the store (PEXPIRE then INCRBY leaves the counter as INCRBY then
+// PEXPIRE; a counter missing at the PEXPIRE is seeded by the draw with its
+// expiry, as before; a release that draws nothing has refreshed the
+// counter's expiry, which never lets a fence fall). What it changes is
+// the order of Redis's writes: Redis writes the replies and messages of
+// one event-loop turn last-queued first, so the script's grant message was
+// written after the releaser's reply, which was queued after it; with the
+// PEXPIRE's reply queued before the script runs, the grant message is
+// written first, and the waiter's process wakes before the releaser's.
+func (b *Store) releaseFirst(ctx context.Context, k lockRef, keys []string, token string) (any, error) {
+	c := &releaseCall{fence: k.fence, keep: b.expiry.counter, keys: keys,
+		args: []any{token, k.grants, b.self, b.publish, "", 0, b.expiry.counter, "1"}}
+	b.batch.runPlain(ctx, k.lock, c)
+	return c.cmd.Result()
+}
+
+// releaseCall is releaseFirst's round trip (a plainCall): PEXPIRE of the
+// counter, then the release script, resent in full after NOSCRIPT.
+type releaseCall struct {
+	fence, keep string
+	keys        []string
+	args        []any
+	cmd         *redis.Cmd
+}
+
+func (c *releaseCall) queue(ctx context.Context, pipe redis.Pipeliner) {
+	sendOnce(ctx, pipe, redis.NewIntCmd(ctx, "pexpire", c.fence, c.keep))
+	c.cmd = releaseScript.EvalSha(ctx, once{pipe}, c.keys, c.args...)
+}
+
+func (c *releaseCall) err() error { return c.cmd.Err() }
+
+func (c *releaseCall) fail(err error) {
+	c.cmd = redis.NewCmd(context.Background())
+	c.cmd.SetErr(err)
+}
+
+// followUp resends the script in full when Redis did not have it cached.
+func (c *releaseCall) followUp(rs *resend) {
+	if noScript(c.cmd.Err()) {
+		c.cmd = rs.eval(releaseScript, c.keys, c.args...)
+	}
+}

@@ -32,7 +32,7 @@ func (l *grantPolicy) Acquire(a *store.Acquisition, wait bool) (store.Lease, err
 
 // Release releases token's holding, handing the lock on (releaseTokenOf).
 func (l *grantPolicy) Release(ctx context.Context, lock store.Key, token string, fair bool) (store.Ownership, error) {
-	return l.releaseTokenOf(ctx, lock, token, fair)
+	return l.releaseTokenOf(ctx, lock, token, fair, false)
 }
 
 // ReleaseLease releases s, early to a waiter of this Locker where it may

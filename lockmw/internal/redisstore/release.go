@@ -47,15 +47,18 @@ func (l *grantPolicy) releaseStray(lock store.Key, token string, h *handover) {
 // waiters are queued; a hand-over to this Locker's own waiter is delivered
 // here, without a message.
 func (l *grantPolicy) releaseToken(ctx context.Context, lock store.Key, token string) (store.Ownership, error) {
-	return l.releaseTokenOf(ctx, lock, token, true)
+	return l.releaseTokenOf(ctx, lock, token, true, false)
 }
 
 // releaseTokenOf is releaseToken; for a lock acquired without Fair (fair
 // false), the store's plain release step (granter's Unlock) goes first: it
 // does not hand over, and leaves the lock to releaseHandoff when fair
-// waiters have queued behind it.
-func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair bool) (store.Ownership, error) {
-	queued := false // fair waiters are known to be queued: the hand-over step serves them
+// waiters have queued behind it. queued says that fair waiters are known
+// to have queued behind token (the grant of a fair lease named the next
+// entry).
+func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token string, fair, queued bool) (store.Ownership, error) {
+	// queued: fair waiters are known to be queued: the hand-over step
+	// serves them.
 	if to, ttl := l.defaultHead(lock); to != "" {
 		sentAt := time.Now()
 		t, err := l.waits.Transfer(ctx, lock, token, to, ttl, false)
@@ -71,13 +74,14 @@ func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token 
 		queued = true
 	}
 	if !fair && !queued {
-		o, queued, err := l.waits.Unlock(ctx, lock, token)
-		if err != nil || !queued {
+		o, fairQueued, err := l.waits.Unlock(ctx, lock, token)
+		if err != nil || !fairQueued {
 			return o, err
 		}
+		queued = true
 	}
 	sentAt := time.Now()
-	h, err := l.releaseHandoff(ctx, lock, token, "", 0)
+	h, err := l.releaseHandoff(ctx, lock, token, "", 0, queued)
 	if err == nil && h.Local {
 		l.handTo(lock, h.To, h.Fence, sentAt, h.Reserved, h.Next)
 	}
@@ -88,8 +92,8 @@ func (l *grantPolicy) releaseTokenOf(ctx context.Context, lock store.Key, token 
 // waiter with others queued behind it is hot (see markHot); this Locker's
 // default-mode waiters for it then line up behind the new holder (see
 // wakeDefaultHead).
-func (l *grantPolicy) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64) (Handoff, error) {
-	h, err := l.waits.ReleaseHandoff(ctx, lock, token, early, earlyFence)
+func (l *grantPolicy) releaseHandoff(ctx context.Context, lock store.Key, token, early string, earlyFence uint64, queued bool) (Handoff, error) {
+	h, err := l.waits.ReleaseHandoff(ctx, lock, token, early, earlyFence, queued)
 	if err == nil && h.To != "" {
 		if h.More {
 			l.markHot(lock)
@@ -112,7 +116,7 @@ func (l *grantPolicy) releaseGranted(ctx context.Context, s store.Held, deadline
 		reserved = st.reserved.Load()
 	}
 	if reserved == 0 || time.Until(deadline) < minEarlyValidity(s.TTL) {
-		return l.releaseTokenOf(ctx, s.Key, s.Token, s.Fair)
+		return l.releaseTokenOf(ctx, s.Key, s.Token, s.Fair, false)
 	}
 	if s.Fair {
 		return l.releaseFairEarly(ctx, s, st, reserved, deadline)
@@ -123,7 +127,7 @@ func (l *grantPolicy) releaseGranted(ctx context.Context, s store.Held, deadline
 	}
 	w, h := l.handEarly(s.Key, reserved, deadline, reservedAt)
 	if w == nil {
-		return l.releaseTokenOf(ctx, s.Key, s.Token, false)
+		return l.releaseTokenOf(ctx, s.Key, s.Token, false, false)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
@@ -143,7 +147,7 @@ func (l *grantPolicy) releaseGranted(ctx context.Context, s store.Held, deadline
 		// them.)
 		h.settle(sentAt, 0, "", store.Taken)
 		sentAt := time.Now()
-		ho, err := l.releaseHandoff(ctx, s.Key, s.Token, "", 0)
+		ho, err := l.releaseHandoff(ctx, s.Key, s.Token, "", 0, true)
 		if err == nil && ho.Local {
 			l.handTo(s.Key, ho.To, ho.Fence, sentAt, ho.Reserved, ho.Next)
 		}
@@ -160,19 +164,21 @@ func (l *grantPolicy) releaseFairEarly(ctx context.Context, s store.Held, st *le
 	if next == nil || *next == "" {
 		return l.releaseToken(ctx, s.Key, s.Token)
 	}
+	// The grant named the entry next in line: the release will likely hand
+	// the lock on.
 	id, token := l.waits.EntryOwner(*next)
 	if id != l.h.ID() {
-		return l.releaseToken(ctx, s.Key, s.Token)
+		return l.releaseTokenOf(ctx, s.Key, s.Token, true, true)
 	}
 	h := l.handEarlyFair(s.Key, token, reserved, deadline)
 	if h == nil {
-		return l.releaseToken(ctx, s.Key, s.Token)
+		return l.releaseTokenOf(ctx, s.Key, s.Token, true, true)
 	}
 	if testHookHandedEarly != nil {
 		testHookHandedEarly()
 	}
 	sentAt := time.Now()
-	ho, err := l.releaseHandoff(ctx, s.Key, s.Token, *next, reserved)
+	ho, err := l.releaseHandoff(ctx, s.Key, s.Token, *next, reserved, true)
 	switch {
 	case err != nil:
 		return 0, err

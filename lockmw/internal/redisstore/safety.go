@@ -105,7 +105,12 @@
 // finds it missing, or below 1e15 (counted from 1 by a version without
 // seeds), first sets it to the server's clock in microseconds (TIME), then
 // draws: fence.lua's draw, inside every script, or seed.lua after a plain
-// acquisition's INCR (above). Why the next fence is still above every
+// acquisition's INCR (above). (A hand-over's release on one server sends
+// the refresh as a PEXPIRE just before its script, in the same pipeline,
+// and the script's draw skips its own, granter.go's releaseFirst: the
+// counter then expires R after that PEXPIRE, which Redis ran just before
+// the draw; a counter it found missing is seeded by the draw with its
+// expiry, as above.) Why the next fence is still above every
 // earlier one: a counter seeded at time t0 has moved by at most one per
 // microsecond since (each move is part of an acquisition attempt or
 // hand-over, which take Redis longer than that; hand-overs move it by 2 but

@@ -38,8 +38,9 @@ type granter interface {
 	// ReleaseHandoff ends token's holding: it hands the lock to the first
 	// live fair waiter (the one whose entry is early, with fence
 	// earlyFence, when the Locker handed it the lock early; "" for none),
-	// or deletes it and tells the waiting Lockers.
-	ReleaseHandoff(ctx context.Context, k store.Key, token, early string, earlyFence uint64) (Handoff, error)
+	// or deletes it and tells the waiting Lockers. queued says that
+	// waiters were known to be queued behind token.
+	ReleaseHandoff(ctx context.Context, k store.Key, token, early string, earlyFence uint64, queued bool) (Handoff, error)
 	// Unlock ends a holding acquired without Fair, without handing over;
 	// fair reports that fair waiters have queued behind it, and the lock
 	// was left for ReleaseHandoff.

@@ -159,7 +159,7 @@ func (b *Store) Acquire(ctx context.Context, k store.Key, token string, ttl time
 // Release deletes the lock if token holds it, handing it to the first
 // live fair waiter if one is queued, and notifies waiting Lockers.
 func (b *Store) Release(ctx context.Context, k store.Key, token string) (store.Ownership, error) {
-	h, err := b.ReleaseHandoff(ctx, k, token, "", 0)
+	h, err := b.ReleaseHandoff(ctx, k, token, "", 0, false)
 	return h.Ownership, err
 }
 

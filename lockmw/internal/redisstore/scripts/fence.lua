@@ -7,7 +7,9 @@
 -- they start at 1, as before expiry existed).
 --
 -- draw moves the counter by `by` and returns the new value. With an expiry,
--- every draw refreshes it, and a counter below seededFloor (1e15: missing,
+-- every draw refreshes it (unless fence_fresh: the caller sent PEXPIRE of
+-- the counter just before the script, in the same pipeline, and INCRBY
+-- keeps that expiry), and a counter below seededFloor (1e15: missing,
 -- so INCRBY started it at `by`, or written by a version that counted from
 -- 1) is first set from this server's clock in microseconds (TIME), so that
 -- it restarts above every fence drawn before it was lost (doc.go, Safety:
@@ -15,6 +17,7 @@
 -- until the year 2255. Numbers above 1e14 are written with
 -- string.format('%d'): Lua's tostring would print them in e-notation.
 local fence_keep = ''
+local fence_fresh = false
 local function draw(counter, by)
   local v = redis.call('INCRBY', counter, by)
   if fence_keep == '' then
@@ -24,7 +27,7 @@ local function draw(counter, by)
     local t = redis.call('TIME')
     redis.call('SET', counter, t[1] .. string.format('%06d', tonumber(t[2])), 'PX', fence_keep)
     v = redis.call('INCRBY', counter, by)
-  else
+  elseif not fence_fresh then
     redis.call('PEXPIRE', counter, fence_keep)
   end
   return v

@@ -13,6 +13,9 @@
 --          lock already (early), or ''
 -- ARGV[6]  that waiter's fence
 -- ARGV[7]  the counter's expiry (fence.lua, prepended, draws fences)
+-- ARGV[8]  '1' when the caller sent PEXPIRE of the counter (to ARGV[7])
+--          just before this script, in the same pipeline (fence.lua's
+--          fence_fresh), else ''
 --
 -- The early waiter is the one the lock's value names as next in line: its
 -- Locker learnt that when this holder got the lock. Should it not be (it
@@ -24,6 +27,7 @@
 -- handed to a fair waiter (see grant), {0} when it no longer exists, {-1} when another
 -- owner holds it (left untouched).
 fence_keep = ARGV[7]
+fence_fresh = ARGV[8] == '1'
 local owner = redis.call('GET', KEYS[1])
 if owner == false then
   return {0}

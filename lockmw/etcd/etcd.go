@@ -223,7 +223,9 @@
 // bench_test.go (make bench) measures both on one etcd member in the same
 // run: uncontended lock+unlock (each one transaction with an fsync to lock
 // and one delete to unlock, so the two are within noise of each other:
-// what is left is the Locker's own work, a few percent of a lock+unlock),
+// what is left is the Locker's own work, a few percent of a lock+unlock;
+// like a Mutex's, those two requests send etcd no timeout, though the
+// client ends each at the TTL that bounds it: undated),
 // and one key contended by 16 independent Lockers (each its own client)
 // holding the lock 2ms, in default mode, Fair and Mutex, reporting
 // acquisitions per second, util, wait p99 and etcd requests per
@@ -281,6 +283,8 @@ const maxTxnOps = 128
 // The Locker does not own the client: close the client after the Locker.
 // Every etcd request of an acquisition is bounded by the lease TTL (an
 // answer later than that is worthless) and by ctx; renewals by the TTL.
+// The client keeps those bounds: a lock's and an unlock's requests send
+// etcd no timeout (see undated).
 // An acquisition that ran out that bound fails with lockmw.ErrUnavailable
 // naming etcd, the bound, and the client's last connection error (a
 // refused dial, say).

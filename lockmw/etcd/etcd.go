@@ -223,9 +223,7 @@
 // bench_test.go (make bench) measures both on one etcd member in the same
 // run: uncontended lock+unlock (each one transaction with an fsync to lock
 // and one delete to unlock, so the two are within noise of each other:
-// what is left is the Locker's own work, a few percent of a lock+unlock;
-// like a Mutex's, those two requests send etcd no timeout, though the
-// client ends each at the TTL that bounds it: undated),
+// what is left is the Locker's own work, a few percent of a lock+unlock),
 // and one key contended by 16 independent Lockers (each its own client)
 // holding the lock 2ms, in default mode, Fair and Mutex, reporting
 // acquisitions per second, util, wait p99 and etcd requests per
@@ -283,8 +281,6 @@ const maxTxnOps = 128
 // The Locker does not own the client: close the client after the Locker.
 // Every etcd request of an acquisition is bounded by the lease TTL (an
 // answer later than that is worthless) and by ctx; renewals by the TTL.
-// The client keeps those bounds: a lock's and an unlock's requests send
-// etcd no timeout (see undated).
 // An acquisition that ran out that bound fails with lockmw.ErrUnavailable
 // naming etcd, the bound, and the client's last connection error (a
 // refused dial, say).
@@ -557,7 +553,7 @@ func (s *etcdStore) Acquire(ctx context.Context, k store.Key, token string, ttl 
 			s.dropEntry(token, e, true)
 			return store.Reply{}, err
 		}
-		resp, err := s.c.Txn(undated(ctx)).
+		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(d), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(e.name, s.value, clientv3.WithLease(le.id))).
 			Else(clientv3.OpGet(d, clientv3.WithFirstCreate()...)).
@@ -612,7 +608,7 @@ func (s *etcdStore) Release(ctx context.Context, k store.Key, token string) (sto
 	if e == nil {
 		return store.Missing, nil // no key was ever sent for token, or it is gone
 	}
-	resp, err := s.c.Delete(undated(ctx), e.name)
+	resp, err := s.c.Delete(ctx, e.name)
 	if err != nil {
 		if rev != 0 {
 			// The key may stay; no new key joins it under its lease,
@@ -766,7 +762,7 @@ func (s *etcdStore) Enqueue(ctx context.Context, k store.Key, token string, ttl 
 			elseOps = append(elseOps, clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 				clientv3.WithMaxCreateRev(rev-1), clientv3.WithLimit(maxBelow)))
 		}
-		resp, err := s.c.Txn(undated(ctx)).
+		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(e.name), "=", 0)).
 			Then(clientv3.OpPut(e.name, s.value, clientv3.WithLease(le.id)),
 				clientv3.OpGet(d, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(maxBelow+1))).
@@ -1071,29 +1067,6 @@ func (s *etcdStore) dropEntry(token string, e *entry, never bool) {
 		delete(s.dirs, e.dir)
 	}
 }
-
-// undated returns ctx without its deadline, for the requests of a lock
-// and an unlock: the request still ends when ctx does (at its deadline too:
-// the TTL that bounds each request, or the caller's), with ctx's error,
-// but gRPC sends etcd no timeout, for which etcd's gRPC server would set a
-// timer and a context per request (a timer started while no thread of a Go
-// program waits in its network poller may wake an idle thread:
-// runtime.wakeNetPoller). The client ends the request itself, resetting
-// its stream, when ctx ends; etcd applies a proposal, once made, whatever
-// the request's timeout, so the timeout saved it no work.
-func undated(ctx context.Context) context.Context {
-	if _, ok := ctx.Deadline(); !ok {
-		return ctx
-	}
-	return undatedCtx{ctx}
-}
-
-// undatedCtx is a context without a deadline that ends with the one it
-// wraps.
-type undatedCtx struct{ context.Context }
-
-// Deadline reports none; Done and Err are the wrapped context's.
-func (undatedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 // newID returns 8 random bytes in hex: a store's name in its keys.
 func newID() string {

@@ -1,15 +1,9 @@
 package etcd_test
 
 import (
-	"context"
-	"errors"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
@@ -83,92 +77,6 @@ func TestFreeLockCostsOneTxnAndOneDelete(t *testing.T) {
 					t.Errorf("value %q, %s: %d lock+unlock sent %d %s, want %d", c.value, way, n, got, method, want)
 				}
 			}
-		}
-	}
-}
-
-// The requests of a lock and an unlock send etcd no timeout (gRPC's
-// grpc-timeout, from the context's deadline), so that etcd's gRPC server
-// sets no timer per request: the TTL that bounds each of them is kept by
-// the client, which ends the request when it runs out
-// (TestPausedEtcdEndsEachRequestAtTheTTL).
-func TestLockRequestsSendNoTimeout(t *testing.T) {
-	srv := etcdtest.Start(t)
-	var mu sync.Mutex
-	sent := map[string]int{}  // by method: requests
-	dated := map[string]int{} // by method: requests with a deadline
-	cli := srv.Client(t, func(c *clientv3.Config) {
-		c.DialOptions = append(c.DialOptions, grpc.WithChainUnaryInterceptor(
-			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-				name := method[strings.LastIndexByte(method, '/')+1:]
-				_, ok := ctx.Deadline()
-				mu.Lock()
-				sent[name]++
-				if ok {
-					dated[name]++
-				}
-				mu.Unlock()
-				return invoker(ctx, method, req, reply, cc, opts...)
-			}))
-	})
-	l := newLocker(t, cli, lockmw.WithTTL(quietTTL))
-	ctx := context.Background()
-	for _, way := range []string{"Acquire", "Acquire Fair", "TryAcquire"} {
-		acquire := func() (*lockmw.Lease, error) { return l.Acquire(ctx, "free") }
-		switch way {
-		case "Acquire Fair":
-			acquire = func() (*lockmw.Lease, error) { return l.Acquire(ctx, "free", lockmw.Fair()) }
-		case "TryAcquire":
-			acquire = func() (*lockmw.Lease, error) { return l.TryAcquire(ctx, "free") }
-		}
-		for range 5 {
-			lease, err := acquire()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := lease.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, method := range []string{"Txn", "DeleteRange"} {
-		if sent[method] < 15 || dated[method] != 0 {
-			t.Errorf("15 lock+unlock sent %d %s, %d of them with a timeout; want 15 or more, none with a timeout", sent[method], method, dated[method])
-		}
-	}
-}
-
-// TestPausedEtcdEndsEachRequestAtTheTTL: against a paused etcd, a waiting
-// Acquire (its queue entry) and a Release end once the TTL that bounds
-// each request has run out, naming etcd and the bound, though their
-// requests send etcd no timeout (TestLockRequestsSendNoTimeout).
-func TestPausedEtcdEndsEachRequestAtTheTTL(t *testing.T) {
-	srv := etcdtest.Start(t)
-	l := newLocker(t, srv.Client(t), lockmw.WithTTL(2*time.Second))
-	ctx := context.Background()
-	lease, err := l.Acquire(ctx, "held")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Pause(t)
-	defer srv.Resume(t)
-	for _, c := range []struct {
-		what string
-		do   func() error
-	}{
-		{"Release", func() error { return lease.Release(ctx) }},
-		{"Acquire", func() error { _, err := l.Acquire(ctx, "k"); return err }},
-	} {
-		start := time.Now()
-		err := c.do()
-		took := time.Since(start)
-		if !errors.Is(err, lockmw.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "etcd did not answer") || !strings.Contains(err.Error(), "within 2s") {
-			t.Errorf("%s on a paused etcd: %v, want ErrUnavailable saying etcd did not answer within 2s", c.what, err)
-		}
-		if took < 2*time.Second {
-			t.Errorf("%s on a paused etcd ended after %v, before its bound of 2s", c.what, took)
 		}
 	}
 }

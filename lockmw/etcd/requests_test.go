@@ -1,7 +1,11 @@
 package etcd_test
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -77,6 +81,39 @@ func TestFreeLockCostsOneTxnAndOneDelete(t *testing.T) {
 					t.Errorf("value %q, %s: %d lock+unlock sent %d %s, want %d", c.value, way, n, got, method, want)
 				}
 			}
+		}
+	}
+}
+
+// TestPausedEtcdEndsEachRequestAtTheTTL: against a paused etcd, a Release
+// and a waiting Acquire (its queue entry) end once the TTL that bounds
+// each request has run out, not before, naming etcd and the bound (as
+// TestPausedEtcdIsNamed shows for TryAcquire).
+func TestPausedEtcdEndsEachRequestAtTheTTL(t *testing.T) {
+	srv := etcdtest.Start(t)
+	l := newLocker(t, srv.Client(t), lockmw.WithTTL(2*time.Second))
+	ctx := context.Background()
+	lease, err := l.Acquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause(t)
+	defer srv.Resume(t)
+	for _, c := range []struct {
+		what string
+		do   func() error
+	}{
+		{"Release", func() error { return lease.Release(ctx) }},
+		{"Acquire", func() error { _, err := l.Acquire(ctx, "k"); return err }},
+	} {
+		start := time.Now()
+		err := c.do()
+		took := time.Since(start)
+		if !errors.Is(err, lockmw.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "etcd did not answer") || !strings.Contains(err.Error(), "within 2s") {
+			t.Errorf("%s on a paused etcd: %v, want ErrUnavailable saying etcd did not answer within 2s", c.what, err)
+		}
+		if took < 2*time.Second {
+			t.Errorf("%s on a paused etcd ended after %v, before its bound of 2s", c.what, took)
 		}
 	}
 }

@@ -554,8 +554,9 @@ func (s *pgStore) isClosed() bool {
 //
 // On a lock this store has not found busy lately (hot.go), the round trip
 // is first a cheaper one (freeBatch): it deletes token's row when nobody
-// else is queued, which is all a release does then; when someone is, it
-// changes nothing but token's entry, and the hand-over's batch follows.
+// else is queued, which is all a release does then; when someone is (it
+// changes nothing but token's entry), or token has no row, the hand-over's
+// batch follows.
 // The cheap batch reads the queue as handOver does, in a statement
 // after the row's lock, so a waiter whose acquisition held the row's lock
 // meanwhile is seen ("the release race" in Enqueue), and the lock is then

@@ -41,6 +41,8 @@ func (b *batches) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBat
 	b.all = append(b.all, d.SQL)
 }
 
+func (b *batches) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // statements returns the statements of the batches sent since the last
 // call, each named by s's statements (or "other").
 func (b *batches) statements(s *pgStore) []string {
@@ -63,7 +65,6 @@ func (b *batches) statements(s *pgStore) []string {
 	b.all = nil
 	return out
 }
-func (b *batches) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // sent returns the kinds of the batches sent since the last call, named
 // by kinds from their first statement (others are left out).

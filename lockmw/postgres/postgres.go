@@ -85,12 +85,12 @@ type pgStore struct {
 
 	lis    *listener
 	hot    hotLocks              // locks its queued attempts found busy lately
+	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
+	stalls stalls.Notes[backend] // backends of batches never answered, by token (stalled.go)
 	// queued holds the tokens whose queued attempts were sent (each may
 	// have left a queue entry), until a release of the token committed:
 	// a release of any other token has no entry to delete (Release).
 	queued sync.Map
-	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
-	stalls stalls.Notes[backend] // backends of batches never answered, by token (stalled.go)
 
 	stop     context.CancelFunc
 	stopped  context.Context

@@ -121,8 +121,10 @@
 //
 // A waiting acquisition's first request, on a lock its Locker has not found
 // busy in the last second (hot.go), is a plain attempt, whose batch is
-// cheaper than the queued one (uncontended Acquire costs what TryAcquire
-// does, and a Locker whose locks are free opens no listening connection);
+// cheaper than the queued one (and a Locker whose locks are free opens no
+// listening connection); it is TryAcquire's upsert and fence draw without
+// the row read after them, since a busy lock's holder TTL is the queued
+// attempt's to report;
 // when that finds the lock busy, the Locker starts listening and the queued
 // attempt follows at once, in the same Enqueue. Both are safe as they
 // stand: the plain attempt takes the lock only when no unexpired waiter is
@@ -243,13 +245,15 @@
 // # Releasing a lock nobody waits for
 //
 // A release of a lock its Locker has not found busy lately (hot.go) first
-// sends a cheaper batch, also one transaction, of three plain statements
+// sends a cheaper batch, also one transaction, of plain statements
 // (each without CTEs: PostgreSQL's planning and executor start of a
 // statement with CTEs cost several times a plain statement's, which is
 // most of the server's work for a lock nobody waits for): SELECT … FOR
 // UPDATE locks the releasing token's row as it is (reporting whether it
 // was live, and writing no row version); a DELETE takes the token's queue
-// entry out; then, in a new snapshot, the row is deleted when no
+// entry out, when the token has sent a queued attempt (a token that never
+// did has no entry: its Locker remembers which did until their release
+// commits); then, in a new snapshot, the row is deleted when no
 // unexpired entry of another token is queued. Deleting the row is what
 // the hand-over's batch does when nobody is queued, and the queue is read
 // as there, in a statement after the row's lock: a waiter whose
@@ -390,18 +394,28 @@
 //
 // Where an uncontended lock+unlock's time goes: both it and the ShedLock
 // loop's take two round trips, but the loop sends one plain UPDATE in
-// each, and lockmw six statements (the upsert with its queue check, the
-// fence draw and the row read; the row's lock, the entry's delete and the
-// row's conditional delete), which the safety argument above needs in
-// two transactions. The server's work is per statement more than per
-// row: binding a cached plan, starting its executor, taking a snapshot.
-// A statement with CTEs costs several times a plain one (a plain
-// attempt's fence draw and row read cost about half what they cost as one
-// statement with CTEs), so the statements of a lock nobody waits for are
-// plain; measured on one connection, the server's CPU time per
-// lock+unlock fell from about 4 times the ShedLock loop's to about 2
-// times. Keeping a released row (an acquisition would then be one UPDATE
-// that draws its fence under the row's lock) would close most of the
-// rest; it needs waiters to mark the row, so that a one-statement release
-// sees them (the release race), and a migration.
+// each, and lockmw four statements (the upsert with its queue check and
+// the fence draw; the row's lock and the row's conditional delete), which
+// the safety argument above needs in two transactions: the fence is drawn
+// under the row's lock, which an INSERT's own nextval would not be, and
+// the queue is read in a snapshot after the row's lock. The server's work
+// is per statement more than per row: binding a cached plan, starting its
+// executor, taking a snapshot. A statement with CTEs costs several times
+// a plain one, so the statements of a lock nobody waits for are plain.
+// Keeping a released row (an acquisition would then be one UPDATE that
+// draws its fence under the row's lock, a release one UPDATE that waiters
+// mark the row against, for the release race) measured on one connection
+// about what the four statements cost (each of its UPDATEs writes the
+// row's expires_at, which an index holds, so none is a heap-only update),
+// and was not made.
+//
+// Where a contended hand-over's time goes: PostgreSQL (15) signals every
+// backend listening in the database at each NOTIFY, whatever channel it
+// names, and each wakes and reads the notification queue; measured on
+// this package's test server, a notification reached its one listener in
+// about twice the time with 15 other connections listening (on other
+// channels) as with none. With 16 Lockers each waiting, every hand-over's
+// grant wakes all 15 waiting Lockers' backends, which is most of the idle
+// time between a release and the next holder. Only waiters near the head
+// of the queue listening would end it.
 package postgres

@@ -17,10 +17,12 @@ import (
 // followed at once by the queued attempt when the lock is held; the queued
 // attempt alone on a lock found busy lately.
 
-// batches records the first statement of every batch sent on a pool.
+// batches records the first statement of every batch sent on a pool, and
+// every statement of a batch.
 type batches struct {
 	mu    sync.Mutex
 	first []string
+	all   []string
 }
 
 func (b *batches) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
@@ -33,8 +35,36 @@ func (b *batches) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceB
 	b.first = append(b.first, d.Batch.QueuedQueries[0].SQL)
 	return ctx
 }
-func (b *batches) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (b *batches) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (b *batches) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.all = append(b.all, d.SQL)
+}
+
+func (b *batches) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// statements returns the statements of the batches sent since the last
+// call, each named by s's statements (or "other").
+func (b *batches) statements(s *pgStore) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	known := map[string]string{
+		s.sql.insertLease: "insertLease", s.sql.fence: "fence", s.sql.readRow: "readRow",
+		s.sql.insertLeaseQueued: "insertLeaseQueued", s.sql.enqueueFence: "enqueueFence",
+		s.sql.lockOwn: "lockOwn", s.sql.dropEntry: "dropEntry", s.sql.freeIfUnqueued: "freeIfUnqueued",
+		s.sql.release: "release", s.sql.handOver: "handOver",
+	}
+	var out []string
+	for _, q := range b.all {
+		k, ok := known[q]
+		if !ok {
+			k = "other"
+		}
+		out = append(out, k)
+	}
+	b.all = nil
+	return out
+}
 
 // sent returns the kinds of the batches sent since the last call, named
 // by kinds from their first statement (others are left out).

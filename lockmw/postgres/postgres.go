@@ -87,6 +87,10 @@ type pgStore struct {
 	hot    hotLocks              // locks its queued attempts found busy lately
 	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
 	stalls stalls.Notes[backend] // backends of batches never answered, by token (stalled.go)
+	// queued holds the tokens whose queued attempts were sent (each may
+	// have left a queue entry), until a release of the token committed:
+	// a release of any other token has no entry to delete (Release).
+	queued sync.Map
 
 	stop     context.CancelFunc
 	stopped  context.Context
@@ -370,9 +374,26 @@ func micros(ttl time.Duration) int64 { return max(ttl.Microseconds(), 1) }
 // Acquire takes the lock for token when its row is missing or expired and
 // no waiter is queued.
 func (s *pgStore) Acquire(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
-	r, _, err := s.take(ctx, name(k), token, ttl, false)
+	r, _, err := s.take(ctx, name(k), token, ttl, plainAttempt)
 	return r, err
 }
+
+// attempt is the kind of an acquisition's batch (takeBatch).
+type attempt uint8
+
+const (
+	// plainAttempt takes a free lock, and reports the holder's TTL, or
+	// the token's own row written before, when it does not (Acquire).
+	plainAttempt attempt = iota
+	// firstAttempt takes a free lock and reports nothing more: a waiting
+	// acquisition's first request, on a lock not found busy lately, which
+	// the queued attempt follows at once when it did not take the lock
+	// (Enqueue).
+	firstAttempt
+	// queuedAttempt takes the lock when no waiter is before token, or
+	// queues token's entry.
+	queuedAttempt
+)
 
 // take runs one acquisition transaction in one round trip (a batch,
 // which PostgreSQL runs as one implicit transaction; takeBatch): the lease
@@ -383,7 +404,7 @@ func (s *pgStore) Acquire(ctx context.Context, k store.Key, token string, ttl ti
 // (or ctx's end): the lease's validity counts from the send, so it costs
 // nothing but the caller's time. The batch itself is bounded by ttl: an
 // answer later than that is worthless.
-func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration, queued bool) (store.Reply, string, error) {
+func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration, kind attempt) (store.Reply, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, max(ttl, connectWait))
 	c, err := s.conn(cctx)
 	cancel()
@@ -394,11 +415,14 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	defer c.Release()
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
-	b := s.takeBatch(row, token, ttl, queued)
+	b := s.takeBatch(row, token, ttl, kind)
+	if kind == queuedAttempt {
+		s.queued.Store(token, struct{}{})
+	}
 	be := backendOf(c)
 	sent := time.Now()
-	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, ttl, queued)
-	if err == nil && queued && !r.Acquired {
+	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, ttl, kind)
+	if err == nil && kind == queuedAttempt && !r.Acquired {
 		// The entry's expiry was confirmed by this request (a hand-over
 		// is dated from it: see "Hand-over").
 		s.lis.confirmed(token, int64(r.Counter), sent)
@@ -414,10 +438,11 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 }
 
 // takeBatch is an acquisition's statements: a plain attempt
-// (insertLease, fence) or a queued one (insertLeaseQueued,
-// enqueueFence). The row's upsert comes first, so that the fence is
-// drawn under its row lock (see "Safety").
-func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *pgx.Batch {
+// (insertLease, fence, readRow), a first one (insertLease, fence) or a
+// queued one (insertLeaseQueued, enqueueFence). The row's upsert comes
+// first, so that the fence is drawn under its row lock (see "Safety").
+func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt) *pgx.Batch {
+	queued := kind == queuedAttempt
 	b := &pgx.Batch{}
 	switch {
 	case queued && s.holderInfo != "":
@@ -434,6 +459,8 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *
 		b.Queue(s.sql.enqueueFenceInfo, row, token, micros(ttl), s.n.channel, s.grants, s.holderInfo)
 	case queued:
 		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
+	case kind == firstAttempt:
+		b.Queue(s.sql.fence, row, token)
 	default:
 		b.Queue(s.sql.fence, row, token)
 		b.Queue(s.sql.readRow, row, token)
@@ -442,7 +469,8 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, queued bool) *
 }
 
 // takeResult reads a takeBatch's results; sent is when it was sent.
-func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Duration, queued bool) (store.Reply, string, error) {
+func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Duration, kind attempt) (store.Reply, string, error) {
+	queued := kind == queuedAttempt
 	var (
 		fence    *int64
 		ownUs    *int64
@@ -458,6 +486,8 @@ func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Dura
 	case execErr != nil:
 	case queued:
 		qrErr = res.QueryRow().Scan(&fence, &ownUs, &holderUs, &pred, &predUs, &woken, &seq)
+	case kind == firstAttempt:
+		fence, qrErr = drawn(res)
 	default:
 		fence, ownUs, holderUs, qrErr = plainResult(res)
 	}
@@ -506,11 +536,7 @@ func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Dura
 // for the row the upsert wrote, or the fence of the token's own live row
 // written before and what is left of it (own), or the holder's TTL.
 func plainResult(res pgx.BatchResults) (fence, own, holder *int64, err error) {
-	var drawn int64
-	switch err := res.QueryRow().Scan(&drawn); {
-	case err == nil:
-		fence = &drawn
-	case !errors.Is(err, pgx.ErrNoRows):
+	if fence, err = drawn(res); err != nil {
 		return nil, nil, nil, err
 	}
 	var rowFence, us int64
@@ -526,6 +552,20 @@ func plainResult(res pgx.BatchResults) (fence, own, holder *int64, err error) {
 		return &rowFence, &us, nil, nil
 	}
 	return fence, nil, &us, nil
+}
+
+// drawn reads the fence statement's result: the fence drawn for the row
+// the upsert wrote, or nil when it wrote none.
+func drawn(res pgx.BatchResults) (*int64, error) {
+	var f int64
+	switch err := res.QueryRow().Scan(&f); {
+	case err == nil:
+		return &f, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	default:
+		return nil, err
+	}
 }
 
 // connectWait bounds how long an acquisition waits for a pool connection
@@ -575,8 +615,15 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 	}
 	defer c.Release()
 	row := name(k)
+	// A token that never sent a queued attempt has no entry: the cheap
+	// batch deletes none. The token is forgotten once a release of it
+	// committed (which deleted its entry, if any).
+	_, entry := s.queued.Load(token)
 	if !s.hot.busyLately(row) {
-		o, freed, err := freeResult(c.SendBatch(ctx, s.freeBatch(row, token)))
+		o, freed, err := freeResult(c.SendBatch(ctx, s.freeBatch(row, token, entry)), entry)
+		if err == nil && freed {
+			s.queued.Delete(token)
+		}
 		if err != nil || freed {
 			return o, err
 		}
@@ -585,22 +632,28 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 		// tell Taken from Missing).
 	}
 	o, _, _, err := releaseResult(c.SendBatch(ctx, s.releaseBatch(row, token)))
+	if err == nil {
+		s.queued.Delete(token)
+	}
 	return o, err
 }
 
-// freeBatch is the cheap release's statements.
-func (s *pgStore) freeBatch(row, token string) *pgx.Batch {
+// freeBatch is the cheap release's statements: lockOwn, dropEntry when
+// token may have a queue entry (entry), and freeIfUnqueued.
+func (s *pgStore) freeBatch(row, token string, entry bool) *pgx.Batch {
 	b := &pgx.Batch{}
 	b.Queue(s.sql.lockOwn, row, token)
-	b.Queue(s.sql.dropEntry, row, token)
+	if entry {
+		b.Queue(s.sql.dropEntry, row, token)
+	}
 	b.Queue(s.sql.freeIfUnqueued, row, token)
 	return b
 }
 
-// freeResult reads a freeBatch's results: the ownership token had, when
+// freeResult reads a freeBatch's results (entry: it has dropEntry): the ownership token had, when
 // freed is true (token's row is deleted); otherwise token's row is as it
 // was, or token had none, and Release goes on with the hand-over's batch.
-func freeResult(res pgx.BatchResults) (o store.Ownership, freed bool, err error) {
+func freeResult(res pgx.BatchResults, entry bool) (o store.Ownership, freed bool, err error) {
 	var live, deleted, found bool
 	err = res.QueryRow().Scan(&live)
 	switch {
@@ -609,7 +662,7 @@ func freeResult(res pgx.BatchResults) (o store.Ownership, freed bool, err error)
 	case errors.Is(err, pgx.ErrNoRows):
 		err = nil
 	}
-	if err == nil {
+	if err == nil && entry {
 		_, err = res.Exec()
 	}
 	if err == nil {
@@ -781,7 +834,7 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 		// in doc.go). Busy, it is followed at once by the queued attempt.
 		// It queues nothing, so it needs no listening: a Locker whose
 		// locks are free opens no listening connection.
-		r, _, err := s.take(ctx, row, token, ttl, false)
+		r, _, err := s.take(ctx, row, token, ttl, firstAttempt)
 		if err != nil {
 			return store.Reply{}, err
 		}
@@ -792,7 +845,7 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 	// Listen before the queued attempt runs, so that no release committed
 	// after it goes unheard.
 	s.lis.register(token)
-	r, pred, err := s.take(ctx, row, token, ttl, true)
+	r, pred, err := s.take(ctx, row, token, ttl, queuedAttempt)
 	if err != nil {
 		return store.Reply{}, err
 	}

@@ -25,7 +25,8 @@ func openEnqueue(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgSto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
-	r, _, err := s.takeResult(tx.SendBatch(ctx, s.takeBatch(name(k), token, 10*time.Second, true)), time.Now(), 10*time.Second, true)
+	s.queued.Store(token, struct{}{}) // as take does for a queued attempt
+	r, _, err := s.takeResult(tx.SendBatch(ctx, s.takeBatch(name(k), token, 10*time.Second, queuedAttempt)), time.Now(), 10*time.Second, queuedAttempt)
 	if err != nil {
 		t.Fatal(err)
 	}

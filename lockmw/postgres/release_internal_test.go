@@ -52,6 +52,61 @@ func TestFreeLockReleasedCheaply(t *testing.T) {
 	}
 }
 
+// TestUncontendedLockAndUnlockStatements: a waiting acquisition of a free
+// lock and its release send four plain statements: the upsert and the
+// fence draw (the first attempt reads nothing more: a queued attempt
+// would follow at once), and the row's lock and delete (a token that never
+// queued has no entry to delete).
+func TestUncontendedLockAndUnlockStatements(t *testing.T) {
+	ctx, _, s, tr := tracedStore(t)
+	k := store.Key{Prefix: "lockmw:", Name: "four"}
+	for i := range 3 {
+		tr.statements(s)
+		r, err := s.Enqueue(ctx, k, "h", handTTL, true)
+		if err != nil || !r.Acquired || r.Fence == 0 {
+			t.Fatalf("round %d: h's enqueue of a free lock: %+v, %v", i, r, err)
+		}
+		if got := strings.Join(tr.statements(s), ","); got != "insertLease,fence" {
+			t.Fatalf("round %d: a free lock's waiting acquisition sent %s, want insertLease,fence", i, got)
+		}
+		if o, err := s.Release(ctx, k, "h"); err != nil || o != store.Owned {
+			t.Fatalf("round %d: h's release: %v, %v; want Owned", i, o, err)
+		}
+		if got := strings.Join(tr.statements(s), ","); got != "lockOwn,freeIfUnqueued" {
+			t.Fatalf("round %d: the release of a lock nobody waits for, by a token that never queued, sent %s, want lockOwn,freeIfUnqueued", i, got)
+		}
+	}
+}
+
+// TestCheapReleaseDeletesQueuedTokensEntry: a token that queued has its
+// entry deleted by its cheap release (or its departure), so that no
+// waiter queued after it waits for an entry nobody refreshes; and, once
+// released, the token is forgotten.
+func TestCheapReleaseDeletesQueuedTokensEntry(t *testing.T) {
+	ctx, pool, s := startStore(t)
+	k := store.Key{Prefix: "lockmw:", Name: "queued-entry"}
+	if r, err := s.Acquire(ctx, k, "h", handTTL, true); err != nil || !r.Acquired {
+		t.Fatalf("h's acquisition: %+v, %v", r, err)
+	}
+	w, err := s.Enqueue(ctx, k, "w", handTTL, true)
+	if err != nil || w.Acquired {
+		t.Fatalf("w's enqueue behind h: %+v, %v", w, err)
+	}
+	if n := entries(t, ctx, pool, k, "w"); n != 1 {
+		t.Fatalf("w has %d entries, want 1", n)
+	}
+	s.hot = hotLocks{} // not busy lately: the cheap batch
+	if err := s.Leave(ctx, k, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if n := entries(t, ctx, pool, k, "w"); n != 0 {
+		t.Fatalf("w's departure by the cheap batch left %d entries", n)
+	}
+	if _, ok := s.queued.Load("w"); ok {
+		t.Fatal("w is still remembered as queued after its departure committed")
+	}
+}
+
 // TestCheapReleaseHandsOver: a holder whose store has not found the lock
 // busy (another Locker's waiter queued behind it) finds the waiter with
 // the cheap batch, which leaves the row as it was, and hands it the lock

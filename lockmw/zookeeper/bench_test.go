@@ -4,8 +4,11 @@ import (
 	"context"
 	"io"
 	"log"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,6 +123,30 @@ func warm(tb testing.TB, e *zktest.Ensemble) {
 		}
 		wg.Wait()
 		sc.close()
+	}
+}
+
+// TestWarmPassesTheFirstCollections: warm makes a fresh server run its
+// first two young collections (the slow ones) before it returns, as the
+// server's own GC log shows (-Xlog:gc, through JAVA_TOOL_OPTIONS, which
+// the test kit's JVM inherits).
+func TestWarmPassesTheFirstCollections(t *testing.T) {
+	gclog := filepath.Join(t.TempDir(), "gc.log")
+	t.Setenv("JAVA_TOOL_OPTIONS", "-Xlog:gc:file="+gclog)
+	e := zktest.StartEnsemble(t, 1)
+	warm(t, e)
+	var n int
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile(gclog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n = strings.Count(string(b), "Pause Young"); n >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if n < 2 {
+		t.Fatalf("the server ran %d young collections before warm returned, want at least 2", n)
 	}
 }
 

@@ -255,7 +255,9 @@
 // traps_internal_test.go shows each avoided here; lost_test.go shows a
 // cut longer than the session: the lockmw lease has ended when another
 // Locker gets the lock, while a zk.Lock holder has no signal at all.
-// bench_test.go measures both on one server (make bench).
+// bench_test.go measures both on one server (make bench), warmed first by
+// both: a fresh server's first, slowest collections would otherwise stall
+// whichever kind ran first.
 //
 // # Scheduled jobs
 //

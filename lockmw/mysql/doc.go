@@ -420,7 +420,9 @@
 // uncontended lock+unlock and 16 Lockers on one key, beside a
 // ShedLock-style loop (a row per lock: INSERT IGNORE, then UPDATE …
 // WHERE lock_until <= UTC_TIMESTAMP(6), polled; the release an UPDATE)
-// and GET_LOCK polled; make bench prints the figures.
+// and GET_LOCK polled, and, uncontended, beside the same loop with each
+// statement bounded as lockmw bounds its requests (shedlock-poll-bounded,
+// below); make bench prints the figures.
 //
 // Where an uncontended lock+unlock's time goes: lockmw sends two
 // statements (the UPDATE of a known row and the plain release, both
@@ -439,8 +441,8 @@
 // the benchmark's loop runs under context.Background(), unbounded.
 // Measured in interleaved rounds on one server (MariaDB 10.11, 2 cores,
 // other work running): with GOMAXPROCS=2 lockmw ran at about 0.6 of the
-// loop's rate, the loop with a 10s deadline on its statements at about
-// the same, and lockmw's two statements alone, without a deadline, at 1.0
+// loop's rate, the loop with a 10s deadline on its statements
+// (shedlock-poll-bounded) at about the same, and lockmw's two statements alone, without a deadline, at 1.0
 // to 1.1; with GOMAXPROCS=1 lockmw and the loop with deadlines both ran
 // at 0.98 of the loop without. The ratio moves with the machine's load
 // (make bench on a quieter machine printed about 1.0). The bound stays:

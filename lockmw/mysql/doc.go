@@ -436,19 +436,19 @@
 // acquisition's TTL, the release's), and go-sql-driver watches such a
 // context from a goroutine of the connection, woken before the statement
 // is sent and again once its answer is read. In a process with an idle
-// processor (one goroutine locking, GOMAXPROCS=2) each wake also starts
-// an idle thread, which competes with the server for a two-core machine;
-// the benchmark's loop runs under context.Background(), unbounded.
-// Measured in interleaved rounds on one server (MariaDB 10.11, 2 cores,
-// other work running): with GOMAXPROCS=2 lockmw ran at about 0.6 of the
-// loop's rate, the loop with a 10s deadline on its statements
-// (shedlock-poll-bounded) at about the same, and lockmw's two statements alone, without a deadline, at 1.0
-// to 1.1; with GOMAXPROCS=1 lockmw and the loop with deadlines both ran
-// at 0.98 of the loop without. The ratio moves with the machine's load
-// (make bench on a quieter machine printed about 1.0). The bound stays:
-// only the driver's watcher can end a read in flight, so a statement
-// without it would hold its caller past every deadline while the server
-// does not answer (paused, or cut off).
+// processor (one goroutine locking, GOMAXPROCS=2) each wake also starts an
+// idle thread, which competes with the server for a two-core machine; the
+// benchmark's loop runs under context.Background(), unbounded. Measured in
+// interleaved rounds on one server (MariaDB 10.11, 2 cores, other work
+// running): with GOMAXPROCS=2 lockmw ran at about 0.6 of the loop's rate,
+// the loop with a 10s deadline on its statements (shedlock-poll-bounded)
+// at about the same, and lockmw's two statements alone, without a
+// deadline, at 1.0 to 1.1; with GOMAXPROCS=1 lockmw and the loop with
+// deadlines both ran at 0.9 to 1.0 of the loop without. The ratio moves
+// with the machine's load (make bench on a quieter machine printed about
+// 1.0). The bound stays: only the driver's watcher can end a read in
+// flight, so a statement without it would hold its caller past every
+// deadline while the server does not answer (paused, or cut off).
 //
 // # Scheduled jobs
 //

@@ -37,10 +37,12 @@ import (
 // The socket is the driver connection's field netConn, read once per
 // connection (connState) by reflection, since the driver exports no way to
 // reach it. Only a go-sql-driver connection whose fields are as this
-// file expects, and whose DSN sets no readTimeout or writeTimeout (the
+// file expects, whose DSN sets no readTimeout or writeTimeout (the
 // driver would then set its own deadline before each read or write,
-// replacing the store's), is bounded this way; any other runs under its
-// context, watched by the driver as before.
+// replacing the store's), and whose socket takes deadlines, is bounded
+// this way; any other runs under its context, watched by the driver as
+// before. (Should the socket refuse the past deadline after all, the
+// callback closes it, as the watcher does.)
 
 // pastDeadline is a deadline long passed: a read or write fails at once.
 var pastDeadline = time.Unix(1, 0)
@@ -71,6 +73,12 @@ func deadlineConn(dc any) net.Conn {
 	if nc == nil || cfg == nil || cfg.ReadTimeout != 0 || cfg.WriteTimeout != 0 {
 		return nil
 	}
+	// A socket that refuses deadlines (a dialer's own net.Conn may) is
+	// watched by the driver. Clearing the deadline of a connection not in
+	// use changes nothing: the driver set none.
+	if nc.SetDeadline(time.Time{}) != nil {
+		return nil
+	}
 	return nc
 }
 
@@ -82,7 +90,9 @@ func execDeadline(ctx context.Context, nc net.Conn, stmt driver.StmtExecContext,
 	}
 	ended := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		_ = nc.SetDeadline(pastDeadline)
+		if nc.SetDeadline(pastDeadline) != nil {
+			_ = nc.Close() // unblocks a read or write in flight too
+		}
 		close(ended)
 	})
 	res, err := stmt.ExecContext(context.Background(), args)

@@ -5,9 +5,13 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
 
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 	"github.com/lockmw/lockmw/lockmw/mysql/internal/mariatest"
@@ -26,11 +30,40 @@ func startTablesServer(t *testing.T) *mariatest.Server {
 // deadlineStore is a store on srv's pool opened with params.
 func deadlineStore(t *testing.T, srv *mariatest.Server, params ...string) *sqlStore {
 	t.Helper()
+	return storeOn(t, srv.DB(t, "", params...))
+}
+
+// storeOn is a store on db.
+func storeOn(t *testing.T, db *sql.DB) *sqlStore {
+	t.Helper()
 	n, _ := namesFor("")
-	s := &sqlStore{db: srv.DB(t, "", params...), n: n, retention: Retention, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &sqlStore{db: db, n: n, retention: Retention, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.cleanLoop(time.Hour)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
+}
+
+// noDeadlines is a socket that refuses deadlines, as a dialer's own
+// net.Conn may.
+type noDeadlines struct{ net.Conn }
+
+var errNoDeadlines = errors.New("this socket takes no deadlines")
+
+func (noDeadlines) SetDeadline(time.Time) error      { return errNoDeadlines }
+func (noDeadlines) SetReadDeadline(time.Time) error  { return errNoDeadlines }
+func (noDeadlines) SetWriteDeadline(time.Time) error { return errNoDeadlines }
+
+// noDeadlinesNet is the driver's network name for TCP through noDeadlines.
+const noDeadlinesNet = "lockmw-test-nodeadlines"
+
+func init() {
+	mysqldriver.RegisterDialContext(noDeadlinesNet, func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return noDeadlines{c}, nil
+	})
 }
 
 // stateOf is the store's state of c's driver connection.
@@ -42,22 +75,34 @@ func stateOf(s *sqlStore, c *sql.Conn) *connState {
 
 // The two statements of an uncontended lock and unlock run under a context
 // the driver does not watch, bounded by their socket's deadline instead
-// (deadline.go); a DSN with a readTimeout or writeTimeout of its own keeps
-// the driver's watcher.
+// (deadline.go); a DSN with a readTimeout or writeTimeout of its own, or a
+// socket that takes no deadlines, keeps the driver's watcher.
 func TestPreparedStatementsBoundedBySocketDeadline(t *testing.T) {
 	t.Parallel()
 	srv := startTablesServer(t)
 	ctx := tctx(t)
+	noDeadlinesDB, err := sql.Open("mysql", strings.Replace(srv.DSN(""), "@tcp(", "@"+noDeadlinesNet+"(", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = noDeadlinesDB.Close() })
 	for _, c := range []struct {
 		params []string
+		db     *sql.DB // instead of srv's, with params
 		socket bool
 	}{
-		{nil, true},
-		{[]string{"interpolateParams=true"}, true},
-		{[]string{"readTimeout=30s"}, false},
-		{[]string{"writeTimeout=30s"}, false},
+		{nil, nil, true},
+		{[]string{"interpolateParams=true"}, nil, true},
+		{[]string{"readTimeout=30s"}, nil, false},
+		{[]string{"writeTimeout=30s"}, nil, false},
+		{[]string{"(a socket that refuses deadlines)"}, noDeadlinesDB, false},
 	} {
-		s := deadlineStore(t, srv, c.params...)
+		var s *sqlStore
+		if c.db != nil {
+			s = storeOn(t, c.db)
+		} else {
+			s = deadlineStore(t, srv, c.params...)
+		}
 		k := store.Key{Prefix: "p:", Name: "socket"}
 		if _, err := s.take(ctx, k, "tok", time.Second, false); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	mathrand "math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,9 @@ import (
 // Each connection's statements carry, in a comment, a mark of that
 // connection (a random name given when the store first used it), since
 // their text no longer holds the token: stalled.go finds a statement that
-// may still run by its connection's id and mark.
+// may still run by its connection's id and mark. Their context bounds
+// them through their connection's socket (deadline.go), not the driver's
+// watcher, where the connection allows it.
 
 // maxStmts bounds the statements the store keeps prepared on one
 // connection; past it, they are closed and prepared again as used.
@@ -126,6 +129,7 @@ func (t *texts) get(k textKey, write func(textKey) string) string {
 // Only the goroutine holding the connection reads or writes its fields.
 type connState struct {
 	id    int64                  // CONNECTION_ID(); 0 until asked (stalled.go)
+	sock  net.Conn               // the socket, when statements are bounded by its deadline (deadline.go)
 	mark  string                 // the connection's name in its statements' comment
 	stmts map[string]driver.Stmt // prepared on it, by query text
 }
@@ -151,7 +155,7 @@ func (cs *conns) state(dc any) *connState {
 	if cs.of == nil || len(cs.of) >= maxConns {
 		cs.of = make(map[any]*connState)
 	}
-	st := &connState{mark: "lockmw-conn-" + strconv.FormatUint(mathrand.Uint64(), 16), stmts: make(map[string]driver.Stmt)}
+	st := &connState{mark: "lockmw-conn-" + strconv.FormatUint(mathrand.Uint64(), 16), stmts: make(map[string]driver.Stmt), sock: deadlineConn(dc)}
 	cs.of[dc] = st
 	return st
 }
@@ -230,7 +234,13 @@ func (s *sqlStore) runPrepared(ctx context.Context, dc any, q query) (sql.Result
 	for i, a := range q.args {
 		args[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
 	}
-	res, err := ec.ExecContext(ctx, args)
+	var res driver.Result
+	var err error
+	if st.sock != nil {
+		res, err = execDeadline(ctx, st.sock, ec, args)
+	} else {
+		res, err = ec.ExecContext(ctx, args)
+	}
 	if isMySQLError(err, erUnknownStmt) {
 		_ = stmt.Close()
 		delete(st.stmts, q.text)

@@ -134,10 +134,7 @@ func TestSocketDeadlineBoundsStatementOnPausedServer(t *testing.T) {
 	if _, err := s.take(ctx, k, "tok", time.Second, false); err != nil { // inserts the row
 		t.Fatal(err)
 	}
-	c, err := s.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := oneConn(t, ctx, s.db)
 	defer c.Close()
 	q := s.takeRowStmt(k, "tok2", time.Second, false)
 	if _, err := s.run(ctx, c, q); err != nil { // prepares it
@@ -156,7 +153,7 @@ func TestSocketDeadlineBoundsStatementOnPausedServer(t *testing.T) {
 	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err = s.run(rctx, c, q)
+	_, err := s.run(rctx, c, q)
 	took := time.Since(start)
 	srv.Resume(t)
 	resumed = true
@@ -184,10 +181,7 @@ func TestSocketDeadlineEndsStatementAtCancel(t *testing.T) {
 	srv := startTablesServer(t)
 	s := deadlineStore(t, srv)
 	ctx := tctx(t)
-	c, err := s.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := oneConn(t, ctx, s.db)
 	defer c.Close()
 	st, err := s.connState(ctx, c)
 	if err != nil {
@@ -225,12 +219,9 @@ func TestSocketDeadlineClearedAfterAnswer(t *testing.T) {
 	srv := startTablesServer(t)
 	s := deadlineStore(t, srv)
 	ctx := tctx(t)
-	c, err := s.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := oneConn(t, ctx, s.db)
 	defer c.Close()
-	err = c.Raw(func(dc any) error {
+	err := c.Raw(func(dc any) error {
 		sock := deadlineConn(dc)
 		if sock == nil {
 			return errors.New("no socket to bound statements by")

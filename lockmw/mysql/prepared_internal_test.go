@@ -16,10 +16,7 @@ func TestEndStalledKillsPreparedStatementByMark(t *testing.T) {
 	t.Parallel()
 	s, _ := newTestStore(t)
 	ctx := tctx(t)
-	c, err := s.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := oneConn(t, ctx, s.db)
 	defer c.Close()
 	st, err := s.connState(ctx, c)
 	if err != nil {
@@ -67,10 +64,7 @@ func TestPreparedStatementsReadTheRowByKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := store.Key{Prefix: "p:", Name: "k250"}
-	c, err := s.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := oneConn(t, ctx, s.db)
 	defer c.Close()
 	for _, q := range []query{s.takeRowStmt(k, "tok", time.Second, false), s.releasePlainStmt(k, "tok"), s.takeRowStmt(k, "tok", time.Second, true)} {
 		if _, err := c.ExecContext(ctx, "FLUSH STATUS"); err != nil {

@@ -34,6 +34,17 @@ func tctx(t testing.TB) context.Context {
 	return ctx
 }
 
+// oneConn is a connection of db's pool, for statements that must share
+// one; the caller closes it.
+func oneConn(t *testing.T, ctx context.Context, db *sql.DB) *sql.Conn {
+	t.Helper()
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // rowOf is the row of k: token, fence and the microseconds it has left.
 func rowOf(t *testing.T, admin *sql.DB, k store.Key) (token string, fence uint64, left int64, ok bool) {
 	t.Helper()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/benchsuite"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -201,10 +202,11 @@ func (c contention) overlaps() int {
 	return n
 }
 
-func (c contention) report(b *testing.B) {
+func (c contention) report(b *testing.B) benchsuite.Figures {
 	if n := c.overlaps(); n > 0 {
 		b.Fatalf("%d critical sections overlapped", n)
 	}
+	f := benchsuite.Figures{}
 	var held time.Duration
 	gaps := make([]time.Duration, 0, len(c.holds))
 	for i, h := range c.holds {
@@ -214,13 +216,14 @@ func (c contention) report(b *testing.B) {
 		}
 	}
 	first, last := c.holds[0].start, c.holds[len(c.holds)-1].end
-	b.ReportMetric(float64(held)/float64(last.Sub(first)), "util")
-	b.ReportMetric(float64(percentile(gaps, 50))/float64(time.Microsecond), "gap-p50-µs")
-	b.ReportMetric(float64(percentile(gaps, 99))/float64(time.Microsecond), "gap-p99-µs")
-	b.ReportMetric(float64(c.commands)/float64(len(c.holds)), "cmds/acq")
-	b.ReportMetric(jain(c.perGo), "jain")
-	b.ReportMetric(float64(percentile(c.waits, 99))/float64(time.Millisecond), "wait-p99-ms")
-	b.ReportMetric(0, "ns/op") // wall time per acquisition is 2 ms by construction
+	f.Report(b, float64(held)/float64(last.Sub(first)), "util")
+	f.Report(b, float64(percentile(gaps, 50))/float64(time.Microsecond), "gap-p50-µs")
+	f.Report(b, float64(percentile(gaps, 99))/float64(time.Microsecond), "gap-p99-µs")
+	f.Report(b, float64(c.commands)/float64(len(c.holds)), "cmds/acq")
+	f.Report(b, jain(c.perGo), "jain")
+	f.Report(b, float64(percentile(c.waits, 99))/float64(time.Millisecond), "wait-p99-ms")
+	f.Report(b, 0, "ns/op") // wall time per acquisition is 2 ms by construction
+	return f
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

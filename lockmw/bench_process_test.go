@@ -12,11 +12,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest/benchsuite"
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
 )
@@ -26,7 +28,7 @@ import (
 // TestMain and runProcessWorker) with its own go-redis client and its own
 // Locker, so every hand-off crosses Lockers.
 var (
-	xprocWindow = flag.Duration("lockmw.xwindow", 3*time.Second,
+	xprocWindow = flag.Duration("lockmw.xwindow", time.Second,
 		"measuring window of each BenchmarkContendedProcesses run")
 	xprocWarmUp = flag.Duration("lockmw.xwarmup", time.Second,
 		"warm-up of each BenchmarkContendedProcesses run, before the window opens")
@@ -61,13 +63,16 @@ const xprocMaxRun = 2 * time.Minute
 // anchor (go-redis SET NX PX retried every 1 ms, released by a
 // compare-and-delete script). It reports what BenchmarkContended reports
 // (util, gap-p50-µs, gap-p99-µs, cmds/acq, jain over acquisitions per
-// process, wait-p99-ms), plus acqs, the acquisitions measured.
+// process, wait-p99-ms), plus acqs, the acquisitions measured. For each
+// number of processes the modes take turns, benchsuite.Rounds runs each
+// (benchsuite.Interleave: procs=16/r1/default …), and the medians over the
+// rounds follow the result lines.
 //
 // b.N is not used: each run lets the processes warm up for -lockmw.xwarmup
 // (1 s: scripts loaded, connections and subscriptions made, waiters
 // queueing), then measures the acquisitions granted within a fixed window of
-// -lockmw.xwindow (3 s), whatever b.N is. A run takes longer than the
-// default -benchtime, so the framework runs it once.
+// -lockmw.xwindow (1 s), whatever b.N is. A run takes at least make bench's
+// -benchtime of 2 s, so the framework runs it once.
 //
 // Timestamps. time.Now's monotonic reading is relative to the start of the
 // process that read it (the runtime subtracts its own start time), so two
@@ -96,27 +101,31 @@ const xprocMaxRun = 2 * time.Minute
 // acquisitions per window.
 func BenchmarkContendedProcesses(b *testing.B) {
 	srv := redistest.Start(b)
+	redlock := sync.OnceValue(func() []*redistest.Server { return redistest.StartN(b, 5) })
 	modes := []struct {
 		name, mode string
-		servers    func(b *testing.B) []*redistest.Server
+		servers    func() []*redistest.Server
 	}{
-		{"default", xprocDefault, func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }},
-		{"fair", xprocFair, func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }},
-		{"redlock5", xprocRedlock, func(b *testing.B) []*redistest.Server { return redistest.StartN(b, 5) }},
-		{"raw-setnx-poll1ms", xprocRaw, func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }},
-		{"ceiling-publish-ring", xprocRing, func(*testing.B) []*redistest.Server { return []*redistest.Server{srv} }},
+		{"default", xprocDefault, func() []*redistest.Server { return []*redistest.Server{srv} }},
+		{"fair", xprocFair, func() []*redistest.Server { return []*redistest.Server{srv} }},
+		{"redlock5", xprocRedlock, redlock},
+		{"raw-setnx-poll1ms", xprocRaw, func() []*redistest.Server { return []*redistest.Server{srv} }},
+		{"ceiling-publish-ring", xprocRing, func() []*redistest.Server { return []*redistest.Server{srv} }},
 	}
+	var names []string
 	for _, m := range modes {
-		b.Run(m.name, func(b *testing.B) {
-			servers := m.servers(b)
-			for _, procs := range []int{4, 16} {
-				b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
-					key := fmt.Sprintf("xproc:%s:%d", m.name, procs)
-					c := runProcessContention(b, servers, m.mode, key, procs)
-					c.report(b)
-					b.ReportMetric(float64(len(c.holds)), "acqs")
-				})
-			}
+		names = append(names, m.name)
+	}
+	for _, procs := range []int{4, 16} {
+		b.Run(fmt.Sprintf("procs=%d", procs), func(b *testing.B) {
+			benchsuite.Interleave(b, names, func(b *testing.B, i int) benchsuite.Figures {
+				m := modes[i]
+				key := fmt.Sprintf("xproc:%s:%d", m.name, procs)
+				c := runProcessContention(b, m.servers(), m.mode, key, procs)
+				f := c.report(b)
+				f.Report(b, float64(len(c.holds)), "acqs")
+				return f
+			})
 		})
 	}
 }

@@ -79,14 +79,13 @@ func BenchmarkContended(b *testing.B) {
 // concurrency.Mutexes on one Session do not exclude each other.
 func BenchmarkContendedOneLocker(b *testing.B) {
 	srv := etcdtest.Start(b)
-	for _, k := range kinds(srv)[:2] {
-		b.Run(k.Name, func(b *testing.B) {
-			m := k.New(b)
-			ms := make([]benchsuite.Mutex, benchsuite.Contenders)
-			for i := range ms {
-				ms[i] = m
-			}
-			benchsuite.Measure(b, ms, "one-locker-"+k.Name, func(tb testing.TB) int64 { return served(tb, srv) })
-		})
-	}
+	ks := kinds(srv)[:2]
+	benchsuite.Interleave(b, []string{ks[0].Name, ks[1].Name}, func(b *testing.B, i int) benchsuite.Figures {
+		m := ks[i].New(b)
+		ms := make([]benchsuite.Mutex, benchsuite.Contenders)
+		for j := range ms {
+			ms[j] = m
+		}
+		return benchsuite.Measure(b, ms, "one-locker-"+ks[i].Name, func(tb testing.TB) int64 { return served(tb, srv) })
+	})
 }

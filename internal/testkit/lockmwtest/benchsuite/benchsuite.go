@@ -5,6 +5,8 @@
 // (Uncontended), and Contenders independent clients taking turns on one
 // key (Contended). Each store's bench_test.go says what it compares
 // (Kinds) and how to count the requests its servers received (Counter).
+// The kinds are measured in turns, Rounds times each, and their figures
+// summed up as medians (Interleave).
 package benchsuite
 
 import (
@@ -89,9 +91,9 @@ const (
 	HoldFor    = 2 * time.Millisecond
 )
 
-// Uncontended runs one sub-benchmark per kind: one goroutine taking and
-// releasing a free lock; ns/op is one lock and unlock, and ops/s is
-// reported too.
+// Uncontended measures each kind Rounds times, interleaved (see
+// Interleave): one goroutine taking and releasing a free lock; ns/op is
+// one lock and unlock, and ops/s is reported too.
 func Uncontended(b *testing.B, kinds []Kind) {
 	UncontendedCounted(b, kinds, Counter{})
 }
@@ -99,52 +101,64 @@ func Uncontended(b *testing.B, kinds []Kind) {
 // UncontendedCounted is Uncontended, reporting also c's requests per
 // lock+unlock (when c.Count is set).
 func UncontendedCounted(b *testing.B, kinds []Kind, c Counter) {
-	for _, k := range kinds {
-		b.Run(k.Name, func(b *testing.B) {
-			m := k.New(b)
-			ctx := context.Background()
-			var reqs int64
-			if c.Count != nil {
-				reqs = c.Count(b)
+	Interleave(b, names(kinds), func(b *testing.B, i int) Figures {
+		m := kinds[i].New(b)
+		key := "free-" + kinds[i].Name
+		ctx := context.Background()
+		var reqs int64
+		if c.Count != nil {
+			reqs = c.Count(b)
+		}
+		b.ResetTimer()
+		start := time.Now()
+		for range b.N {
+			unlock, err := m.Lock(ctx, key)
+			if err != nil {
+				b.Fatal(err)
 			}
-			b.ResetTimer()
-			start := time.Now()
-			for range b.N {
-				unlock, err := m.Lock(ctx, "free")
-				if err != nil {
-					b.Fatal(err)
-				}
-				unlock()
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "ops/s")
-			if c.Count != nil {
-				b.ReportMetric(float64(c.Count(b)-reqs)/float64(b.N), c.Unit+"/op")
-			}
-		})
-	}
+			unlock()
+		}
+		wall := time.Since(start)
+		b.StopTimer()
+		f := Figures{}
+		f.Report(b, float64(wall.Nanoseconds())/float64(b.N), "ns/op")
+		f.Report(b, float64(b.N)/wall.Seconds(), "ops/s")
+		if c.Count != nil {
+			f.Report(b, float64(c.Count(b)-reqs)/float64(b.N), c.Unit+"/op")
+		}
+		return f
+	})
 }
 
-// Contended runs one sub-benchmark per kind, Contenders Mutexes of it on
-// the key "contended-"+name (see Measure).
+// Contended measures each kind Rounds times, interleaved (see
+// Interleave): Contenders Mutexes of it on the key "contended-"+name (see
+// Measure).
 func Contended(b *testing.B, kinds []Kind, requests func(tb testing.TB) int64) {
 	ContendedCounted(b, kinds, Counter{Unit: "reqs", Count: requests})
 }
 
 // ContendedCounted is Contended with c's unit (see MeasureCounted).
 func ContendedCounted(b *testing.B, kinds []Kind, c Counter) {
+	Interleave(b, names(kinds), func(b *testing.B, i int) Figures {
+		var ms []Mutex
+		for range Contenders {
+			ms = append(ms, kinds[i].New(b))
+		}
+		return MeasureCounted(b, ms, "contended-"+kinds[i].Name, c)
+	})
+}
+
+// names are the kinds' names, in order.
+func names(kinds []Kind) []string {
+	var ns []string
 	for _, k := range kinds {
-		b.Run(k.Name, func(b *testing.B) {
-			var ms []Mutex
-			for range Contenders {
-				ms = append(ms, k.New(b))
-			}
-			MeasureCounted(b, ms, "contended-"+k.Name, c)
-		})
+		ns = append(ns, k.Name)
 	}
+	return ns
 }
 
 // Measure has ms take turns on key, b.N acquisitions in all (after a
-// warm-up of one per Mutex), and reports:
+// warm-up of one per Mutex), and reports and returns:
 //
 //   - acq/s: acquisitions per second across all contenders;
 //   - util: the share of wall time some contender was inside the critical
@@ -152,23 +166,25 @@ func ContendedCounted(b *testing.B, kinds []Kind, c Counter) {
 //   - wait-p99-ms: the 99th percentile of the time a lock call took;
 //   - reqs/acq: what requests counts (the requests the servers received)
 //     per acquisition.
-func Measure(b *testing.B, ms []Mutex, key string, requests func(tb testing.TB) int64) {
-	MeasureCounted(b, ms, key, Counter{Unit: "reqs", Count: requests})
+func Measure(b *testing.B, ms []Mutex, key string, requests func(tb testing.TB) int64) Figures {
+	return MeasureCounted(b, ms, key, Counter{Unit: "reqs", Count: requests})
 }
 
 // MeasureCounted is Measure, reporting c's requests per acquisition as
 // c.Unit+"/acq".
-func MeasureCounted(b *testing.B, ms []Mutex, key string, c Counter) {
+func MeasureCounted(b *testing.B, ms []Mutex, key string, c Counter) Figures {
 	Run(b, ms, key, len(ms))
 	reqs := c.Count(b)
 	b.ResetTimer()
 	r := Run(b, ms, key, b.N)
 	b.StopTimer()
 	reqs = c.Count(b) - reqs
-	b.ReportMetric(float64(r.N)/r.Wall.Seconds(), "acq/s")
-	b.ReportMetric(r.Util, "util")
-	b.ReportMetric(float64(r.P99)/float64(time.Millisecond), "wait-p99-ms")
-	b.ReportMetric(float64(reqs)/float64(r.N), c.Unit+"/acq")
+	f := Figures{}
+	f.Report(b, float64(r.N)/r.Wall.Seconds(), "acq/s")
+	f.Report(b, r.Util, "util")
+	f.Report(b, float64(r.P99)/float64(time.Millisecond), "wait-p99-ms")
+	f.Report(b, float64(reqs)/float64(r.N), c.Unit+"/acq")
+	return f
 }
 
 // Result is one contended run.

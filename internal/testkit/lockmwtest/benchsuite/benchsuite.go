@@ -103,7 +103,6 @@ func Uncontended(b *testing.B, kinds []Kind) {
 func UncontendedCounted(b *testing.B, kinds []Kind, c Counter) {
 	Interleave(b, names(kinds), func(b *testing.B, i int) Figures {
 		m := kinds[i].New(b)
-		key := "free-" + kinds[i].Name
 		ctx := context.Background()
 		var reqs int64
 		if c.Count != nil {
@@ -112,7 +111,7 @@ func UncontendedCounted(b *testing.B, kinds []Kind, c Counter) {
 		b.ResetTimer()
 		start := time.Now()
 		for range b.N {
-			unlock, err := m.Lock(ctx, key)
+			unlock, err := m.Lock(ctx, "free")
 			if err != nil {
 				b.Fatal(err)
 			}

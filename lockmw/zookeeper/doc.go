@@ -247,6 +247,21 @@
 // here the next waiter has read the queue during its predecessor's turn
 // and takes the lock at the watch's event, with no round trip.
 //
+// Six is what a hand-over without a round trip costs: before its
+// predecessor goes, the waiter must know that no other node is below it,
+// and only a read made after the node before the predecessor went tells
+// it. A release that wrote the predecessor's data in its own transaction
+// could say "first" without that read, but any client may write a lock
+// node's data, so here only a deletion hands the lock on
+// (TestWaitTurnOnlyDeletionHandsOver). Nor is the slowest contended wait
+// a waiter's own doing: a hand-over is the holder's delete, the server's
+// watch event and some tens of microseconds of client time, so a server
+// that answers a delete late (a collection pause, its CPU taken by other
+// processes) delays every queued waiter at once, here as under zk.Lock.
+// A contended wait's 99th percentile is one round of turns plus the
+// longest such stall in the run; it compares the two recipes over
+// several runs, not one.
+//
 // go-zookeeper's zk.Lock has no context, leaves its node behind when a
 // call after the create fails (everyone then waits for the session to
 // end), never checks whose session a found protected node belongs to,

@@ -81,8 +81,12 @@ func BenchmarkContended(b *testing.B) {
 	benchsuite.Contended(b, kinds(e), func(tb testing.TB) int64 { return received(tb, e) })
 }
 
-// warmRounds is how many free locks each of warm's clients takes.
-const warmRounds = 150
+// warmRounds is how many free locks each of warm's clients takes;
+// warmTurns how many turns they then take on one key, together.
+const (
+	warmRounds = 150
+	warmTurns  = 100
+)
 
 // startWarm starts the benchmarks' server and warms it (warm), so that
 // every kind meets the same server.
@@ -93,8 +97,11 @@ func startWarm(b *testing.B) *zktest.Ensemble {
 }
 
 // warm has every kind take and release free locks on a fresh server,
-// Contenders clients at a time, and closes them, before anything is
-// measured. A ZooKeeper JVM's first two young collections stop it much
+// Contenders clients at a time, then take turns on one key (the watch
+// and notification paths the contended benchmark runs: without this, the
+// kind measured first made the server compile four times as many of
+// their methods as the next, in its first round), and closes them, before
+// anything is measured. A ZooKeeper JVM's first two young collections stop it much
 // longer than later ones (the test servers' -Xlog:gc on the 2-core VM:
 // 10–48 ms, then 7–27 ms, then 1–8 ms every few seconds under the
 // contended load); warmRounds makes it allocate past them (four
@@ -107,8 +114,10 @@ func warm(tb testing.TB, e *zktest.Ensemble) {
 	for _, k := range kinds(e) {
 		sc := &scope{TB: tb}
 		var wg sync.WaitGroup
-		for i := range benchsuite.Contenders {
+		ms := make([]benchsuite.Mutex, benchsuite.Contenders)
+		for i := range ms {
 			m := k.New(sc)
+			ms[i] = m
 			wg.Go(func() {
 				key := "warm-" + strconv.Itoa(i)
 				for range warmRounds {
@@ -122,6 +131,7 @@ func warm(tb testing.TB, e *zktest.Ensemble) {
 			})
 		}
 		wg.Wait()
+		benchsuite.Run(sc, ms, "warm-contended-"+k.Name, warmTurns)
 		sc.close()
 	}
 }

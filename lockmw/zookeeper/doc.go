@@ -260,7 +260,8 @@
 // processes) delays every queued waiter at once, here as under zk.Lock.
 // A contended wait's 99th percentile is one round of turns plus the
 // longest such stall in the run; it compares the two recipes over
-// several runs, not one.
+// several rounds, not one (make bench takes the median of six, the kinds
+// interleaved).
 //
 // go-zookeeper's zk.Lock has no context, leaves its node behind when a
 // call after the create fails (everyone then waits for the session to

@@ -335,7 +335,10 @@
 // (one goroutine hop and one wake of its health check fewer per grant):
 // the waiter's Go time fell, util did not move (median ratio 1.00 over 12
 // interleaved pairs against raw polling, 0.99 over 6 pairs run side by
-// side), so it is not done.
+// side), so it is not done. Nor does the releaser's own next request (its
+// RPUSHX, sent as the waiter wakes) hold the waiter back measurably:
+// workers that slept 1ms after each release before asking again moved util
+// by nothing (median ratio 0.99 over 8 pairs).
 //
 // Redlock needs two such hops (the wake,
 // then an attempt on a majority), and asks only the first majority, which

@@ -313,6 +313,33 @@
 // same run), that lowered the gap's median by about a tenth and raised util
 // by 1–2%; util stayed 2–5% below raw polling's on that loaded machine.
 //
+// The same split timed on Redis's clock too (TIME at the start and end of
+// release.lua, against the processes' wall clocks; the VM shared with
+// other work, load 4–8, medians): from the release's pipeline leaving to
+// the script starting, 65–87µs (Redis waking after its idle hold, reading,
+// the PEXPIRE); the script, 21–31µs; from its end to the waiter's process
+// reading the grant, 75–113µs (Redis's writes, the waiter's process
+// waking); then 35–50µs of Go to Acquire's return. The two wake-ups are
+// the ring's too. What the ring does not pay is the script and lockmw's Go
+// on both sides: about 70µs of median gap (199µs against 131µs on a quiet
+// run), the 2–4% of util between the two. Raw SET NX polling comes close to
+// the ring because its pollers keep Redis busy (33 commands per
+// acquisition): the next poll finds a Redis that need not wake, and the
+// hand-off pays no script. Within the script little is to be had: entering
+// it costs 10–17µs cold, and each distinct command it calls 5–10µs
+// (repeated ones about 1µs, SLOWLOG), and the five of a hand-over (GET,
+// LPOP, SET, INCRBY, PUBLISH) are each needed; owner_parts with
+// string.find instead of string.match changed nothing measurable (1,800
+// interleaved calls of each, idle 2ms before each). Nor did reading the subscription connection
+// in the subscriber's own goroutine instead of through go-redis's Channel
+// (one goroutine hop and one wake of its health check fewer per grant):
+// the waiter's Go time fell, util did not move (median ratio 1.00 over 12
+// interleaved pairs against raw polling, 0.99 over 6 pairs run side by
+// side), so it is not done. Nor does the releaser's own next request (its
+// RPUSHX, sent as the waiter wakes) hold the waiter back measurably:
+// workers that slept 1ms after each release before asking again moved util
+// by nothing (median ratio 0.99 over 8 pairs).
+//
 // Redlock needs two such hops (the wake,
 // then an attempt on a majority), and asks only the first majority, which
 // keeps it at 22 commands across 5 masters (19 before counters expired:

@@ -421,4 +421,22 @@
 // notification when they come near it: asking the queue again at a pace
 // guessed from its moves cost more statements than the signals it saved,
 // and a guess too long leaves a grant unheard and the lock idle.
+//
+// Timed from the holders' side (each hold's end, its release's return,
+// the next hold's start; 2 ms holds, a loaded 2-core VM), the idle time
+// between two holders is the release call itself: the next holder starts
+// some tens of microseconds before the release returns, and the release
+// took a median of 0.46 ms with 2 Lockers on the key, 0.62 ms with 4 and
+// 1.1–1.3 ms with 16 (the advisory loop's unlock: 0.13–0.24 ms, and its
+// next holder starts 20–40 µs after it). The growth with the waiters is
+// the notification's: the committing backend signals every listener and
+// they wake on the same two processors. What is left at two Lockers is the
+// release's round trip and the hand-over statement, whose server time
+// (EXPLAIN ANALYZE, 15 entries queued) is about 0.15–0.2 ms with a cached
+// plan, against 0.01–0.02 ms for each plain statement here or the loop's
+// UPDATE: most of it is the executor starting and ending its CTEs, not the
+// rows they touch. The first waiter reading its row for a grant every
+// 300 µs once told it was first (a release's notice beside the grant)
+// sent about three statements more per acquisition and did not change
+// utilization (ABBA pairs, median 0.99 of without).
 package postgres

@@ -75,6 +75,10 @@ type renewScheduler struct {
 	// holds a lock is what decides how its waiters wait (see holds).
 	held   map[store.Key]int
 	wakeAt time.Time // when the loop's timer fires next
+	// timer is the loop's, set only under mu (with wakeAt): by the loop
+	// for the queue's first event, and by add, addPending and confirm
+	// when a lease needs it earlier (rearm), which wakes no goroutine.
+	timer *time.Timer
 
 	wake    chan struct{}
 	done    chan struct{}
@@ -85,6 +89,8 @@ type renewScheduler struct {
 	// deadline then passes while its timer has not fired, as on a host where
 	// timers fire late.
 	ahead atomic.Int64
+	// rounds counts the loop's rounds (read by internal tests).
+	rounds atomic.Int64
 }
 
 // monoEpoch is the origin of Lease.validUntil: a time with a monotonic
@@ -114,6 +120,7 @@ func newRenewScheduler(st store.Store, storeName string, tel *telemetry, logger 
 		wake:    make(chan struct{}, 1),
 		held:    make(map[store.Key]int),
 		wakeAt:  time.Now().Add(time.Hour), // run's first timer
+		timer:   time.NewTimer(time.Hour),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
@@ -137,7 +144,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
 	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
-		s.poke() // the loop's timer is set for later than l needs
+		s.rearm(k.fireAt) // the loop's timer is set for later than l needs
 	}
 	return true
 }
@@ -158,7 +165,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	k.fireAt, k.slack = deadline, 0
 	heap.Push(&s.queue, l)
 	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
-		s.poke()
+		s.rearm(k.fireAt)
 	}
 	return true
 }
@@ -186,7 +193,7 @@ func (s *renewScheduler) confirm(l *Lease, sentAt time.Time) {
 	s.scheduleRenewal(l, sentAt)
 	heap.Fix(&s.queue, k.index)
 	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
-		s.poke()
+		s.rearm(k.fireAt)
 	}
 	s.mu.Unlock()
 }
@@ -356,6 +363,16 @@ func (s *renewScheduler) holds(k store.Key) bool {
 	return s.held[k] > 0
 }
 
+// rearm sets the loop's timer for at, earlier than it was set for: the
+// loop wakes then, not now. (Waking it at each acquisition, to set the
+// timer itself, cost a goroutine's and often an idle thread's wake-up per
+// lock, mostly spent after the lease's release on finding nothing to do.)
+// Caller holds s.mu.
+func (s *renewScheduler) rearm(at time.Time) {
+	s.wakeAt = at
+	s.timer.Reset(time.Until(at))
+}
+
 // poke wakes the scheduler loop to look at the queue again.
 func (s *renewScheduler) poke() {
 	select {
@@ -366,9 +383,9 @@ func (s *renewScheduler) poke() {
 
 func (s *renewScheduler) run() {
 	defer close(s.stopped)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer s.timer.Stop()
 	for {
+		s.rounds.Add(1)
 		now := time.Now()
 		s.mu.Lock()
 		batch, lost := s.collect(now)
@@ -376,7 +393,10 @@ func (s *renewScheduler) run() {
 		if len(s.queue) > 0 {
 			next = s.queue[0].keep.fireAt.Sub(now)
 		}
+		// Set under mu, so that a rearm for an earlier event, by a lease
+		// added after collect, is never undone.
 		s.wakeAt = now.Add(next)
+		s.timer.Reset(next)
 		s.mu.Unlock()
 
 		s.finishLost(lost)
@@ -385,9 +405,8 @@ func (s *renewScheduler) run() {
 			// answer cannot delay any lease's deadline.
 			go s.renew(batch, now)
 		}
-		timer.Reset(next)
 		select {
-		case <-timer.C:
+		case <-s.timer.C:
 		case <-s.wake:
 		case <-s.done:
 			return

@@ -476,12 +476,15 @@
 // through the Locker cost the client 8-24µs more CPU than the store's two
 // calls, about half of it the renewal scheduler's wake-up at each
 // acquisition: its goroutine, woken to arm its timer for the new lease,
-// mostly runs after the release, finds no lease and sets its timer an
-// hour ahead, so that the next acquisition wakes it again (2 wake-ups in
-// 3 lock+unlocks in a runtime trace; with the wake-up removed, as an
-// experiment, the Locker's extra CPU was 0-9µs). make bench's uncontended
-// figure for this code, lockmw's rate over the loop's, was 0.52 to 1.03
-// in eleven runs (median 0.74). Cutting the store's own allocations by a
+// mostly ran after the release, found no lease and set its timer an hour
+// ahead, so that the next acquisition woke it again (2 wake-ups in 3
+// lock+unlocks in a runtime trace; with the wake-up removed, the Locker's
+// extra CPU was 0-9µs). An acquisition now sets that timer itself
+// (keepalive.go, rearm), which wakes nothing: in pairs of runs old and
+// new (ABBA, 8 pairs, the same machine under other work), lockmw's rate
+// over the loop's went from a median of 0.74 to 0.96 (new ÷ old per pair:
+// median 1.18, from 0.57 to 1.72). Before it, make bench's uncontended
+// figure was 0.52 to 1.03 in eleven runs (median 0.74). Cutting the store's own allocations by a
 // quarter (a socket callback and argument slice kept per connection, no
 // context derived for a release already bounded sooner: 73 to 56 per
 // lock+unlock) made no difference that paired runs of make bench could

@@ -261,8 +261,10 @@
 //   - BenchmarkContendedProcesses runs each contender as a separate process
 //     (the test binary re-executed) with its own client and Locker, so no
 //     hand-off stays inside a Locker. Each run warms up for 1s and measures
-//     the acquisitions granted in a fixed 3s window (-lockmw.xwarmup,
-//     -lockmw.xwindow), whatever b.N is. On Linux the processes time-stamp
+//     the acquisitions granted in a fixed 1s window (-lockmw.xwarmup,
+//     -lockmw.xwindow), whatever b.N is; the modes take turns, six runs
+//     each, and the medians over them follow the result lines
+//     (benchsuite.Interleave). On Linux the processes time-stamp
 //     their holds on CLOCK_MONOTONIC, one clock for every process of the
 //     machine, so their intervals compare without an offset.
 //   - BenchmarkContendedLockers gives each of 16 goroutines of one process

@@ -1,0 +1,59 @@
+// This file tests that the harness measures Mutexes warm.
+
+package benchsuite
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// turnTaker is a Mutex on a shared sync.Mutex that counts its lock calls.
+type turnTaker struct {
+	mu    *sync.Mutex
+	calls *atomic.Int64
+}
+
+func (m turnTaker) Lock(context.Context, string) (func(), error) {
+	m.calls.Add(1)
+	m.mu.Lock()
+	return m.mu.Unlock, nil
+}
+
+// TestMeasuredTurnsFollowAWarmUp: before a contended run's b.N measured
+// acquisitions, its contenders take as many turns unmeasured, at most
+// WarmTurns each and at least one each, and the requests counted per
+// acquisition are the measured turns' alone.
+func TestMeasuredTurnsFollowAWarmUp(t *testing.T) {
+	type run struct {
+		n, calls int
+		perAcq   float64
+	}
+	var runs []run
+	testing.Benchmark(func(b *testing.B) {
+		var mu sync.Mutex
+		var calls atomic.Int64
+		ms := make([]Mutex, Contenders)
+		for i := range ms {
+			ms[i] = turnTaker{&mu, &calls}
+		}
+		f := MeasureCounted(b, ms, "k", Counter{Unit: "calls", Count: func(testing.TB) int64 { return calls.Load() }})
+		runs = append(runs, run{b.N, int(calls.Load()), f["calls/acq"]})
+	})
+	if len(runs) < 2 {
+		t.Fatalf("the benchmark ran %d times, want at least 2 (a first run of 1 and a longer one)", len(runs))
+	}
+	for _, r := range runs {
+		warm := min(max(r.n, Contenders), WarmTurns*Contenders)
+		if r.calls != r.n+warm {
+			t.Errorf("a run of %d acquisitions made %d lock calls, want %d measured + %d warm-up", r.n, r.calls, r.n, warm)
+		}
+		if r.perAcq != 1 {
+			t.Errorf("a run of %d acquisitions counted %v calls per acquisition, want 1 (the warm-up's left out)", r.n, r.perAcq)
+		}
+	}
+	if last := runs[len(runs)-1]; last.n < WarmTurns*Contenders {
+		t.Errorf("the longest run measured %d acquisitions, want at least %d, so that a full warm-up is seen", last.n, WarmTurns*Contenders)
+	}
+}

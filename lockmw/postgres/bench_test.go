@@ -94,6 +94,27 @@ func shedlock(pool *pgxpool.Pool, by string) benchsuite.Poll {
 	}
 }
 
+// rowFloor is not a lock to use: it is the least a lease row costs on a
+// table shaped as lockmw's (a name primary key, an index of expiries for
+// the sweep, the row deleted on release), an upsert that takes the row
+// when it is missing or expired and a delete, with no fence and no look at
+// a queue. Beside lockmw and the ShedLock-style loop (whose row is never
+// deleted, and whose update touches no index) in Uncontended, it shows
+// where lockmw's time goes.
+func rowFloor(pool *pgxpool.Pool, by string) benchsuite.Poll {
+	return benchsuite.Poll{
+		Try: func(ctx context.Context, key string) (bool, error) {
+			tag, err := pool.Exec(ctx, `INSERT INTO rowfloor AS l (name, token, expires_at) VALUES ($1, $2, clock_timestamp() + interval '10 seconds')
+ON CONFLICT (name) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at WHERE l.expires_at <= clock_timestamp()`, key, by)
+			return tag.RowsAffected() == 1, err
+		},
+		Unlock: func(ctx context.Context, key string) {
+			_, _ = pool.Exec(ctx, "DELETE FROM rowfloor WHERE name = $1 AND token = $2", key, by)
+		},
+		Every: pollEvery,
+	}
+}
+
 // kinds are the implementations compared on srv, their pools traced by
 // st; each contender gets its own pool (as a process of its own would).
 func kinds(srv *pgtest.Server, st *statements) []benchsuite.Kind {
@@ -128,22 +149,29 @@ func newBenchLocker(tb testing.TB, pool *pgxpool.Pool) *lockmw.Locker {
 	return l
 }
 
-// startBenchServer starts a server with lockmw's tables and ShedLock's.
+// startBenchServer starts a server with lockmw's tables, ShedLock's and
+// rowFloor's.
 func startBenchServer(b *testing.B) *pgtest.Server {
 	srv := startServer(b)
 	srv.Exec(b, `CREATE TABLE shedlock (name varchar(64) PRIMARY KEY, lock_until timestamp NOT NULL,
 		locked_at timestamp NOT NULL, locked_by varchar(255) NOT NULL);
-		INSERT INTO shedlock VALUES ('free', now(), now(), ''), ('contended-shedlock-poll', now(), now(), '')`)
+		INSERT INTO shedlock VALUES ('free', now(), now(), ''), ('contended-shedlock-poll', now(), now(), '');
+		CREATE TABLE rowfloor (name text COLLATE "C" PRIMARY KEY, token text NOT NULL, expires_at timestamptz NOT NULL);
+		CREATE INDEX ON rowfloor (expires_at)`)
 	return srv
 }
 
 // BenchmarkUncontended is one goroutine taking and releasing a free lock:
 // ns/op is one lock and unlock; ops/s and round trips per lock+unlock
-// (reqs/op) are reported too.
+// (reqs/op) are reported too. Beside the kinds of kinds, row-floor
+// (rowFloor) shows what a lease row costs before lockmw's fence and queue.
 func BenchmarkUncontended(b *testing.B) {
 	srv := startBenchServer(b)
 	var st statements
-	benchsuite.UncontendedCounted(b, kinds(srv, &st), st.counter())
+	floor := benchsuite.Kind{Name: "row-floor", New: func(tb testing.TB) benchsuite.Mutex {
+		return rowFloor(benchPool(tb, srv, &st, 4), "floor")
+	}}
+	benchsuite.UncontendedCounted(b, append(kinds(srv, &st), floor), st.counter())
 }
 
 // BenchmarkContended is 16 independent contenders (each its own pool and

@@ -394,50 +394,59 @@
 //
 // Where an uncontended lock+unlock's time goes: both it and the ShedLock
 // loop's take two round trips, but the loop sends one plain UPDATE in
-// each, and lockmw four statements (the upsert with its queue check and
-// the fence draw; the row's lock and the row's conditional delete), which
-// the safety argument above needs in two transactions: the fence is drawn
-// under the row's lock, which an INSERT's own nextval would not be, and
-// the queue is read in a snapshot after the row's lock. The server's work
-// is per statement more than per row: binding a cached plan, starting its
-// executor, taking a snapshot. A statement with CTEs costs several times
-// a plain one, so the statements of a lock nobody waits for are plain.
-// Keeping a released row (an acquisition would then be one UPDATE that
-// draws its fence under the row's lock, a release one UPDATE that waiters
-// mark the row against, for the release race) measured on one connection
-// about what the four statements cost (each of its UPDATEs writes the
-// row's expires_at, which an index holds, so none is a heap-only update),
-// and was not made.
+// each, and lockmw five statements (the upsert with its queue check, the
+// fence draw and the row's read; the row's lock and the row's conditional
+// delete), which the safety argument above needs in two transactions: the
+// fence is drawn under the row's lock, which an INSERT's own nextval would
+// not be, and the queue is read in a snapshot after the row's lock. The
+// row itself costs nothing against the loop's: row-floor in
+// BenchmarkUncontended, an upsert and a delete of a row on a table shaped
+// as lockmw's (no fence, no queue), ran at the ShedLock loop's rate (8,398
+// against 8,374 lock+unlocks per second, one run on 90677bb), and lockmw
+// at 0.68x of both: its remaining 50 µs or so per lock+unlock are the
+// fence draw, the queue's looks and the row's lock. Measured in rounds on
+// one connection (µs per lock+unlock, medians of two runs): the loop 99
+// and 108; the Locker 167 and 152; its batches sent bare 168; the same
+// statements called as two PL/pgSQL functions, one call per round trip,
+// 167 and 160 (so it is the statements' work, not their messages);
+// those functions without the queue's looks and the row's lock 143, and
+// without the fence draw too (an upsert and a delete) 117. Keeping a
+// released row (an acquisition would then be one UPDATE that draws its
+// fence under the row's lock, a release one UPDATE that waiters mark the
+// row against, for the release race) measured slower than deleting it
+// (130 against 117 µs for the bare upsert and delete: each UPDATE writes
+// the row's expires_at, which an index holds, so none is a heap-only
+// update), and was not made.
 //
-// Where a contended hand-over's time goes: PostgreSQL (15) signals every
-// backend listening in the database at each NOTIFY, whatever channel it
-// names, and each wakes and reads the notification queue; measured on
-// this package's test server, a notification reached its one listener in
-// about twice the time with 15 other connections listening (on other
-// channels) as with none. With 16 Lockers each waiting, every hand-over's
-// grant wakes all 15 waiting Lockers' backends, which is most of the idle
-// time between a release and the next holder. Only waiters near the head
-// of the queue listening would end it, if the others learnt without a
+// Where a contended hand-over's time goes (16 Lockers, 2 ms holds): make
+// bench measures warm contenders (benchsuite.WarmTurns), since a fresh
+// Locker's first turns open its pool's connections and plan its
+// statements afresh (PostgreSQL plans a prepared statement for a
+// connection's first five runs of it): 16 fresh Lockers read 0.66–0.68
+// util in 400 ms windows, the same Lockers warm 0.82 (the loops' 0.92 and
+// 0.94). Warm, in interleaved rounds of one run: 2 Lockers on the key
+// read 0.86 util, 2 Lockers with 14 idle connections listening on other
+// channels 0.83, 16 Lockers 0.82. PostgreSQL (15) signals every backend
+// listening in the database at each NOTIFY, whatever channel it names,
+// and each wakes and reads the notification queue: with 16 Lockers each
+// waiting, every grant wakes all 15 waiting Lockers' backends, which is
+// most of what 16 Lockers lose against 2. Only waiters near the head of
+// the queue listening would end it, if the others learnt without a
 // notification when they come near it: asking the queue again at a pace
 // guessed from its moves cost more statements than the signals it saved,
 // and a guess too long leaves a grant unheard and the lock idle.
 //
-// Timed from the holders' side (each hold's end, its release's return,
-// the next hold's start; 2 ms holds, a loaded 2-core VM), the idle time
-// between two holders is the release call itself: the next holder starts
-// some tens of microseconds before the release returns, and the release
-// took a median of 0.46 ms with 2 Lockers on the key, 0.62 ms with 4 and
-// 1.1–1.3 ms with 16 (the advisory loop's unlock: 0.13–0.24 ms, and its
-// next holder starts 20–40 µs after it). The growth with the waiters is
-// the notification's: the committing backend signals every listener and
-// they wake on the same two processors. What is left at two Lockers is the
-// release's round trip and the hand-over statement, whose execution
-// (EXPLAIN ANALYZE, 15 entries queued) takes about 0.13–0.17 ms, planning
-// apart (a pool connection plans it afresh for its first five runs only,
-// then keeps a generic plan), against 0.01–0.02 ms for each plain
-// statement here or the loop's UPDATE: most of it is the executor starting
-// and ending its CTEs, not the rows they touch. The first waiter reading its row for a grant every
-// 300 µs once told it was first (a release's notice beside the grant)
-// sent about three statements more per acquisition and did not change
-// utilization (ABBA pairs, median 0.99 of without).
+// The rest, at 2 Lockers, is the release's round trip with its hand-over
+// and the grant's way to the waiter: the next holder starts some tens of
+// microseconds before the release returns. The release batch with 15
+// entries queued takes about 122 µs (in a transaction rolled back, on one
+// connection), against 50 µs for an empty round trip; its hand-over
+// statement executes in about 0.13–0.17 ms when timed alone (EXPLAIN
+// ANALYZE), most of it the executor starting and ending its CTEs. Four
+// plain statements in its place measured 115 µs a batch, so splitting it
+// would save 7 µs of the 0.44 ms a hand-over leaves the lock idle, and was
+// not made. The first waiter reading its row for a grant every 300 µs
+// once told it was first (a release's notice beside the grant) sent about
+// three statements more per acquisition and did not change utilization
+// (ABBA pairs, median 0.99 of without).
 package postgres

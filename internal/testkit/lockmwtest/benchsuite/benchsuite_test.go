@@ -1,12 +1,15 @@
-// This file tests that the harness measures Mutexes warm.
+// This file tests that the harness measures Mutexes warm, and that a
+// polling loop that can never take its lock ends.
 
 package benchsuite
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // turnTaker is a Mutex on a shared sync.Mutex that counts its lock calls.
@@ -55,5 +58,28 @@ func TestMeasuredTurnsFollowAWarmUp(t *testing.T) {
 	}
 	if last := runs[len(runs)-1]; last.n < WarmTurns*Contenders {
 		t.Errorf("the longest run measured %d acquisitions, want at least %d, so that a full warm-up is seen", last.n, WarmTurns*Contenders)
+	}
+}
+
+// TestPollGivesUp: a Poll whose lock is never free returns an error naming
+// the key once GiveUpAfter has passed, instead of polling for ever.
+func TestPollGivesUp(t *testing.T) {
+	var tries atomic.Int64
+	p := Poll{
+		Try:         func(context.Context, string) (bool, error) { tries.Add(1); return false, nil },
+		Unlock:      func(context.Context, string) {},
+		Every:       time.Millisecond,
+		GiveUpAfter: 50 * time.Millisecond,
+	}
+	unlock, err := p.Lock(context.Background(), "missing-row")
+	if err == nil {
+		unlock()
+		t.Fatal("Lock took a lock that is never free")
+	}
+	if !strings.Contains(err.Error(), `"missing-row"`) {
+		t.Errorf("error %q does not name the key", err)
+	}
+	if tries.Load() < 2 {
+		t.Errorf("Lock tried %d times before it gave up, want it to poll", tries.Load())
 	}
 }

@@ -436,16 +436,25 @@
 // guessed from its moves cost more statements than the signals it saved,
 // and a guess too long leaves a grant unheard and the lock idle.
 //
-// The rest, at 2 Lockers, is the release's round trip with its hand-over
-// and the grant's way to the waiter: the next holder starts some tens of
-// microseconds before the release returns. The release batch with 15
-// entries queued takes about 122 µs (in a transaction rolled back, on one
-// connection), against 50 µs for an empty round trip; its hand-over
-// statement executes in about 0.13–0.17 ms when timed alone (EXPLAIN
-// ANALYZE), most of it the executor starting and ending its CTEs. Four
-// plain statements in its place measured 115 µs a batch, so splitting it
-// would save 7 µs of the 0.44 ms a hand-over leaves the lock idle, and was
-// not made. The first waiter reading its row for a grant every 300 µs
+// The rest is the hand-over's own path. Timed on the client's and the
+// server's clocks at once (the release batch bracketed by two SELECT
+// clock_timestamp(), warm Lockers, 2 ms holds; medians): with 2 Lockers,
+// the next holder starts 324 µs after the release call, of which 47 µs
+// pass until the server starts the batch, 125 µs in its three statements,
+// 105 µs until the reply (the commit, whose NOTIFY takes the notification
+// queue's locks and signals the listening backends; the grant reaches a
+// listening client when the reply does), and 20 µs in the waiter's
+// Locker. With 16 Lockers: 64, 205, 288 and 33 µs (588 in all, the
+// timing's own statements and listening connection included), the
+// commit's signals waking 17 backends on two processors. The loops leave
+// the lock idle about 170 µs (util 0.92 with 2 ms holds): less than
+// lockmw's hand-over takes at 2 Lockers, with no herd (0.86), so a
+// hand-over whose grant travels as a notification cannot come up to them
+// on PostgreSQL 15, however its statements are cut. The hand-over
+// statement alone, in a transaction rolled back with 15 entries queued,
+// took 122 µs a batch against 50 µs for an empty round trip; four plain
+// statements in its place 115 µs, which was not worth its new safety
+// argument. The first waiter reading its row for a grant every 300 µs
 // once told it was first (a release's notice beside the grant) sent about
 // three statements more per acquisition and did not change utilization
 // (ABBA pairs, median 0.99 of without).

@@ -394,29 +394,31 @@
 //
 // Where an uncontended lock+unlock's time goes: both it and the ShedLock
 // loop's take two round trips, but the loop sends one plain UPDATE in
-// each, and lockmw five statements (the upsert with its queue check, the
-// fence draw and the row's read; the row's lock and the row's conditional
-// delete), which the safety argument above needs in two transactions: the
-// fence is drawn under the row's lock, which an INSERT's own nextval would
-// not be, and the queue is read in a snapshot after the row's lock. The
-// row itself costs little against the loop's: row-floor in
-// BenchmarkUncontended, an upsert and a delete of a row on a table shaped
-// as lockmw's (no fence, no queue), ran at 0.95x the ShedLock loop's rate
-// (8,448 against 8,639 lock+unlocks per second, make bench on 18df0d4),
-// and lockmw at 0.71x the loop's and 0.75x row-floor's: its remaining
-// 40–50 µs or so per lock+unlock are the fence draw, the queue's looks and
-// the row's lock. Measured in rounds on one connection (µs per
-// lock+unlock, medians over rounds, two runs): the loop 99 and 108; the Locker 167
-// and 152; its batches sent bare 168; the same statements called as two
-// PL/pgSQL functions, one call per round trip, 167 and 160 (so it is the
-// statements' work, not their messages); those functions without the
-// queue's looks and the row's lock 143, and without the fence draw too (an
-// upsert and a delete) 117. Keeping a released row (an acquisition would
-// then be one UPDATE that draws its fence under the row's lock, a release
-// one UPDATE that waiters mark the row against, for the release race)
-// measured slower than deleting it (130 against 117 µs for the bare upsert
-// and delete: each UPDATE writes the row's expires_at, which an index
-// holds, so none is a heap-only update), and was not made.
+// each, and lockmw four statements in all (a blocking Acquire's first
+// attempt: the upsert with its queue check and the fence draw; the
+// release: the row's lock and the row's conditional delete), which the
+// safety argument above needs in two transactions: the fence is drawn
+// under the row's lock, which an INSERT's own nextval would not be, and
+// the queue is read in a snapshot after the row's lock. The row itself
+// costs little against the loop's: row-floor in BenchmarkUncontended, an
+// upsert and a delete of a row on a table shaped as lockmw's (no fence, no
+// queue), ran at 0.95x the ShedLock loop's rate (8,448 against 8,639
+// lock+unlocks per second, make bench on 18df0d4), and lockmw at 0.71x the
+// loop's and 0.75x row-floor's: its remaining 40–50 µs or so per
+// lock+unlock are the fence draw, the queue's looks and the row's lock.
+// Measured in rounds on one connection (µs per lock+unlock, medians over
+// rounds, two runs): the loop 99 and 108; the Locker 167 and 152; a plain
+// attempt's batch (with a read of the row too) and the release sent bare
+// 168; the same statements called as two PL/pgSQL functions, one call per
+// round trip, 167 and 160 (so it is the statements' work, not their
+// messages); those functions without the queue's looks and the row's lock
+// 143, and without the fence draw too (an upsert and a delete) 117.
+// Keeping a released row (an acquisition would then be one UPDATE that
+// draws its fence under the row's lock, a release one UPDATE that waiters
+// mark the row against, for the release race) measured slower than
+// deleting it (130 against 117 µs for the bare upsert and delete: each
+// UPDATE writes the row's expires_at, which an index holds, so none is a
+// heap-only update), and was not made.
 //
 // Where a contended hand-over's time goes (16 Lockers, 2 ms holds): make
 // bench measures warm contenders (benchsuite.WarmTurns), since a fresh

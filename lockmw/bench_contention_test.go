@@ -157,7 +157,7 @@ func runContention(tb testing.TB, servers []*redistest.Server, lockers []*lockmw
 					// goroutine is waiting, and nothing else reads these.
 					before, start = commandsOn(tb, servers), got
 				}
-				time.Sleep(holdFor)
+				benchsuite.Hold(holdFor)
 				done := time.Now()
 				if err := lease.Release(ctx); err != nil {
 					failure.Store(&err)

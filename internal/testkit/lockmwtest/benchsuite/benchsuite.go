@@ -104,7 +104,7 @@ type Kind struct {
 }
 
 // Contention: Contenders independent Mutexes take turns on one key, each
-// holding it HoldFor.
+// holding it HoldFor (by the kernel's clock: Hold).
 const (
 	Contenders = 16
 	HoldFor    = 2 * time.Millisecond
@@ -275,7 +275,7 @@ func Run(tb testing.TB, ms []Mutex, key string, n int) Result {
 					return
 				}
 				t1 := time.Now()
-				time.Sleep(HoldFor)
+				Hold(HoldFor)
 				t2 := time.Now()
 				unlock()
 				mu.Lock()

@@ -1,5 +1,6 @@
-// This file tests that the harness measures Mutexes warm, and that a
-// polling loop that can never take its lock ends.
+// This file tests that the harness measures Mutexes warm, that a hold
+// lasts its time, and that a polling loop that can never take its lock
+// ends.
 
 package benchsuite
 
@@ -81,5 +82,17 @@ func TestPollGivesUp(t *testing.T) {
 	}
 	if tries.Load() < 2 {
 		t.Errorf("Lock tried %d times before it gave up, want it to poll", tries.Load())
+	}
+}
+
+// TestHoldLastsItsTime: Hold returns no earlier than its duration, however
+// often the runtime's signals interrupt the sleep under it.
+func TestHoldLastsItsTime(t *testing.T) {
+	for range 20 {
+		start := time.Now()
+		Hold(HoldFor)
+		if took := time.Since(start); took < HoldFor {
+			t.Fatalf("Hold(%v) returned after %v", HoldFor, took)
+		}
 	}
 }

@@ -2,8 +2,6 @@ package lockmw_test
 
 import (
 	"context"
-	"math"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -105,14 +103,12 @@ func BenchmarkContendedLockers(b *testing.B) {
 
 // contention is what one contention run observed.
 type contention struct {
-	holds    []interval // each critical section, from every goroutine
+	holds    []benchsuite.Interval // each critical section, from every goroutine
 	waits    []time.Duration
 	perGo    []int
 	commands int64
 	wall     time.Duration
 }
-
-type interval struct{ start, end time.Time }
 
 // warmUp is how many acquisitions each contention run makes before it
 // starts measuring: the goroutines keep going, so the figures describe the
@@ -141,7 +137,7 @@ func runContention(tb testing.TB, servers []*redistest.Server, lockers []*lockmw
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var holds []interval
+			var holds []benchsuite.Interval
 			var waits []time.Duration
 			for {
 				t0 := time.Now()
@@ -164,7 +160,7 @@ func runContention(tb testing.TB, servers []*redistest.Server, lockers []*lockmw
 					return
 				}
 				if i > warmUp {
-					holds = append(holds, interval{got, done})
+					holds = append(holds, benchsuite.Interval{Start: got, End: done})
 					waits = append(waits, got.Sub(t0))
 				}
 				if i >= total-1 || seq.Load() >= total {
@@ -187,65 +183,29 @@ func runContention(tb testing.TB, servers []*redistest.Server, lockers []*lockmw
 	// reading "after" are not). The holding they ran under is not measured,
 	// but its release is counted: the figure errs high by that one release.
 	c.commands = commandsOn(tb, servers) - before - int64(len(servers))
-	slices.SortFunc(c.holds, func(a, b interval) int { return a.start.Compare(b.start) })
+	benchsuite.SortHolds(c.holds)
 	return c
 }
 
-// overlaps counts critical sections that began before the previous ended.
-func (c contention) overlaps() int {
-	n := 0
-	for i := 1; i < len(c.holds); i++ {
-		if c.holds[i].start.Before(c.holds[i-1].end) {
-			n++
-		}
-	}
-	return n
-}
-
 func (c contention) report(b *testing.B) benchsuite.Figures {
-	if n := c.overlaps(); n > 0 {
+	if n := benchsuite.Overlaps(c.holds); n > 0 {
 		b.Fatalf("%d critical sections overlapped", n)
 	}
 	f := benchsuite.Figures{}
 	var held time.Duration
-	gaps := make([]time.Duration, 0, len(c.holds))
-	for i, h := range c.holds {
-		held += h.end.Sub(h.start)
-		if i > 0 {
-			gaps = append(gaps, h.start.Sub(c.holds[i-1].end))
-		}
+	for _, h := range c.holds {
+		held += h.End.Sub(h.Start)
 	}
-	first, last := c.holds[0].start, c.holds[len(c.holds)-1].end
+	gaps := benchsuite.Gaps(c.holds)
+	first, last := c.holds[0].Start, c.holds[len(c.holds)-1].End
 	f.Report(b, float64(held)/float64(last.Sub(first)), "util")
-	f.Report(b, float64(percentile(gaps, 50))/float64(time.Microsecond), "gap-p50-µs")
-	f.Report(b, float64(percentile(gaps, 99))/float64(time.Microsecond), "gap-p99-µs")
+	f.Report(b, float64(benchsuite.Percentile(gaps, 50))/float64(time.Microsecond), "gap-p50-µs")
+	f.Report(b, float64(benchsuite.Percentile(gaps, 99))/float64(time.Microsecond), "gap-p99-µs")
 	f.Report(b, float64(c.commands)/float64(len(c.holds)), "cmds/acq")
-	f.Report(b, jain(c.perGo), "jain")
-	f.Report(b, float64(percentile(c.waits, 99))/float64(time.Millisecond), "wait-p99-ms")
+	f.Report(b, benchsuite.Jain(c.perGo), "jain")
+	f.Report(b, float64(benchsuite.Percentile(c.waits, 99))/float64(time.Millisecond), "wait-p99-ms")
 	f.Report(b, 0, "ns/op") // wall time per acquisition is 2 ms by construction
 	return f
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
-}
-
-// jain is Jain's fairness index: 1 when every goroutine got the same share.
-func jain(x []int) float64 {
-	var sum, sq float64
-	for _, v := range x {
-		sum += float64(v)
-		sq += float64(v) * float64(v)
-	}
-	if sq == 0 {
-		return math.NaN()
-	}
-	return sum * sum / (float64(len(x)) * sq)
 }
 
 // serverCommands reads INFO stats total_commands_processed.

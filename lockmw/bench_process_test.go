@@ -210,7 +210,7 @@ func runProcessContention(b *testing.B, servers []*redistest.Server, mode, key s
 			if h.got < ts || h.got > te {
 				continue
 			}
-			c.holds = append(c.holds, interval{time.Unix(0, h.got), time.Unix(0, h.done)})
+			c.holds = append(c.holds, benchsuite.Interval{Start: time.Unix(0, h.got), End: time.Unix(0, h.done)})
 			c.waits = append(c.waits, time.Duration(h.got-h.asked))
 			c.perGo[i]++
 		}
@@ -223,7 +223,7 @@ func runProcessContention(b *testing.B, servers []*redistest.Server, mode, key s
 	c.commands = after - before - 3*int64(len(servers))
 	b.Logf("%d processes, %d acquisitions; Redis commands per acquisition: %s",
 		procs, len(c.holds), commandMix(statsBefore, statsAfter, len(c.holds)))
-	slices.SortFunc(c.holds, func(a, b interval) int { return a.start.Compare(b.start) })
+	benchsuite.SortHolds(c.holds)
 	return c
 }
 

@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	mathrand "math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -146,26 +145,23 @@ func UncontendedCounted(b *testing.B, kinds []Kind, c Counter) {
 	Interleave(b, names(kinds), func(b *testing.B, i int) Figures {
 		m := kinds[i].New(b)
 		ctx := context.Background()
-		for range min(b.N, WarmOps) {
-			unlock, err := m.Lock(ctx, "free")
-			if err != nil {
-				b.Fatal(err)
+		lockUnlock := func(n int) {
+			for range n {
+				unlock, err := m.Lock(ctx, "free")
+				if err != nil {
+					b.Fatal(err)
+				}
+				unlock()
 			}
-			unlock()
 		}
+		lockUnlock(min(b.N, WarmOps))
 		var reqs int64
 		if c.Count != nil {
 			reqs = c.Count(b)
 		}
 		b.ResetTimer()
 		start := time.Now()
-		for range b.N {
-			unlock, err := m.Lock(ctx, "free")
-			if err != nil {
-				b.Fatal(err)
-			}
-			unlock()
-		}
+		lockUnlock(b.N)
 		wall := time.Since(start)
 		b.StopTimer()
 		f := Figures{}
@@ -211,9 +207,15 @@ func names(kinds []Kind) []string {
 //   - acq/s: acquisitions per second across all contenders;
 //   - util: the share of wall time some contender was inside the critical
 //     section;
+//   - gap-p50-µs, gap-p99-µs: the hand-off gap, from one holder's unlock
+//     call to the next holder's lock call returning (Gaps);
+//   - jain: Jain's fairness index over the contenders' acquisitions;
 //   - wait-p99-ms: the 99th percentile of the time a lock call took;
 //   - reqs/acq: what requests counts (the requests the servers received)
 //     per acquisition.
+//
+// Two critical sections that overlapped fail the benchmark (Run): the
+// lock did not exclude.
 func Measure(b *testing.B, ms []Mutex, key string, requests func(tb testing.TB) int64) Figures {
 	return MeasureCounted(b, ms, key, Counter{Unit: "reqs", Count: requests})
 }
@@ -230,6 +232,9 @@ func MeasureCounted(b *testing.B, ms []Mutex, key string, c Counter) Figures {
 	f := Figures{}
 	f.Report(b, float64(r.N)/r.Wall.Seconds(), "acq/s")
 	f.Report(b, r.Util, "util")
+	f.Report(b, float64(r.GapP50)/float64(time.Microsecond), "gap-p50-µs")
+	f.Report(b, float64(r.GapP99)/float64(time.Microsecond), "gap-p99-µs")
+	f.Report(b, r.Jain, "jain")
 	f.Report(b, float64(r.P99)/float64(time.Millisecond), "wait-p99-ms")
 	f.Report(b, float64(reqs)/float64(r.N), c.Unit+"/acq")
 	return f
@@ -237,16 +242,25 @@ func MeasureCounted(b *testing.B, ms []Mutex, key string, c Counter) Figures {
 
 // Result is one contended run.
 type Result struct {
-	N    int           // acquisitions
-	Wall time.Duration // from the start to the last release
-	Util float64       // share of Wall some contender held the lock
-	P99  time.Duration // 99th percentile of a lock call's duration
+	N      int           // acquisitions
+	Wall   time.Duration // from the start to the last release
+	Util   float64       // share of Wall some contender held the lock
+	P99    time.Duration // 99th percentile of a lock call's duration
+	GapP50 time.Duration // median hand-off gap (Gaps)
+	GapP99 time.Duration // 99th percentile of the hand-off gaps
+	// Jain is Jain's fairness index over the acquisitions of each
+	// contender.
+	Jain float64
+	// Overlaps counts the critical sections that began before the one
+	// before them ended (Overlaps): 0 for a lock that excludes.
+	Overlaps int
 }
 
 // Run has every Mutex of ms take key, holding it HoldFor each time, until
 // n acquisitions are done in all, every Mutex starting after a random
 // delay of up to a millisecond (so that they do not ask in lockstep). A failed lock
-// call is reported with tb.Error and ends that contender.
+// call is reported with tb.Error and ends that contender; critical sections
+// that overlapped are reported with tb.Error too.
 func Run(tb testing.TB, ms []Mutex, key string, n int) Result {
 	ctx := context.Background()
 	var (
@@ -254,10 +268,12 @@ func Run(tb testing.TB, ms []Mutex, key string, n int) Result {
 		left  = n
 		held  time.Duration
 		waits []time.Duration
+		holds []Interval
 		wg    sync.WaitGroup
 	)
+	shares := make([]int, len(ms))
 	start := time.Now()
-	for _, m := range ms {
+	for i, m := range ms {
 		wg.Go(func() {
 			time.Sleep(time.Duration(mathrand.N(int64(time.Millisecond))))
 			for {
@@ -280,17 +296,29 @@ func Run(tb testing.TB, ms []Mutex, key string, n int) Result {
 				unlock()
 				mu.Lock()
 				waits = append(waits, t1.Sub(t0))
+				holds = append(holds, Interval{t1, t2})
 				held += t2.Sub(t1)
+				shares[i]++
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	slices.Sort(waits)
-	r := Result{N: len(waits), Wall: wall, Util: held.Seconds() / wall.Seconds()}
-	if len(waits) > 0 {
-		r.P99 = waits[min(len(waits)-1, len(waits)*99/100)]
+	SortHolds(holds)
+	gaps := Gaps(holds)
+	r := Result{
+		N:        len(waits),
+		Wall:     wall,
+		Util:     held.Seconds() / wall.Seconds(),
+		P99:      Percentile(waits, 99),
+		GapP50:   Percentile(gaps, 50),
+		GapP99:   Percentile(gaps, 99),
+		Jain:     Jain(shares),
+		Overlaps: Overlaps(holds),
+	}
+	if r.Overlaps > 0 {
+		tb.Errorf("%d of %d critical sections on %q began before the one before them ended: the lock did not exclude", r.Overlaps, r.N, key)
 	}
 	return r
 }

@@ -241,13 +241,18 @@ type handOver struct {
 // on got) are served one at a time, in queue order, with rising fences.
 // check, if not nil, is called before each release (i counts them from 0)
 // and returns what to check once that release's waiter has the lock: the
-// commands it cost, say. It returns the last waiter's lease, still held.
-func assertHandOversInOrder(t *testing.T, first *lockmw.Lease, got <-chan handOver, waiters int, check func(i int) func()) *lockmw.Lease {
+// commands it cost, say. That check reports whether they show a woken
+// waiter's attempt that lost a race (Redlock: its wake overtook the
+// release on the other masters); a hand-over out of queue order passes
+// then, logged, and the order of the rest is not checked. It returns the
+// last waiter's lease, still held.
+func assertHandOversInOrder(t *testing.T, first *lockmw.Lease, got <-chan handOver, waiters int, check func(i int) func() (lostRace bool)) *lockmw.Lease {
 	t.Helper()
 	ctx := context.Background()
 	release, last := first, first.Fence()
+	unordered := false
 	for want := range waiters {
-		var after func()
+		var after func() bool
 		if check != nil {
 			after = check(want)
 		}
@@ -263,10 +268,13 @@ func assertHandOversInOrder(t *testing.T, first *lockmw.Lease, got <-chan handOv
 		if r.err != nil {
 			t.Fatalf("waiter %d: %v", r.who, r.err)
 		}
-		if after != nil {
-			after()
-		}
-		if r.who != want {
+		lost := after != nil && after()
+		switch {
+		case r.who == want || unordered:
+		case lost:
+			unordered = true
+			t.Logf("hand-over %d went to waiter %d, not %d: the woken waiter's attempt lost a race; the order of the rest is not checked", want, r.who, want)
+		default:
 			t.Fatalf("hand-over %d went to waiter %d, want %d (arrival order)", want, r.who, want)
 		}
 		if r.lease.Fence() <= last {

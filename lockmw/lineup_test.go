@@ -52,9 +52,9 @@ func TestDefaultHandsOverToOneWaiterAcrossLockers(t *testing.T) {
 		waitQueueLen(t, admin, key, int64(i+1)) // i lined up before i+1 starts
 	}
 
-	release := assertHandOversInOrder(t, first, got, waiters, func(i int) func() {
+	release := assertHandOversInOrder(t, first, got, waiters, func(i int) func() bool {
 		scripts, sets := scriptCalls(t, srv), commandCalls(t, srv, "set")
-		return func() {
+		return func() bool {
 			// The release: two scripts for the first holder (unlock.lua finds
 			// waiters queued and leaves the lock to release.lua), one for the
 			// holders that came through the queue. A herd would show here as
@@ -70,6 +70,7 @@ func TestDefaultHandsOverToOneWaiterAcrossLockers(t *testing.T) {
 			if calls := commandCalls(t, srv, "set") - sets; calls != 1 {
 				t.Fatalf("hand-over %d ran SET %d times, want 1 (the grant); the lock should go straight to the next waiter", i, calls)
 			}
+			return false
 		}
 	})
 	if err := release.Release(ctx); err != nil {

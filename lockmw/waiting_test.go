@@ -88,14 +88,15 @@ func TestFairHandsOverInArrivalOrder(t *testing.T) {
 		waitQueueLen(t, admin, key, int64(i+1)) // i joined before i+1 starts
 	}
 
-	release := assertHandOversInOrder(t, first, got, waiters, func(i int) func() {
+	release := assertHandOversInOrder(t, first, got, waiters, func(i int) func() bool {
 		before := scriptCalls(t, srv)
-		return func() {
+		return func() bool {
 			// One script: the release that handed over. A herd of retries
 			// would show here as up to 99 more.
 			if calls := scriptCalls(t, srv) - before; calls != 1 {
 				t.Fatalf("hand-over %d ran %d scripts, want 1 (the release)", i, calls)
 			}
+			return false
 		}
 	})
 	if err := release.Release(ctx); err != nil {

@@ -130,12 +130,26 @@
 // members were paused together, and once in each of two later 15-minute
 // runs after the leader alone was paused 2.06s, past a 2s TTL (the keys of
 // leases renewed through the interim leader went as it resumed; seed
-// 2074985615783479617 replays it about 30s in, not every time). So the
-// checker's short run, in make test, leaves pauses out. The likely reason:
-// the guard of PR 16822 asks whether the member leads when it revokes, and
-// it may lead again by then. Fences still rise, so a store that checks
-// them refuses the earlier holder's late writes. Do not move leadership to
-// a member that has just resumed from a stall.
+// 2074985615783479617 replays it about 30s in, not every time). The
+// reason, in 3.6.16's source: the guard of PR 16822
+// (EtcdServer.ensureLeadership) skips its quorum check while the member's
+// raft ticks are recent, and a stalled process ticks again at once when
+// it resumes; the lessor of a leader stalled past an election still keeps
+// expiry times, finds the leases renewed meanwhile through the new leader
+// expired by its own clock, and proposes their revocation, which its raft
+// node, stepped down by then, forwards to the new leader. A stall shorter
+// than an election timeout elects no one, so no lease is renewed
+// elsewhere meanwhile, and a follower's lessor keeps no expiry times: the
+// checker stalls leaders only that briefly, and followers as long as it
+// likes (chaos_test.go, leaderPauseMax), and its short run, in make test,
+// leaves pauses out. Fences still rise, so a store that checks them
+// refuses the earlier holder's late writes. Do not move leadership to a
+// member that has just resumed from a stall; and choose a TTL above one
+// and a half times the longest stall a member may suffer (a GC pause, a
+// slow disk, a VM descheduled): the watchdog renews every third of a TTL,
+// so while renewals arrive on time a stalled leader's lessor heard each
+// lease renewed at most a third of a TTL before the stall, and none
+// expires on its clock.
 //
 // # Waiting
 //

@@ -50,21 +50,38 @@ type Member interface {
 // (with three: a quorum stays, or none does) for 20ms to 3s, cut short
 // when the run ends.
 func PauseMembers[M Member](members []M, names []string) Fault {
+	return PauseMembersLimited(members, names, nil)
+}
+
+// PauseMembersLimited is PauseMembers whose pause is cut to at most the
+// duration limit returns for the members drawn (their indexes in
+// members), when it returns one above zero; why says why, in the notes.
+// A store whose server misbehaves after a stall of some members (etcd:
+// a leader stalled past an election) limits those stalls, and only those.
+func PauseMembersLimited[M Member](members []M, names []string, limit func(env *FaultEnv, victims []int) (max time.Duration, why string)) Fault {
 	return Fault{Name: "pause", Run: func(env *FaultEnv) {
 		k := 1 + env.Rand.IntN(2)
 		first := env.Rand.IntN(len(members))
 		hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
 		var paused []string
+		var victims []int
 		for i := range k {
+			victims = append(victims, (first+i)%len(members))
 			paused = append(paused, names[(first+i)%len(members)])
 		}
+		if limit != nil {
+			if most, why := limit(env, victims); most > 0 && hold > most {
+				env.Note("%v cut to %v: %s", hold, most, why)
+				hold = most
+			}
+		}
 		env.Note("SIGSTOP %v for %v", paused, hold)
-		for i := range k {
-			members[(first+i)%len(members)].Pause(env.T)
+		for _, i := range victims {
+			members[i].Pause(env.T)
 		}
 		env.Sleep(hold)
-		for i := range k {
-			members[(first+i)%len(members)].Resume(env.T)
+		for _, i := range victims {
+			members[i].Resume(env.T)
 		}
 	}}
 }

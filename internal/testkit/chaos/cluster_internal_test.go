@@ -82,3 +82,44 @@ func clusterFaultsDrawInOrder(t *testing.T, seed int64) {
 		t.Errorf("seed %d: picked %d links, calls %v, restarted %v; want %d, %v, %v", seed, len(ps), log, restarted, wantPicked, wantLog, victims)
 	}
 }
+
+// PauseMembersLimited makes the draws PauseMembers makes, asks limit about
+// the members drawn, and holds them paused no longer than it says; a
+// limit of zero, or above the drawn hold, leaves the hold as drawn.
+func TestPauseMembersLimitedCutsTheHold(t *testing.T) {
+	names := []string{"m0", "m1", "m2"}
+	for seed := range int64(64) {
+		for _, most := range []time.Duration{0, 100 * time.Millisecond, time.Hour} {
+			var log []string
+			members := []fakeMember{{"m0", &log}, {"m1", &log}, {"m2", &log}}
+			var slept time.Duration
+			var asked []int
+			env := &FaultEnv{T: t, Rand: newRand(seed, 1), Sleep: func(d time.Duration) bool { slept = d; return true }, Note: func(string, ...any) {}}
+			PauseMembersLimited(members, names, func(_ *FaultEnv, victims []int) (time.Duration, string) {
+				asked = slices.Clone(victims)
+				return most, "test"
+			}).Run(env)
+
+			r := newRand(seed, 1)
+			k := 1 + r.IntN(2)
+			first := r.IntN(3)
+			hold := r.Duration(20*time.Millisecond, 3*time.Second)
+			var want []int
+			var wantLog []string
+			for i := range k {
+				want = append(want, (first+i)%3)
+				wantLog = append(wantLog, "pause "+names[(first+i)%3])
+			}
+			for i := range k {
+				wantLog = append(wantLog, "resume "+names[(first+i)%3])
+			}
+			wantHold := hold
+			if most > 0 && most < hold {
+				wantHold = most
+			}
+			if !slices.Equal(asked, want) || slept != wantHold || !slices.Equal(log, wantLog) {
+				t.Errorf("seed %d, limit %v: asked about %v, held %v, calls %v; want %v, %v, %v", seed, most, asked, slept, log, want, wantHold, wantLog)
+			}
+		}
+	}
+}

@@ -4,20 +4,24 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
+	"github.com/lockmw/lockmw/internal/testkit/lockmwtest"
 	"github.com/lockmw/lockmw/lockmw"
 	"github.com/lockmw/lockmw/lockmw/etcd"
 	"github.com/lockmw/lockmw/lockmw/etcd/internal/etcdtest"
 )
 
-// This file counts what a lock nobody waits on costs etcd.
+// This file counts what a lock costs etcd: one nobody waits on, and one
+// waiters queue for; and it shows what the requests carry.
 
 // Taking and freeing a free lock sends what concurrency.Mutex sends: one
-// transaction (create the key if D is empty, read D) and one delete (the
+// transaction (create the key if D is empty) and one delete (the
 // key's name is its own, so no transaction compares its revision), and
 // nothing else while the Locker's etcd lease is fresh (no grant, no
 // renewal on the way).
@@ -114,6 +118,102 @@ func TestPausedEtcdEndsEachRequestAtTheTTL(t *testing.T) {
 		}
 		if took < 2*time.Second {
 			t.Errorf("%s on a paused etcd ended after %v, before its bound of 2s", c.what, took)
+		}
+	}
+}
+
+// A waiting acquisition's first request on a lock not found busy lately is
+// a plain attempt, which a held lock refuses; the waiter then queues, two
+// transactions in all. Within store.HotFor of that, the next waiter on the
+// lock queues at once: one transaction. Either way the hand-over that
+// follows costs the waiter no transaction (the watch tells it).
+func TestBusyLockQueuesAtOnce(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := bg(t)
+	holder := newLocker(t, srv.Client(t), lockmw.WithTTL(quietTTL))
+	waiter := newLocker(t, srv.Client(t), lockmw.WithTTL(quietTTL))
+	for round, want := range []int64{2, 1} {
+		held, err := holder.Acquire(ctx, "busy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := received(t, srv)["Txn"]
+		got := make(chan error, 1)
+		go func() {
+			lease, err := waiter.Acquire(ctx, "busy")
+			if err == nil {
+				err = lease.Release(ctx)
+			}
+			got <- err
+		}()
+		lockmwtest.Eventually(t, 10*time.Second, "the waiter's queued key", func() bool {
+			resp, err := srv.Client(t).Get(ctx, lockDir("busy"), clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err == nil && resp.Count == 2
+		})
+		if sent := received(t, srv)["Txn"] - before; sent != want {
+			t.Errorf("round %d: the waiter sent %d transactions before it was queued, want %d", round, sent, want)
+		}
+		before = received(t, srv)["Txn"]
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if sent := received(t, srv)["Txn"] - before; sent != 0 {
+			t.Errorf("round %d: the hand-over cost %d transactions, want 0", round, sent)
+		}
+	}
+}
+
+// The store's requests carry no deadline for gRPC to send (grpc-timeout):
+// the Locker's bound ends them on the client (TestPausedEtcdEndsEachRequestAtTheTTL).
+func TestRequestsCarryNoDeadline(t *testing.T) {
+	srv := etcdtest.Start(t)
+	var mu sync.Mutex
+	withDeadline := map[string]int{}
+	calls := map[string]int{}
+	record := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		mu.Lock()
+		calls[method]++
+		if _, ok := ctx.Deadline(); ok {
+			withDeadline[method]++
+		}
+		mu.Unlock()
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cli := srv.Client(t, func(c *clientv3.Config) {
+		c.DialOptions = append(c.DialOptions, grpc.WithChainUnaryInterceptor(record))
+	})
+	l := newLocker(t, cli, lockmw.WithTTL(quietTTL))
+	other := newLocker(t, srv.Client(t), lockmw.WithTTL(quietTTL))
+	ctx := bg(t)
+	held, err := other.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_ = held.Release(ctx)
+	}()
+	for _, acquire := range []func() (*lockmw.Lease, error){
+		func() (*lockmw.Lease, error) { return l.Acquire(ctx, "k") }, // queues behind other's holding
+		func() (*lockmw.Lease, error) { return l.Acquire(ctx, "free") },
+		func() (*lockmw.Lease, error) { return l.TryAcquire(ctx, "free") },
+	} {
+		lease, err := acquire()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range []string{"/etcdserverpb.KV/Txn", "/etcdserverpb.KV/DeleteRange"} {
+		if calls[m] == 0 || withDeadline[m] != 0 {
+			t.Errorf("%s: %d calls, %d with a deadline; want calls, none with a deadline", m, calls[m], withDeadline[m])
 		}
 	}
 }

@@ -120,7 +120,7 @@
 // crashed waiter delays the others by at most its TTL.
 //
 // A waiting acquisition's first request, on a lock its Locker has not found
-// busy in the last second (hot.go), is a plain attempt, whose batch is
+// busy in the last second (store.Hot), is a plain attempt, whose batch is
 // cheaper than the queued one (and a Locker whose locks are free opens no
 // listening connection); it is TryAcquire's upsert and fence draw without
 // the row read after them, since a busy lock's holder TTL is the queued
@@ -244,7 +244,7 @@
 //
 // # Releasing a lock nobody waits for
 //
-// A release of a lock its Locker has not found busy lately (hot.go) first
+// A release of a lock its Locker has not found busy lately (store.Hot) first
 // sends a cheaper batch, also one transaction, of plain statements
 // (each without CTEs: PostgreSQL's planning and executor start of a
 // statement with CTEs cost several times a plain statement's, which is

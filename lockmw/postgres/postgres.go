@@ -84,7 +84,7 @@ type pgStore struct {
 	handsInfo bool
 
 	lis    *listener
-	hot    hotLocks              // locks its queued attempts found busy lately
+	hot    store.Hot             // locks its queued attempts found busy lately
 	logger *slog.Logger          // the Locker's (store.Logging), for New's warning
 	stalls stalls.Notes[backend] // backends of batches never answered, by token (stalled.go)
 	// queued holds the tokens whose queued attempts were sent (each may
@@ -592,7 +592,7 @@ func (s *pgStore) isClosed() bool {
 // naming the first waiter, in one round trip (a batch: one transaction of
 // three statements, see "the release race" in Enqueue and "Hand-over").
 //
-// On a lock this store has not found busy lately (hot.go), the round trip
+// On a lock this store has not found busy lately (store.Hot), the round trip
 // is first a cheaper one (freeBatch): it deletes token's row when nobody
 // else is queued, which is all a release does then; when someone is (it
 // changes nothing but token's entry), or token has no row, the hand-over's
@@ -619,7 +619,7 @@ func (s *pgStore) Release(ctx context.Context, k store.Key, token string) (store
 	// batch deletes none. The token is forgotten once a release of it
 	// committed (which deleted its entry, if any).
 	_, entry := s.queued.Load(token)
-	if !s.hot.busyLately(row) {
+	if !s.hot.BusyLately(row) {
 		o, freed, err := freeResult(c.SendBatch(ctx, s.freeBatch(row, token, entry)), entry)
 		if err == nil && freed {
 			s.queued.Delete(token)
@@ -827,7 +827,7 @@ func (s *pgStore) Renew(ctx context.Context, reqs []store.RenewRequest) []store.
 // it: W asks again at once (takeResult).
 func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl time.Duration, renewed bool) (store.Reply, error) {
 	row := name(k)
-	if !s.lis.waiting(token) && !s.hot.busyLately(row) {
+	if !s.lis.waiting(token) && !s.hot.BusyLately(row) {
 		// A token's first request, on a lock this store has not found
 		// busy lately: a plain attempt, as TryAcquire's, which is cheaper
 		// than the queued one and takes a free lock alike (see "Waiting"
@@ -853,7 +853,7 @@ func (s *pgStore) Enqueue(ctx context.Context, k store.Key, token string, ttl ti
 		s.lis.unregister(token)
 		return r, nil
 	}
-	s.hot.busy(row)
+	s.hot.Busy(row)
 	r.Predecessor = pred
 	if r.Predecessor == "" {
 		r.Predecessor = "holder"

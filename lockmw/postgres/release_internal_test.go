@@ -95,7 +95,7 @@ func TestCheapReleaseDeletesQueuedTokensEntry(t *testing.T) {
 	if n := entries(t, ctx, pool, k, "w"); n != 1 {
 		t.Fatalf("w has %d entries, want 1", n)
 	}
-	s.hot = hotLocks{} // not busy lately: the cheap batch
+	s.hot = store.Hot{} // not busy lately: the cheap batch
 	if err := s.Leave(ctx, k, "w"); err != nil {
 		t.Fatal(err)
 	}

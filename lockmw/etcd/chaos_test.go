@@ -33,27 +33,23 @@ func TestChaos(t *testing.T) {
 // of each Locker slot's own. etcd's lease TTLs are whole seconds, at least
 // etcd.MinTTL, so the checker draws TTLs of 2–4s.
 //
-// The short run (make test) leaves pauses out: etcd 3.6.16, which the tests
-// run, may revoke a lease up to a TTL early once a leader paused past an
-// election resumes (etcd.go, Safety). The short run met that once in CI
-// (seed 2996868023016258851), before the pause fault stopped stalling a
-// leader that long; TestEtcdIssue15247 and TestEtcdLeaseLeaderMovedBack
-// show it on purpose. Longer runs (make chaos, -chaos.duration) keep
-// pauses, stalling a leader at most leaderPauseMax (see there: every
-// overlap long runs met came from longer ones), and an overlap there comes
-// with the deletion's revision, whether its lease was still there, and the
-// leader changes around it; their "leader" fault does not move leadership
+// Every run, the short one of make test too, pauses members, but stalls
+// a leader at most leaderPauseMax: etcd 3.6.16, which the tests run, may
+// revoke a lease up to a TTL early once a leader stalled past an election
+// resumes (etcd.go, Safety; see leaderPauseMax), which no client can see.
+// The short run met that once in CI (seed 2996868023016258851) and long
+// runs now and then, while the pause fault still stalled leaders for
+// seconds; the short run then left pauses out. TestEtcdIssue15247 and
+// TestEtcdLeaseLeaderMovedBack show it on purpose. An overlap comes with
+// the deletion's revision, whether its lease was still there, and the
+// leader changes around it. The "leader" fault does not move leadership
 // to a member that resumed lately (resumedLately), which the package
-// documentation tells users not to do either. Leader moves and restarts
-// stay in the short run. On an etcd without the fix for etcd issue 15247
-// (Debian's 3.4.23, LOCKMW_ETCD=/usr/bin/etcd) moves may cause the same
-// early revocation.
+// documentation tells users not to do either. On an etcd without the fix
+// for etcd issue 15247 (Debian's 3.4.23, LOCKMW_ETCD=/usr/bin/etcd) moves
+// may cause the same early revocation.
 var etcdChaosStore = chaos.Store{
 	Name: "etcd", Fair: true, Start: startEtcdChaos,
 	FaultNames: []string{"latency", "cut", "reset", "pause", "restart", "leader"},
-	ShortRunOff: map[string]string{
-		"pause": "etcd 3.6.16 may revoke a lease up to a TTL early once a paused member leads again (lockmw/etcd/etcd.go, Safety)",
-	},
 	Timing: chaos.Timing{
 		MinTTL:      etcd.MinTTL,
 		ShortMinTTL: 3 * time.Second,

@@ -142,8 +142,9 @@
 // than an election timeout elects no one, so no lease is renewed
 // elsewhere meanwhile, and a follower's lessor keeps no expiry times: the
 // checker stalls leaders only that briefly, and followers as long as it
-// likes (chaos_test.go, leaderPauseMax), in make test's short run too. Fences still rise, so a store that checks them
-// refuses the earlier holder's late writes. Do not move leadership to a
+// likes (chaos_test.go, leaderPauseMax), in make test's short run too.
+// Fences still rise, so a store that checks them refuses the earlier
+// holder's late writes. Do not move leadership to a
 // member that has just resumed from a stall; and choose a TTL above one
 // and a half times the longest stall a member may suffer (a GC pause, a
 // slow disk, a VM descheduled): the watchdog renews every third of a TTL,

@@ -328,12 +328,6 @@ type Store struct {
 	FaultNames []string
 	// Timing is the store's time scale.
 	Timing Timing
-	// ShortRunOff names faults the short run (go test without
-	// -chaos.duration) leaves out, each with the reason, which is logged:
-	// faults that make the store itself break the promise lockmw builds
-	// on, so that a violation they cause says nothing about lockmw. make
-	// chaos runs them.
-	ShortRunOff map[string]string
 	// Dir and Package say how to run the store's TestChaos again, for the
 	// failure report: Package ("./lockmw/", ".") in the module at Dir,
 	// relative to the repository's root ("" for the root module).

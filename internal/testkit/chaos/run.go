@@ -640,21 +640,6 @@ func (c *chaosRun) newLocker(slot int) *lockmw.Locker {
 // deployment's processes at t's cleanup).
 func Run(t *testing.T, cfg Config, store Store) {
 	before := lockmwGoroutines()
-	if cfg.Duration == 0 && len(store.ShortRunOff) > 0 {
-		// The short run of a plain go test leaves these out; make chaos
-		// and any run given -chaos.duration keep them.
-		disabled := maps.Clone(cfg.Disabled)
-		if disabled == nil {
-			disabled = map[string]bool{}
-		}
-		for _, name := range slices.Sorted(maps.Keys(store.ShortRunOff)) {
-			if !disabled[name] {
-				t.Logf("chaos %s: fault %q left out of the short run (give -chaos.duration, or make chaos, to run it): %s", store.Name, name, store.ShortRunOff[name])
-				disabled[name] = true
-			}
-		}
-		cfg.Disabled = disabled
-	}
 	tm := store.Timing.withDefaults()
 	dep := store.Start(t, chaosSlots)
 	ctx, stop := context.WithCancel(context.Background())

@@ -111,6 +111,7 @@ func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
 		clients[s] = c.Client(t, keepAlive, func(cfg *clientv3.Config) { cfg.Endpoints = eps })
 	}
 	pickLinks := chaos.PickSlotLinks(links)
+	status := memberStatus(t, members)
 	resumed := &resumeTimes{at: make(map[string]time.Time)}
 	tracked := make([]trackedMember, len(members))
 	for i, m := range members {
@@ -126,14 +127,14 @@ func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
 		},
 		Describe: chaos.DescribeSlot,
 		Residue:  func(ctx context.Context) ([]chaos.Residue, error) { return etcdResidue(ctx, admin) },
-		Events:   startEtcdRecorder(t, c, admin),
+		Events:   startEtcdRecorder(t, c, admin, status),
 	}
 	d.Faults = []chaos.Fault{
 		chaos.LinkFault("latency", 200*time.Millisecond, 3*time.Second, pickLinks),
 		// Up to longer than the longest TTL: the slot's leases are lost.
 		chaos.LinkFault("cut", 50*time.Millisecond, 6*time.Second, pickLinks),
 		chaos.LinkFault("reset", 10*time.Millisecond, 500*time.Millisecond, pickLinks),
-		chaos.PauseMembersLimited(tracked, names, leaderPauseLimit(t, members)),
+		chaos.PauseMembersLimited(tracked, names, leaderPauseLimit(members, status)),
 		chaos.RestartMembers(members, names, func(env *chaos.FaultEnv, victims []*etcdtest.Server) {
 			var wg sync.WaitGroup
 			for _, m := range victims {
@@ -180,21 +181,28 @@ func startEtcdChaos(t *testing.T, slots int) *chaos.Deployment {
 // 3480899015656988636 and 7226592142518276230): leases renewed through an
 // interim leader went as a member stalled for 2.4–2.7 s resumed. Two
 // members paused together, one of them the leader, do it too: the third
-// and the first to resume elect at once. A stall shorter than an election timeout
-// leaves the leader leading: a lease that expires on its clock meanwhile
-// was renewed nowhere else, so its holder's deadline, counted from a
-// renewal's send time, has passed too. Followers' stalls, however long,
+// and the first to resume elect at once. A stall shorter than an election
+// timeout leaves the leader leading: a lease that expires on its clock
+// meanwhile was renewed nowhere else, so its holder's deadline, counted
+// from a renewal's send time, has passed too. Followers' stalls, however long,
 // and elections after a leader is killed or moved stay in the run.
 const leaderPauseMax = etcdtest.ElectionTimeout / 2
 
-// leaderPauseLimit returns the pause fault's limit: leaderPauseMax when one
-// of the members drawn says it leads, or does not answer within 200ms
-// (a member paused by the other schedule may lead), none otherwise.
-func leaderPauseLimit(t *testing.T, members []*etcdtest.Server) func(*chaos.FaultEnv, []int) (time.Duration, string) {
+// memberStatus returns a Maintenance client (for Status) of each member,
+// on a connection to that member alone.
+func memberStatus(t *testing.T, members []*etcdtest.Server) []pb.MaintenanceClient {
 	status := make([]pb.MaintenanceClient, len(members))
 	for i, m := range members {
 		status[i] = pb.NewMaintenanceClient(m.Client(t).ActiveConnection())
 	}
+	return status
+}
+
+// leaderPauseLimit returns the pause fault's limit: leaderPauseMax when one
+// of the members drawn says it leads, or does not answer within 200ms
+// (a member paused by the other schedule may lead), none otherwise.
+// status holds each member's Maintenance client (memberStatus).
+func leaderPauseLimit(members []*etcdtest.Server, status []pb.MaintenanceClient) func(*chaos.FaultEnv, []int) (time.Duration, string) {
 	return func(env *chaos.FaultEnv, victims []int) (time.Duration, string) {
 		for _, i := range victims {
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -307,7 +315,7 @@ const etcdRecorderCap = 20000
 // leader or term a member reports (polled every 50ms; a paused member does
 // not answer). It returns the recorded events, for the report around a
 // violation.
-func startEtcdRecorder(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client) func() []chaos.Event {
+func startEtcdRecorder(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client, status []pb.MaintenanceClient) func() []chaos.Event {
 	var mu sync.Mutex
 	var evs []chaos.Event
 	add := func(format string, args ...any) {
@@ -349,8 +357,8 @@ func startEtcdRecorder(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client
 			}
 		}
 	})
-	for _, m := range c.Members() {
-		mc := pb.NewMaintenanceClient(m.Client(t).ActiveConnection())
+	for i, m := range c.Members() {
+		mc := status[i]
 		wg.Go(func() {
 			var lead, term uint64
 			tick := time.NewTicker(50 * time.Millisecond)

@@ -63,17 +63,19 @@ func PauseMembersLimited[M Member](members []M, names []string, limit func(env *
 		k := 1 + env.Rand.IntN(2)
 		first := env.Rand.IntN(len(members))
 		hold := env.Rand.Duration(20*time.Millisecond, 3*time.Second)
-		var paused []string
 		var victims []int
 		for i := range k {
 			victims = append(victims, (first+i)%len(members))
-			paused = append(paused, names[(first+i)%len(members)])
 		}
 		if limit != nil {
 			if most, why := limit(env, victims); most > 0 && hold > most {
 				env.Note("%v cut to %v: %s", hold, most, why)
 				hold = most
 			}
+		}
+		var paused []string
+		for _, i := range victims {
+			paused = append(paused, names[i])
 		}
 		env.Note("SIGSTOP %v for %v", paused, hold)
 		for _, i := range victims {

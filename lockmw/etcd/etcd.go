@@ -71,17 +71,32 @@
 //     revisions, since a key lower than D+t cannot appear while it exists.
 //   - Fair (a hand-over seen by the watch): a queued entry's Enqueue reads
 //     every key of D below D+t (up to 64; behind a longer queue the entry
-//     asks Enqueue again once its predecessor is gone) at a revision S,
-//     and WaitTurn watches D's deletions from S+1. etcd's watch delivers
-//     every event of D after S, in revision order, a revision's events in
-//     one response; once it has delivered the deletion of each of those
-//     keys, the last at revision R, and none of D+t, then at R D+t existed
-//     and was lowest (no key can be created below an existing one). That
-//     is what Enqueue's own read must see, seen at R instead, and the rest
-//     is as above: ValidFrom from the last confirmed renewal of D+t's
-//     lease (renewed first, after R, if older than TTL/3), fence D+t's
-//     create revision. The lock passes to the next waiter without its
-//     second Enqueue, a round trip through etcd's log.
+//     asks Enqueue again once its predecessor is gone) at a revision S.
+//     WaitTurn then watches D's deletions from the etcd member's current
+//     revision, R0, which the watch's creation reports (a watch from S+1
+//     would be one etcd serves only every 100ms once anything was written
+//     after S). When R0 ≤ S, it keeps Enqueue's read, at S; when R0 > S,
+//     the changes after S were not watched, and it reads D at R0 instead:
+//     D+t (gone: it queues again) and the keys below it (none: D+t is
+//     lowest at R0, which is then the R below). Either way it has every key of D
+//     below D+t at one revision, and etcd's watch delivers every event of
+//     D after it, in revision order, a revision's events in one response.
+//     Once it has delivered the deletion of each of those keys, the last
+//     at revision R, and none of D+t, then at R D+t existed and was lowest
+//     (no key can be created below an existing one). That is what
+//     Enqueue's own read must see, seen at R instead. No other lease is
+//     live from R on: a live lease's key is lowest in D, and D+t is lowest
+//     from R until it is deleted; a lease live before R had its key lowest
+//     then, so below D+t (which existed from its creation on, and a later
+//     key is lowest only after it is gone), and that key was deleted by R,
+//     after its lease ended. The rest is as above: ValidFrom from the last
+//     confirmed renewal of D+t's lease (renewed first, after R, if older
+//     than TTL/3); fence D+t's create revision, above every earlier
+//     holder's (their keys were below D+t) and below every later one's
+//     (created after D+t). The lock passes to the next waiter without its
+//     second Enqueue, a round trip through etcd's log (at most a read,
+//     served without one, when the store moved on between Enqueue and the
+//     watch).
 //   - Renewal: KeepAliveOnce of the etcd lease, sent at s, and a read of
 //     D+t with the create revision the acquisition saw; both must succeed:
 //     D = max(D, s + TTL − drift). A key that existed at the read and whose
@@ -158,7 +173,9 @@
 // waits only for the keys before its own (no herd): its watch of D's
 // deletions tells it when it is first, and it takes the lock without
 // another request, so a hand-over costs the release, and the waiter's
-// watch (its creation and cancellation). Default mode takes a free lock at
+// watch (its creation and cancellation; and one read of D when etcd's
+// revision moved between the waiter's Enqueue and its watch: see Safety).
+// Default mode takes a free lock at
 // once (a lock nobody waits on costs one transaction to take and one
 // delete to release, what a concurrency.Mutex sends); a waiter that finds
 // it busy queues like a Fair one, one per key and Locker (the Locker's
@@ -903,10 +920,21 @@ func (s *etcdStore) enqueue(ctx context.Context, d string, e *entry, token strin
 }
 
 // WaitTurn watches D for the deletion of token's own key and of the keys
-// below it, renewing the own key's lease meanwhile. When the last Enqueue
-// read every key below token's, it waits until they are all deleted and
-// reports the hand-over (see handOver); else it returns once the
-// predecessor is deleted, for the Locker to ask Enqueue again.
+// below it, renewing the own key's lease meanwhile. When it knows every
+// key below token's, it waits until they are all deleted and reports the
+// hand-over (see handOver); else it returns once the predecessor is
+// deleted, for the Locker to ask Enqueue again.
+//
+// The watch starts at the member's current revision, not at r.Seen+1: etcd
+// puts a watch whose start revision is not above its store's revision in
+// its unsynced group, served only every 100ms (watchResyncPeriod in
+// etcd's mvcc package), so a watch from r.Seen+1 after any write since
+// Enqueue's read (common under contention) would learn of its
+// predecessor's deletion up to 100ms late. The watch's creation
+// (WithCreatedNotify) reports the revision R0 after which it delivers
+// every event. When R0 is not above r.Seen, the keys below token's are
+// what Enqueue read at r.Seen. Otherwise the changes of (r.Seen, R0] were
+// not watched, and WaitTurn reads D once at R0 (readTurn).
 func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl time.Duration, r store.Reply) (store.Reply, error) {
 	d := dir(k)
 	s.mu.Lock()
@@ -926,9 +954,14 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 	if le == nil {
 		return store.Reply{}, nil // not queued: Enqueue again
 	}
+	pred := r.Predecessor
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := s.c.Watch(wctx, d, clientv3.WithPrefix(), clientv3.WithRev(r.Seen+1), clientv3.WithFilterPut())
+	wch := s.c.Watch(wctx, d, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	// from is the revision the state WaitTurn knows (below, pred) was read
+	// at: events up to it are in that state already. -1 until the watch's
+	// creation is reported.
+	from := int64(-1)
 	tick := time.NewTicker(max(ttl/6, 100*time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -947,12 +980,34 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 				}
 				return store.Reply{}, nil // compacted, or no leader: ask again
 			}
+			if wr.Created {
+				r0 := wr.Header.Revision
+				if r0 <= r.Seen {
+					// A member behind Enqueue's: the watch delivers every
+					// event after r.Seen too, and the state at r.Seen is
+					// Enqueue's.
+					from = r.Seen
+					continue
+				}
+				t, err := s.readTurn(ctx, d, e.name, rev, r0, ttl)
+				switch {
+				case err != nil || !t.own:
+					return store.Reply{}, nil // in doubt, or the entry went: ask again
+				case t.first:
+					return s.handOver(ctx, le, rev, ttl), nil
+				}
+				from, below, pred = r0, t.below, t.pred
+				continue
+			}
+			if from < 0 {
+				return store.Reply{}, nil // events before the creation: ask again
+			}
 			// A response holds every event of its revisions (no
 			// WithFragment), so the own key's deletion in the revision that
 			// deleted the last key below is seen here.
-			own, pred := false, false
+			own, predGone := false, false
 			for _, ev := range wr.Events {
-				if ev.Type != mvccpb.DELETE {
+				if ev.Type != mvccpb.DELETE || ev.Kv.ModRevision <= from {
 					continue
 				}
 				switch key := string(ev.Kv.Key); {
@@ -960,8 +1015,8 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 					own = true
 				case below != nil:
 					delete(below, key)
-				case key == r.Predecessor:
-					pred = true
+				case key == pred:
+					predGone = true
 				}
 			}
 			switch {
@@ -969,7 +1024,7 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 				return store.Reply{}, nil // the entry went (its lease expired): queue anew
 			case below != nil && len(below) == 0:
 				return s.handOver(ctx, le, rev, ttl), nil
-			case pred:
+			case predGone:
 				return store.Reply{}, nil
 			}
 		case <-tick.C:
@@ -977,26 +1032,94 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 	}
 }
 
-// handOver is WaitTurn's reply when the watch, which began at the
-// revision where Enqueue read every key of D below token's key (create
-// revision rev, under le), has delivered the deletion of each of them and
-// not of token's key: the lock is token's.
+// turn is what readTurn found at its revision: whether the own key
+// existed (own); if so, whether no key of D was below it (first), else
+// the keys below it (below; nil when there were more than maxBelow) and
+// the highest of them (pred).
+type turn struct {
+	own, first bool
+	below      map[string]struct{}
+	pred       string
+}
+
+// readTurn reads D at revision r0: the own key (name, create revision
+// rev) and the keys created before it, newest first, up to maxBelow of
+// them, as Enqueue reads them. The read is linearizable, so the member
+// that serves it has applied r0 (which the member of the watch had); a
+// compacted r0 fails the read.
+func (s *etcdStore) readTurn(ctx context.Context, d, name string, rev, r0 int64, ttl time.Duration) (turn, error) {
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	resp, err := s.c.Get(clientBound{ctx}, d, clientv3.WithPrefix(), clientv3.WithRev(r0),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+		clientv3.WithMaxCreateRev(rev), clientv3.WithLimit(maxBelow+1))
+	if err != nil {
+		return turn{}, err
+	}
+	var t turn
+	var kvs []*mvccpb.KeyValue
+	for _, kv := range resp.Kvs {
+		switch {
+		case kv.CreateRevision == rev && string(kv.Key) == name:
+			t.own = true
+		case kv.CreateRevision < rev:
+			kvs = append(kvs, kv)
+		}
+	}
+	switch {
+	case !t.own:
+		return t, nil
+	case len(kvs) == 0 && !resp.More:
+		t.first = true
+		return t, nil
+	case len(kvs) == 0:
+		// Only keys of the own key's revision came back (one transaction
+		// creating several keys of D, which no Locker sends): not known.
+		return turn{}, errors.New("etcd: the keys below the entry's were not read")
+	}
+	t.pred = string(kvs[0].Key)
+	if !resp.More {
+		t.below = make(map[string]struct{}, len(kvs))
+		for _, kv := range kvs {
+			t.below[string(kv.Key)] = struct{}{}
+		}
+	}
+	return t, nil
+}
+
+// handOver is WaitTurn's reply when etcd showed, at one revision R,
+// token's key (create revision rev, under le) in D and no key of D below
+// it: the lock is token's. R is either the revision of the last deletion,
+// among the events WaitTurn watched after a read (Enqueue's at r.Seen, or
+// readTurn's at R0), of the keys that read found below token's, token's
+// own key not deleted up to it; or R0 itself, when readTurn found no key
+// below token's.
 //
 // Safety (the package documentation, "Fair (queue)": a hand-over seen by
-// the watch). etcd's watch delivers every event of D after that revision,
-// in order, a revision's events together, so at the revision R of the last
-// deletion token's key existed, with create revision rev, and no key of D
-// below it did: no key can be created below an existing one, whose
-// revision is lower than every later one. That is the state Enqueue's own
-// read must see to report the lock acquired, seen at R instead of at a
-// read's revision, and the rest is Enqueue's: the key is lowest from R
-// until deleted; ValidFrom is the send time of the last confirmed renewal
-// of le, renewed first if older than TTL/3 (a renewal confirmed after R
-// proves the key, there at R, was still there: only its lease's expiry or
-// this Locker removes it); the fence is rev, above every earlier holder's
-// key (each created before token's key, and deleted by R). Any doubt (le
-// known gone, a renewal that fails) gives the zero reply: Enqueue then
-// reads etcd.
+// the watch). The watch delivers every event of D after the read's
+// revision, in order, a revision's events together; the read found every
+// key of D below token's key then (else WaitTurn does not hand over, but
+// waits for the predecessor and asks Enqueue). No key can be created below
+// an existing one, whose create revision is lower than every later one, so
+// the keys below token's key after the read are among those it found, and
+// once their deletions are seen, at R, token's key existed with create
+// revision rev and was lowest in D. That is the state Enqueue's own read
+// must see to report the lock acquired, seen at R instead of at an
+// Enqueue's revision, and the rest is Enqueue's. No other lease of the lock
+// can be live from R: a live lease's key exists and is lowest in D, and
+// token's key is lowest from R until deleted (keys created later are
+// above it); every lease that was live before R had its key lowest in D
+// then, hence below token's (token's key existed from rev on, and a key
+// created after it is lowest only once it is gone), and so deleted by R,
+// after that lease ended (a Locker deletes its key after its lease ends;
+// etcd expires it only after the lease's deadline). The fence is rev, above
+// every earlier holder's (their keys were below token's) and below every
+// later one's (a key below token's, deleted by R, never comes back: a name
+// created anew gets a revision above R). ValidFrom is the send time of the
+// last confirmed renewal of le, renewed first if older than TTL/3: token's
+// key, there at R, stays until le expires or this Locker deletes it, and le
+// lives until that send time + TTL. Any doubt (le known gone, a renewal
+// that fails) gives the zero reply: Enqueue then reads etcd.
 func (s *etcdStore) handOver(ctx context.Context, le *lease, rev int64, ttl time.Duration) store.Reply {
 	s.mu.Lock()
 	gone := le.gone

@@ -1157,11 +1157,21 @@ func (s *etcdStore) Leave(ctx context.Context, k store.Key, token string) error 
 	return err
 }
 
-// WaitFree watches D for a deletion after seen.
+// WaitFree watches D for a deletion after seen (Reply.Seen of a busy
+// attempt). (The Locker does not call it today: the store is a queue, so
+// its waiters queue, and a TryAcquire does not wait.)
+//
+// As in WaitTurn, the watch starts at the member's current revision R0
+// (a watch from seen+1 would be served late, every 100ms, after any write
+// since the attempt). When R0 is above seen, the deletions of (seen, R0]
+// were not watched: WaitFree counts D's keys at R0, and returns at once
+// if there were none (the lock was free then); else the lock was held at
+// R0, and it waits for a deletion after R0.
 func (s *etcdStore) WaitFree(ctx context.Context, k store.Key, seen int64) error {
+	d := dir(k)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := s.c.Watch(wctx, dir(k), clientv3.WithPrefix(), clientv3.WithRev(seen+1), clientv3.WithFilterPut())
+	wch := s.c.Watch(wctx, d, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
 	for {
 		select {
 		case <-ctx.Done():
@@ -1172,6 +1182,17 @@ func (s *etcdStore) WaitFree(ctx context.Context, k store.Key, seen int64) error
 			}
 			if !ok || wr.Err() != nil || wr.Canceled || len(wr.Events) > 0 {
 				return nil
+			}
+			if r0 := wr.Header.Revision; wr.Created && r0 > seen {
+				resp, err := s.c.Get(ctx, d, clientv3.WithPrefix(), clientv3.WithRev(r0), clientv3.WithCountOnly())
+				switch {
+				case ctx.Err() != nil:
+					return ctx.Err()
+				case err != nil:
+					return err
+				case resp.Count == 0:
+					return nil
+				}
 			}
 		}
 	}

@@ -78,24 +78,25 @@
 //     after S). When R0 ≤ S, it keeps Enqueue's read, at S; when R0 > S,
 //     the changes after S were not watched, and it reads D at R0 instead:
 //     D+t (gone: it queues again) and the keys below it (none: D+t is
-//     lowest at R0, which is then the R below). Either way it has every key of D
-//     below D+t at one revision, and etcd's watch delivers every event of
-//     D after it, in revision order, a revision's events in one response.
-//     Once it has delivered the deletion of each of those keys, the last
-//     at revision R, and none of D+t, then at R D+t existed and was lowest
-//     (no key can be created below an existing one). That is what
-//     Enqueue's own read must see, seen at R instead. No other lease is
-//     live from R on: a live lease's key is lowest in D, and D+t is lowest
-//     from R until it is deleted; a lease live before R had its key lowest
-//     then, so below D+t (which existed from its creation on, and a later
-//     key is lowest only after it is gone), and that key was deleted by R,
-//     after its lease ended. The rest is as above: ValidFrom from the last
-//     confirmed renewal of D+t's lease (renewed first, after R, if older
-//     than TTL/3); fence D+t's create revision, above every earlier
-//     holder's (their keys were below D+t) and below every later one's
-//     (created after D+t). The lock passes to the next waiter without its
-//     second Enqueue, a round trip through etcd's log (at most a read,
-//     served without one, when the store moved on between Enqueue and the
+//     lowest at R0, which is then the R below). Either way it has every
+//     key of D below D+t at one revision, and etcd's watch delivers every
+//     event of D after it, in revision order, a revision's events in one
+//     response (events up to the read's revision are skipped). Once it has
+//     delivered the deletion of each of those keys, the last at revision
+//     R, and none of D+t, then at R D+t existed and was lowest (no key can
+//     be created below an existing one). That is what Enqueue's own read
+//     must see, seen at R instead. No other lease is live from R on: a
+//     live lease's key is lowest in D, and D+t is lowest from R until it
+//     is deleted; a lease live before R had its key lowest then, so below
+//     D+t (which existed from its creation on, and a later key is lowest
+//     only after it is gone), and that key was deleted by R, after its
+//     lease ended. The rest is as above: ValidFrom from the last confirmed
+//     renewal of D+t's lease (renewed first, after R, if older than
+//     TTL/3); fence D+t's create revision, above every earlier holder's
+//     (their keys were below D+t) and below every later one's (created
+//     after D+t). The lock passes to the next waiter without its second
+//     Enqueue, a round trip through etcd's log (at most a read, served
+//     without one, when etcd's revision moved between Enqueue and the
 //     watch).
 //   - Renewal: KeepAliveOnce of the etcd lease, sent at s, and a read of
 //     D+t with the create revision the acquisition saw; both must succeed:
@@ -175,13 +176,13 @@
 // another request, so a hand-over costs the release, and the waiter's
 // watch (its creation and cancellation; and one read of D when etcd's
 // revision moved between the waiter's Enqueue and its watch: see Safety).
-// Default mode takes a free lock at
-// once (a lock nobody waits on costs one transaction to take and one
-// delete to release, what a concurrency.Mutex sends); a waiter that finds
-// it busy queues like a Fair one, one per key and Locker (the Locker's
-// other waiters wait for it, then try once), so a release wakes one waiter
-// across all Lockers rather than every waiting one. A default attempt
-// succeeds only on an empty D, so it never passes a queued waiter.
+// Default mode takes a free lock at once (a lock nobody waits on costs one
+// transaction to take and one delete to release, what a concurrency.Mutex
+// sends); a waiter that finds it busy queues like a Fair one, one per key
+// and Locker (the Locker's other waiters wait for it, then try once), so a
+// release wakes one waiter across all Lockers rather than every waiting
+// one. A default attempt succeeds only on an empty D, so it never passes a
+// queued waiter.
 //
 // # Inspecting
 //
@@ -983,9 +984,10 @@ func (s *etcdStore) WaitTurn(ctx context.Context, k store.Key, token string, ttl
 			if wr.Created {
 				r0 := wr.Header.Revision
 				if r0 <= r.Seen {
-					// A member behind Enqueue's: the watch delivers every
-					// event after r.Seen too, and the state at r.Seen is
-					// Enqueue's.
+					// Nothing written since Enqueue's read (or a member
+					// behind the one that served it): the watch delivers
+					// every event after r.Seen, and the state at r.Seen is
+					// Enqueue's read.
 					from = r.Seen
 					continue
 				}

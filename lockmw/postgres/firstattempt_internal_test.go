@@ -50,6 +50,7 @@ func (b *batches) statements(s *pgStore) []string {
 	defer b.mu.Unlock()
 	known := map[string]string{
 		s.sql.insertLease: "insertLease", s.sql.fence: "fence", s.sql.readRow: "readRow",
+		s.sql.takeFresh: "takeFresh", s.sql.takeFreshInfo: "takeFreshInfo",
 		s.sql.insertLeaseQueued: "insertLeaseQueued", s.sql.enqueueFence: "enqueueFence",
 		s.sql.lockOwn: "lockOwn", s.sql.dropEntry: "dropEntry", s.sql.freeIfUnqueued: "freeIfUnqueued",
 		s.sql.release: "release", s.sql.handOver: "handOver",
@@ -84,7 +85,7 @@ func (b *batches) sent(kinds map[string]string) []string {
 // attempts returns the kinds of acquisition batches sent since the last
 // call: "plain" or "queued".
 func (b *batches) attempts(s *pgStore) []string {
-	return b.sent(map[string]string{s.sql.insertLease: "plain", s.sql.insertLeaseQueued: "queued"})
+	return b.sent(map[string]string{s.sql.takeFresh: "plain", s.sql.insertLease: "plain", s.sql.insertLeaseQueued: "queued"})
 }
 
 // tracedStore is a store on a pool whose batches tr records.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -91,6 +92,10 @@ type pgStore struct {
 	// have left a queue entry), until a release of the token committed:
 	// a release of any other token has no entry to delete (Release).
 	queued sync.Map
+	// laterFence: this role may not read the fence sequence
+	// (pg_sequence_last_value), so plain attempts draw their fence in a
+	// statement after the upsert, as queued ones do (take).
+	laterFence atomic.Bool
 
 	stop     context.CancelFunc
 	stopped  context.Context
@@ -109,6 +114,11 @@ type statements struct {
 	// and the acquisition time (inspect.go). A Locker without it sends
 	// the statements above, unchanged.
 	insertLeaseInfo, insertLeaseQueuedInfo string
+	// takeFresh and takeFreshInfo are insertLease and insertLeaseInfo
+	// drawing the fence themselves, checked (see "Fences drawn in the
+	// upsert" in doc.go): a plain or first attempt's first statement, in
+	// place of insertLease and fence.
+	takeFresh, takeFreshInfo string
 	// enqueueFenceInfo is enqueueFence of a Locker given
 	// lockmw.WithHolderInfo: it writes the description into the queue
 	// entry too. handOverInfo is handOver on tables whose queue keeps
@@ -132,22 +142,43 @@ func newStatements(n names) statements {
 	// never now(), the start of the transaction).
 	const until = `clock_timestamp() + $3::bigint * interval '1 microsecond'`
 	const left = `(extract(epoch FROM expires_at - clock_timestamp()) * 1e6)::bigint`
-	upsert := func(where string) string {
+	// fenceNew is the fence an upsert writes in a new row, fenceSet the one
+	// it writes over an expired row, and returning what it reports: 0, the
+	// fence drawn by a later statement (drawFence), or, in a plain
+	// upsert that draws its own (freshSQL), the fence drawn.
+	type fenceCols struct{ fenceNew, fenceSet, returning string }
+	later := fenceCols{"0", "0", ""}
+	// A plain upsert's own draw (see "Fences drawn in the upsert" in
+	// doc.go): over an expired row it is drawn under the row's lock; in a
+	// new row, before the row's index entry exists, so it is kept only if
+	// no value was drawn after it by the time the row was in (RETURNING
+	// runs after the row and its index entries are written): otherwise
+	// the statement fails, on purpose, with fenceRaced in its message, the
+	// transaction writes nothing, and take sends the upsert and drawFence
+	// instead.
+	fresh := fenceCols{
+		fenceNew: `nextval(` + n.seqLit + `)`,
+		fenceSet: `nextval(` + n.seqLit + `)`,
+		returning: `
+RETURNING CASE WHEN l.fence = pg_sequence_last_value(` + n.seqLit + `) THEN l.fence
+	ELSE ('` + fenceRaced + ` ' || l.fence)::bigint END`,
+	}
+	upsert := func(where string, f fenceCols) string {
 		return `INSERT INTO ` + n.table + ` AS l (name, token, fence, expires_at)
-SELECT $1, $2, 0, ` + until + where + `
-ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at = excluded.expires_at
-WHERE l.expires_at <= clock_timestamp()`
+SELECT $1, $2, ` + f.fenceNew + `, ` + until + where + `
+ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = ` + f.fenceSet + `, expires_at = excluded.expires_at
+WHERE l.expires_at <= clock_timestamp()` + f.returning
 	}
 	// The same upsert, with the same conditions, writing the holder's
 	// description too (inspect.go): with its token, so that a later
 	// holding of the row by a Locker that writes none (an upsert above,
 	// a hand-over) never shows it.
-	upsertInfo := func(where string) string {
+	upsertInfo := func(where string, f fenceCols) string {
 		return `INSERT INTO ` + n.table + ` AS l (name, token, fence, expires_at, holder_info, holder_token, holder_since)
-SELECT $1, $2, 0, ` + until + `, $4::text, $2, clock_timestamp()` + where + `
-ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = 0, expires_at = excluded.expires_at,
+SELECT $1, $2, ` + f.fenceNew + `, ` + until + `, $4::text, $2, clock_timestamp()` + where + `
+ON CONFLICT (name) DO UPDATE SET token = excluded.token, fence = ` + f.fenceSet + `, expires_at = excluded.expires_at,
 	holder_info = excluded.holder_info, holder_token = excluded.holder_token, holder_since = excluded.holder_since
-WHERE l.expires_at <= clock_timestamp()`
+WHERE l.expires_at <= clock_timestamp()` + f.returning
 	}
 	// A plain attempt passes no unexpired waiter.
 	plainWhere := `
@@ -248,10 +279,12 @@ SELECT EXISTS (SELECT 1 FROM ` + n.table + ` WHERE name = $1 AND token <> $2 AND
 	(SELECT fence FROM h)`
 	}
 	return statements{
-		insertLease:           upsert(plainWhere),
-		insertLeaseQueued:     upsert(queuedWhere),
-		insertLeaseInfo:       upsertInfo(plainWhere),
-		insertLeaseQueuedInfo: upsertInfo(queuedWhere),
+		insertLease:           upsert(plainWhere, later),
+		insertLeaseQueued:     upsert(queuedWhere, later),
+		insertLeaseInfo:       upsertInfo(plainWhere, later),
+		insertLeaseQueuedInfo: upsertInfo(queuedWhere, later),
+		takeFresh:             upsert(plainWhere, fresh),
+		takeFreshInfo:         upsertInfo(plainWhere, fresh),
 		// A plain attempt's second and third statements, each a plain
 		// statement (a statement with CTEs costs the server several
 		// times a plain one's planning and executor start, for no
@@ -415,13 +448,26 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	defer c.Release()
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
-	b := s.takeBatch(row, token, ttl, kind)
+	fresh := kind != queuedAttempt && !s.laterFence.Load()
+	b := s.takeBatch(row, token, ttl, kind, fresh)
 	if kind == queuedAttempt {
 		s.queued.Store(token, struct{}{})
 	}
 	be := backendOf(c)
 	sent := time.Now()
-	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, ttl, kind)
+	r, pred, err := s.takeResult(c.SendBatch(ctx, b), sent, ttl, kind, fresh)
+	if fresh && err != nil {
+		if retry, denied := freshFailed(err); retry {
+			// The upsert's own draw was refused (a value was drawn
+			// meanwhile, or the role may not read the sequence): its
+			// transaction wrote nothing. Draw under the row's lock.
+			sent = time.Now()
+			r, pred, err = s.takeResult(c.SendBatch(ctx, s.takeBatch(row, token, ttl, kind, false)), sent, ttl, kind, false)
+			if denied && err == nil {
+				s.laterFence.Store(true)
+			}
+		}
+	}
 	if err == nil && kind == queuedAttempt && !r.Acquired {
 		// The entry's expiry was confirmed by this request (a hand-over
 		// is dated from it: see "Hand-over").
@@ -441,10 +487,17 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 // (insertLease, fence, readRow), a first one (insertLease, fence) or a
 // queued one (insertLeaseQueued, enqueueFence). The row's upsert comes
 // first, so that the fence is drawn under its row lock (see "Safety").
-func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt) *pgx.Batch {
+// With fresh, a plain or first attempt's upsert draws its fence itself
+// (takeFresh, see "Fences drawn in the upsert" in doc.go), and no fence
+// statement follows it.
+func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt, fresh bool) *pgx.Batch {
 	queued := kind == queuedAttempt
 	b := &pgx.Batch{}
 	switch {
+	case fresh && s.holderInfo != "":
+		b.Queue(s.sql.takeFreshInfo, row, token, micros(ttl), s.holderInfo)
+	case fresh:
+		b.Queue(s.sql.takeFresh, row, token, micros(ttl))
 	case queued && s.holderInfo != "":
 		b.Queue(s.sql.insertLeaseQueuedInfo, row, token, micros(ttl), s.holderInfo)
 	case queued:
@@ -459,6 +512,9 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt) 
 		b.Queue(s.sql.enqueueFenceInfo, row, token, micros(ttl), s.n.channel, s.grants, s.holderInfo)
 	case queued:
 		b.Queue(s.sql.enqueueFence, row, token, micros(ttl), s.n.channel, s.grants)
+	case fresh && kind == firstAttempt:
+	case fresh:
+		b.Queue(s.sql.readRow, row, token)
 	case kind == firstAttempt:
 		b.Queue(s.sql.fence, row, token)
 	default:
@@ -468,8 +524,33 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt) 
 	return b
 }
 
+// fenceRaced is in the message of a takeFresh that refused its own draw
+// (a value was drawn between it and the row's insertion).
+const fenceRaced = "lockmw: a fence was drawn meanwhile; drawing it again"
+
+// freshFailed tells whether a takeFresh batch's err is one the batch
+// without it may not meet: its own draw refused (fenceRaced), or the role
+// may not read the sequence (denied: pg_sequence_last_value needs SELECT
+// or USAGE on it, nextval USAGE or UPDATE).
+func freshFailed(err error) (retry, denied bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false, false
+	}
+	switch {
+	case pgErr.Code == "22P02" && strings.Contains(pgErr.Message, fenceRaced):
+		return true, false
+	case pgErr.Code == "42501":
+		return true, true
+	}
+	return false, false
+}
+
 // takeResult reads a takeBatch's results; sent is when it was sent.
-func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Duration, kind attempt) (store.Reply, string, error) {
+//
+// With fresh (takeFresh), the upsert reports the fence it drew, as the
+// fence statement does.
+func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Duration, kind attempt, fresh bool) (store.Reply, string, error) {
 	queued := kind == queuedAttempt
 	var (
 		fence    *int64
@@ -480,7 +561,11 @@ func (s *pgStore) takeResult(res pgx.BatchResults, sent time.Time, ttl time.Dura
 		woken    int64
 		seq      *int64
 	)
-	_, execErr := res.Exec()
+	var execErr error
+	if !fresh {
+		// The upsert's result: it reports nothing.
+		_, execErr = res.Exec()
+	}
 	var qrErr error
 	switch {
 	case execErr != nil:

@@ -26,7 +26,7 @@ func openEnqueue(t *testing.T, ctx context.Context, pool *pgxpool.Pool, s *pgSto
 	}
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	s.queued.Store(token, struct{}{}) // as take does for a queued attempt
-	r, _, err := s.takeResult(tx.SendBatch(ctx, s.takeBatch(name(k), token, 10*time.Second, queuedAttempt)), time.Now(), 10*time.Second, queuedAttempt)
+	r, _, err := s.takeResult(tx.SendBatch(ctx, s.takeBatch(name(k), token, 10*time.Second, queuedAttempt, false)), time.Now(), 10*time.Second, queuedAttempt, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,10 +53,10 @@ func TestFreeLockReleasedCheaply(t *testing.T) {
 }
 
 // TestUncontendedLockAndUnlockStatements: a waiting acquisition of a free
-// lock and its release send four plain statements: the upsert and the
-// fence draw (the first attempt reads nothing more: a queued attempt
-// would follow at once), and the row's lock and delete (a token that never
-// queued has no entry to delete).
+// lock and its release send three plain statements: the upsert, which
+// draws the fence itself (the first attempt reads nothing more: a queued
+// attempt would follow at once), and the row's lock and delete (a token
+// that never queued has no entry to delete).
 func TestUncontendedLockAndUnlockStatements(t *testing.T) {
 	ctx, _, s, tr := tracedStore(t)
 	k := store.Key{Prefix: "lockmw:", Name: "four"}
@@ -66,8 +66,8 @@ func TestUncontendedLockAndUnlockStatements(t *testing.T) {
 		if err != nil || !r.Acquired || r.Fence == 0 {
 			t.Fatalf("round %d: h's enqueue of a free lock: %+v, %v", i, r, err)
 		}
-		if got := strings.Join(tr.statements(s), ","); got != "insertLease,fence" {
-			t.Fatalf("round %d: a free lock's waiting acquisition sent %s, want insertLease,fence", i, got)
+		if got := strings.Join(tr.statements(s), ","); got != "takeFresh" {
+			t.Fatalf("round %d: a free lock's waiting acquisition sent %s, want takeFresh", i, got)
 		}
 		if o, err := s.Release(ctx, k, "h"); err != nil || o != store.Owned {
 			t.Fatalf("round %d: h's release: %v, %v; want Owned", i, o, err)

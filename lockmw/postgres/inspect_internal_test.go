@@ -140,7 +140,7 @@ func TestAcquisitionsWithoutHolderInfoUnchanged(t *testing.T) {
 		s.sql.enqueueFence: {"enqueueFence", 5}, s.sql.fence: {"fence", 2},
 		s.sql.insertLeaseInfo: {"insertLeaseInfo", 4}, s.sql.insertLeaseQueuedInfo: {"insertLeaseQueuedInfo", 4},
 		s.sql.enqueueFenceInfo: {"enqueueFenceInfo", 6},
-		s.sql.takeFresh: {"takeFresh", 3}, s.sql.takeFreshInfo: {"takeFreshInfo", 4},
+		s.sql.takeFresh:        {"takeFresh", 3}, s.sql.takeFreshInfo: {"takeFreshInfo", 4},
 	}
 	for _, described := range []bool{false, true} {
 		var opts []lockmw.Option

@@ -67,9 +67,11 @@
 //     missing or expired (a plain attempt also only when no unexpired
 //     waiter is queued, a queued one when no unexpired waiter is before
 //     its entry, or at all if it has none), then UPDATE … SET fence =
-//     nextval(T_fence) WHERE token = t (a queued attempt that did not
-//     take the row puts its entry in the queue in that statement; a plain
-//     attempt then reads the lock's row, for a busy answer). The
+//     nextval(T_fence) WHERE token = t (a plain attempt's upsert draws
+//     it itself, checked: see "Fences drawn in the upsert"; a queued
+//     attempt that did not take the row puts its entry in the queue in
+//     that statement; a plain attempt then reads the lock's row, for a
+//     busy answer). The
 //     unique index makes concurrent inserts of one name wait for each
 //     other, and the conflict's WHERE is evaluated on the latest committed
 //     row, so only one of them writes. The lease's validity counts from
@@ -86,9 +88,40 @@
 //     that holder drew its fence before its commit. A sequence with CACHE 1
 //     hands out values in the order nextval is called across sessions (a
 //     larger cache would let each session pre-allocate a range, out of
-//     order), and survives a crash rising (PostgreSQL logs it ahead). The
-//     value in the INSERT's VALUES is not used as a fence: it would be
-//     drawn before the row lock is taken.
+//     order), and survives a crash rising (PostgreSQL logs it ahead). A
+//     plain attempt's upsert may draw the fence itself instead (see
+//     "Fences drawn in the upsert" below).
+//
+// Fences drawn in the upsert. A plain attempt (TryAcquire, and a waiting
+// acquisition's first request) sends one statement where a queued one
+// sends two: its upsert writes nextval(T_fence) itself (SET fence =
+// nextval(…) over an expired row, drawn under the row's lock as above;
+// VALUES (…, nextval(…), …) into a missing row, drawn before the row's
+// index entry exists), and its RETURNING, which PostgreSQL evaluates after
+// the row and its index entries are written, keeps the value only if it is
+// still the sequence's last (pg_sequence_last_value, which reads the
+// sequence as nextval writes it, under the same buffer lock, whatever the
+// transaction). Otherwise the statement fails on purpose (an invalid
+// bigint whose text says "lockmw: a fence was drawn meanwhile"), its
+// transaction writes nothing, and the attempt sends the upsert and the
+// fence statement instead; so does a role that may not read the sequence
+// (it needs SELECT or USAGE on it), from then on. Why the kept value is
+// above every earlier holder's fence: let f be drawn at d and found last
+// at k, after the row was in (at c). An earlier lease M of the name ended
+// before c: its row was deleted or expired and replaced only after M's
+// transaction committed, and M drew its fence before that commit, so
+// before k. Had M drawn after d, the sequence's last value at k would be
+// above f; so M drew before d, and its fence is below f. A later lease N
+// writes the row only after this transaction commits (the unique index
+// and the row lock make it wait), so after k: drawn under its row's lock,
+// its fence is above f; drawn in its own VALUES at d' before d, its own
+// check comes after this commit and finds a value at least f, above its
+// own, and N draws again. The sign of a race is rare (a value drawn by
+// any Locker, for any name, in the microseconds between the draw and the
+// row's insertion, or while a concurrent insert of the same name holds
+// the index entry), and costs one more round trip.
+// TestFreshFenceDrawnAgainAfterARace holds a draw between the two, and
+// TestFreshFenceKeptWithoutARace the common case.
 //   - Renewal: UPDATE T … SET expires_at = clock_timestamp() + TTL FROM
 //     unnest(names, tokens, TTLs) WHERE token matches AND expires_at >
 //     clock_timestamp(): all of a watchdog tick's leases in one statement,
@@ -394,25 +427,30 @@
 //
 // Where an uncontended lock+unlock's time goes: both it and the ShedLock
 // loop's take two round trips, but the loop sends one plain UPDATE in
-// each, and lockmw four statements in all (a blocking Acquire's first
-// attempt: the upsert with its queue check and the fence draw; the
-// release: the row's lock and the row's conditional delete), which the
-// safety argument above needs in two transactions: the fence is drawn
-// under the row's lock, which an INSERT's own nextval would not be, and
-// the queue is read in a snapshot after the row's lock. The row itself
-// costs about what the loop's update does: row-floor in
-// BenchmarkUncontended, an upsert and a delete of a row on a table shaped
-// as lockmw's (no fence, no queue), ran at 0.95x and 1.05x the ShedLock
-// loop's rate in two runs of make bench (on 18df0d4 and 1ca6806), and
-// lockmw at 0.71x and 0.65x the loop's: its remaining 40–60 µs or so per
-// lock+unlock are the fence draw, the queue's looks and the row's lock.
-// Measured in rounds on one connection (µs per lock+unlock, medians over
-// rounds, two runs): the loop 99 and 108; the Locker 167 and 152; a plain
-// attempt's batch (with a read of the row too) and the release sent bare
-// 168; the same statements called as two PL/pgSQL functions, one call per
-// round trip, 167 and 160 (so it is the statements' work, not their
-// messages); those functions without the queue's looks and the row's lock
-// 143, and without the fence draw too (an upsert and a delete) 117.
+// each, and lockmw three statements in all (a blocking Acquire's first
+// attempt: the upsert with its queue check, drawing its fence itself, see
+// "Fences drawn in the upsert"; the release: the row's lock and the row's
+// conditional delete), which the safety argument above needs in two
+// statements of one transaction: the queue is read in a snapshot after
+// the row's lock. The row itself costs about what the loop's update does:
+// row-floor in BenchmarkUncontended, an upsert and a delete of a row on a
+// table shaped as lockmw's (no fence, no queue), ran at 0.95x and 1.05x
+// the ShedLock loop's rate in two runs of make bench (on 18df0d4 and
+// 1ca6806), and lockmw, with the fence drawn in a statement of its own,
+// at 0.71x and 0.65x the loop's: its remaining 40–60 µs or so per
+// lock+unlock were the fence draw, the queue's looks and the row's lock.
+// Measured then in rounds on one connection (µs per lock+unlock, medians
+// over rounds, two runs): the loop 99 and 108; the Locker 167 and 152; a
+// plain attempt's batch (with a read of the row too) and the release sent
+// bare 168; the same statements called as two PL/pgSQL functions, one
+// call per round trip, 167 and 160 (so it is the statements' work, not
+// their messages); those functions without the queue's looks and the
+// row's lock 143, and without the fence draw too (an upsert and a delete)
+// 117. The fence statement (an UPDATE writing a second version of the row
+// just inserted) is what drawing the fence in the upsert saves: in 5 ABBA
+// pairs of BenchmarkUncontended, lockmw ÷ the ShedLock loop went from a
+// median 0.74 to 0.83 (new ÷ old per pair: median 1.14). The queue's
+// looks and the row's lock remain, for the release race.
 // Keeping a released row (an acquisition would then be one UPDATE that
 // draws its fence under the row's lock, a release one UPDATE that waiters
 // mark the row against, for the release race) measured slower than

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/lockmw/lockmw/internal/testkit/pgtest"
 	"github.com/lockmw/lockmw/lockmw/internal/store"
 )
 
@@ -144,6 +145,64 @@ func TestFreshFenceKeptWithoutARace(t *testing.T) {
 			if o, err := s.Release(ctx, k, "h"); err != nil || o != store.Owned {
 				t.Fatalf("round %d: release: %v, %v", i, o, err)
 			}
+		}
+	}
+}
+
+// TestRoleThatCannotReadTheSequence: a role that may draw from the fence
+// sequence (UPDATE on it) but not read it (no SELECT or USAGE:
+// pg_sequence_last_value refuses it) still takes locks: its first attempt's
+// own draw is refused, the upsert and the fence statement follow, and from
+// then on its store sends those at once.
+func TestRoleThatCannotReadTheSequence(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	if err := CreateTable(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`CREATE ROLE drawonly LOGIN`,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON lockmw_locks, lockmw_locks_queue, lockmw_locks_claims TO drawonly`,
+		`GRANT UPDATE ON SEQUENCE lockmw_locks_fence TO drawonly`,
+	} {
+		if _, err := admin.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	tr := &batches{}
+	cfg, err := pgxpool.ParseConfig(strings.Replace(srv.URL(), "postgres@", "drawonly@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	n, _ := Schema{}.names()
+	s := newStore(pool, n)
+	defer s.Close()
+	k := store.Key{Prefix: "lockmw:", Name: "drawonly"}
+	var last uint64
+	for i, want := range []string{"takeFresh,insertLease,fence", "insertLease,fence"} {
+		tr.statements(s)
+		r, _, err := s.take(ctx, name(k), "h", time.Minute, firstAttempt)
+		if err != nil || !r.Acquired || r.Fence <= last {
+			t.Fatalf("round %d: %+v, %v; want acquired with a fence above %d", i, r, err, last)
+		}
+		last = r.Fence
+		if sent := strings.Join(tr.statements(s), ","); sent != want {
+			t.Fatalf("round %d: sent %s, want %s", i, sent, want)
+		}
+		if o, err := s.Release(ctx, k, "h"); err != nil || o != store.Owned {
+			t.Fatalf("round %d: release: %v, %v", i, o, err)
 		}
 	}
 }

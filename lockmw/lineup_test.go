@@ -1,14 +1,14 @@
 package lockmw_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockmw/lockmw/internal/testkit/redistest"
 	"github.com/lockmw/lockmw/lockmw"
@@ -302,10 +302,7 @@ func TestHandOverRefreshesTheCounterBeforeTheScript(t *testing.T) {
 		t.Fatal(rb.err)
 	}
 
-	lines := make(chan string, 1000)
-	// (go-redis reads MONITOR's output on RESP2 only.)
-	mon := srv.Client(t, func(o *redis.Options) { o.Protocol = 2 }).Monitor(ctx, lines)
-	mon.Start()
+	lines := monitor(t, srv.Addr())
 	eventually(t, 5*time.Second, func() error { // MONITOR is on once it shows a command
 		admin.Echo(ctx, "monitor-on")
 		for {
@@ -344,7 +341,6 @@ func TestHandOverRefreshesTheCounterBeforeTheScript(t *testing.T) {
 			t.Fatalf("MONITOR did not show the closing ECHO; it showed:\n%s", strings.Join(seen, "\n"))
 		}
 	}
-	mon.Stop()
 
 	// The first PEXPIRE of the counter, and the command after it.
 	counter := `"` + fenceKey(key) + `"`
@@ -370,6 +366,40 @@ func TestHandOverRefreshesTheCounterBeforeTheScript(t *testing.T) {
 		return
 	}
 	t.Fatalf("no PEXPIRE of the counter in b's hand-over:\n%s", strings.Join(seen, "\n"))
+}
+
+// monitor sends MONITOR to the Redis at addr on a connection of its own
+// and returns the lines it shows, until the test ends (go-redis's
+// Monitor reads its connection while the pool may touch it: a data race).
+func monitor(t *testing.T, addr string) <-chan string {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.Write([]byte("*1\r\n$7\r\nMONITOR\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1000)
+	go func() {
+		r := bufio.NewReader(conn)
+		for {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				return // the connection closed with the test
+			}
+			l = strings.TrimSuffix(strings.TrimPrefix(l, "+"), "\r\n")
+			if l == "OK" {
+				continue
+			}
+			select {
+			case lines <- l:
+			default: // nobody reads so many: the test has failed or ended
+			}
+		}
+	}()
+	return lines
 }
 
 // client is the client field of a MONITOR line ("[0 127.0.0.1:5000]", or

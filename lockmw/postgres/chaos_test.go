@@ -27,7 +27,9 @@ func TestChaos(t *testing.T) {
 }
 
 // pgChaosStore is the "postgres" store: one server, postgres.New on a pool
-// of each Locker slot's own (application_name lockmw-slot-N).
+// of each Locker slot's own (application_name lockmw-slot-N); odd slots'
+// Lockers draw their fences after the upsert (NewDrawingLater), as
+// Lockers of earlier releases do beside new ones.
 var pgChaosStore = chaos.Store{
 	Name: "postgres", Fair: true, Start: startPgChaos,
 	FaultNames: []string{"latency", "cut", "reset", "pause", "restart", "backend"},
@@ -67,6 +69,12 @@ func startPgChaos(t *testing.T, slots int) *chaos.Deployment {
 	}
 	d := &chaos.Deployment{
 		NewLocker: func(slot int, opts ...lockmw.Option) (*lockmw.Locker, error) {
+			if slot%2 == 1 {
+				// A mixed fleet: these Lockers draw the fence after the
+				// upsert, as releases before "Fences drawn in the upsert"
+				// do.
+				return postgres.NewDrawingLater(pools[slot], opts...)
+			}
 			return postgres.New(pools[slot], opts...)
 		},
 		Describe: chaos.DescribeSlot,

@@ -1,6 +1,11 @@
 package postgres
 
-import "github.com/lockmw/lockmw/lockmw/internal/store"
+import (
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lockmw/lockmw/lockmw"
+	"github.com/lockmw/lockmw/lockmw/internal/store"
+)
 
 // RowName is the lease and queue row name of a Locker's key, for the
 // tests that read or change rows by hand.
@@ -9,3 +14,26 @@ func RowName(prefix, key string) string { return name(store.Key{Prefix: prefix, 
 // ClaimKeepLeft reads how long a claim row is kept still, for the tests of
 // the Scheduler's claims (sqlsuite.KeepLeft).
 var ClaimKeepLeft = claimKeepLeft
+
+// NewDrawingLater is New for the default Schema with a store whose plain
+// attempts draw the fence in a statement after the upsert, as Lockers of
+// releases before "Fences drawn in the upsert" (doc.go) do, and as a role
+// that may not read the sequence does: the checker's mixed fleet. It
+// builds the Locker as Schema.New does.
+func NewDrawingLater(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker, error) {
+	n, err := Schema{}.names()
+	if err != nil {
+		return nil, err
+	}
+	s := newStore(pool, n)
+	s.laterFence.Store(true)
+	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkStart(); err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	return l, nil
+}

@@ -116,10 +116,13 @@
 // and the row lock make it wait), so after k: drawn under its row's lock,
 // its fence is above f; drawn in its own VALUES at d' before d, its own
 // check comes after this commit and finds a value at least f, above its
-// own, and N draws again. The sign of a race is rare (a value drawn by
-// any Locker, for any name, in the microseconds between the draw and the
-// row's insertion, or while a concurrent insert of the same name holds
-// the index entry), and costs one more round trip.
+// own, and N draws again. A refusal (a value drawn by any Locker, for any
+// name, in the microseconds between the draw and the row's insertion, or
+// while a concurrent insert of the same name holds the index entry) costs
+// one more round trip and an ERROR line in the server's log, so a store
+// whose draw was refused draws after the upsert for the next minute
+// (laterAfterRefusal): where draws are that frequent, a Locker meets about
+// one refusal a minute and otherwise sends what it sent before.
 // TestFreshFenceDrawnAgainAfterARace holds a draw between the two, and
 // TestFreshFenceKeptWithoutARace the common case.
 //   - Renewal: UPDATE T … SET expires_at = clock_timestamp() + TTL FROM

@@ -103,6 +103,20 @@ func TestFreshFenceDrawnAgainAfterARace(t *testing.T) {
 		if sent != want {
 			t.Fatalf("kind %d: sent %s, want %s (the upsert's own draw refused, then drawn under the row's lock)", kind, sent, want)
 		}
+		// After a refusal the store draws after the upsert for a while
+		// (laterAfterRefusal): no more refusals, and no more ERROR lines
+		// in the server's log, where draws are that frequent.
+		if o, err := s.Release(ctx, k, "h"); err != nil || o != store.Owned {
+			t.Fatalf("kind %d: release: %v, %v", kind, o, err)
+		}
+		tr.statements(s)
+		if r, _, err := s.take(ctx, name(k), "h2", time.Minute, kind); err != nil || !r.Acquired || r.Fence <= got.r.Fence {
+			t.Fatalf("kind %d: the next attempt: %+v, %v; want acquired with a fence above %d", kind, r, err, got.r.Fence)
+		}
+		want = strings.TrimPrefix(want, "takeFresh,")
+		if sent := strings.Join(tr.statements(s), ","); sent != want {
+			t.Fatalf("kind %d: the attempt after a refusal sent %s, want %s", kind, sent, want)
+		}
 	}
 }
 

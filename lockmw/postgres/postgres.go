@@ -96,6 +96,9 @@ type pgStore struct {
 	// (pg_sequence_last_value), so plain attempts draw their fence in a
 	// statement after the upsert, as queued ones do (take).
 	laterFence atomic.Bool
+	// freshFrom is when plain attempts may draw in the upsert again
+	// (UnixNano): laterAfterRefusal after one whose draw was refused.
+	freshFrom atomic.Int64
 
 	stop     context.CancelFunc
 	stopped  context.Context
@@ -448,7 +451,7 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	defer c.Release()
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
-	fresh := kind != queuedAttempt && !s.laterFence.Load()
+	fresh := kind != queuedAttempt && !s.laterFence.Load() && time.Now().UnixNano() >= s.freshFrom.Load()
 	b := s.takeBatch(row, token, ttl, kind, fresh)
 	if kind == queuedAttempt {
 		s.queued.Store(token, struct{}{})
@@ -465,6 +468,9 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 			r, pred, err = s.takeResult(c.SendBatch(ctx, s.takeBatch(row, token, ttl, kind, false)), sent, ttl, kind, false)
 			if denied && err == nil {
 				s.laterFence.Store(true)
+			}
+			if !denied {
+				s.freshFrom.Store(time.Now().Add(laterAfterRefusal).UnixNano())
 			}
 		}
 	}
@@ -523,6 +529,15 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt, 
 	}
 	return b
 }
+
+// laterAfterRefusal is how long a store's plain attempts draw their fence
+// after the upsert once an upsert's own draw was refused. Where values are
+// drawn so often that refusals are common (thousands of acquisitions a
+// second across the database), each would cost a round trip and an ERROR
+// line in the server's log: this bounds them to about one a minute per
+// Locker, and leaves such a store sending what it sent before the upsert
+// drew.
+const laterAfterRefusal = time.Minute
 
 // fenceRaced is in the message of a takeFresh that refused its own draw
 // (a value was drawn between it and the row's insertion).

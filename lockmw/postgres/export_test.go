@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lockmw/lockmw/lockmw"
@@ -36,4 +38,13 @@ func NewDrawingLater(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker,
 		return nil, err
 	}
 	return l, nil
+}
+
+// SetLaterAfterRefusal sets how long a store draws after the upsert once
+// its upsert's draw was refused, for the checker, whose many draws would
+// otherwise keep its stores off the upsert's draw; cleanup restores it.
+func SetLaterAfterRefusal(d time.Duration) (cleanup func()) {
+	was := laterAfterRefusal
+	laterAfterRefusal = d
+	return func() { laterAfterRefusal = was }
 }

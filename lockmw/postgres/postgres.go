@@ -536,8 +536,8 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt, 
 // second across the database), each would cost a round trip and an ERROR
 // line in the server's log: this bounds them to about one a minute per
 // Locker, and leaves such a store sending what it sent before the upsert
-// drew.
-const laterAfterRefusal = time.Minute
+// drew. (A variable for the checker, which keeps the upsert drawing.)
+var laterAfterRefusal = time.Minute
 
 // fenceRaced is in the message of a takeFresh that refused its own draw
 // (a value was drawn between it and the row's insertion).

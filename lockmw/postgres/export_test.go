@@ -20,24 +20,15 @@ var ClaimKeepLeft = claimKeepLeft
 // NewDrawingLater is New for the default Schema with a store whose plain
 // attempts draw the fence in a statement after the upsert, as Lockers of
 // releases before "Fences drawn in the upsert" (doc.go) do, and as a role
-// that may not read the sequence does: the checker's mixed fleet. It
-// builds the Locker as Schema.New does.
+// that may not read the sequence does: the checker's mixed fleet.
 func NewDrawingLater(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker, error) {
 	n, err := Schema{}.names()
 	if err != nil {
 		return nil, err
 	}
 	s := newStore(pool, n)
-	s.laterFence.Store(true)
-	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.checkStart(); err != nil {
-		_ = l.Close()
-		return nil, err
-	}
-	return l, nil
+	s.freshFrom.Store(drawLater)
+	return newLocker(s, opts...)
 }
 
 // SetLaterAfterRefusal sets how long a store draws after the upsert once

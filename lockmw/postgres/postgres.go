@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	mathrand "math/rand/v2"
 	"strconv"
 	"strings"
@@ -54,7 +55,12 @@ func (sc Schema) New(pool *pgxpool.Pool, opts ...lockmw.Option) (*lockmw.Locker,
 	if err != nil {
 		return nil, err
 	}
-	s := newStore(pool, n)
+	return newLocker(newStore(pool, n), opts...)
+}
+
+// newLocker returns a Locker on s, once s found its tables usable
+// (checkStart).
+func newLocker(s *pgStore, opts ...lockmw.Option) (*lockmw.Locker, error) {
 	l, err := lockmw.NewWithStore(store.Inside{Store: s}, opts...)
 	if err != nil {
 		return nil, err
@@ -92,12 +98,11 @@ type pgStore struct {
 	// have left a queue entry), until a release of the token committed:
 	// a release of any other token has no entry to delete (Release).
 	queued sync.Map
-	// laterFence: this role may not read the fence sequence
-	// (pg_sequence_last_value), so plain attempts draw their fence in a
-	// statement after the upsert, as queued ones do (take).
-	laterFence atomic.Bool
-	// freshFrom is when plain attempts may draw in the upsert again
-	// (UnixNano): laterAfterRefusal after one whose draw was refused.
+	// freshFrom is when plain attempts may draw their fence in the upsert
+	// again (UnixNano; until then they draw it in a statement after the
+	// upsert, as queued ones do): laterAfterRefusal after one whose draw
+	// was refused, never (drawLater) for a role that may not read the
+	// fence sequence (pg_sequence_last_value).
 	freshFrom atomic.Int64
 
 	stop     context.CancelFunc
@@ -148,7 +153,7 @@ func newStatements(n names) statements {
 	// fenceNew is the fence an upsert writes in a new row, fenceSet the one
 	// it writes over an expired row, and returning what it reports: 0, the
 	// fence drawn by a later statement (drawFence), or, in a plain
-	// upsert that draws its own (freshSQL), the fence drawn.
+	// upsert that draws its own (fresh), the fence drawn.
 	type fenceCols struct{ fenceNew, fenceSet, returning string }
 	later := fenceCols{"0", "0", ""}
 	// A plain upsert's own draw (see "Fences drawn in the upsert" in
@@ -451,7 +456,7 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 	defer c.Release()
 	ctx, cancel = context.WithTimeout(ctx, ttl)
 	defer cancel()
-	fresh := kind != queuedAttempt && !s.laterFence.Load() && time.Now().UnixNano() >= s.freshFrom.Load()
+	fresh := kind != queuedAttempt && time.Now().UnixNano() >= s.freshFrom.Load()
 	b := s.takeBatch(row, token, ttl, kind, fresh)
 	if kind == queuedAttempt {
 		s.queued.Store(token, struct{}{})
@@ -466,11 +471,11 @@ func (s *pgStore) take(ctx context.Context, row, token string, ttl time.Duration
 			// transaction wrote nothing. Draw under the row's lock.
 			sent = time.Now()
 			r, pred, err = s.takeResult(c.SendBatch(ctx, s.takeBatch(row, token, ttl, kind, false)), sent, ttl, kind, false)
-			if denied && err == nil {
-				s.laterFence.Store(true)
-			}
-			if !denied {
+			switch {
+			case !denied:
 				s.freshFrom.Store(time.Now().Add(laterAfterRefusal).UnixNano())
+			case err == nil:
+				s.freshFrom.Store(drawLater)
 			}
 		}
 	}
@@ -538,6 +543,9 @@ func (s *pgStore) takeBatch(row, token string, ttl time.Duration, kind attempt, 
 // Locker, and leaves such a store sending what it sent before the upsert
 // drew. (A variable for the checker, which keeps the upsert drawing.)
 var laterAfterRefusal = time.Minute
+
+// drawLater in pgStore.freshFrom keeps the upsert from drawing for good.
+const drawLater = math.MaxInt64
 
 // fenceRaced is in the message of a takeFresh that refused its own draw
 // (a value was drawn between it and the row's insertion).

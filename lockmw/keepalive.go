@@ -77,7 +77,7 @@ type renewScheduler struct {
 	wakeAt time.Time // when the loop's timer fires next
 	// timer is the loop's, set only under mu (with wakeAt): by the loop
 	// for the queue's first event, and by add, addPending and confirm
-	// when a lease needs it earlier (rearm), which wakes no goroutine.
+	// when a lease needs it earlier (rearmFor), which wakes no goroutine.
 	timer *time.Timer
 
 	wake    chan struct{}
@@ -143,9 +143,7 @@ func (s *renewScheduler) add(l *Lease, sentAt time.Time) bool {
 	setDeadline(l, sentAt.Add(l.ttl-s.drift(l.ttl)))
 	s.scheduleRenewal(l, sentAt)
 	heap.Push(&s.queue, l)
-	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
-		s.rearm(k.fireAt) // the loop's timer is set for later than l needs
-	}
+	s.rearmFor(k)
 	return true
 }
 
@@ -164,9 +162,7 @@ func (s *renewScheduler) addPending(l *Lease, deadline time.Time) bool {
 	setDeadline(l, deadline)
 	k.fireAt, k.slack = deadline, 0
 	heap.Push(&s.queue, l)
-	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
-		s.rearm(k.fireAt)
-	}
+	s.rearmFor(k)
 	return true
 }
 
@@ -192,9 +188,7 @@ func (s *renewScheduler) confirm(l *Lease, sentAt time.Time) {
 	}
 	s.scheduleRenewal(l, sentAt)
 	heap.Fix(&s.queue, k.index)
-	if k.index == 0 && k.fireAt.Before(s.wakeAt) {
-		s.rearm(k.fireAt)
-	}
+	s.rearmFor(k)
 	s.mu.Unlock()
 }
 
@@ -363,14 +357,18 @@ func (s *renewScheduler) holds(k store.Key) bool {
 	return s.held[k] > 0
 }
 
-// rearm sets the loop's timer for at, earlier than it was set for: the
-// loop wakes then, not now. (Waking it at each acquisition, to set the
-// timer itself, cost a goroutine's and often an idle thread's wake-up per
-// lock, mostly spent after the lease's release on finding nothing to do.)
-// Caller holds s.mu.
-func (s *renewScheduler) rearm(at time.Time) {
-	s.wakeAt = at
-	s.timer.Reset(time.Until(at))
+// rearmFor sets the loop's timer for k's lease when that lease is first in
+// the queue and needs the loop earlier than the timer is set for: the loop
+// wakes then, not now. (Waking it at each acquisition, to set the timer
+// itself, cost a goroutine's and often an idle thread's wake-up per lock,
+// mostly spent after the lease's release on finding nothing to do.) Caller
+// holds s.mu, and has pushed or fixed k's lease in the queue.
+func (s *renewScheduler) rearmFor(k *keepState) {
+	if k.index != 0 || !k.fireAt.Before(s.wakeAt) {
+		return
+	}
+	s.wakeAt = k.fireAt
+	s.timer.Reset(time.Until(k.fireAt))
 }
 
 // poke wakes the scheduler loop to look at the queue again.

@@ -149,8 +149,8 @@ func newBenchLocker(tb testing.TB, pool *pgxpool.Pool) *lockmw.Locker {
 	return l
 }
 
-// startBenchServer starts a server with lockmw's tables, ShedLock's and
-// rowFloor's.
+// startBenchServer starts a server with lockmw's tables, ShedLock's,
+// rowFloor's and preparedHandOver's.
 func startBenchServer(b *testing.B) *pgtest.Server {
 	srv := startServer(b)
 	srv.Exec(b, `CREATE TABLE shedlock (name varchar(64) PRIMARY KEY, lock_until timestamp NOT NULL,
@@ -158,6 +158,7 @@ func startBenchServer(b *testing.B) *pgtest.Server {
 		INSERT INTO shedlock VALUES ('free', now(), now(), ''), ('contended-shedlock-poll', now(), now(), '');
 		CREATE TABLE rowfloor (name text COLLATE "C" PRIMARY KEY, token text NOT NULL, expires_at timestamptz NOT NULL);
 		CREATE INDEX ON rowfloor (expires_at)`)
+	preparedTables(b, srv)
 	return srv
 }
 
@@ -180,9 +181,15 @@ func BenchmarkUncontended(b *testing.B) {
 // time some contender was inside the critical section; wait-p99-ms, the
 // 99th percentile of a lock call; and reqs/acq, statements (or batches:
 // round trips) sent per acquisition, renewals and LISTEN included. b.N is
-// the number of acquisitions (see benchsuite.Measure).
+// the number of acquisitions (see benchsuite.Measure). Beside the kinds of
+// kinds, ceiling-prepared-handover (preparedHandOver) shows the most a
+// hand-over through a lease row can reach.
 func BenchmarkContended(b *testing.B) {
 	srv := startBenchServer(b)
 	var st statements
-	benchsuite.ContendedCounted(b, kinds(srv, &st), st.counter())
+	var contender atomic.Int64
+	ceiling := benchsuite.Kind{Name: "ceiling-prepared-handover", New: func(tb testing.TB) benchsuite.Mutex {
+		return newPreparedHandOver(tb, srv, &st, "contender-"+strconv.FormatInt(contender.Add(1), 10))
+	}}
+	benchsuite.ContendedCounted(b, append(kinds(srv, &st), ceiling), st.counter())
 }

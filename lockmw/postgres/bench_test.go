@@ -182,7 +182,7 @@ func BenchmarkUncontended(b *testing.B) {
 // 99th percentile of a lock call; and reqs/acq, statements (or batches:
 // round trips) sent per acquisition, renewals and LISTEN included. b.N is
 // the number of acquisitions (see benchsuite.Measure). Beside the kinds of
-// kinds, ceiling-prepared-handover (preparedHandOver) shows the most a
+// kinds, ceiling-prepared-handover (preparedHandOver) shows about the most a
 // hand-over through a lease row can reach.
 func BenchmarkContended(b *testing.B) {
 	srv := startBenchServer(b)

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -96,7 +95,10 @@ DELETE FROM prepared_queue q USING u WHERE q.name = $1 AND q.token = u.token`
 func (m *preparedHandOver) Lock(ctx context.Context, key string) (func(), error) {
 	tok := m.id + "." + strconv.FormatInt(preparedTokens.Add(1), 10)
 	var before string
-	if err := m.batch(ctx, []string{preparedNode, preparedQueue}, key, tok, &before); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(preparedNode, key, tok)
+	b.Queue(preparedQueue, key, tok).QueryRow(func(r pgx.Row) error { return r.Scan(&before) })
+	if err := m.send(ctx, b); err != nil {
 		return nil, err
 	}
 	for {
@@ -114,7 +116,11 @@ func (m *preparedHandOver) Lock(ctx context.Context, key string) (func(), error)
 			continue
 		}
 		var holder string
-		if err := m.batch(ctx, []string{preparedAwait, preparedHolder, preparedUnawait}, key, before, &holder); err != nil {
+		b := &pgx.Batch{}
+		b.Queue(preparedAwait, key, before)
+		b.Queue(preparedHolder, key).QueryRow(func(r pgx.Row) error { return r.Scan(&holder) })
+		b.Queue(preparedUnawait, key, before)
+		if err := m.send(ctx, b); err != nil {
 			return nil, err
 		}
 		if holder == tok {
@@ -124,34 +130,26 @@ func (m *preparedHandOver) Lock(ctx context.Context, key string) (func(), error)
 			return nil, err
 		}
 	}
+	prepare := &pgx.Batch{}
+	prepare.Queue("BEGIN")
+	prepare.Queue(preparedHand, key, tok)
+	prepare.Queue(preparedFree, key, tok)
 	prepared := make(chan error, 1)
-	go func() { prepared <- m.batch(ctx, []string{"BEGIN", preparedHand, preparedFree}, key, tok, nil) }()
+	go func() { prepared <- m.send(ctx, prepare) }()
 	return func() {
 		if err := <-prepared; err != nil {
 			m.tb.Error(err)
 		}
-		if err := m.batch(ctx, []string{"COMMIT", preparedUnnode}, key, tok, nil); err != nil {
+		release := &pgx.Batch{}
+		release.Queue("COMMIT")
+		release.Queue(preparedUnnode, key, tok)
+		if err := m.send(ctx, release); err != nil {
 			m.tb.Error(err)
 		}
 	}, nil
 }
 
-// batch sends qs in one round trip, each given key and, when it has a
-// second parameter, tok; into, when not nil, is scanned from the one
-// query that returns text.
-func (m *preparedHandOver) batch(ctx context.Context, qs []string, key, tok string, into *string) error {
-	b := &pgx.Batch{}
-	for _, q := range qs {
-		switch q {
-		case "BEGIN", "COMMIT":
-			b.Queue(q)
-		case preparedHolder:
-			b.Queue(q, key).QueryRow(func(r pgx.Row) error { return r.Scan(into) })
-		case preparedQueue:
-			b.Queue(q, key, tok).QueryRow(func(r pgx.Row) error { return r.Scan(into) })
-		default:
-			b.Queue(q, key, tok)
-		}
-	}
-	return errors.Join(m.c.SendBatch(ctx, b).Close())
+// send sends b in one round trip and returns its first error.
+func (m *preparedHandOver) send(ctx context.Context, b *pgx.Batch) error {
+	return m.c.SendBatch(ctx, b).Close()
 }
